@@ -1,0 +1,1 @@
+"""The ``repart`` command line (typer)."""

@@ -1,0 +1,289 @@
+"""One interface for every construction algorithm (DESIGN §5).
+
+``build(previous, estimate, n_channels, params, algorithm)`` returns the next partition function and a
+``BuildReport``: δ, the explicit-map size, the number of slot overrides, ρ and γ of the final mapping
+(Eq. 18–20), b and m *predicted* from the estimate (explicit keys plus the untracked per-slot mass,
+Eq. 11–12), the objective b·(1 + m) (Eq. 13), the number of candidate evaluations and the seconds taken.
+
+Algorithms: ``scan``, ``redist`` and ``readj`` (Algorithms 2–4), the baselines ``uniform`` (slot
+s → s mod N: hashing without consistency, no explicit map) and ``consistent`` (the slot table alone),
+and ``auto``, which runs scan, redist and readj and keeps the lowest objective, recording all three.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from repart.partitioning.algorithms.overrides import SlotRebalance, rebalance_slots
+from repart.partitioning.algorithms.problem import (
+    BuildParams,
+    Problem,
+    count_weights,
+    prepare,
+    select_tracked,
+)
+from repart.partitioning.algorithms.readj import readj
+from repart.partitioning.algorithms.redist import redist
+from repart.partitioning.algorithms.scan import scan
+from repart.partitioning.consistent import ConsistentSpec, slot_table
+from repart.partitioning.frequency import FrequencyEstimate
+from repart.partitioning.function import PartitionFunction
+from repart.partitioning.hashing import DEFAULT_SLOT_BITS, KeyType
+from repart.partitioning.metrics import imbalance
+from repart.partitioning.resources import check_channels
+from repart.partitioning.tail import loads_by_channel, untracked_slot_loads
+from repart.partitioning.utility import balance_penalty
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+Placement = Callable[[Problem], tuple[IntArray, int]]
+
+PLACEMENTS: dict[str, Placement] = {"scan": scan, "redist": redist, "readj": readj}
+BASELINES = ("uniform", "consistent")
+ALGORITHMS = ("scan", "redist", "readj", "uniform", "consistent", "auto")
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """What a build did and what it predicts (see the module docstring)."""
+
+    algorithm: str
+    n_channels: int
+    delta: float
+    explicit_size: int
+    slot_overrides: int
+    rho: float
+    gamma: float
+    predicted_b: float
+    predicted_m: float
+    objective: float
+    evaluations: int
+    seconds: float
+    candidates: tuple[BuildReport, ...] = ()
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    function: PartitionFunction
+    report: BuildReport
+
+
+def check_algorithm(name: str) -> str:
+    if name not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {name!r}")
+    return name
+
+
+def initial_function(
+    n_channels: int = 1,
+    key_type: KeyType | None = None,
+    slot_bits: int = DEFAULT_SLOT_BITS,
+    consistent: ConsistentSpec | None = None,
+) -> PartitionFunction:
+    """p^(0): the consistent hash alone, with no explicit map."""
+    return PartitionFunction(
+        n_channels=n_channels,
+        key_type=key_type,
+        slot_bits=slot_bits,
+        consistent=consistent or ConsistentSpec(),
+    )
+
+
+def build(
+    previous: PartitionFunction,
+    estimate: FrequencyEstimate,
+    n_channels: int,
+    params: BuildParams | None = None,
+    algorithm: str = "redist",
+) -> BuildResult:
+    """Construct p^(t+1) from p^(t) = ``previous`` and the estimated frequencies (Gedik §4.2)."""
+    params = params or BuildParams()
+    check_algorithm(algorithm)
+    n = check_channels(n_channels)
+    if params.tail_aware and estimate.slot_counts is None:
+        raise ValueError("tail_aware builds need an estimate with slot_counts (per-slot tuple counts)")
+    if algorithm == "auto":
+        runs = [build(previous, estimate, n, params, name) for name in PLACEMENTS]
+        best = min(runs, key=lambda run: run.report.objective)
+        seconds = sum(run.report.seconds for run in runs)
+        report = dataclasses.replace(
+            best.report,
+            algorithm=f"auto:{best.report.algorithm}",
+            seconds=seconds,
+            candidates=tuple(run.report for run in runs),
+        )
+        return BuildResult(best.function, report)
+    started = time.perf_counter()
+    if algorithm in BASELINES:
+        function = _baseline(previous, n, algorithm)
+        return BuildResult(
+            function, _report(algorithm, previous, function, estimate, params, None, 0, started)
+        )
+    return _build_placement(previous, estimate, n, params, algorithm, started)
+
+
+def _baseline(previous: PartitionFunction, n: int, algorithm: str) -> PartitionFunction:
+    spec = previous.consistent
+    if algorithm == "uniform":
+        spec = dataclasses.replace(spec, method="mod")
+    return PartitionFunction(
+        n_channels=n, key_type=previous.key_type, slot_bits=previous.slot_bits, consistent=spec
+    )
+
+
+def _build_placement(
+    previous: PartitionFunction,
+    estimate: FrequencyEstimate,
+    n: int,
+    params: BuildParams,
+    algorithm: str,
+    started: float,
+) -> BuildResult:
+    bits = previous.slot_bits
+    table = slot_table(n, previous.consistent, bits)
+    rebalance: SlotRebalance | None = None
+    if not params.tail_aware:
+        problem = prepare(previous, estimate, n, params, table=table)
+    else:
+        table = _keep_previous_overrides(previous, table, n)
+        _, tracked = select_tracked(estimate, params, n)
+        active = params.resources.active
+        exponents = params.resources.load_exponents
+        slot_loads = untracked_slot_loads(estimate, tracked, bits, tuple(exponents[k] for k in active))
+        slot_state = untracked_slot_loads(estimate, tracked, bits, (exponents[0],))[0]
+        problem = prepare(
+            previous, estimate, n, params, table=table, base_loads=loads_by_channel(slot_loads, table, n)
+        )
+        moved_tail = float(slot_state[previous.table != table].sum())
+        problem = dataclasses.replace(
+            problem,
+            initial_migration=problem.initial_migration + moved_tail,
+            ideal_migration=problem.ideal_migration + float(slot_state.sum()) / n,
+        )
+        rebalance = SlotRebalance(
+            slot_loads=slot_loads,
+            slot_state=slot_state,
+            previous_table=previous.table,
+            explicit_loads=np.zeros_like(problem.base_loads),
+            thetas=problem.thetas,
+            utility=problem.utility,
+            ideal_migration=problem.ideal_migration,
+        )
+    channels, evaluations = PLACEMENTS[algorithm](problem)
+    migration = problem.initial_migration + _explicit_migration(problem, channels)
+    if rebalance is not None:
+        rebalance = dataclasses.replace(rebalance, explicit_loads=problem.placed_loads(channels))
+        table, migration, extra = rebalance_slots(rebalance, table, migration)
+        evaluations += extra
+    base = slot_table(n, previous.consistent, bits)
+    overrides = {int(s): int(table[s]) for s in np.flatnonzero(table != base)}
+    function = PartitionFunction(
+        n_channels=n,
+        key_type=previous.key_type or estimate.key_type,
+        slot_bits=bits,
+        consistent=previous.consistent,
+        explicit=dict(zip(problem.keys, channels.tolist(), strict=True)),
+        slot_overrides=overrides,
+    )
+    return BuildResult(
+        function,
+        _report(
+            algorithm,
+            previous,
+            function,
+            estimate,
+            params,
+            (problem, channels, migration),
+            evaluations,
+            started,
+        ),
+    )
+
+
+def _keep_previous_overrides(
+    previous: PartitionFunction, table: npt.NDArray[np.int32], n: int
+) -> npt.NDArray[np.int32]:
+    """Start from the new consistent base, keeping the previous overrides whose channel still exists."""
+    kept = np.array(table, dtype=np.int32)
+    for slot, channel in previous.slot_overrides.items():
+        if channel < n:
+            kept[slot] = channel
+    return kept
+
+
+def _explicit_migration(problem: Problem, channels: IntArray) -> float:
+    """Σ β_s over placed items whose channel differs from p^(t) (the second sum of Eq. 18)."""
+    return float(problem.state_weights[channels != problem.old_channels].sum())
+
+
+def _report(
+    algorithm: str,
+    previous: PartitionFunction,
+    function: PartitionFunction,
+    estimate: FrequencyEstimate,
+    params: BuildParams,
+    placed: tuple[Problem, IntArray, float] | None,
+    evaluations: int,
+    started: float,
+) -> BuildReport:
+    n = function.n_channels
+    if placed is None:
+        rho, gamma = 0.0, 0.0
+    else:
+        problem, channels, migration = placed
+        loads = problem.base_loads + problem.placed_loads(channels)
+        rho = float(
+            balance_penalty(loads.max(axis=1), loads.min(axis=1), loads.sum(axis=1), problem.thetas, n)
+        )
+        gamma = migration / problem.ideal_migration if problem.ideal_migration > 0 else 0.0
+    b, m = predict(previous, function, estimate, params)
+    delta, _ = select_tracked(estimate, params, n)
+    seconds = time.perf_counter() - started
+    return BuildReport(
+        algorithm=algorithm,
+        n_channels=n,
+        delta=delta,
+        explicit_size=len(function.explicit),
+        slot_overrides=len(function.slot_overrides),
+        rho=rho,
+        gamma=gamma,
+        predicted_b=b,
+        predicted_m=m,
+        objective=b * (1.0 + m),
+        evaluations=evaluations,
+        seconds=seconds,
+    )
+
+
+def predict(
+    previous: PartitionFunction, function: PartitionFunction, estimate: FrequencyEstimate, params: BuildParams
+) -> tuple[float, float]:
+    """b and m of ``function`` predicted from the estimate: retained keys plus the untracked slot mass.
+
+    Keys the estimate retains are placed by lookup; the untracked mass per slot (tail.py) follows the
+    slot tables. m compares p^(t) = ``previous`` with ``function`` on the same loads.
+    """
+    n = function.n_channels
+    exponents = params.resources.load_exponents
+    retained = np.arange(len(estimate.keys), dtype=np.int64)
+    counts = estimate.counts
+    slot_loads = untracked_slot_loads(estimate, retained, function.slot_bits, exponents)
+    if estimate.keys:
+        now = function.lookup_many(estimate.keys)
+        before = previous.lookup_many(estimate.keys)
+    else:
+        now = before = np.empty(0, dtype=np.int64)
+    loads = loads_by_channel(slot_loads, function.table, n)
+    for k, e in enumerate(exponents):
+        loads[k] += np.bincount(now, weights=count_weights(counts, e), minlength=n)
+    b = imbalance(params.resources, loads, params.alpha).b
+    state = count_weights(counts, exponents[0])
+    moved = float(state[now != before].sum()) + float(slot_loads[0][previous.table != function.table].sum())
+    ideal = (float(state.sum()) + float(slot_loads[0].sum())) / n
+    return b, (moved / ideal if ideal > 0 else 0.0)

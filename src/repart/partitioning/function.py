@@ -1,0 +1,384 @@
+"""The partition function: explicit map plus slot table, lookup, canonical JSON (DESIGN §2).
+
+Gedik's partitioning function is the hash pair ``p = ⟨H_p, H_c⟩`` (§4.1.1): an explicit hash ``H_p``
+for the tracked (hot) keys and a consistent hash ``H_c`` for the rest, looked up as in Algorithm 1.
+In repart, ``H_p`` is the explicit map ``E: key → channel`` and ``H_c`` is the slot table ``T`` of
+``repart.partitioning.consistent`` with optional slot overrides ``O``, so that
+
+    p(key) = E[key] if key in E else T'[slot(key)],  T'[s] = O[s] if s in O else T[s].
+
+A function is an immutable value. Its canonical JSON (sorted keys, no whitespace, UTF-8 text) is the
+stored form; its digest is the SHA-256 of those bytes, and two functions with the same digest route
+every key identically. The base slot table is derived from ``(N, consistent, slot_bits)``, never stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import repeat
+from types import MappingProxyType
+from typing import Any, cast, get_args
+
+import numpy as np
+import numpy.typing as npt
+
+from repart.partitioning.consistent import (
+    MAX_CHANNELS,
+    ConsistentSpec,
+    check_int_range,
+    check_n_channels,
+    slot_table,
+)
+from repart.partitioning.hashing import (
+    DEFAULT_SLOT_BITS,
+    HASH_SEED,
+    INT64_MAX,
+    Key,
+    KeyType,
+    check_slot_bits,
+    common_key_type,
+    hash_int64_array,
+    hash_key,
+    hash_keys,
+    hash_str_keys,
+    key_type_of,
+    slot_of_hash,
+    slots_of_hashes,
+)
+
+FORMAT_VERSION = 1
+HASH_ALGORITHM = "xxh64"
+_DOCUMENT_FIELDS = ("N", "consistent", "explicit", "format", "hash", "key_type", "slot_overrides")
+_HASH_FIELDS = ("algorithm", "seed", "slot_bits")
+_CONSISTENT_FIELDS = ("method", "replicas", "seed")
+
+
+def _empty_mapping() -> Mapping[Any, int]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class PartitionFunction:
+    """``p = ⟨E, T'⟩`` for ``n_channels`` channels (DESIGN §2; Gedik §4.1.1, Algorithm 1).
+
+    ``explicit`` maps keys of one type to channels; ``slot_overrides`` maps slots to channels.
+    ``key_type`` is inferred from the explicit keys when it is not given, and stays None only while
+    the explicit map is empty. Both mappings are stored read-only. Every field is validated: a bad
+    value raises ValueError naming the field and its accepted range.
+    """
+
+    n_channels: int
+    key_type: KeyType | None = None
+    slot_bits: int = DEFAULT_SLOT_BITS
+    consistent: ConsistentSpec = field(default_factory=ConsistentSpec)
+    explicit: Mapping[Key, int] = field(default_factory=_empty_mapping)
+    slot_overrides: Mapping[int, int] = field(default_factory=_empty_mapping)
+
+    def __post_init__(self) -> None:
+        n = check_n_channels(self.n_channels)
+        bits = check_slot_bits(self.slot_bits)
+        if not isinstance(self.consistent, ConsistentSpec):
+            raise ValueError(f"consistent must be a ConsistentSpec, got {self.consistent!r}")
+        explicit, inferred = _checked_explicit(self.explicit, n)
+        key_type = _checked_key_type(self.key_type, inferred)
+        overrides = _checked_overrides(self.slot_overrides, n, bits)
+        object.__setattr__(self, "n_channels", n)
+        object.__setattr__(self, "slot_bits", bits)
+        object.__setattr__(self, "key_type", key_type)
+        object.__setattr__(self, "explicit", MappingProxyType(explicit))
+        object.__setattr__(self, "slot_overrides", MappingProxyType(overrides))
+
+    def __hash__(self) -> int:
+        """Hash of the digest, so that equal functions hash equally."""
+        return hash(self.digest)
+
+    def __reduce__(self) -> tuple[Callable[[str], PartitionFunction], tuple[str]]:
+        """Pickle through the canonical JSON (the read-only mappings cannot be pickled themselves)."""
+        return (PartitionFunction.from_json, (self.to_json(),))
+
+    @property
+    def base_table(self) -> npt.NDArray[np.int32]:
+        """The consistent slot table ``T`` (read-only, shared by every function with equal parameters)."""
+        return slot_table(self.n_channels, self.consistent, self.slot_bits)
+
+    @cached_property
+    def table(self) -> npt.NDArray[np.int32]:
+        """The routing table ``T'``: ``T`` with the slot overrides applied (read-only)."""
+        if not self.slot_overrides:
+            return self.base_table
+        table = self.base_table.copy()
+        table[list(self.slot_overrides)] = list(self.slot_overrides.values())
+        table.flags.writeable = False
+        return table
+
+    def lookup(self, key: Key) -> int:
+        """``p(key)``: the explicit channel of ``key`` if it has one, else ``T'[slot(key)]``."""
+        self._check_key_type(key_type_of(key))
+        channel = self.explicit.get(key)
+        if channel is not None:
+            return channel
+        return int(self.table[slot_of_hash(hash_key(key), self.slot_bits)])
+
+    def lookup_many(
+        self,
+        keys: Sequence[Key] | npt.NDArray[np.generic],
+        *,
+        slots: npt.NDArray[np.integer[Any]] | None = None,
+    ) -> npt.NDArray[np.int64]:
+        """``p`` of every key, vectorized: an int64 array of channels, one per key.
+
+        ``keys`` is an integer numpy array or a sequence of keys of one type. ``slots``, when the
+        caller has them already (an integer array with one slot per key), skips hashing.
+        """
+        if isinstance(keys, np.ndarray) and keys.dtype.kind in "iu":
+            return self._lookup_ints(_int64_keys(keys), slots)
+        if len(keys) == 0:
+            return np.empty(0, dtype=np.int64)
+        if isinstance(keys[0], str):
+            return self._lookup_strs(keys, slots)
+        common_key_type(keys)  # every key must be an in-range int: the first one is not a str
+        return self._lookup_ints(np.array(keys, dtype=np.int64), slots)
+
+    def to_json(self) -> str:
+        """The canonical JSON of DESIGN §2: sorted keys, no whitespace, lists sorted by slot and key."""
+        return self._canonical_json
+
+    @cached_property
+    def digest(self) -> str:
+        """SHA-256 (hex) of the canonical JSON's UTF-8 bytes."""
+        return hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
+
+    @classmethod
+    def from_json(cls, text: str) -> PartitionFunction:
+        """Parse and validate a serialized function; ValueError naming the offending field."""
+        document = _json_object(json.loads(text, object_pairs_hook=_unique_fields), "the document")
+        _check_fields(document, _DOCUMENT_FIELDS, "the document")
+        version = document["format"]
+        if not _is_int(version, FORMAT_VERSION):
+            raise ValueError(
+                f"format must be {FORMAT_VERSION} (accepted format versions: 1), got {version!r}"
+            )
+        hash_spec = _json_object(document["hash"], "hash")
+        _check_fields(hash_spec, _HASH_FIELDS, "hash")
+        if hash_spec["algorithm"] != HASH_ALGORITHM:
+            raise ValueError(f"hash.algorithm must be {HASH_ALGORITHM!r}, got {hash_spec['algorithm']!r}")
+        if not _is_int(hash_spec["seed"], HASH_SEED):
+            raise ValueError(f"hash.seed must be {HASH_SEED}, got {hash_spec['seed']!r}")
+        consistent = _json_object(document["consistent"], "consistent")
+        _check_fields(consistent, _CONSISTENT_FIELDS, "consistent")
+        return cls(
+            n_channels=check_int_range("N", document["N"], 1, MAX_CHANNELS),
+            key_type=document["key_type"],
+            slot_bits=hash_spec["slot_bits"],
+            consistent=ConsistentSpec(**consistent),
+            explicit=_json_pairs(document["explicit"], "explicit", "key"),
+            slot_overrides=_json_pairs(document["slot_overrides"], "slot_overrides", "slot"),
+        )
+
+    @cached_property
+    def _canonical_json(self) -> str:
+        document = {
+            "format": FORMAT_VERSION,
+            "N": self.n_channels,
+            "hash": {"algorithm": HASH_ALGORITHM, "seed": HASH_SEED, "slot_bits": self.slot_bits},
+            "consistent": {
+                "method": self.consistent.method,
+                "replicas": self.consistent.replicas,
+                "seed": self.consistent.seed,
+            },
+            "slot_overrides": sorted(map(list, self.slot_overrides.items())),
+            "explicit": sorted(map(list, self.explicit.items())),
+            "key_type": self.key_type,
+        }
+        return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    @cached_property
+    def _explicit_slot_mask(self) -> npt.NDArray[np.bool_]:
+        """True at the slots that hold at least one explicit key: the cheap filter before exact lookups."""
+        mask = np.zeros(2**self.slot_bits, dtype=np.bool_)
+        mask[slots_of_hashes(hash_keys(list(self.explicit), self.key_type), self.slot_bits)] = True
+        return mask
+
+    @cached_property
+    def _explicit_int_index(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """The explicit int keys sorted ascending, and their channels in the same order."""
+        keys = np.fromiter(self.explicit.keys(), dtype=np.int64, count=len(self.explicit))
+        channels = np.fromiter(self.explicit.values(), dtype=np.int64, count=len(self.explicit))
+        order = np.argsort(keys)
+        return keys[order], channels[order]
+
+    def _check_key_type(self, kind: KeyType) -> None:
+        if self.key_type is not None and kind != self.key_type:
+            raise ValueError(f"key_type of this function is {self.key_type!r}, got {kind!r} keys")
+
+    def _checked_slots(self, slots: npt.NDArray[np.integer[Any]], count: int) -> npt.NDArray[np.int64]:
+        if not isinstance(slots, np.ndarray) or slots.dtype.kind not in "iu" or slots.shape != (count,):
+            raise ValueError(f"slots must be a 1-d integer array with one slot per key ({count})")
+        limit = 2**self.slot_bits
+        if count and (slots.min() < 0 or slots.max() >= limit):
+            raise ValueError(f"slots must be in [0, {limit}) for slot_bits {self.slot_bits}")
+        return slots.astype(np.int64, copy=False)
+
+    def _table_channels(
+        self, slots: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.intp]]:
+        """``T'[slots]``, and the positions whose slot holds an explicit key (the only ones E may change)."""
+        channels = self.table[slots].astype(np.int64)
+        if not self.explicit:
+            return channels, np.empty(0, dtype=np.intp)
+        return channels, np.flatnonzero(self._explicit_slot_mask[slots])
+
+    def _lookup_ints(
+        self, values: npt.NDArray[np.int64], slots: npt.NDArray[np.integer[Any]] | None
+    ) -> npt.NDArray[np.int64]:
+        """Int keys: exact explicit matches by binary search in the sorted explicit keys."""
+        self._check_key_type("int")
+        if slots is None:
+            key_slots = slots_of_hashes(hash_int64_array(values), self.slot_bits)
+        else:
+            key_slots = self._checked_slots(slots, values.size)
+        channels, candidates = self._table_channels(key_slots)
+        if candidates.size:
+            explicit_keys, explicit_channels = self._explicit_int_index
+            wanted = values[candidates]
+            found = np.minimum(np.searchsorted(explicit_keys, wanted), explicit_keys.size - 1)
+            hit = explicit_keys[found] == wanted
+            channels[candidates[hit]] = explicit_channels[found[hit]]
+        return channels
+
+    def _lookup_strs(
+        self, keys: Sequence[Key] | npt.NDArray[np.generic], slots: npt.NDArray[np.integer[Any]] | None
+    ) -> npt.NDArray[np.int64]:
+        """Str keys: the explicit map itself decides the keys whose slot holds an explicit key.
+
+        The dict lookup compares whole keys, so a hash or slot collision with a key that is not
+        explicit cannot misroute it.
+        """
+        self._check_key_type("str")
+        strs = cast(Sequence[str], keys)  # checked below: by hash_str_keys, or by _check_all_str
+        if slots is None:
+            key_slots = slots_of_hashes(hash_str_keys(strs), self.slot_bits)
+        else:
+            _check_all_str(strs)
+            key_slots = self._checked_slots(slots, len(strs))
+        channels, candidates = self._table_channels(key_slots)
+        if candidates.size:
+            candidate_keys = map(strs.__getitem__, candidates.tolist())
+            channel_or_missing: Callable[[str, int], int] = self.explicit.get
+            found = np.fromiter(
+                map(channel_or_missing, candidate_keys, repeat(-1)), dtype=np.int64, count=candidates.size
+            )
+            hit = found >= 0
+            channels[candidates[hit]] = found[hit]
+        return channels
+
+
+def _check_all_str(keys: Sequence[object]) -> None:
+    """ValueError unless every key is a str (a fast pass over the exact types first)."""
+    if set(map(type, keys)) == {str}:
+        return
+    kind = common_key_type(keys)  # raises for an unsupported key or mixed key types
+    if kind != "str":
+        raise ValueError(f"expected str keys, got {kind} keys")
+
+
+def _int64_keys(keys: npt.NDArray[np.generic]) -> npt.NDArray[np.int64]:
+    """An integer key array as int64; ValueError for unsigned values beyond the signed 64-bit range."""
+    if keys.dtype == np.uint64 and keys.size and keys.max() > INT64_MAX:
+        raise ValueError(f"int keys must be in the signed 64-bit range; got {keys.max()}")
+    return keys.astype(np.int64, copy=False)
+
+
+def _checked_explicit(explicit: Mapping[Key, int], n: int) -> tuple[dict[Key, int], KeyType | None]:
+    """The explicit map with plain str/int keys and int channels in [0, n), and its key type."""
+    try:
+        key_type = common_key_type(explicit)
+    except ValueError as error:
+        raise ValueError(f"explicit: {error}") from None
+    checked: dict[Key, int] = {}
+    for key, channel in explicit.items():
+        if isinstance(key, str):
+            if not _is_utf8_text(key):
+                raise ValueError(f"explicit: key {key!r} has a lone surrogate and no UTF-8 encoding")
+            plain: Key = str(key)
+        else:
+            plain = int(key)
+        checked[plain] = check_int_range(f"explicit: channel of key {plain!r}", channel, 0, n - 1)
+    return checked, key_type
+
+
+def _is_utf8_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _checked_key_type(declared: object, inferred: KeyType | None) -> KeyType | None:
+    """The declared key type, or the one inferred from the explicit keys; they must agree."""
+    if declared is None:
+        return inferred
+    if declared not in get_args(KeyType):
+        raise ValueError(f"key_type must be one of 'str', 'int' or None, got {declared!r}")
+    if inferred is not None and declared != inferred:
+        raise ValueError(f"key_type is {declared!r} but the explicit keys are {inferred!r}")
+    return cast(KeyType, declared)
+
+
+def _checked_overrides(overrides: Mapping[int, int], n: int, slot_bits: int) -> dict[int, int]:
+    """Slot overrides with slots in [0, 2^S) and channels in [0, n)."""
+    last_slot = 2**slot_bits - 1
+    checked: dict[int, int] = {}
+    for slot, channel in overrides.items():
+        plain = check_int_range("slot_overrides: slot", slot, 0, last_slot)
+        checked[plain] = check_int_range(f"slot_overrides: channel of slot {plain}", channel, 0, n - 1)
+    return checked
+
+
+def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads`` hook: an object with a repeated field name is an error, not a silent overwrite."""
+    document: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in document:
+            raise ValueError(f"duplicate field {name!r} in a JSON object")
+        document[name] = value
+    return document
+
+
+def _is_int(value: object, expected: int) -> bool:
+    """True when ``value`` is the JSON integer ``expected`` (not a float or a bool equal to it)."""
+    return type(value) is int and value == expected
+
+
+def _json_object(value: object, name: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a JSON object, got {value!r}")
+    return value
+
+
+def _check_fields(document: dict[str, Any], expected: tuple[str, ...], name: str) -> None:
+    unknown = sorted(set(document) - set(expected))
+    missing = sorted(set(expected) - set(document))
+    if unknown:
+        raise ValueError(f"unknown field(s) {unknown} in {name}; accepted fields: {list(expected)}")
+    if missing:
+        raise ValueError(f"missing field(s) {missing} in {name}")
+
+
+def _json_pairs(value: object, name: str, what: str) -> dict[Any, Any]:
+    """A list of ``[first, channel]`` pairs as a dict; ValueError for a malformed pair or a repeated first."""
+    if not isinstance(value, list):
+        raise ValueError(f"{name} must be a list of [{what}, channel] pairs, got {value!r}")
+    pairs: dict[Any, Any] = {}
+    for index, pair in enumerate(value):
+        if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], str | int):
+            raise ValueError(f"{name}[{index}] must be a [{what}, channel] pair, got {pair!r}")
+        if pair[0] in pairs:
+            raise ValueError(f"{name}: duplicate {what} {pair[0]!r}")
+        pairs[pair[0]] = pair[1]
+    return pairs

@@ -1,0 +1,110 @@
+"""Evaluation metrics of a partition function on true frequencies (Gedik §3, Eq. 1–12; DESIGN §4).
+
+Loads L_k(i) per channel (Eq. 1, 3, 5), the max/min ratios r_k (Eq. 2, 4, 6), the relative imbalances
+b_k = r_k/α and their geometric mean b over the non-constant resources (Eq. 11, §4.4), the migration
+cost M (Eq. 9) and the relative migration cost m = M / L̄_s (Eq. 10, 12), and the lower bound b_lb that
+no function keeping every key on one channel can beat.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from repart.partitioning.resources import Resources, check_alpha, check_channels, item_loads
+from repart.partitioning.utility import geometric_mean
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+def _check_frequencies(frequencies: FloatArray) -> FloatArray:
+    f = np.asarray(frequencies, dtype=np.float64)
+    if f.ndim != 1 or f.size == 0:
+        raise ValueError("frequencies must be a non-empty 1-d array")
+    if not np.all(np.isfinite(f)) or np.any(f < 0):
+        raise ValueError("frequencies must be finite and >= 0 (no NaN, no negative values)")
+    return f
+
+
+def channel_loads(
+    resources: Resources, frequencies: FloatArray, channels: IntArray, n_channels: int
+) -> FloatArray:
+    """L_k(i) for k = s, c, n (rows) and channel i (columns): Eq. 1, 3 and 5."""
+    f = _check_frequencies(frequencies)
+    n = check_channels(n_channels)
+    ch = np.asarray(channels, dtype=np.int64)
+    if ch.shape != f.shape:
+        raise ValueError("channels must have one entry per frequency")
+    if ch.size and (ch.min() < 0 or ch.max() >= n):
+        raise ValueError(f"channels must be in [0, {n})")
+    loads = item_loads(resources, f)
+    return np.stack([np.bincount(ch, weights=row, minlength=n) for row in loads])
+
+
+@dataclass(frozen=True)
+class Imbalance:
+    """r_k, b_k for k = s, c, n and b, the geometric mean of b_k over the non-constant resources."""
+
+    r: tuple[float, float, float]
+    b_k: tuple[float, float, float]
+    b: float
+
+
+def imbalance(resources: Resources, loads: FloatArray, alpha: float) -> Imbalance:
+    """r_k = max_i L_k(i) / min_i L_k(i) (Eq. 2, 4, 6), b_k = r_k/α, b per Eq. 11 and §4.4.
+
+    A channel with no load makes r_k infinite.
+    """
+    a = check_alpha(alpha)
+    ratios = []
+    for row in np.asarray(loads, dtype=np.float64):
+        high, low = float(row.max()), float(row.min())
+        ratios.append(high / low if low > 0 else (1.0 if high == 0 else math.inf))
+    b_k = tuple(r / a for r in ratios)
+    b = float(geometric_mean([np.array(b_k[k]) for k in resources.active]))
+    return Imbalance(r=(ratios[0], ratios[1], ratios[2]), b_k=(b_k[0], b_k[1], b_k[2]), b=b)
+
+
+def migration_cost(resources: Resources, frequencies: FloatArray, before: IntArray, after: IntArray) -> float:
+    """M(p_t, p_t+1) = Σ_d β_s(f(d))·1(p_t(d) ≠ p_t+1(d)) (Eq. 9)."""
+    f = _check_frequencies(frequencies)
+    state = item_loads(resources, f)[0]
+    moved = np.asarray(before, dtype=np.int64) != np.asarray(after, dtype=np.int64)
+    return float(state[moved].sum())
+
+
+def relative_migration(
+    resources: Resources, frequencies: FloatArray, before: IntArray, after: IntArray, n_channels: int
+) -> float:
+    """m = M / L̄_s with L̄_s = Σ_d β_s(f(d)) / N (Eq. 10, 12), N the new channel count."""
+    f = _check_frequencies(frequencies)
+    ideal = float(item_loads(resources, f)[0].sum()) / check_channels(n_channels)
+    return migration_cost(resources, f, before, after) / ideal if ideal > 0 else 0.0
+
+
+def lower_bound(resources: Resources, frequencies: FloatArray, n_channels: int, alpha: float) -> float:
+    """b_lb: per resource r_k ≥ max(1, h·(N−1)/(T−h)), h the largest item load and T the total (DESIGN §4).
+
+    The channel holding the heaviest item carries at least h, and the lightest of the other N − 1
+    channels at most (T − h)/(N − 1). b_lb is the geometric mean over the non-constant resources of
+    these bounds, divided by α.
+    """
+    f = _check_frequencies(frequencies)
+    n = check_channels(n_channels)
+    a = check_alpha(alpha)
+    loads = item_loads(resources, f)
+    bounds = []
+    for k in resources.active:
+        h = float(loads[k].max())
+        total = float(loads[k].sum())
+        if n == 1:
+            bounds.append(1.0)
+        elif total - h <= 0:
+            bounds.append(math.inf)
+        else:
+            bounds.append(max(1.0, h * (n - 1) / (total - h)))
+    return float(geometric_mean([np.array(x) for x in bounds])) / a

@@ -1,0 +1,1 @@
+"""Workload generators and the experiment runner that reproduces Gedik §5."""

@@ -1,0 +1,238 @@
+"""The adaptation experiment of Gedik §5 (Fig. 6 and Fig. 11 protocol).
+
+For each run, the channel count grows N = 1, 2, …, ``channels``; each step builds p^(t+1) from the
+same algorithm's p^(t) (§5.1: "we start from N^(0) = 1 and successively apply the partitioning function
+construction algorithm"). Every step draws a fresh stream of ``stream_factor · |D|`` tuples from the
+Zipf workload and feeds it to a sliding window of x = 3 lossy counters (Fig. 2), i.e. two tumbling
+windows of half the stream each, with ε = ``epsilon_ratio`` · δ(N^(t+1)) (Manku–Motwani's ε = s/10).
+Construction sees only the window's estimate (and its per-slot tuple counts); evaluation uses the true
+frequencies of all |D| keys: b, b_k (Eq. 11), m (Eq. 12) against the same algorithm's previous
+function, and the lower bound b_lb (DESIGN §4).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from repart.partitioning.algorithms.builder import ALGORITHMS, build, initial_function
+from repart.partitioning.algorithms.problem import BuildParams
+from repart.partitioning.frequency import FrequencyEstimate, SlidingWindow
+from repart.partitioning.function import PartitionFunction
+from repart.partitioning.hashing import DEFAULT_SLOT_BITS, hash_int64_array, slots_of_hashes
+from repart.partitioning.metrics import channel_loads, imbalance, lower_bound, relative_migration
+from repart.partitioning.resources import check_channels, frequency_threshold
+from repart.sim.workload import ZipfWorkload
+
+IntArray = npt.NDArray[np.int64]
+
+DEFAULT_ALGORITHMS = ("scan", "redist", "readj", "uniform", "consistent")
+TAIL_AWARE_ALGORITHMS = ("scan", "redist", "readj")
+RECORD_FIELDS = (
+    "algorithm",
+    "N",
+    "b",
+    "b_s",
+    "b_c",
+    "b_n",
+    "b_lb",
+    "m",
+    "explicit_size",
+    "counter_size",
+    "build_seconds",
+    "tail_aware",
+    "slot_overrides",
+)
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """Parameters of ``repart simulate``; defaults are Gedik's Table 1 with N growing to 32 (Fig. 6)."""
+
+    channels: int = 32
+    algorithms: tuple[str, ...] = DEFAULT_ALGORITHMS
+    resources: str = "LCL"
+    alpha: float = 1.2
+    sigma: float = 0.1
+    utility: str = "APM"
+    zipf: float = 1.0
+    domain: int = 1_000_000
+    seed: int = 1
+    runs: int = 1
+    tail_aware: bool = False
+    stream_factor: float = 1.0
+    epsilon_ratio: float = 0.1
+    slot_bits: int = DEFAULT_SLOT_BITS
+
+    def __post_init__(self) -> None:
+        check_channels(self.channels, "channels")
+        unknown = [a for a in self.algorithms if a not in ALGORITHMS]
+        if unknown or not self.algorithms:
+            raise ValueError(
+                f"algorithms must be a non-empty list from {', '.join(ALGORITHMS)}, got {unknown or '[]'}"
+            )
+        if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 1:
+            raise ValueError(f"runs must be an integer >= 1, got {self.runs!r}")
+        if not self.stream_factor > 0:
+            raise ValueError(f"stream_factor must be > 0, got {self.stream_factor!r}")
+        if not 0 < self.epsilon_ratio < 1:
+            raise ValueError(f"epsilon_ratio must be in (0, 1), got {self.epsilon_ratio!r}")
+        ZipfWorkload(self.zipf, self.domain)
+        self.params(tail_aware=False)
+
+    def params(self, tail_aware: bool) -> BuildParams:
+        return BuildParams(
+            resources=self.resources,  # type: ignore[arg-type]
+            alpha=self.alpha,
+            sigma=self.sigma,
+            utility=self.utility,  # type: ignore[arg-type]
+            tail_aware=tail_aware,
+        )
+
+    def variants(self) -> list[tuple[str, bool]]:
+        """(algorithm, tail_aware) pairs to run: every algorithm, plus tail-aware scan/redist/readj."""
+        plain = [(a, False) for a in self.algorithms]
+        if not self.tail_aware:
+            return plain
+        return plain + [(a, True) for a in self.algorithms if a in TAIL_AWARE_ALGORITHMS]
+
+
+Record = dict[str, float | int | str | bool]
+Progress = Callable[[int], None]
+
+
+class Evaluator:
+    """Routes all |D| keys with precomputed slots and scores functions on the true frequencies."""
+
+    def __init__(self, workload: ZipfWorkload, config: ExperimentConfig):
+        self.config = config
+        self.resources = config.params(False).resources
+        self.frequencies = workload.frequencies
+        self.keys = workload.keys
+        self.slots = slots_of_hashes(hash_int64_array(self.keys), config.slot_bits)
+
+    def route(self, function: PartitionFunction) -> IntArray:
+        return function.lookup_many(self.keys, slots=self.slots)
+
+    def score(self, routed: IntArray, previous: IntArray, n: int) -> dict[str, float]:
+        loads = channel_loads(self.resources, self.frequencies, routed, n)
+        result = imbalance(self.resources, loads, self.config.alpha)
+        return {
+            "b": result.b,
+            "b_s": result.b_k[0],
+            "b_c": result.b_k[1],
+            "b_n": result.b_k[2],
+            "b_lb": lower_bound(self.resources, self.frequencies, n, self.config.alpha),
+            "m": relative_migration(self.resources, self.frequencies, previous, routed, n),
+        }
+
+
+def window_estimate(
+    workload: ZipfWorkload, config: ExperimentConfig, n: int, rng: np.random.Generator
+) -> tuple[FrequencyEstimate, int]:
+    """The merged sliding-window estimate of one fresh stream, and the lossy counter's entry count."""
+    delta = frequency_threshold(config.params(False).resources, config.alpha, config.sigma, n, config.domain)
+    epsilon = min(delta, 1.0) * config.epsilon_ratio
+    length = 2 * max(1, round(config.stream_factor * config.domain / 2))  # two whole tumbling windows
+    window = SlidingWindow(epsilon=epsilon, window=length, counters=3, key_type="int")
+    stream = workload.sample(length, rng)
+    window.update(stream)
+    estimate = window.estimate()
+    slot_counts = np.bincount(
+        slots_of_hashes(hash_int64_array(stream), config.slot_bits), minlength=1 << config.slot_bits
+    ).astype(np.float64)
+    estimate = dataclasses.replace(
+        estimate, distinct_estimate=config.domain, slot_counts=slot_counts, slot_bits=config.slot_bits
+    )
+    return estimate, len(estimate.keys)
+
+
+def run_experiment(config: ExperimentConfig, progress: Progress | None = None) -> list[Record]:
+    """Run ``config.runs`` adaptation sequences and return one averaged record per (variant, N)."""
+    workload = ZipfWorkload(config.zipf, config.domain)
+    evaluator = Evaluator(workload, config)
+    variants = config.variants()
+    sums: dict[tuple[str, bool, int], Record] = {}
+    for run in range(config.runs):
+        rng = np.random.default_rng([config.seed, run])
+        current = {v: initial_function(1, "int", config.slot_bits) for v in variants}
+        routed = {v: evaluator.route(f) for v, f in current.items()}
+        for v in variants:
+            _accumulate(sums, v, 1, {**evaluator.score(routed[v], routed[v], 1), "m": 0.0}, 0, 0, 0.0, 0)
+        for n in range(2, config.channels + 1):
+            estimate, counter_size = window_estimate(workload, config, n, rng)
+            for v in variants:
+                algorithm, tail_aware = v
+                started = time.perf_counter()
+                result = build(current[v], estimate, n, config.params(tail_aware), algorithm)
+                seconds = time.perf_counter() - started
+                now = evaluator.route(result.function)
+                scores = evaluator.score(now, routed[v], n)
+                _accumulate(
+                    sums,
+                    v,
+                    n,
+                    scores,
+                    result.report.explicit_size,
+                    counter_size,
+                    seconds,
+                    result.report.slot_overrides,
+                )
+                current[v], routed[v] = result.function, now
+            if progress is not None:
+                progress(1)
+    return [_average(record, config.runs) for record in sums.values()]
+
+
+def _accumulate(
+    sums: dict[tuple[str, bool, int], Record],
+    variant: tuple[str, bool],
+    n: int,
+    scores: dict[str, float],
+    explicit_size: int,
+    counter_size: int,
+    seconds: float,
+    overrides: int,
+) -> None:
+    algorithm, tail_aware = variant
+    values: dict[str, float] = {
+        **scores,
+        "explicit_size": explicit_size,
+        "counter_size": counter_size,
+        "build_seconds": seconds,
+        "slot_overrides": overrides,
+    }
+    record = sums.setdefault(
+        (algorithm, tail_aware, n), {"algorithm": algorithm, "N": n, "tail_aware": tail_aware}
+    )
+    for name, value in values.items():
+        record[name] = float(record.get(name, 0.0)) + float(value)
+
+
+def _average(record: Record, runs: int) -> Record:
+    averaged: Record = {}
+    for name in RECORD_FIELDS:
+        value = record[name]
+        if name in ("algorithm", "N", "tail_aware"):
+            averaged[name] = value
+        elif name in ("explicit_size", "counter_size", "slot_overrides"):
+            averaged[name] = round(float(value) / runs, 1)
+        else:
+            averaged[name] = float(value) / runs
+    return averaged
+
+
+def steps(config: ExperimentConfig) -> int:
+    """Progress units of ``run_experiment``: one per (run, N ≥ 2)."""
+    return config.runs * (config.channels - 1)
+
+
+def select(records: Sequence[Record], **where: object) -> list[Record]:
+    """Records whose fields equal the given values, in N order."""
+    chosen = [r for r in records if all(r[k] == v for k, v in where.items())]
+    return sorted(chosen, key=lambda r: int(r["N"]))
