@@ -123,7 +123,7 @@ def build(
     if algorithm in BASELINES:
         function = _baseline(previous, n, algorithm)
         return BuildResult(
-            function, _report(algorithm, previous, function, estimate, params, None, 0, started)
+            function, _report(algorithm, previous, function, estimate, params, 0.0, 0.0, 0, started)
         )
     return _build_placement(previous, estimate, n, params, algorithm, started)
 
@@ -145,65 +145,73 @@ def _build_placement(
     algorithm: str,
     started: float,
 ) -> BuildResult:
-    bits = previous.slot_bits
-    table = slot_table(n, previous.consistent, bits)
-    rebalance: SlotRebalance | None = None
-    if not params.tail_aware:
-        problem = prepare(previous, estimate, n, params, table=table)
-    else:
+    table = slot_table(n, previous.consistent, previous.slot_bits)
+    if params.tail_aware:
         table = _keep_previous_overrides(previous, table, n)
-        _, tracked = select_tracked(estimate, params, n)
-        active = params.resources.active
-        exponents = params.resources.load_exponents
-        slot_loads = untracked_slot_loads(estimate, tracked, bits, tuple(exponents[k] for k in active))
-        slot_state = untracked_slot_loads(estimate, tracked, bits, (exponents[0],))[0]
-        problem = prepare(
-            previous, estimate, n, params, table=table, base_loads=loads_by_channel(slot_loads, table, n)
-        )
-        moved_tail = float(slot_state[previous.table != table].sum())
-        problem = dataclasses.replace(
-            problem,
-            initial_migration=problem.initial_migration + moved_tail,
-            ideal_migration=problem.ideal_migration + float(slot_state.sum()) / n,
-        )
-        rebalance = SlotRebalance(
-            slot_loads=slot_loads,
-            slot_state=slot_state,
-            previous_table=previous.table,
-            explicit_loads=np.zeros_like(problem.base_loads),
-            thetas=problem.thetas,
-            utility=problem.utility,
-            ideal_migration=problem.ideal_migration,
-        )
+        problem, rebalance = _tail_aware_problem(previous, estimate, n, params, table)
+    else:
+        problem, rebalance = prepare(previous, estimate, n, params, table=table), None
     channels, evaluations = PLACEMENTS[algorithm](problem)
     migration = problem.initial_migration + _explicit_migration(problem, channels)
+    loads = problem.base_loads + problem.placed_loads(channels)
     if rebalance is not None:
         rebalance = dataclasses.replace(rebalance, explicit_loads=problem.placed_loads(channels))
         table, migration, extra = rebalance_slots(rebalance, table, migration)
         evaluations += extra
-    base = slot_table(n, previous.consistent, bits)
-    overrides = {int(s): int(table[s]) for s in np.flatnonzero(table != base)}
+        loads = rebalance.explicit_loads + loads_by_channel(rebalance.slot_loads, table, n)
+    base = slot_table(n, previous.consistent, previous.slot_bits)
     function = PartitionFunction(
         n_channels=n,
         key_type=previous.key_type or estimate.key_type,
-        slot_bits=bits,
+        slot_bits=previous.slot_bits,
         consistent=previous.consistent,
         explicit=dict(zip(problem.keys, channels.tolist(), strict=True)),
-        slot_overrides=overrides,
+        slot_overrides={int(s): int(table[s]) for s in np.flatnonzero(table != base)},
     )
-    return BuildResult(
-        function,
-        _report(
-            algorithm,
-            previous,
-            function,
-            estimate,
-            params,
-            (problem, channels, migration),
-            evaluations,
-            started,
-        ),
+    rho = float(balance_penalty(loads.max(axis=1), loads.min(axis=1), loads.sum(axis=1), problem.thetas, n))
+    gamma = migration / problem.ideal_migration if problem.ideal_migration > 0 else 0.0
+    report = _report(algorithm, previous, function, estimate, params, rho, gamma, evaluations, started)
+    return BuildResult(function, report)
+
+
+def _tail_aware_problem(
+    previous: PartitionFunction,
+    estimate: FrequencyEstimate,
+    n: int,
+    params: BuildParams,
+    table: npt.NDArray[np.int32],
+) -> tuple[Problem, SlotRebalance]:
+    """The placement problem and the override pass of a tail-aware build.
+
+    The explicit keys are placed against the untracked load spread evenly over the channels (what the
+    override pass then aims for), so that noise in the per-slot counts does not reshuffle hot keys.
+    Migration counts the untracked state too: the slots whose owner changes with the new base table
+    start the migration cost, and the ideal m̄ covers all state.
+    """
+    _, tracked = select_tracked(estimate, params, n)
+    exponents = params.resources.load_exponents
+    bits = previous.slot_bits
+    slot_loads = untracked_slot_loads(
+        estimate, tracked, bits, tuple(exponents[k] for k in params.resources.active)
     )
+    slot_state = untracked_slot_loads(estimate, tracked, bits, (exponents[0],))[0]
+    even = np.repeat(slot_loads.sum(axis=1, keepdims=True) / n, n, axis=1)
+    problem = prepare(previous, estimate, n, params, table=table, base_loads=even)
+    problem = dataclasses.replace(
+        problem,
+        initial_migration=problem.initial_migration + float(slot_state[previous.table != table].sum()),
+        ideal_migration=problem.ideal_migration + float(slot_state.sum()) / n,
+    )
+    rebalance = SlotRebalance(
+        slot_loads=slot_loads,
+        slot_state=slot_state,
+        previous_table=previous.table,
+        explicit_loads=np.zeros_like(even),
+        thetas=problem.thetas,
+        utility=problem.utility,
+        ideal_migration=problem.ideal_migration,
+    )
+    return problem, rebalance
 
 
 def _keep_previous_overrides(
@@ -228,26 +236,16 @@ def _report(
     function: PartitionFunction,
     estimate: FrequencyEstimate,
     params: BuildParams,
-    placed: tuple[Problem, IntArray, float] | None,
+    rho: float,
+    gamma: float,
     evaluations: int,
     started: float,
 ) -> BuildReport:
-    n = function.n_channels
-    if placed is None:
-        rho, gamma = 0.0, 0.0
-    else:
-        problem, channels, migration = placed
-        loads = problem.base_loads + problem.placed_loads(channels)
-        rho = float(
-            balance_penalty(loads.max(axis=1), loads.min(axis=1), loads.sum(axis=1), problem.thetas, n)
-        )
-        gamma = migration / problem.ideal_migration if problem.ideal_migration > 0 else 0.0
     b, m = predict(previous, function, estimate, params)
-    delta, _ = select_tracked(estimate, params, n)
-    seconds = time.perf_counter() - started
+    delta, _ = select_tracked(estimate, params, function.n_channels)
     return BuildReport(
         algorithm=algorithm,
-        n_channels=n,
+        n_channels=function.n_channels,
         delta=delta,
         explicit_size=len(function.explicit),
         slot_overrides=len(function.slot_overrides),
@@ -257,7 +255,7 @@ def _report(
         predicted_m=m,
         objective=b * (1.0 + m),
         evaluations=evaluations,
-        seconds=seconds,
+        seconds=time.perf_counter() - started,
     )
 
 

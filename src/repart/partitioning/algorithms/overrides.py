@@ -1,12 +1,18 @@
 """Slot overrides for tail-aware builds (repart's extension beyond Gedik, DESIGN §2 and §5).
 
 After the explicit map is built against the full predicted loads (explicit keys plus the untracked
-keys' per-slot mass), the hashed tail itself is rebalanced: slots move from a channel holding the
-maximum load of some resource to a channel holding the minimum, one at a time, each time the slot
-whose move lowers the utility U(ρ, γ) the most. Moving slot s from channel i to channel j costs its
-untracked state mass when s leaves its previous owner and refunds it when s returns to it (Eq. 22
-applied to slots), so overrides that give slots back to their previous owner are preferred. The pass
-stops when no such move lowers both ρ and U, or after ``max_moves`` moves.
+keys' per-slot mass), the hashed tail itself is rebalanced by moving slots. Each step looks at the
+resource with the largest ρ_k and its least loaded channel lo, takes the most loaded channel hi that
+has a slot lighter than L(hi) − L(lo) (so moving it narrows that pair's gap; the most loaded channel
+may hold only explicit keys), and applies the move of a slot from hi to lo with the lowest utility
+U(ρ, γ). Moving slot s costs its untracked state mass when s leaves the channel
+that holds its state now (its owner under p^(t)) and refunds it when s returns there (Eq. 22 applied
+to slots), so overrides that give slots back to their previous owner are preferred.
+
+ρ depends only on the extreme loads, so it has plateaus: with two channels tied at the maximum no
+single move lowers it. The pass therefore walks on through such plateaus and remembers the mapping
+with the lowest U seen; it stops when no slot fits a gap, after ``patience`` moves without a new best,
+or after ``max_moves`` moves, and returns the best mapping.
 """
 
 from __future__ import annotations
@@ -18,12 +24,13 @@ import numpy.typing as npt
 
 from repart.partitioning.algorithms.readj import extremes_without_pair
 from repart.partitioning.tail import loads_by_channel
-from repart.partitioning.utility import Utility, balance_penalty
+from repart.partitioning.utility import Utility, balance_penalty, balance_penalty_k
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-DEFAULT_MAX_OVERRIDE_MOVES = 4096
+DEFAULT_MAX_OVERRIDE_MOVES = 20_000
+DEFAULT_PATIENCE = 64
 
 
 @dataclass(frozen=True)
@@ -39,54 +46,89 @@ class SlotRebalance:
     ideal_migration: float
 
 
+def _utility(problem: SlotRebalance, loads: FloatArray, migration: FloatArray) -> FloatArray:
+    n = loads.shape[1]
+    rho = balance_penalty(loads.max(axis=1), loads.min(axis=1), loads.sum(axis=1), problem.thetas, n)
+    return problem.utility(rho, migration / problem.ideal_migration)
+
+
+def _best_move(
+    problem: SlotRebalance,
+    table: npt.NDArray[np.int32],
+    loads: FloatArray,
+    totals: FloatArray,
+    migration: float,
+) -> tuple[int, int, int, FloatArray, float, float, int] | None:
+    """The lowest-U move of one slot into the least loaded channel lo of the most imbalanced resource.
+
+    The source is the most loaded channel that has a slot lighter than its gap to lo (the most loaded
+    channel may hold only explicit keys). Returns (slot, source, lo, load shift, cost, U', candidates).
+    """
+    n = loads.shape[1]
+    spreads = [
+        float(balance_penalty_k(row.max(), row.min(), row.sum(), float(theta), n))
+        for row, theta in zip(loads, problem.thetas, strict=True)
+    ]
+    k = int(np.argmax(spreads))
+    row, mass = loads[k], problem.slot_loads[k]
+    lo = int(row.argmin())
+    for hi in np.argsort(-row, kind="stable")[:-1].tolist():
+        slots = np.flatnonzero((table == hi) & (mass > 0) & (mass < row[hi] - row[lo]))
+        if slots.size:
+            break
+    else:
+        return None
+    highest, lowest = extremes_without_pair(loads)
+    shift = problem.slot_loads[:, slots]  # (K, c)
+    source = loads[:, hi, None] - shift
+    target = loads[:, lo, None] + shift
+    new_max = np.maximum(np.maximum(highest[:, hi, lo, None], source), target)
+    new_min = np.minimum(np.minimum(lowest[:, hi, lo, None], source), target)
+    rho = balance_penalty(new_max, new_min, totals[:, None], problem.thetas, n)
+    state, owner = problem.slot_state[slots], problem.previous_table[slots]
+    cost = state * (owner == hi) - state * (owner == lo)
+    utility = problem.utility(rho, (migration + cost) / problem.ideal_migration)
+    chosen = int(np.argmin(utility))
+    return (
+        int(slots[chosen]),
+        hi,
+        lo,
+        shift[:, chosen],
+        float(cost[chosen]),
+        float(utility[chosen]),
+        slots.size,
+    )
+
+
 def rebalance_slots(
     problem: SlotRebalance,
     table: npt.NDArray[np.int32],
     migration: float,
     max_moves: int = DEFAULT_MAX_OVERRIDE_MOVES,
+    patience: int = DEFAULT_PATIENCE,
 ) -> tuple[npt.NDArray[np.int32], float, int]:
-    """Greedy slot moves; returns the new slot table, the migration cost after them and the evaluations."""
+    """Plateau-walking slot moves; returns the best slot table, its migration cost and the evaluations."""
     table = np.array(table, dtype=np.int32)
     n = problem.explicit_loads.shape[1]
-    k_range = np.arange(problem.explicit_loads.shape[0])[:, None]
     loads = problem.explicit_loads + loads_by_channel(problem.slot_loads, table, n)
     totals = loads.sum(axis=1)
-    rho_now = float(balance_penalty(loads.max(axis=1), loads.min(axis=1), totals, problem.thetas, n))
-    u_now = float(problem.utility(np.array(rho_now), np.array(migration / problem.ideal_migration)))
+    best_u = float(_utility(problem, loads, np.array(migration)))
+    best_migration, best_moves = migration, 0
+    history: list[tuple[int, int]] = []  # (slot, channel it left)
     evaluations = 0
-    for _ in range(max_moves):
-        sources = np.unique(loads.argmax(axis=1))
-        targets = np.unique(loads.argmin(axis=1))
-        slots = np.flatnonzero(np.isin(table, sources) & (problem.slot_loads.sum(axis=0) > 0))
-        if slots.size == 0 or n == 1:
+    while len(history) < max_moves and len(history) - best_moves < patience and n > 1:
+        step = _best_move(problem, table, loads, totals, migration)
+        if step is None:
             break
-        slot = np.repeat(slots, targets.size)
-        j = np.tile(targets, slots.size).astype(np.int64)
-        i = table[slot].astype(np.int64)
-        keep = i != j
-        slot, i, j = slot[keep], i[keep], j[keep]
-        if slot.size == 0:
-            break
-        evaluations += slot.size
-        shift = problem.slot_loads[:, slot]
-        source = loads[k_range, i[None, :]] - shift
-        target = loads[k_range, j[None, :]] + shift
-        highest, lowest = extremes_without_pair(loads)
-        new_max = np.maximum(np.maximum(highest[:, i, j], source), target)
-        new_min = np.minimum(np.minimum(lowest[:, i, j], source), target)
-        rho = balance_penalty(new_max, new_min, totals[:, None], problem.thetas, n)
-        state = problem.slot_state[slot]
-        owner = problem.previous_table[slot]
-        cost = state * (owner == i) - state * (owner == j)
-        utility = problem.utility(rho, (migration + cost) / problem.ideal_migration)
-        valid = (rho < rho_now) & (utility < u_now)
-        if not valid.any():
-            break
-        chosen = int(np.flatnonzero(valid)[np.argmin(utility[valid])])
-        s, a, b = int(slot[chosen]), int(i[chosen]), int(j[chosen])
-        table[s] = b
-        loads[:, a] -= shift[:, chosen]
-        loads[:, b] += shift[:, chosen]
-        migration += float(cost[chosen])
-        rho_now, u_now = float(rho[chosen]), float(utility[chosen])
-    return table, migration, evaluations
+        slot, hi, lo, shift, cost, utility, considered = step
+        evaluations += considered
+        table[slot] = lo
+        loads[:, hi] -= shift
+        loads[:, lo] += shift
+        migration += cost
+        history.append((slot, hi))
+        if utility < best_u:
+            best_u, best_migration, best_moves = utility, migration, len(history)
+    for slot, channel in reversed(history[best_moves:]):
+        table[slot] = channel
+    return table, best_migration, evaluations
