@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -17,7 +18,7 @@ from repart.cli.errors import reports_bad_input
 from repart.sim.experiment import DEFAULT_ALGORITHMS, ExperimentConfig, Record, run_experiment, steps
 from repart.sim.plot import plot_records
 
-console = Console()
+STDOUT = Path("-")
 
 
 def _split(text: str) -> tuple[str, ...]:
@@ -71,8 +72,10 @@ def simulate(
         stream_factor=stream_factor,
     )
     for path in (json_path, plot):
-        if path is not None and not path.parent.exists():
+        if path is not None and path != STDOUT and not path.parent.exists():
             raise ValueError(f"output directory {path.parent} does not exist")
+    # With --json -, stdout carries only the JSON; people-facing output goes to stderr.
+    console = Console(stderr=json_path == STDOUT, width=None if sys.stdout.isatty() else 160)
     with Progress(
         TextColumn("[bold]simulate"),
         BarColumn(),
@@ -83,8 +86,11 @@ def simulate(
     ) as bar:
         task = bar.add_task("steps", total=steps(config))
         records = run_experiment(config, progress=lambda k: bar.advance(task, k))
-    console.print(results_table(records, config, every))
-    if json_path is not None:
+    if json_path == STDOUT:
+        sys.stdout.write(json.dumps(records, indent=1) + "\n")
+    else:
+        console.print(results_table(records, config, every))
+    if json_path is not None and json_path != STDOUT:
         _write_atomically(json_path, json.dumps(records, indent=1).encode())
         console.print(f"wrote {len(records)} records to {json_path}")
     if plot is not None:

@@ -154,12 +154,12 @@ def window_estimate(
 
 def run_experiment(config: ExperimentConfig, progress: Progress | None = None) -> list[Record]:
     """Run ``config.runs`` adaptation sequences and return one averaged record per (variant, N)."""
-    workload = ZipfWorkload(config.zipf, config.domain)
-    evaluator = Evaluator(workload, config)
     variants = config.variants()
     sums: dict[tuple[str, bool, int], Record] = {}
     for run in range(config.runs):
         rng = np.random.default_rng([config.seed, run])
+        workload = ZipfWorkload(config.zipf, config.domain, key_seed=int(rng.integers(2**32)))
+        evaluator = Evaluator(workload, config)
         current = {v: initial_function(1, "int", config.slot_bits) for v in variants}
         routed = {v: evaluator.route(f) for v, f in current.items()}
         for v in variants:

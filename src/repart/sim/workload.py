@@ -29,19 +29,22 @@ def check_domain(domain: int) -> int:
 class ZipfWorkload:
     """Zipf(z) over |D| integer keys: the k-th most frequent key has frequency ∝ 1/k^z (§5.1).
 
-    Keys are 0 … |D| − 1 in decreasing frequency; the slot hash makes their order irrelevant to routing.
+    ``keys[k]`` is the key of rank k + 1: a permutation of 0 … |D| − 1 drawn from ``key_seed``, so that
+    different runs put the hot keys in different slots (the paper averages 5 runs).
     """
 
     z: float
     domain: int
+    key_seed: int = 0
 
     def __post_init__(self) -> None:
         check_zipf(self.z)
         check_domain(self.domain)
 
-    @property
+    @cached_property
     def keys(self) -> IntArray:
-        return np.arange(self.domain, dtype=np.int64)
+        """The key of every rank, most frequent first."""
+        return np.random.default_rng(self.key_seed).permutation(self.domain).astype(np.int64)
 
     @cached_property
     def frequencies(self) -> FloatArray:
@@ -57,4 +60,4 @@ class ZipfWorkload:
 
     def sample(self, size: int, rng: np.random.Generator) -> IntArray:
         """``size`` keys drawn independently with the true frequencies."""
-        return np.searchsorted(self._cumulative, rng.random(size), side="right").astype(np.int64)
+        return self.keys[np.searchsorted(self._cumulative, rng.random(size), side="right")]
