@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from repart.cli.errors import reports_bad_input
+from repart.cli.files import atomic_output
 from repart.sim.experiment import DEFAULT_ALGORITHMS, ExperimentConfig, Record, run_experiment, steps
 from repart.sim.plot import plot_records
 
@@ -91,16 +90,12 @@ def simulate(
     else:
         console.print(results_table(records, config, every))
     if json_path is not None and json_path != STDOUT:
-        _write_atomically(json_path, json.dumps(records, indent=1).encode())
+        with atomic_output(json_path) as temporary:
+            temporary.write_text(json.dumps(records, indent=1))
         console.print(f"wrote {len(records)} records to {json_path}")
     if plot is not None:
-        with tempfile.NamedTemporaryFile(dir=plot.parent, suffix=".png", delete=False) as handle:
-            temporary = Path(handle.name)
-        try:
+        with atomic_output(plot) as temporary:
             plot_records(records, temporary, title=_title(config))
-            os.replace(temporary, plot)
-        finally:
-            temporary.unlink(missing_ok=True)
         console.print(f"wrote plot to {plot}")
 
 
@@ -149,9 +144,3 @@ def results_table(records: list[Record], config: ExperimentConfig, every: int) -
         )
     return table
 
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as handle:
-        handle.write(data)
-        temporary = Path(handle.name)
-    os.replace(temporary, path)

@@ -33,5 +33,5 @@ def plot_records(records: Sequence[Record], path: Path, title: str) -> None:
         axis.legend(fontsize=8)
     figure.suptitle(title)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=110, format="png")
     plt.close(figure)
