@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from itertools import repeat
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -126,10 +126,7 @@ def hash_keys(
         return np.empty(0, dtype=np.uint64)
     if key_type == "int":
         return hash_int64_array(np.asarray(keys, dtype=np.int64))
-    digest = xxhash.xxh64_intdigest
-    return np.fromiter(
-        (digest(str(key).encode("utf-8"), HASH_SEED) for key in keys), dtype=np.uint64, count=len(keys)
-    )
+    return hash_str_keys(cast(Sequence[str], keys))
 
 
 def hash_str_keys(keys: Sequence[str]) -> npt.NDArray[np.uint64]:
