@@ -146,10 +146,10 @@ def reference_readj(previous, estimate, n, params) -> dict[Key, int]:
     u = s.utility(s.rho(mapping), m / s.m_bar)
 
     def migration(d1: Key, i: int, d2: Key | None, j: int) -> float:  # Eq. 22
-        cost = s.beta_s(d1) * (s.old(d1) == i) - s.beta_s(d1) * (s.old(d1) == j)
+        first = s.beta_s(d1) * (s.old(d1) == i) - s.beta_s(d1) * (s.old(d1) == j)
         if d2 is None:
-            return cost + 0.0 - 0.0
-        return cost + s.beta_s(d2) * (s.old(d2) == j) - s.beta_s(d2) * (s.old(d2) == i)
+            return first + 0.0
+        return first + (s.beta_s(d2) * (s.old(d2) == j) - s.beta_s(d2) * (s.old(d2) == i))
 
     while True:
         loads = s.loads(mapping)

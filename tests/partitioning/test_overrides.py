@@ -105,7 +105,7 @@ def test_untracked_mass_subtracts_tracked_keys_from_their_slots() -> None:
     estimate = FrequencyEstimate(
         keys=(5, 6, 7), counts=np.array([100.0, 50.0, 20.0]), total=177, slot_counts=slot_counts, slot_bits=10
     )
-    mass = untracked_slot_mass(estimate, np.array([0, 1], dtype=np.int64), 10)
+    mass = untracked_slot_mass(estimate, (5, 6), np.array([100.0, 50.0]), 10)
     assert mass.sum() == pytest.approx(27.0)  # key 7 (untracked) and the 7 extra tuples remain
     assert mass[slots[2]] >= 20.0
 

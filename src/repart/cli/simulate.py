@@ -143,4 +143,3 @@ def results_table(records: list[Record], config: ExperimentConfig, every: int) -
             f"{float(record['build_seconds']):.4f}",
         )
     return table
-

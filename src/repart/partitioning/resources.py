@@ -105,7 +105,7 @@ def theta(alpha: float, n_channels: int) -> float:
     return (alpha - 1.0) / (1.0 + alpha / (n_channels - 1))
 
 
-def _delta_for_shape(shape: Shape, sigma: float, theta_k: float, n_channels: int, mean_load: float) -> float:
+def _delta_for_shape(shape: Shape, sigma: float, theta_k: float, mean_load: float) -> float:
     """Largest δ_k with β_k(δ_k) ≤ σ·θ_k·L̄_k (Eq. 16)."""
     bound = sigma * theta_k * mean_load
     if shape == "C":
@@ -146,9 +146,9 @@ def frequency_threshold(
     for shape in resources.shapes:
         if shape == "Q":
             assert distinct is not None
-            deltas.append(_delta_for_shape(shape, sigma, th, n, 1.0 / (distinct * n)))
+            deltas.append(_delta_for_shape(shape, sigma, th, 1.0 / (distinct * n)))
         else:
-            deltas.append(_delta_for_shape(shape, sigma, th, n, 1.0 / n))
+            deltas.append(_delta_for_shape(shape, sigma, th, 1.0 / n))
     delta = min(deltas)
     if not quadratic or tracked_frequencies is None:
         return delta
@@ -159,7 +159,7 @@ def frequency_threshold(
     rest = max(1.0 - float(tracked.sum()), 0.0) / untracked
     predicted_total = float(np.sum(tracked**2)) + untracked * rest**2
     refined = [
-        _delta_for_shape(shape, sigma, th, n, predicted_total / n) if shape == "Q" else d
+        _delta_for_shape(shape, sigma, th, predicted_total / n) if shape == "Q" else d
         for shape, d in zip(resources.shapes, deltas, strict=True)
     ]
     return max(delta, min(refined))

@@ -11,50 +11,64 @@ k_s for e = 0, u_s for e = 1 and k_s·(u_s/k_s)**e for e ≥ 2 (in count space, 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
 from repart.partitioning.frequency import FrequencyEstimate
-from repart.partitioning.hashing import hash_keys, slots_of_hashes
+from repart.partitioning.hashing import Key, hash_keys, slots_of_hashes
 
 FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 
-def untracked_slot_mass(estimate: FrequencyEstimate, tracked: IntArray, slot_bits: int) -> FloatArray:
-    """u_s: tuples per slot that do not belong to the tracked keys (indices into ``estimate``)."""
+def untracked_slot_mass(
+    estimate: FrequencyEstimate, keys: tuple[Key, ...], counts: FloatArray, slot_bits: int
+) -> FloatArray:
+    """u_s: the tuples of each slot that do not belong to ``keys`` (whose counts are ``counts``)."""
     slots = 1 << slot_bits
-    tracked_counts = estimate.counts[tracked]
-    if estimate.slot_counts is not None and estimate.slot_bits == slot_bits:
-        keys = tuple(estimate.keys[i] for i in tracked.tolist())
-        tracked_slots = slots_of_hashes(hash_keys(keys), slot_bits) if keys else np.empty(0, np.int64)
-        mass = estimate.slot_counts - np.bincount(tracked_slots, weights=tracked_counts, minlength=slots)
-        return np.maximum(mass, 0.0)
-    rest = max(float(estimate.total) - float(tracked_counts.sum()), 0.0)
-    return np.full(slots, rest / slots)
+    if estimate.slot_counts is None:
+        rest = max(float(estimate.total) - float(np.sum(counts)), 0.0)
+        return np.full(slots, rest / slots)
+    if estimate.slot_bits != slot_bits:
+        raise ValueError(
+            f"slot_counts are given at slot_bits={estimate.slot_bits} "
+            f"but the function uses slot_bits={slot_bits}"
+        )
+    key_slots = slots_of_hashes(hash_keys(keys), slot_bits) if keys else np.empty(0, np.int64)
+    mass = estimate.slot_counts - np.bincount(key_slots, weights=counts, minlength=slots)
+    return np.maximum(mass, 0.0)
 
 
 def untracked_slot_loads(
-    estimate: FrequencyEstimate, tracked: IntArray, slot_bits: int, exponents: tuple[int, ...]
+    estimate: FrequencyEstimate,
+    keys: tuple[Key, ...],
+    counts: FloatArray,
+    slot_bits: int,
+    exponents: tuple[int, ...],
 ) -> FloatArray:
-    """(len(exponents), 2^S): per-slot load of the untracked keys for each item-load exponent."""
-    mass = untracked_slot_mass(estimate, tracked, slot_bits)
+    """(len(exponents), 2^S): per-slot load of the keys other than ``keys``, per item-load exponent."""
+    mass = untracked_slot_mass(estimate, keys, counts, slot_bits)
     distinct = estimate.distinct_estimate if estimate.distinct_estimate is not None else len(estimate.keys)
-    keys_per_slot = max(distinct - tracked.size, 0) / mass.size
+    keys_per_slot = max(distinct - len(keys), 0) / mass.size
     rows = []
     for e in exponents:
         if e == 0:
             rows.append(np.full(mass.size, keys_per_slot))
-        elif e == 1 or keys_per_slot == 0:
-            rows.append(mass.copy() if e == 1 else np.zeros(mass.size))
+        elif e == 1:
+            rows.append(mass)
+        elif keys_per_slot == 0:
+            rows.append(np.zeros(mass.size))
         else:
             rows.append(keys_per_slot * (mass / keys_per_slot) ** e)
-    return np.stack(rows) if rows else np.empty((0, mass.size))
+    return np.stack(rows)
 
 
-def loads_by_channel(slot_loads: FloatArray, table: npt.NDArray[np.int32], n_channels: int) -> FloatArray:
-    """Sum per-slot loads (K, 2^S) into per-channel loads (K, N) under a slot table."""
-    loads = np.zeros((slot_loads.shape[0], n_channels), dtype=np.float64)
-    for k, row in enumerate(slot_loads):
-        loads[k] = np.bincount(table, weights=row, minlength=n_channels)
+def loads_by_channel(
+    loads_per_unit: FloatArray, channel_of_unit: npt.NDArray[np.integer[Any]], n_channels: int
+) -> FloatArray:
+    """Sum loads (K, units) into per-channel loads (K, N): units are slots (under a slot table) or items."""
+    loads = np.zeros((loads_per_unit.shape[0], n_channels), dtype=np.float64)
+    for k, row in enumerate(loads_per_unit):
+        loads[k] = np.bincount(channel_of_unit, weights=row, minlength=n_channels)
     return loads

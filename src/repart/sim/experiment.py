@@ -137,7 +137,7 @@ def window_estimate(
 ) -> tuple[FrequencyEstimate, int]:
     """The merged sliding-window estimate of one fresh stream, and the lossy counter's entry count."""
     delta = frequency_threshold(config.params(False).resources, config.alpha, config.sigma, n, config.domain)
-    epsilon = min(delta, 1.0) * config.epsilon_ratio
+    epsilon = delta * config.epsilon_ratio
     length = 2 * max(1, round(config.stream_factor * config.domain / 2))  # two whole tumbling windows
     window = SlidingWindow(epsilon=epsilon, window=length, counters=3, key_type="int")
     stream = workload.sample(length, rng)

@@ -26,7 +26,6 @@ from repart.partitioning.algorithms.problem import (
     Problem,
     count_weights,
     prepare,
-    select_tracked,
 )
 from repart.partitioning.algorithms.readj import readj
 from repart.partitioning.algorithms.redist import redist
@@ -36,7 +35,7 @@ from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.function import PartitionFunction
 from repart.partitioning.hashing import DEFAULT_SLOT_BITS, KeyType
 from repart.partitioning.metrics import imbalance
-from repart.partitioning.resources import check_channels
+from repart.partitioning.resources import check_channels, frequency_threshold
 from repart.partitioning.tail import loads_by_channel, untracked_slot_loads
 from repart.partitioning.utility import balance_penalty
 
@@ -123,9 +122,28 @@ def build(
     if algorithm in BASELINES:
         function = _baseline(previous, n, algorithm)
         return BuildResult(
-            function, _report(algorithm, previous, function, estimate, params, 0.0, 0.0, 0, started)
+            function,
+            _report(
+                algorithm,
+                previous,
+                function,
+                estimate,
+                params,
+                _threshold(estimate, params, n),
+                0.0,
+                0.0,
+                0,
+                started,
+            ),
         )
     return _build_placement(previous, estimate, n, params, algorithm, started)
+
+
+def _threshold(estimate: FrequencyEstimate, params: BuildParams, n: int) -> float:
+    """δ for N channels (Eq. 16–17), reported by the baselines too although they track nothing."""
+    return frequency_threshold(
+        params.resources, params.alpha, params.sigma, n, estimate.distinct_estimate, estimate.frequencies
+    )
 
 
 def _baseline(previous: PartitionFunction, n: int, algorithm: str) -> PartitionFunction:
@@ -145,21 +163,22 @@ def _build_placement(
     algorithm: str,
     started: float,
 ) -> BuildResult:
-    table = slot_table(n, previous.consistent, previous.slot_bits)
-    if params.tail_aware:
-        table = _keep_previous_overrides(previous, table, n)
-        problem, rebalance = _tail_aware_problem(previous, estimate, n, params, table)
-    else:
-        problem, rebalance = prepare(previous, estimate, n, params, table=table), None
+    base = slot_table(n, previous.consistent, previous.slot_bits)
+    table = _keep_previous_overrides(previous, base, n) if params.tail_aware else base
+    problem = prepare(previous, estimate, n, params, table=table)
+    rebalance = _tail_aware(problem, previous, estimate, params, table) if params.tail_aware else None
+    if rebalance is not None:
+        problem = rebalance.problem
     channels, evaluations = PLACEMENTS[algorithm](problem)
     migration = problem.initial_migration + _explicit_migration(problem, channels)
     loads = problem.base_loads + problem.placed_loads(channels)
     if rebalance is not None:
-        rebalance = dataclasses.replace(rebalance, explicit_loads=problem.placed_loads(channels))
-        table, migration, extra = rebalance_slots(rebalance, table, migration)
+        slots = dataclasses.replace(rebalance.slots, explicit_loads=problem.placed_loads(channels))
+        start = table
+        table, migration, extra = rebalance_slots(slots, table, migration)
+        migration += problem.dropped_migration(table) - problem.dropped_migration(start)
         evaluations += extra
-        loads = rebalance.explicit_loads + loads_by_channel(rebalance.slot_loads, table, n)
-    base = slot_table(n, previous.consistent, previous.slot_bits)
+        loads = slots.explicit_loads + loads_by_channel(slots.slot_loads, table, n)
     function = PartitionFunction(
         n_channels=n,
         key_type=previous.key_type or estimate.key_type,
@@ -170,39 +189,49 @@ def _build_placement(
     )
     rho = float(balance_penalty(loads.max(axis=1), loads.min(axis=1), loads.sum(axis=1), problem.thetas, n))
     gamma = migration / problem.ideal_migration if problem.ideal_migration > 0 else 0.0
-    report = _report(algorithm, previous, function, estimate, params, rho, gamma, evaluations, started)
+    report = _report(
+        algorithm, previous, function, estimate, params, problem.delta, rho, gamma, evaluations, started
+    )
     return BuildResult(function, report)
 
 
-def _tail_aware_problem(
+@dataclass(frozen=True)
+class _TailAware:
+    problem: Problem
+    slots: SlotRebalance
+
+
+def _tail_aware(
+    problem: Problem,
     previous: PartitionFunction,
     estimate: FrequencyEstimate,
-    n: int,
     params: BuildParams,
     table: npt.NDArray[np.int32],
-) -> tuple[Problem, SlotRebalance]:
-    """The placement problem and the override pass of a tail-aware build.
+) -> _TailAware:
+    """The placement problem and the slot-override pass of a tail-aware build.
 
     The explicit keys are placed against the untracked load spread evenly over the channels (what the
     override pass then aims for), so that noise in the per-slot counts does not reshuffle hot keys.
     Migration counts the untracked state too: the slots whose owner changes with the new base table
-    start the migration cost, and the ideal m̄ covers all state.
+    start the migration cost, and the ideal m̄ covers all state. Keys that just left the explicit map
+    (D_o) are routed by slot like the rest of the tail, but their state sits on their old explicit
+    channel, so their migration is counted per key (``Problem.dropped_migration``), not per slot.
     """
-    _, tracked = select_tracked(estimate, params, n)
+    n, bits = problem.n_channels, previous.slot_bits
     exponents = params.resources.load_exponents
-    bits = previous.slot_bits
-    slot_loads = untracked_slot_loads(
-        estimate, tracked, bits, tuple(exponents[k] for k in params.resources.active)
-    )
-    slot_state = untracked_slot_loads(estimate, tracked, bits, (exponents[0],))[0]
+    active = tuple(exponents[k] for k in params.resources.active)
+    slot_loads = untracked_slot_loads(estimate, problem.keys, problem.counts, bits, active)
+    known = problem.keys + problem.dropped_keys
+    known_counts = np.concatenate([problem.counts, problem.dropped_counts])
+    slot_state = untracked_slot_loads(estimate, known, known_counts, bits, (exponents[0],))[0]
     even = np.repeat(slot_loads.sum(axis=1, keepdims=True) / n, n, axis=1)
-    problem = prepare(previous, estimate, n, params, table=table, base_loads=even)
     problem = dataclasses.replace(
         problem,
+        base_loads=even,
         initial_migration=problem.initial_migration + float(slot_state[previous.table != table].sum()),
         ideal_migration=problem.ideal_migration + float(slot_state.sum()) / n,
     )
-    rebalance = SlotRebalance(
+    slots = SlotRebalance(
         slot_loads=slot_loads,
         slot_state=slot_state,
         previous_table=previous.table,
@@ -211,7 +240,7 @@ def _tail_aware_problem(
         utility=problem.utility,
         ideal_migration=problem.ideal_migration,
     )
-    return problem, rebalance
+    return _TailAware(problem, slots)
 
 
 def _keep_previous_overrides(
@@ -236,13 +265,13 @@ def _report(
     function: PartitionFunction,
     estimate: FrequencyEstimate,
     params: BuildParams,
+    delta: float,
     rho: float,
     gamma: float,
     evaluations: int,
     started: float,
 ) -> BuildReport:
     b, m = predict(previous, function, estimate, params)
-    delta, _ = select_tracked(estimate, params, function.n_channels)
     return BuildReport(
         algorithm=algorithm,
         n_channels=function.n_channels,
@@ -269,9 +298,8 @@ def predict(
     """
     n = function.n_channels
     exponents = params.resources.load_exponents
-    retained = np.arange(len(estimate.keys), dtype=np.int64)
     counts = estimate.counts
-    slot_loads = untracked_slot_loads(estimate, retained, function.slot_bits, exponents)
+    slot_loads = untracked_slot_loads(estimate, estimate.keys, estimate.counts, function.slot_bits, exponents)
     if estimate.keys:
         now = function.lookup_many(estimate.keys)
         before = previous.lookup_many(estimate.keys)

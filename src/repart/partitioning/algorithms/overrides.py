@@ -1,7 +1,8 @@
 """Slot overrides for tail-aware builds (repart's extension beyond Gedik, DESIGN §2 and §5).
 
-After the explicit map is built against the full predicted loads (explicit keys plus the untracked
-keys' per-slot mass), the hashed tail itself is rebalanced by moving slots. Each step looks at the
+After the explicit map is built (against the untracked load spread evenly over the channels, see
+``builder``), the hashed tail itself is rebalanced by moving slots, on the full predicted loads:
+explicit keys plus the untracked keys' per-slot mass. Each step looks at the
 resource with the largest ρ_k and its least loaded channel lo, takes the most loaded channel hi that
 has a slot lighter than L(hi) − L(lo) (so moving it narrows that pair's gap; the most loaded channel
 may hold only explicit keys), and applies the move of a slot from hi to lo with the lowest utility
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from repart.partitioning.algorithms.readj import extremes_without_pair
+from repart.partitioning.algorithms.moves import move_cost, transfer_penalties
 from repart.partitioning.tail import loads_by_channel
 from repart.partitioning.utility import Utility, balance_penalty, balance_penalty_k
 
@@ -56,7 +57,6 @@ def _best_move(
     problem: SlotRebalance,
     table: npt.NDArray[np.int32],
     loads: FloatArray,
-    totals: FloatArray,
     migration: float,
 ) -> tuple[int, int, int, FloatArray, float, float, int] | None:
     """The lowest-U move of one slot into the least loaded channel lo of the most imbalanced resource.
@@ -78,15 +78,10 @@ def _best_move(
             break
     else:
         return None
-    highest, lowest = extremes_without_pair(loads)
     shift = problem.slot_loads[:, slots]  # (K, c)
-    source = loads[:, hi, None] - shift
-    target = loads[:, lo, None] + shift
-    new_max = np.maximum(np.maximum(highest[:, hi, lo, None], source), target)
-    new_min = np.minimum(np.minimum(lowest[:, hi, lo, None], source), target)
-    rho = balance_penalty(new_max, new_min, totals[:, None], problem.thetas, n)
-    state, owner = problem.slot_state[slots], problem.previous_table[slots]
-    cost = state * (owner == hi) - state * (owner == lo)
+    source, target = np.full(slots.size, hi), np.full(slots.size, lo)
+    rho = transfer_penalties(loads, problem.thetas, source, target, shift)
+    cost = move_cost(problem.slot_state[slots], problem.previous_table[slots], source, target)
     utility = problem.utility(rho, (migration + cost) / problem.ideal_migration)
     chosen = int(np.argmin(utility))
     return (
@@ -111,13 +106,12 @@ def rebalance_slots(
     table = np.array(table, dtype=np.int32)
     n = problem.explicit_loads.shape[1]
     loads = problem.explicit_loads + loads_by_channel(problem.slot_loads, table, n)
-    totals = loads.sum(axis=1)
     best_u = float(_utility(problem, loads, np.array(migration)))
     best_migration, best_moves = migration, 0
     history: list[tuple[int, int]] = []  # (slot, channel it left)
     evaluations = 0
     while len(history) < max_moves and len(history) - best_moves < patience and n > 1:
-        step = _best_move(problem, table, loads, totals, migration)
+        step = _best_move(problem, table, loads, migration)
         if step is None:
             break
         slot, hi, lo, shift, cost, utility, considered = step

@@ -14,7 +14,8 @@ algorithms:
   §4.2.2 say (Algorithms 2/3 write D_p^(t+1), Algorithm 4 D_n^(t+1), which may be empty).
 * Canonical item order: decreasing estimated count, then increasing key. Scan visits items in this
   order (Algorithm 2's SORT), redist enumerates its candidates in it and readj enumerates the items of a
-  channel in it. Ties between placements go to the lowest channel, then the earliest item.
+  channel in it. Ties go to the first candidate in enumeration order: for scan the lowest channel, for
+  redist the earliest item and then the lowest channel, for readj see readj.py.
 * Weights live in *count space*: an item of count c has load c**e_k for resource k (e_k from
   Eq. 1, 3, 5) instead of f**e_k. ρ (Eq. 19) and γ (Eq. 18) are ratios, so they are unchanged, and
   integer counts make every load sum exact (below 2**53), which is what lets the reference and the
@@ -24,6 +25,7 @@ algorithms:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,6 +43,7 @@ from repart.partitioning.resources import (
     frequency_threshold,
     theta,
 )
+from repart.partitioning.tail import loads_by_channel
 from repart.partitioning.utility import Utility, UtilityName, check_utility, utility_function
 
 FloatArray = npt.NDArray[np.float64]
@@ -63,7 +66,11 @@ class BuildParams:
     def __post_init__(self) -> None:
         if isinstance(self.resources, str):
             object.__setattr__(self, "resources", Resources.parse(self.resources))
-        check_alpha(self.alpha)
+        if check_alpha(self.alpha) == 1.0:
+            raise ValueError(
+                "alpha must be > 1 to build a partition function "
+                "(alpha = 1 gives θ = 0: no imbalance is tolerated and ρ is undefined)"
+            )
         check_sigma(self.sigma)
         object.__setattr__(self, "utility", check_utility(self.utility))
         if isinstance(self.move_limit, bool) or not isinstance(self.move_limit, int) or self.move_limit < 1:
@@ -78,6 +85,7 @@ class BuildParams:
 class Problem:
     """Arrays describing one construction step; item arrays are in the canonical order."""
 
+    delta: float  # the frequency threshold δ of N^(t+1) (Eq. 16–17)
     keys: tuple[Key, ...]
     counts: FloatArray
     frequencies: FloatArray
@@ -89,6 +97,11 @@ class Problem:
     thetas: FloatArray  # (K,)
     n_channels: int
     initial_migration: float  # m before any placement: items of D_o^(t+1) that move
+    dropped_keys: tuple[Key, ...]  # D_o^(t+1): explicit in p^(t), no longer tracked
+    dropped_counts: FloatArray
+    dropped_state: FloatArray  # their β_s in count space
+    dropped_channels: IntArray  # their channel under p^(t)
+    dropped_slots: IntArray
     ideal_migration: float  # m̄
     utility: Utility
     move_limit: int
@@ -97,12 +110,14 @@ class Problem:
     def size(self) -> int:
         return len(self.keys)
 
+    def dropped_migration(self, table: npt.NDArray[np.int32]) -> float:
+        """Σ_{d ∈ D_o} β_s(f(d))·1(p^(t)(d) ≠ T(slot(d))): the first sum of Eq. 18 under slot table T."""
+        moved = self.dropped_channels != table[self.dropped_slots]
+        return float(self.dropped_state[moved].sum())
+
     def placed_loads(self, channels: IntArray) -> FloatArray:
         """(K, N): the summed weights of the items on each channel, without the base loads."""
-        loads = np.zeros((self.weights.shape[0], self.n_channels), dtype=np.float64)
-        for k, row in enumerate(self.weights):
-            loads[k] = np.bincount(channels, weights=row, minlength=self.n_channels)
-        return loads
+        return loads_by_channel(self.weights, channels, self.n_channels)
 
 
 def select_tracked(
@@ -123,7 +138,7 @@ def select_tracked(
     )
     if delta >= 1.0 or n == 0:
         return delta, np.empty(0, dtype=np.int64)
-    chosen = np.flatnonzero(estimate.counts >= (delta - estimate.epsilon) * n)
+    chosen = np.flatnonzero((estimate.counts >= (delta - estimate.epsilon) * n) & (estimate.counts > 0))
     order = sorted(chosen.tolist(), key=lambda i: (-estimate.counts[i], estimate.keys[i]))
     return delta, np.asarray(order, dtype=np.int64)
 
@@ -158,31 +173,28 @@ def prepare(
         )
     if table is None:
         table = slot_table(n, previous.consistent, previous.slot_bits)
-    _, order = select_tracked(estimate, params, n)
+    delta, order = select_tracked(estimate, params, n)
     keys = tuple(estimate.keys[i] for i in order.tolist())
     counts = estimate.counts[order]
     resources = params.resources
     exponents = resources.load_exponents
     active = resources.active
-    weights = np.stack([count_weights(counts, exponents[k]) for k in active]) if active else np.empty((0, 0))
+    weights = np.stack([count_weights(counts, exponents[k]) for k in active])
     state_weights = count_weights(counts, exponents[0])
     old = previous.lookup_many(keys) if keys else np.empty(0, dtype=np.int64)
-    hashed = _channels_under(table, keys, previous.slot_bits)
+    hashed = np.asarray(table[_slots_of(keys, previous.slot_bits)], dtype=np.int64)
 
     count_of = estimate.count_of()
     tracked = set(keys)
-    dropped = [key for key in previous.explicit if key not in tracked]
-    dropped_weights = count_weights(
-        np.array([count_of.get(k, 0.0) for k in dropped], dtype=np.float64), exponents[0]
-    )
-    dropped_old = np.array([previous.explicit[k] for k in dropped], dtype=np.int64)
-    dropped_new = _channels_under(table, tuple(dropped), previous.slot_bits)
-    initial = float(dropped_weights[dropped_old != dropped_new].sum())
-    ideal = float(dropped_weights.sum() + state_weights.sum()) / n
+    dropped = tuple(key for key in previous.explicit if key not in tracked)
+    dropped_counts = np.array([count_of.get(k, 0.0) for k in dropped], dtype=np.float64)
+    dropped_state = count_weights(dropped_counts, exponents[0])
+    ideal = float(dropped_state.sum() + state_weights.sum()) / n
 
     if base_loads is None:
         base_loads = np.zeros((len(active), n), dtype=np.float64)
-    return Problem(
+    problem = Problem(
+        delta=delta,
         keys=keys,
         counts=counts,
         frequencies=estimate.frequencies[order],
@@ -193,14 +205,20 @@ def prepare(
         base_loads=np.asarray(base_loads, dtype=np.float64),
         thetas=np.full(len(active), theta(params.alpha, n)),
         n_channels=n,
-        initial_migration=initial,
+        initial_migration=0.0,
+        dropped_keys=dropped,
+        dropped_counts=dropped_counts,
+        dropped_state=dropped_state,
+        dropped_channels=np.array([previous.explicit[k] for k in dropped], dtype=np.int64),
+        dropped_slots=_slots_of(dropped, previous.slot_bits),
         ideal_migration=ideal,
         utility=params.utility_function,
         move_limit=params.move_limit,
     )
+    return dataclasses.replace(problem, initial_migration=problem.dropped_migration(table))
 
 
-def _channels_under(table: npt.NDArray[np.int32], keys: tuple[Key, ...], slot_bits: int) -> IntArray:
+def _slots_of(keys: tuple[Key, ...], slot_bits: int) -> IntArray:
     if not keys:
         return np.empty(0, dtype=np.int64)
-    return np.asarray(table[slots_of_hashes(hash_keys(keys), slot_bits)], dtype=np.int64)
+    return slots_of_hashes(hash_keys(keys), slot_bits)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from repart.partitioning.algorithms.moves import move_cost, transfer_penalties
 from repart.partitioning.algorithms.problem import Problem
 from repart.partitioning.utility import balance_penalty
 
@@ -62,25 +63,6 @@ def pairs_that_can_lower_spread(loads: FloatArray) -> BoolArray:
     return mask
 
 
-def extremes_without_pair(loads: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """(K, N, N) arrays: max and min of each resource's loads over channels other than i and j."""
-    k_count, n = loads.shape
-    i = np.arange(n)[:, None]
-    j = np.arange(n)[None, :]
-    highest = np.empty((k_count, n, n))
-    lowest = np.empty((k_count, n, n))
-    for k in range(k_count):
-        for result, ranked, fill in (
-            (highest, np.argsort(-loads[k], kind="stable"), -np.inf),
-            (lowest, np.argsort(loads[k], kind="stable"), np.inf),
-        ):
-            value = np.full((n, n), fill)
-            for channel in ranked[:3][::-1]:
-                value = np.where((channel != i) & (channel != j), loads[k, channel], value)
-            result[k] = value
-    return highest, lowest
-
-
 def readj(problem: Problem) -> tuple[IntArray, int]:
     """Run Algorithm 4; returns the channel of every tracked item and the number of evaluations."""
     n, size = problem.n_channels, problem.size
@@ -88,9 +70,10 @@ def readj(problem: Problem) -> tuple[IntArray, int]:
         return np.empty(0, dtype=np.int64), 0
     channels, migration = initial_placement(problem)
     loads = problem.base_loads + problem.placed_loads(channels)
-    totals = loads.sum(axis=1)
     moves = np.zeros(size, dtype=np.int64)
-    rho_now = float(balance_penalty(loads.max(axis=1), loads.min(axis=1), totals, problem.thetas, n))
+    rho_now = float(
+        balance_penalty(loads.max(axis=1), loads.min(axis=1), loads.sum(axis=1), problem.thetas, n)
+    )
     u_now = float(problem.utility(np.array(rho_now), np.array(migration / problem.ideal_migration)))
     evaluations = 0
     while True:
@@ -112,17 +95,11 @@ def readj(problem: Problem) -> tuple[IntArray, int]:
         evaluations += d1.size
 
         shift = problem.weights[:, d1] - np.where(is_swap, problem.weights[:, partner], 0.0)  # (K, c)
-        source = loads[np.arange(loads.shape[0])[:, None], i[None, :]] - shift
-        target = loads[np.arange(loads.shape[0])[:, None], j[None, :]] + shift
-        highest, lowest = extremes_without_pair(loads)
-        new_max = np.maximum(np.maximum(highest[:, i, j], source), target)
-        new_min = np.minimum(np.minimum(lowest[:, i, j], source), target)
-        rho = balance_penalty(new_max, new_min, totals[:, None], problem.thetas, n)
-
+        rho = transfer_penalties(loads, problem.thetas, i, j, shift)
         old, weight = problem.old_channels, problem.state_weights
-        cost = weight[d1] * (old[d1] == i) - weight[d1] * (old[d1] == j)
-        cost = cost + np.where(is_swap, weight[partner] * (old[partner] == j), 0.0)
-        cost = cost - np.where(is_swap, weight[partner] * (old[partner] == i), 0.0)
+        cost = move_cost(weight[d1], old[d1], i, j) + np.where(
+            is_swap, move_cost(weight[partner], old[partner], j, i), 0.0
+        )
         utility = problem.utility(rho, (migration + cost) / problem.ideal_migration)
         denominator = np.abs(problem.frequencies[d1] - np.where(is_swap, problem.frequencies[partner], 0.0))
         valid = (rho < rho_now) & (denominator > 0)
