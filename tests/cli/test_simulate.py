@@ -57,3 +57,21 @@ def test_bad_input_exits_2_with_the_field_and_writes_nothing(
     assert "Traceback" not in result.output
     assert not out.exists()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_infinite_ratios_become_null_in_strict_json(tmp_path: Path) -> None:
+    # 5 keys on 8 channels: some channel is empty, so r = max/min is infinite
+    result = runner.invoke(app, ["simulate", "--channels", "8", "--domain", "5", "--json", "-"])
+    assert result.exit_code == 0, result.output
+    assert "Infinity" not in result.stdout
+    records = json.loads(result.stdout)
+    assert any(r["b"] is None for r in records)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("--plot", "."), ("--plot", "-"), ("--json", "."), ("--json", "no/such/dir/x.json")]
+)
+def test_bad_output_paths_exit_2(option: str, value: str) -> None:
+    result = runner.invoke(app, [*SMALL, option, value])
+    assert result.exit_code == 2
+    assert option in result.output and "Traceback" not in result.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -70,9 +71,8 @@ def simulate(
         tail_aware=tail_aware,
         stream_factor=stream_factor,
     )
-    for path in (json_path, plot):
-        if path is not None and path != STDOUT and not path.parent.exists():
-            raise ValueError(f"output directory {path.parent} does not exist")
+    check_output_path(json_path, "--json", allow_stdout=True)
+    check_output_path(plot, "--plot", allow_stdout=False)
     # With --json -, stdout carries only the JSON; people-facing output goes to stderr.
     console = Console(stderr=json_path == STDOUT, width=None if sys.stdout.isatty() else 160)
     with Progress(
@@ -86,17 +86,38 @@ def simulate(
         task = bar.add_task("steps", total=steps(config))
         records = run_experiment(config, progress=lambda k: bar.advance(task, k))
     if json_path == STDOUT:
-        sys.stdout.write(json.dumps(records, indent=1) + "\n")
+        sys.stdout.write(records_json(records) + "\n")
     else:
         console.print(results_table(records, config, every))
     if json_path is not None and json_path != STDOUT:
         with atomic_output(json_path) as temporary:
-            temporary.write_text(json.dumps(records, indent=1))
+            temporary.write_text(records_json(records))
         console.print(f"wrote {len(records)} records to {json_path}")
     if plot is not None:
         with atomic_output(plot) as temporary:
             plot_records(records, temporary, title=_title(config))
         console.print(f"wrote plot to {plot}")
+
+
+def check_output_path(path: Path | None, option: str, allow_stdout: bool) -> None:
+    """An output file must be a file path in an existing directory ('-' means stdout where allowed)."""
+    if path is None or (allow_stdout and path == STDOUT):
+        return
+    if path == STDOUT:
+        raise ValueError(f"{option} needs a file path; '-' (stdout) is not accepted for it")
+    if path.is_dir():
+        raise ValueError(f"{option} must name a file, but {path} is a directory")
+    if not path.parent.is_dir():
+        raise ValueError(f"{option}: directory {path.parent} does not exist")
+
+
+def records_json(records: list[Record]) -> str:
+    """Strict JSON: an infinite ratio (a channel with no load, so r = max/min = ∞) becomes null."""
+    clean = [
+        {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        for record in records
+    ]
+    return json.dumps(clean, indent=1, allow_nan=False)
 
 
 def _title(config: ExperimentConfig) -> str:

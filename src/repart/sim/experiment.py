@@ -115,6 +115,13 @@ class Evaluator:
         self.frequencies = workload.frequencies
         self.keys = workload.keys
         self.slots = slots_of_hashes(hash_int64_array(self.keys), config.slot_bits)
+        self._bounds: dict[int, float] = {}
+
+    def lower_bound(self, n: int) -> float:
+        """b_lb for N channels (it depends only on N and the true frequencies)."""
+        if n not in self._bounds:
+            self._bounds[n] = lower_bound(self.resources, self.frequencies, n, self.config.alpha)
+        return self._bounds[n]
 
     def route(self, function: PartitionFunction) -> IntArray:
         return function.lookup_many(self.keys, slots=self.slots)
@@ -127,7 +134,7 @@ class Evaluator:
             "b_s": result.b_k[0],
             "b_c": result.b_k[1],
             "b_n": result.b_k[2],
-            "b_lb": lower_bound(self.resources, self.frequencies, n, self.config.alpha),
+            "b_lb": self.lower_bound(n),
             "m": relative_migration(self.resources, self.frequencies, previous, routed, n),
         }
 
