@@ -151,13 +151,12 @@ def reference_readj(previous, estimate, n, params) -> dict[Key, int]:
             return first + 0.0
         return first + (s.beta_s(d2) * (s.old(d2) == j) - s.beta_s(d2) * (s.old(d2) == i))
 
-    while True:
-        loads = s.loads(mapping)
-        rho_now = s.rho_of_loads(loads)
+    def search(loads, rho_now, pair_allowed, accept):
+        """The best-gain readjustment among allowed pairs whose balance penalty ``accept`` admits."""
         best, g, u_best = None, -math.inf, u
         for i in range(n):
             for j in range(n):
-                if i == j:
+                if i == j or not pair_allowed(i, j):
                     continue
                 on_i = [d for d in s.items if mapping[d] == i and moved[d] < params.move_limit]
                 on_j = [None] + [d for d in s.items if mapping[d] == j and moved[d] < params.move_limit]
@@ -165,15 +164,14 @@ def reference_readj(previous, estimate, n, params) -> dict[Key, int]:
                     for d2 in on_j:
                         # a ← ρ(A(H_p, ⟨i, d1, j, d2⟩)): the loads of the readjusted mapping
                         candidate = [row[:] for row in loads]
-                        for k, w in enumerate(s.weight(d1)):
-                            candidate[k][i] -= w
-                            candidate[k][j] += w
+                        shift = list(s.weight(d1))
                         if d2 is not None:
-                            for k, w in enumerate(s.weight(d2)):
-                                candidate[k][j] -= w
-                                candidate[k][i] += w
+                            shift = [w1 - w2 for w1, w2 in zip(shift, s.weight(d2), strict=True)]
+                        for k, x in enumerate(shift):
+                            candidate[k][i] -= x
+                            candidate[k][j] += x
                         a = s.rho_of_loads(candidate)
-                        if a >= rho_now:
+                        if not accept(a, rho_now, loads, i, j, shift):
                             continue  # worse balance: skip this candidate
                         denominator = abs(s.f(d1) - (s.f(d2) if d2 is not None else 0.0))
                         if denominator == 0:
@@ -183,6 +181,25 @@ def reference_readj(previous, estimate, n, params) -> dict[Key, int]:
                         gain = (u - u_prime) / denominator
                         if gain > g:
                             best, g, u_best = (i, d1, j, d2), gain, u_prime
+        return best, u_best
+
+    def lowers_rho(a, rho_now, loads, i, j, shift):
+        return a < rho_now
+
+    def keeps_rho_narrows_gap(a, rho_now, loads, i, j, shift):
+        change = sum(x * (x + loads[k][j] - loads[k][i]) for k, x in enumerate(shift))
+        return a == rho_now and change < 0
+
+    while True:
+        loads = s.loads(mapping)
+        rho_now = s.rho_of_loads(loads)
+        best, u_best = search(loads, rho_now, lambda i, j: True, lowers_rho)
+        if best is None:  # plateau: from a channel at the maximum to one at the minimum of a resource
+
+            def tied(i, j, loads=loads):
+                return any(row[i] == max(row) and row[j] == min(row) for row in loads)
+
+            best, u_best = search(loads, rho_now, tied, keeps_rho_narrows_gap)
         if best is None:
             break
         i, d1, j, d2 = best

@@ -14,6 +14,8 @@ from repart.partitioning.consistent import slot_table
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.function import PartitionFunction
 from repart.partitioning.hashing import hash_key
+from repart.sim.experiment import ExperimentConfig, window_estimate
+from repart.sim.workload import ZipfWorkload
 from tests.partitioning.reference import REFERENCE
 
 RESOURCE_CODES = ["CCL", "LCL", "LLL", "LQL", "QLL"]
@@ -24,8 +26,11 @@ def instances(draw: st.DrawFn) -> tuple[PartitionFunction, FrequencyEstimate, in
     size = draw(st.integers(min_value=1, max_value=9))
     use_str = draw(st.booleans())
     keys: list[str | int] = [f"k{i}" for i in range(size)] if use_str else list(range(100, 100 + size))
-    counts = draw(st.lists(st.integers(min_value=1, max_value=60), min_size=size, max_size=size))
-    tail = draw(st.integers(min_value=0, max_value=40))
+    resources = draw(st.sampled_from(RESOURCE_CODES))
+    # Loads stay exact integers below 2**53 (DECISIONS.md): large counts except for c**3 loads (LQL).
+    scale = draw(st.sampled_from([1, 1000, 20_000])) if resources != "LQL" else 1
+    counts = [c * scale for c in draw(st.lists(st.integers(1, 60), min_size=size, max_size=size))]
+    tail = draw(st.integers(min_value=0, max_value=40)) * scale
     n_before = draw(st.integers(min_value=1, max_value=5))
     n_after = draw(st.integers(min_value=1, max_value=5))
     explicit_keys = draw(st.lists(st.sampled_from(keys), unique=True, max_size=size))
@@ -41,7 +46,7 @@ def instances(draw: st.DrawFn) -> tuple[PartitionFunction, FrequencyEstimate, in
         distinct_estimate=size + tail,
     )
     params = BuildParams(
-        resources=draw(st.sampled_from(RESOURCE_CODES)),
+        resources=resources,
         alpha=draw(st.sampled_from([1.05, 1.2, 2.0])),
         sigma=draw(st.sampled_from([0.3, 1.0])),
         utility=draw(st.sampled_from(["A", "APM", "APLM", "ATM", "ATLM"])),
@@ -122,6 +127,17 @@ def test_readj_skips_worse_candidates_instead_of_stopping() -> None:
     result = build(previous, estimate, 2, BuildParams(sigma=1.0, utility="A"), "readj")
     assert dict(result.function.explicit) != dict(previous.explicit)
     assert result.report.rho < 2.0  # from 100 vs 300 (ρ = 11) to 190 vs 210 (ρ = 1.1)
+
+
+@pytest.mark.parametrize("algorithm", ["scan", "redist", "readj"])
+def test_no_channel_is_left_empty_when_n_grows_by_several(algorithm: str) -> None:
+    """readj's plateau rule: without it readj stopped at loads [3979, 3979, 174, 0, 0, 0] here."""
+    workload = ZipfWorkload(1.0, 20_000, key_seed=0)
+    estimate, _ = window_estimate(workload, ExperimentConfig(domain=20_000), 6, np.random.default_rng(0))
+    previous = initial_function(2, "int")  # every tracked item starts on channel 0 or 1
+    result = build(previous, estimate, 6, BuildParams(), algorithm)
+    assert set(result.function.explicit.values()) == set(range(6))
+    assert dict(result.function.explicit) == REFERENCE[algorithm](previous, estimate, 6, BuildParams())
 
 
 def test_every_algorithm_builds_and_reports() -> None:
