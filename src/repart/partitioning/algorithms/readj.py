@@ -126,7 +126,7 @@ def candidates(
 
 
 def best_gain(found: Candidates, valid: BoolArray, u_now: float, n: int, size: int) -> int | None:
-    """Index of the valid candidate with the highest gain (u − u')/|f(d1) − f(d2)|, ties in enumeration order."""
+    """The valid candidate with the best gain (u − u')/|f(d1) − f(d2)|; ties go in enumeration order."""
     valid = valid & (found.denominator > 0)
     if not valid.any():
         return None
