@@ -2,9 +2,10 @@
 
 Each follows its listing in Gedik §4.2 (Algorithms 2–4) line by line in plain Python, with the
 decisions documented in ``repart.partitioning.algorithms`` (D_o for the initial m, D_a for m̄, the
-canonical item order, readj's skip / gain baseline / move limit / shrink rule). Nothing is kept
-incrementally across steps: every step recomputes the per-channel loads of the explicit hash from the
-mapping itself. Only the formulas for ρ_k (Eq. 19), the geometric mean (Eq. 20), the utilities (§4.3)
+canonical item order, readj's skip / gain baseline / move limit / shrink / plateau rules). Nothing is
+kept incrementally across steps: every step recomputes the per-channel loads of the explicit hash from
+the mapping itself, and each candidate's ρ is computed from a copy of those loads with the candidate
+applied (all channels, max and min taken afresh). Only the formulas for ρ_k (Eq. 19), the geometric mean (Eq. 20), the utilities (§4.3)
 and δ (Eq. 17) are shared with the production code, so that both compute bit-identical floats.
 """
 
@@ -88,6 +89,13 @@ class Setup:
     def rho(self, mapping: dict[Key, int]) -> float:
         return self.rho_of_loads(self.loads(mapping))
 
+    def with_item(self, loads: list[list[float]], d: Key, channel: int) -> list[list[float]]:
+        """The loads of the mapping with ``d ⇒ channel`` added."""
+        result = [row[:] for row in loads]
+        for k, w in enumerate(self.weight(d)):
+            result[k][channel] += w
+        return result
+
     def utility(self, a: float, gamma: float) -> float:
         return float(self.params.utility_function(np.array([a]), np.array([gamma]))[0])
 
@@ -99,8 +107,9 @@ def reference_scan(previous, estimate, n, params) -> dict[Key, int]:
     for d in s.items:  # D_c ← SORT(D_p^(t+1), f)
         j, u = -1, math.inf
         h = s.old(d)
+        loads = s.loads(mapping)
         for place in range(n):
-            a = s.rho({**mapping, d: place})
+            a = s.rho_of_loads(s.with_item(loads, d, place))  # ρ(H_p ∪ {d ⇒ l})
             gamma = (m + s.beta_s(d) * (place != h)) / s.m_bar
             if s.utility(a, gamma) < u:
                 j, u = place, s.utility(a, gamma)
@@ -116,10 +125,11 @@ def reference_redist(previous, estimate, n, params) -> dict[Key, int]:
     candidates = list(s.items)
     while len(candidates) > 0:
         j, best, u = -1, None, math.inf
+        loads = s.loads(mapping)
         for c in candidates:
             h = s.old(c)
             for place in range(n):
-                a = s.rho({**mapping, c: place})
+                a = s.rho_of_loads(s.with_item(loads, c, place))  # ρ(H_p ∪ {c ⇒ l})
                 gamma = (m + (place != h) * s.beta_s(c)) / s.m_bar
                 u_prime = s.utility(a, gamma) / s.f(c)
                 if u_prime < u:
