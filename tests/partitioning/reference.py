@@ -5,8 +5,9 @@ decisions documented in ``repart.partitioning.algorithms`` (D_o for the initial 
 canonical item order, readj's skip / gain baseline / move limit / shrink / plateau rules). Nothing is
 kept incrementally across steps: every step recomputes the per-channel loads of the explicit hash from
 the mapping itself, and each candidate's ρ is computed from a copy of those loads with the candidate
-applied (all channels, max and min taken afresh). Only the formulas for ρ_k (Eq. 19), the geometric mean (Eq. 20), the utilities (§4.3)
-and δ (Eq. 17) are shared with the production code, so that both compute bit-identical floats.
+applied (all channels, max and min taken afresh). Only the formulas for ρ_k (Eq. 19), the geometric
+mean (Eq. 20), the utilities (§4.3) and δ (Eq. 17) are shared with the production code, so that both
+compute bit-identical floats.
 """
 
 from __future__ import annotations

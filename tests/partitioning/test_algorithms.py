@@ -178,6 +178,12 @@ def test_bad_params_name_the_field(kwargs: dict, field: str) -> None:
         BuildParams(**kwargs)
 
 
+def test_an_empty_estimate_is_refused() -> None:
+    empty = FrequencyEstimate(keys=(), counts=np.array([]), total=0)
+    with pytest.raises(ValueError, match="estimate"):
+        build(initial_function(2, "int"), empty, 3, BuildParams(), "redist")
+
+
 def test_bad_algorithm_and_channels() -> None:
     with pytest.raises(ValueError, match="algorithm"):
         build(initial_function(1, "int"), zipf_estimate(5, 100), 2, BuildParams(), "magic")
