@@ -106,7 +106,9 @@ def build(
     check_algorithm(algorithm)
     n = check_channels(n_channels)
     if estimate.total == 0 or not estimate.keys:
-        raise ValueError("estimate must hold at least one key and one tuple; it is empty: nothing to build from")
+        raise ValueError(
+            "estimate must hold at least one key and one tuple; it is empty: nothing to build from"
+        )
     if params.tail_aware and estimate.slot_counts is None:
         raise ValueError("tail_aware builds need an estimate with slot_counts (per-slot tuple counts)")
     if algorithm == "auto":
