@@ -1,0 +1,436 @@
+"""A migration plan between two partition functions: moves, apply semantics, canonical JSON (DESIGN §6).
+
+When the active function of a region changes from ``a`` to ``b`` (same key type and slot bits, channel
+counts ``N_a`` and ``N_b``), every key ``d`` with ``a(d) ≠ b(d)`` must take its state to ``b(d)``. The
+plan lists them in two forms:
+
+- **explicit moves** ``(key, source, target, weight)``: the keys of ``E_a ∪ E_b`` (the explicit maps)
+  whose channel differs, with ``weight`` the key's predicted state β_s(f(key)) (Gedik Eq. 1);
+- **slot moves** ``(first_slot, last_slot, source, target)``: maximal runs of consecutive slots with
+  ``T'_a[s] = source ≠ target = T'_b[s]``; they move the *untracked* keys of those slots, the keys in
+  neither explicit map, which no list could name. A table of 2^20 slots may change in 10^5 runs, so
+  they are kept as one read-only int64 array with a row per run (columns ``SLOT_MOVE_COLUMNS``).
+
+The keys of ``E_a ∪ E_b`` that keep their channel are the plan's **pinned keys**: they stay even when
+their slot moves. With them the plan alone decides where every key goes (``MigrationPlan.destination``),
+which is ``b`` for every key that ``a`` placed.
+
+``cost`` is the predicted migration cost M(a, b) of Gedik Eq. 9 in frequency space (the state β_s(f)
+of the keys that move), ``total_state`` the predicted Σ_d β_s(f(d)) of the whole window, and ``m`` the
+relative cost M / L̄_s with L̄_s = total_state / N_b (Eq. 10, 12). They are None when the plan was made
+without a frequency estimate: unknown, not zero.
+
+The canonical JSON (sorted keys, no whitespace, UTF-8 text, moves sorted by key and by slot) is the
+stored form; ``digest`` is the SHA-256 of its bytes, so storage can store and compare plans.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, fields
+from functools import cached_property
+from itertools import chain
+from operator import attrgetter
+from typing import Any, NamedTuple, cast, get_args
+
+import numpy as np
+import numpy.typing as npt
+
+from repart.partitioning.consistent import MAX_CHANNELS, check_int_range
+from repart.partitioning.hashing import Key, KeyType, check_slot_bits, common_key_type, key_type_of
+
+IntArray = npt.NDArray[np.int64]
+
+FORMAT_VERSION = 1
+SLOT_MOVE_COLUMNS = ("first_slot", "last_slot", "source", "target")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+class ExplicitMove(NamedTuple):
+    """An explicitly mapped key that changes channel: ``a(key) = source``, ``b(key) = target``.
+
+    ``weight`` is its predicted state β_s(f(key)) in frequency space (0.0 without an estimate).
+    """
+
+    key: Key
+    source: int
+    target: int
+    weight: float
+
+
+@dataclass(frozen=True, eq=False)
+class MigrationPlan:
+    """The plan that takes the state of a region from function ``a`` (source) to ``b`` (target).
+
+    Built by ``repart.migration.plan_migration``; constructing one directly validates every field, and
+    a bad value raises ValueError naming the field and its accepted values. ``slot_moves`` is given as
+    rows of four integers (an array or a sequence) and stored as a read-only ``(runs, 4)`` int64
+    array. Explicit moves are kept sorted by key, pinned keys sorted, slot moves sorted by first slot;
+    slot ranges must not overlap and must be maximal (two adjacent runs differ in source or target),
+    so equal plans have one form, one canonical JSON and one digest.
+    """
+
+    key_type: KeyType | None
+    slot_bits: int
+    source_n_channels: int
+    target_n_channels: int
+    source_digest: str
+    target_digest: str
+    explicit_moves: tuple[ExplicitMove, ...] = ()
+    pinned_keys: tuple[Key, ...] = ()
+    slot_moves: IntArray = field(default_factory=lambda: np.empty((0, 4), dtype=np.int64))
+    cost: float | None = None
+    total_state: float | None = None
+
+    def __post_init__(self) -> None:
+        bits = check_slot_bits(self.slot_bits)
+        n_source = check_int_range("source_n_channels", self.source_n_channels, 1, MAX_CHANNELS)
+        n_target = check_int_range("target_n_channels", self.target_n_channels, 1, MAX_CHANNELS)
+        moves = _checked_explicit_moves(self.explicit_moves, n_source, n_target)
+        pinned = _checked_keys(self.pinned_keys, "pinned_keys")
+        moved_and_pinned = {move.key for move in moves}.intersection(pinned)
+        if moved_and_pinned:
+            raise ValueError(
+                f"pinned_keys must not contain moved keys; {sorted(moved_and_pinned)!r} are in both"
+            )
+        key_type = _checked_key_type(self.key_type, chain(map(attrgetter("key"), moves), pinned))
+        cost, total = _checked_prediction(self.cost, self.total_state)
+        object.__setattr__(self, "key_type", key_type)
+        object.__setattr__(self, "slot_bits", bits)
+        object.__setattr__(self, "source_n_channels", n_source)
+        object.__setattr__(self, "target_n_channels", n_target)
+        object.__setattr__(self, "source_digest", _checked_digest(self.source_digest, "source_digest"))
+        object.__setattr__(self, "target_digest", _checked_digest(self.target_digest, "target_digest"))
+        object.__setattr__(self, "explicit_moves", moves)
+        object.__setattr__(self, "pinned_keys", pinned)
+        object.__setattr__(self, "slot_moves", _checked_slot_moves(self.slot_moves, bits, n_source, n_target))
+        object.__setattr__(self, "cost", cost)
+        object.__setattr__(self, "total_state", total)
+
+    def __eq__(self, other: object) -> bool:
+        """Field by field, the slot move arrays element by element."""
+        if not isinstance(other, MigrationPlan):
+            return NotImplemented
+        return self._scalar_fields == other._scalar_fields and np.array_equal(
+            self.slot_moves, other.slot_moves
+        )
+
+    def __hash__(self) -> int:
+        """Hash of the digest, so that equal plans hash equally."""
+        return hash(self.digest)
+
+    def __reduce__(self) -> tuple[Callable[[str], MigrationPlan], tuple[str]]:
+        """Pickle through the canonical JSON, so that an unpickled plan is validated and read-only."""
+        return (MigrationPlan.from_json, (self.to_json(),))
+
+    @property
+    def is_empty(self) -> bool:
+        """True when no key changes channel."""
+        return not self.explicit_moves and not len(self.slot_moves)
+
+    @property
+    def m(self) -> float | None:
+        """Relative migration cost m = M / L̄_s with L̄_s = total_state / N_b (Gedik Eq. 10, 12).
+
+        None without an estimate; 0.0 when the window predicts no state at all.
+        """
+        if self.cost is None or self.total_state is None:
+            return None
+        if self.total_state == 0:
+            return 0.0
+        return self.cost * self.target_n_channels / self.total_state
+
+    @cached_property
+    def channels_losing_keys(self) -> tuple[int, ...]:
+        """The source channels of all moves, sorted: the only channels whose state must be read."""
+        return _channels([move.source for move in self.explicit_moves], self.slot_moves[:, 2])
+
+    @cached_property
+    def channels_gaining_keys(self) -> tuple[int, ...]:
+        """The target channels of all moves, sorted."""
+        return _channels([move.target for move in self.explicit_moves], self.slot_moves[:, 3])
+
+    def destination(self, key: Key, slot: int, current_channel: int) -> int:
+        """The channel that applying the plan gives ``key`` (of slot ``slot``) held on ``current_channel``.
+
+        1. a key of the explicit moves goes to its target;
+        2. a pinned key (explicit in ``a`` or ``b`` but not moved) stays;
+        3. any other key goes to the target of the slot move that holds its slot, if that move's
+           source is ``current_channel``;
+        4. else it stays.
+
+        For a key placed by ``a`` (``current_channel = a(key)``) this is ``b(key)``: a key of
+        ``E_a ∪ E_b`` is moved to ``b(key)`` (1) or has ``a(key) = b(key)`` (2); any other key has
+        ``a(key) = T'_a[slot]`` and ``b(key) = T'_b[slot]``, and a slot move from ``T'_a[slot]`` to
+        ``T'_b[slot]`` holds its slot exactly when the two differ (3, 4).
+        """
+        kind = key_type_of(key)
+        if self.key_type is not None and kind != self.key_type:
+            raise ValueError(f"key: this plan moves {self.key_type!r} keys, got a {kind!r} key {key!r}")
+        check_int_range("slot", slot, 0, 2**self.slot_bits - 1)
+        check_int_range("current_channel", current_channel, 0, self.source_n_channels - 1)
+        target = self._explicit_targets.get(key)
+        if target is not None:
+            return target
+        if key in self._pinned:
+            return current_channel
+        index = bisect_right(self._slot_move_rows[0], slot) - 1
+        if index >= 0:
+            _, last_slots, sources, targets = self._slot_move_rows
+            if slot <= last_slots[index] and sources[index] == current_channel:
+                return targets[index]
+        return current_channel
+
+    def reverse(self) -> MigrationPlan:
+        """The plan from ``b`` back to ``a``: every move swapped, the same weights and predicted state.
+
+        ``m`` of the reverse plan divides by L̄_s of ``a`` (N_a channels). ``p.reverse().reverse() == p``.
+        """
+        return MigrationPlan(
+            key_type=self.key_type,
+            slot_bits=self.slot_bits,
+            source_n_channels=self.target_n_channels,
+            target_n_channels=self.source_n_channels,
+            source_digest=self.target_digest,
+            target_digest=self.source_digest,
+            explicit_moves=tuple(ExplicitMove(key, t, s, w) for key, s, t, w in self.explicit_moves),
+            pinned_keys=self.pinned_keys,
+            slot_moves=self.slot_moves[:, [0, 1, 3, 2]],
+            cost=self.cost,
+            total_state=self.total_state,
+        )
+
+    def to_json(self) -> str:
+        """Canonical JSON: one field per dataclass field plus ``format``; moves as lists of rows."""
+        return self._canonical_json
+
+    @cached_property
+    def digest(self) -> str:
+        """SHA-256 (hex) of the canonical JSON's UTF-8 bytes."""
+        return hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
+
+    @classmethod
+    def from_json(cls, text: str) -> MigrationPlan:
+        """Parse and validate a serialized plan; ValueError naming the offending field."""
+        document = json.loads(text, object_pairs_hook=_unique_fields)
+        if not isinstance(document, dict):
+            raise ValueError(f"a plan must be a JSON object, got {document!r}")
+        expected = {"format", *(f.name for f in fields(cls))}
+        unknown, missing = sorted(document.keys() - expected), sorted(expected - document.keys())
+        if unknown or missing:
+            raise ValueError(
+                f"plan fields: unknown {unknown}, missing {missing}; accepted fields: {sorted(expected)}"
+            )
+        version = document.pop("format")
+        if type(version) is not int or version != FORMAT_VERSION:
+            raise ValueError(
+                f"format must be {FORMAT_VERSION} (accepted format versions: {FORMAT_VERSION}), "
+                f"got {version!r}"
+            )
+        return cls(**document)
+
+    @cached_property
+    def _canonical_json(self) -> str:
+        document: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        document["slot_moves"] = self.slot_moves.tolist()
+        document["format"] = FORMAT_VERSION
+        return json.dumps(
+            document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+
+    @property
+    def _scalar_fields(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, f.name) for f in fields(self) if f.name != "slot_moves")
+
+    @cached_property
+    def _explicit_targets(self) -> dict[Key, int]:
+        return {move.key: move.target for move in self.explicit_moves}
+
+    @cached_property
+    def _pinned(self) -> frozenset[Key]:
+        return frozenset(self.pinned_keys)
+
+    @cached_property
+    def _slot_move_rows(self) -> list[list[int]]:
+        """The slot move columns as Python lists (fast scalar access for ``destination``)."""
+        return cast(list[list[int]], self.slot_moves.T.tolist())
+
+
+def _channels(explicit: list[int], slots: IntArray) -> tuple[int, ...]:
+    return tuple(sorted(set(explicit).union(np.unique(slots).tolist())))
+
+
+def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads`` hook: a repeated field name is an error, not a silent overwrite."""
+    document: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in document:
+            raise ValueError(f"duplicate field {name!r} in a JSON object")
+        document[name] = value
+    return document
+
+
+def _checked_key(key: object, name: str) -> Key:
+    """A str with a UTF-8 encoding or a signed 64-bit int, as a plain str or int."""
+    try:
+        kind = key_type_of(key)
+    except ValueError as error:
+        raise ValueError(f"{name}: {error}") from None
+    if kind == "int":
+        return int(cast(int, key))
+    text = str(key)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{name}: key {text!r} has a lone surrogate and no UTF-8 encoding") from None
+    return text
+
+
+def _checked_keys(keys: Iterable[object], name: str) -> tuple[Key, ...]:
+    """Distinct keys of one type, sorted."""
+    checked = [_checked_key(key, f"{name}[{index}]") for index, key in enumerate(keys)]
+    _check_distinct(checked, name)
+    return tuple(sorted(checked))
+
+
+def _check_distinct(keys: Iterable[Key], name: str) -> None:
+    """ValueError for a repeated key or keys of both types (which could not be sorted)."""
+    seen: set[Key] = set()
+    for key in keys:
+        if key in seen:
+            raise ValueError(f"{name}: key {key!r} appears more than once")
+        seen.add(key)
+    try:
+        common_key_type(seen)
+    except ValueError as error:
+        raise ValueError(f"{name}: {error}") from None
+
+
+def _checked_key_type(declared: object, keys: Iterable[Key]) -> KeyType | None:
+    """The declared key type, or the one of the keys when None; they must agree."""
+    if declared is not None and declared not in get_args(KeyType):
+        raise ValueError(f"key_type must be one of 'str', 'int' or None, got {declared!r}")
+    try:
+        found = common_key_type(keys)
+    except ValueError as error:
+        raise ValueError(f"key_type: {error}") from None
+    if declared is not None and found is not None and declared != found:
+        raise ValueError(f"key_type is {declared!r} but the plan's keys are {found!r}")
+    return cast(KeyType | None, declared) or found
+
+
+def _checked_digest(digest: object, name: str) -> str:
+    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+        raise ValueError(f"{name} must be a SHA-256 digest (64 lowercase hex digits), got {digest!r}")
+    return digest
+
+
+def _checked_number(value: object, name: str) -> float:
+    """A finite number >= 0 as a float."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return number
+
+
+def _checked_prediction(cost: object, total_state: object) -> tuple[float | None, float | None]:
+    """``cost`` and ``total_state``: both None (no estimate) or both finite numbers >= 0."""
+    if cost is None and total_state is None:
+        return None, None
+    if cost is None or total_state is None:
+        raise ValueError(
+            f"cost and total_state must both be numbers or both be None, got cost={cost!r}, "
+            f"total_state={total_state!r}"
+        )
+    return _checked_number(cost, "cost"), _checked_number(total_state, "total_state")
+
+
+def _as_row(row: object, name: str, columns: tuple[str, ...]) -> Sequence[Any]:
+    if not isinstance(row, Sequence) or isinstance(row, str) or len(row) != len(columns):
+        raise ValueError(f"{name} must be a [{', '.join(columns)}] list, got {row!r}")
+    return row
+
+
+def _checked_explicit_moves(
+    moves: Iterable[object], n_source: int, n_target: int
+) -> tuple[ExplicitMove, ...]:
+    checked = []
+    for index, row in enumerate(moves):
+        name = f"explicit_moves[{index}]"
+        key, source, target, weight = _as_row(row, name, ExplicitMove._fields)
+        move = ExplicitMove(
+            _checked_key(key, name),
+            check_int_range(f"{name}: source", source, 0, n_source - 1),
+            check_int_range(f"{name}: target", target, 0, n_target - 1),
+            _checked_number(weight, f"{name}: weight"),
+        )
+        if move.source == move.target:
+            raise ValueError(f"{name}: source and target must differ, both are {move.source}")
+        checked.append(move)
+    _check_distinct((move.key for move in checked), "explicit_moves")
+    return tuple(sorted(checked, key=attrgetter("key")))
+
+
+def _slot_move_table(moves: object) -> IntArray:
+    """Rows of four integers as an int64 array of shape (runs, 4).
+
+    A sequence of rows must hold Python ints only: numpy would silently convert bools and floats.
+    """
+    name = f"slot_moves (rows of [{', '.join(SLOT_MOVE_COLUMNS)}])"
+    if isinstance(moves, np.ndarray):
+        if moves.dtype.kind not in "iu":
+            raise ValueError(f"{name} must be an integer array, got dtype {moves.dtype}")
+        table = moves
+    else:
+        try:
+            rows = list(cast(Iterable[Iterable[object]], moves))
+            kinds = set(map(type, chain.from_iterable(rows)))
+        except TypeError:
+            raise ValueError(f"{name} must be a sequence of rows, got {moves!r}") from None
+        if kinds - {int}:
+            raise ValueError(f"{name} must hold integers only, got {sorted(k.__name__ for k in kinds)}")
+        try:
+            table = np.array(rows, dtype=np.int64) if rows else np.empty((0, 4), dtype=np.int64)
+        except (ValueError, OverflowError) as error:
+            raise ValueError(f"{name} must be rows of four signed 64-bit integers: {error}") from None
+    if table.ndim != 2 or table.shape[1] != 4:
+        raise ValueError(f"{name} must have shape (runs, 4), got {table.shape}")
+    return table.astype(np.int64)
+
+
+def _checked_slot_moves(moves: object, slot_bits: int, n_source: int, n_target: int) -> IntArray:
+    """Slot moves as a read-only ``(runs, 4)`` int64 array sorted by first slot, checked column-wise."""
+    table = _slot_move_table(moves)
+    first, last, source, target = table.T
+    slot_max = 2**slot_bits - 1
+    row_rules = (
+        ((first < 0) | (first > slot_max), f"first_slot must be in [0, {slot_max}]"),
+        ((last < first) | (last > slot_max), f"last_slot must be in [first_slot, {slot_max}]"),
+        ((source < 0) | (source >= n_source), f"source must be in [0, {n_source - 1}]"),
+        ((target < 0) | (target >= n_target), f"target must be in [0, {n_target - 1}]"),
+        (source == target, "source and target must differ"),
+    )
+    for broken, rule in row_rules:
+        if broken.any():
+            index = int(np.argmax(broken))
+            raise ValueError(f"slot_moves[{index}] = {table[index].tolist()}: {rule}")
+    table = table[np.argsort(first, kind="stable")]
+    first, last, source, target = table.T
+    same_pair = (source[1:] == source[:-1]) & (target[1:] == target[:-1])
+    pair_rules = (
+        (first[1:] <= last[:-1], "slot ranges must not overlap"),
+        ((first[1:] == last[:-1] + 1) & same_pair, "runs must be maximal: adjacent runs need another pair"),
+    )
+    for broken, rule in pair_rules:
+        if broken.any():
+            index = int(np.argmax(broken))
+            raise ValueError(f"slot_moves: {rule}; {table[index].tolist()} and {table[index + 1].tolist()}")
+    table.flags.writeable = False
+    return table

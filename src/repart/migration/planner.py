@@ -1,0 +1,139 @@
+"""Construction of the migration plan from one partition function to another (DESIGN §6).
+
+``plan_migration(a, b, estimate)`` compares the explicit maps and the routing tables ``T'`` of ``a``
+and ``b`` and, given a frequency estimate, predicts the state that moves. The same call serves any
+pair of versions: the next build, a rollback, or two versions far apart.
+
+Predicted state is in frequency space: a key of frequency f = count/n holds β_s(f) = f**e (Gedik
+Eq. 1; e the state exponent of the resource code). The state of the untracked keys of a slot comes
+from ``repart.partitioning.tail`` (the slot's tuple count minus the counts of the explicit keys of
+both functions, spread over the slot's share of the distinct keys), converted from count space by
+dividing by n**e. Then
+
+    M(a, b) = Σ_{explicit moves} β_s(f(key)) + Σ_{moved slots} tail state of the slot      (Eq. 9)
+    m = M(a, b) / L̄_s,  L̄_s = (Σ_{d ∈ E_a ∪ E_b} β_s(f(d)) + Σ_s tail state of s) / N_b   (Eq. 10, 12)
+
+An explicit key that the estimate does not hold is predicted to hold no state.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from repart.migration.plan import ExplicitMove, MigrationPlan
+from repart.partitioning.frequency import FrequencyEstimate
+from repart.partitioning.function import PartitionFunction
+from repart.partitioning.hashing import Key, KeyType
+from repart.partitioning.resources import Resources
+from repart.partitioning.tail import untracked_slot_loads
+
+FloatArray = npt.NDArray[np.float64]
+
+DEFAULT_RESOURCES = Resources.parse("LCL")
+
+
+def plan_migration(
+    a: PartitionFunction,
+    b: PartitionFunction,
+    estimate: FrequencyEstimate | None = None,
+    resources: Resources = DEFAULT_RESOURCES,
+) -> MigrationPlan:
+    """The plan that takes the state of a region from function ``a`` to function ``b`` (DESIGN §6).
+
+    ``a`` and ``b`` must share their key type (or have no explicit keys) and their slot bits; their
+    channel counts may differ. ``estimate`` (the frequencies of the current window) gives each explicit
+    move its weight and the plan its predicted ``cost`` and ``m``; without it the weights are 0.0 and
+    the prediction is None. Only the state shape of ``resources`` matters. ValueError names the field
+    when the key types, the slot bits or the estimate's key type do not match.
+    """
+    key_type = _common_key_type(a, b)
+    if a.slot_bits != b.slot_bits:
+        raise ValueError(
+            f"slot_bits must be equal in both functions (a plan maps slot to slot), got {a.slot_bits} "
+            f"and {b.slot_bits}"
+        )
+    if estimate is not None and None not in (estimate.key_type, key_type) and estimate.key_type != key_type:
+        raise ValueError(
+            f"estimate: its keys are {estimate.key_type!r} but the functions' key_type is {key_type!r}"
+        )
+    keys = sorted(a.explicit.keys() | b.explicit.keys())
+    sources, targets = a.lookup_many(keys), b.lookup_many(keys)
+    moved = sources != targets
+    changed = a.table != b.table
+    if estimate is None:
+        weights, cost, total_state = np.zeros(len(keys)), None, None
+    else:
+        weights, tail = _predicted_state(estimate, keys, a.slot_bits, resources.load_exponents[0])
+        cost = float(weights[moved].sum() + tail[changed].sum())
+        total_state = float(weights.sum() + tail.sum())
+    rows = zip(keys, sources.tolist(), targets.tolist(), weights.tolist(), moved.tolist(), strict=True)
+    explicit_moves, pinned_keys = [], []
+    for key, source, target, weight, is_moved in rows:
+        if is_moved:
+            explicit_moves.append(ExplicitMove(key, source, target, weight))
+        else:
+            pinned_keys.append(key)
+    return MigrationPlan(
+        key_type=key_type,
+        slot_bits=a.slot_bits,
+        source_n_channels=a.n_channels,
+        target_n_channels=b.n_channels,
+        source_digest=a.digest,
+        target_digest=b.digest,
+        explicit_moves=tuple(explicit_moves),
+        pinned_keys=tuple(pinned_keys),
+        slot_moves=_slot_runs(a.table, b.table, changed),
+        cost=cost,
+        total_state=total_state,
+    )
+
+
+def _common_key_type(a: PartitionFunction, b: PartitionFunction) -> KeyType | None:
+    if None not in (a.key_type, b.key_type) and a.key_type != b.key_type:
+        raise ValueError(
+            f"key_type must be equal in both functions, got {a.key_type!r} and {b.key_type!r}; "
+            "a region uses one key type"
+        )
+    return a.key_type or b.key_type
+
+
+def _slot_runs(
+    before: npt.NDArray[np.int32], after: npt.NDArray[np.int32], changed: npt.NDArray[np.bool_]
+) -> npt.NDArray[np.int64]:
+    """Maximal runs of consecutive changed slots with one (source, target) pair: rows of
+    ``(first_slot, last_slot, source, target)`` by first slot."""
+    slots = np.flatnonzero(changed)
+    if slots.size == 0:
+        return np.empty((0, 4), dtype=np.int64)
+    sources, targets = before[slots], after[slots]
+    starts_run = np.ones(slots.size, dtype=np.bool_)
+    starts_run[1:] = (np.diff(slots) != 1) | (sources[1:] != sources[:-1]) | (targets[1:] != targets[:-1])
+    first = np.flatnonzero(starts_run)
+    last = np.append(first[1:], slots.size) - 1
+    return np.stack([slots[first], slots[last], sources[first], targets[first]], axis=1).astype(np.int64)
+
+
+def _predicted_state(
+    estimate: FrequencyEstimate, keys: list[Key], slot_bits: int, exponent: int
+) -> tuple[FloatArray, FloatArray]:
+    """β_s(f) of every explicit key (0 when not estimated) and the untracked state of every slot.
+
+    Both in frequency space: count-space loads c**e (``repart.partitioning.tail``) divided by n**e.
+    """
+    count_of = estimate.count_of()
+    known = [index for index, key in enumerate(keys) if key in count_of]
+    known_keys = tuple(keys[index] for index in known)
+    known_counts = np.array([count_of[key] for key in known_keys], dtype=np.float64)
+    scale = _frequency_scale(estimate.total, exponent)
+    weights = np.zeros(len(keys))
+    weights[known] = np.power(known_counts, exponent) * scale
+    tail = untracked_slot_loads(estimate, known_keys, known_counts, slot_bits, (exponent,))[0] * scale
+    return weights, tail
+
+
+def _frequency_scale(total: int, exponent: int) -> float:
+    """1 / n**e, which turns a count-space load c**e into β_s(c/n); 0 for e > 0 in an empty window."""
+    if exponent == 0:
+        return 1.0
+    return float(total) ** -exponent if total > 0 else 0.0
