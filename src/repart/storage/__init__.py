@@ -1,0 +1,98 @@
+"""Storage: the controller's SQL database (DESIGN §7).
+
+SQLAlchemy 2.0 typed models (``models``), Alembic migrations (``migrations``, run by ``upgrade``),
+engine setup with retried transactions (``engine``), and repository functions that take a ``Session``
+and leave committing to the caller (``run_in_transaction`` is the usual way to get one). Snapshot
+documents are parsed and ingested by ``snapshots`` (DESIGN §3); every bad input raises a ValueError
+subclass from ``errors`` naming the field and leaves the database unchanged (DESIGN §10).
+"""
+
+from repart.storage.activation import Activation, NewPlan, NewVersion, activate
+from repart.storage.engine import database_url, is_retryable, make_engine, run_in_transaction
+from repart.storage.errors import (
+    ConflictError,
+    ImmutableVersionError,
+    NotFoundError,
+    SnapshotError,
+    StorageError,
+    TransitionError,
+)
+from repart.storage.events import NewEvent, list_events, record_batch_report, record_event
+from repart.storage.leases import acquire_lease, current_lease, release_lease
+from repart.storage.plans import (
+    ExplicitMove,
+    SlotMove,
+    get_plan,
+    list_plans,
+    parse_plan_moves,
+    set_plan_status,
+)
+from repart.storage.regions import (
+    RegionConfig,
+    create_region,
+    delete_region,
+    list_regions,
+    region_by_name,
+    update_region,
+)
+from repart.storage.schema import current_revision, head_revision, upgrade
+from repart.storage.snapshots import (
+    ChannelMeasurement,
+    CounterEntry,
+    Snapshot,
+    get_snapshot,
+    ingest_snapshot,
+    latest_snapshots,
+    parse_snapshot,
+)
+from repart.storage.versions import applied_version, get_version, list_versions, version_function
+
+__all__ = [
+    "Activation",
+    "ChannelMeasurement",
+    "ConflictError",
+    "CounterEntry",
+    "ExplicitMove",
+    "ImmutableVersionError",
+    "NewEvent",
+    "NewPlan",
+    "NewVersion",
+    "NotFoundError",
+    "RegionConfig",
+    "SlotMove",
+    "Snapshot",
+    "SnapshotError",
+    "StorageError",
+    "TransitionError",
+    "acquire_lease",
+    "activate",
+    "applied_version",
+    "create_region",
+    "current_lease",
+    "current_revision",
+    "database_url",
+    "delete_region",
+    "get_plan",
+    "get_snapshot",
+    "get_version",
+    "head_revision",
+    "ingest_snapshot",
+    "is_retryable",
+    "latest_snapshots",
+    "list_events",
+    "list_plans",
+    "list_regions",
+    "list_versions",
+    "make_engine",
+    "parse_plan_moves",
+    "parse_snapshot",
+    "record_batch_report",
+    "record_event",
+    "region_by_name",
+    "release_lease",
+    "run_in_transaction",
+    "set_plan_status",
+    "update_region",
+    "upgrade",
+    "version_function",
+]

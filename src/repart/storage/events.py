@@ -1,0 +1,88 @@
+"""The audit log and batch reports (DESIGN §7, §8).
+
+An event records what the controller decided, by which rule and with which numbers: ``kind`` (e.g.
+``activate``, ``rebalance-skipped``), ``rule`` (the policy or trigger that fired), a human-readable
+``message`` and ``data``, a JSON object of the numbers behind the decision. Batch reports are what a
+Spark batch reports back (moved rows, timings, checksums), optionally tied to the plan it applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from repart.storage import models
+from repart.storage.checks import require_int
+from repart.storage.errors import NotFoundError, StorageError
+from repart.storage.jsontext import dump_object
+from repart.storage.regions import region_by_name
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event to record: ``kind`` and ``rule`` are short identifiers, ``data`` a JSON object."""
+
+    kind: str
+    rule: str
+    message: str
+    data: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        for name, limit in (("kind", 32), ("rule", 64)):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not 1 <= len(value) <= limit:
+                raise StorageError(f"event {name} must be a string of 1-{limit} characters, got {value!r}")
+        if not isinstance(self.message, str):
+            raise StorageError(f"event message must be a string, got {self.message!r}")
+        dump_object(self.data, "event data")
+
+
+def record_event(session: Session, region: str | None, event: NewEvent, *, at: datetime | None = None) -> int:
+    """Append ``event`` to the audit log (for ``region``, or the whole controller) and return its id."""
+    region_id = None if region is None else region_by_name(session, region).id
+    row = models.Event(
+        region_id=region_id,
+        kind=event.kind,
+        rule=event.rule,
+        message=event.message,
+        data_json=dump_object(event.data, "event data"),
+    )
+    if at is not None:
+        row.at = at
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def list_events(session: Session, region: str | None = None, *, limit: int = 100) -> list[models.Event]:
+    """The newest ``limit`` events (of ``region`` if given), newest first."""
+    query = select(models.Event).order_by(models.Event.id.desc()).limit(require_int(limit, "limit", 1))
+    if region is not None:
+        query = query.where(models.Event.region_id == region_by_name(session, region).id)
+    return list(session.scalars(query))
+
+
+def record_batch_report(
+    session: Session, region: str, batch: int, payload: Mapping[str, Any], *, plan_id: int | None = None
+) -> int:
+    """Store what Spark batch ``batch`` of ``region`` reported; ``plan_id`` must be a plan of the region."""
+    region_id = region_by_name(session, region).id
+    if plan_id is not None:
+        owner = session.scalar(select(models.Plan.region_id).where(models.Plan.id == plan_id))
+        if owner != region_id:
+            raise NotFoundError(f"plan {plan_id} is not a plan of region {region!r}")
+    row = models.BatchReport(
+        region_id=region_id,
+        plan_id=plan_id,
+        batch=require_int(batch, "batch"),
+        payload_json=dump_object(payload, "payload"),
+    )
+    session.add(row)
+    session.flush()
+    return row.id

@@ -1,0 +1,172 @@
+"""Regions: a keyed, stateful pipeline stage and its controller configuration (DESIGN §7, §8).
+
+``RegionConfig`` validates a configuration with the partitioning package's own checks, so a region
+that is stored can be built for; the repository functions create, read, update and delete regions by
+name. Every bad value raises a ``ValueError`` naming the field and its accepted values (DESIGN §10).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from repart.partitioning.algorithms.builder import check_algorithm
+from repart.partitioning.consistent import DEFAULT_METHOD, MAX_CHANNELS, METHODS, check_int_range
+from repart.partitioning.hashing import DEFAULT_SLOT_BITS, KeyType, check_slot_bits
+from repart.partitioning.resources import RESOURCE_CODES, check_alpha, check_sigma
+from repart.partitioning.utility import check_utility
+from repart.storage import models
+from repart.storage.errors import ConflictError, NotFoundError, StorageError
+from repart.storage.jsontext import dump_object, load_object
+
+POLICIES = ("fixed", "target-utilization")
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# Fields whose change would make stored snapshots and versions inconsistent with the region.
+_FIXED_ONCE_USED = ("key_type", "slot_bits")
+
+
+@dataclass(frozen=True)
+class RegionConfig:
+    """A region's configuration; defaults are Gedik's (resource code LCL, α = 1.2, σ = 0.1, U^APM).
+
+    ``policy`` is the channel-count policy of DESIGN §8 and ``settings`` its parameters (a JSON
+    object). ``utility`` is normalised (``apm`` → ``APM``).
+    """
+
+    key_type: KeyType
+    n_channels_initial: int
+    resources: str = "LCL"
+    alpha: float = 1.2
+    sigma: float = 0.1
+    algorithm: str = "auto"
+    utility: str = "APM"
+    policy: str = "fixed"
+    min_channels: int = 1
+    max_channels: int = MAX_CHANNELS
+    tail_aware: bool = False
+    slot_bits: int = DEFAULT_SLOT_BITS
+    consistent_method: str = DEFAULT_METHOD
+    settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if self.key_type not in ("str", "int"):
+            raise StorageError(f"key_type must be 'str' or 'int', got {self.key_type!r}")
+        if self.resources not in RESOURCE_CODES:
+            raise StorageError(
+                f"resources must be one of {', '.join(RESOURCE_CODES)}, got {self.resources!r}"
+            )
+        if check_alpha(self.alpha) == 1.0:
+            raise StorageError(
+                "alpha must be > 1 (alpha = 1 tolerates no imbalance; no function can be built)"
+            )
+        check_sigma(self.sigma)
+        check_algorithm(self.algorithm)
+        object.__setattr__(self, "utility", check_utility(self.utility))
+        if self.policy not in POLICIES:
+            raise StorageError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
+        check_int_range("min_channels", self.min_channels, 1, MAX_CHANNELS)
+        check_int_range("max_channels", self.max_channels, self.min_channels, MAX_CHANNELS)
+        check_int_range("n_channels_initial", self.n_channels_initial, self.min_channels, self.max_channels)
+        if not isinstance(self.tail_aware, bool):
+            raise StorageError(f"tail_aware must be true or false, got {self.tail_aware!r}")
+        check_slot_bits(self.slot_bits)
+        if self.consistent_method not in METHODS:
+            raise StorageError(
+                f"consistent_method must be one of {', '.join(METHODS)}, got {self.consistent_method!r}"
+            )
+        dump_object(self.settings, "settings")
+        object.__setattr__(self, "settings", MappingProxyType(dict(self.settings)))
+
+    @classmethod
+    def from_row(cls, row: models.Region) -> RegionConfig:
+        """The configuration stored in a region row."""
+        values = {f.name: getattr(row, f.name) for f in dataclasses.fields(cls) if f.name != "settings"}
+        return cls(**values, settings=load_object(row.settings_json))
+
+    def columns(self) -> dict[str, Any]:
+        """The region row's column values for this configuration."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "settings"}
+        return {**values, "settings_json": dump_object(self.settings, "settings")}
+
+
+def check_region_name(name: object) -> str:
+    """``name`` if it is 1–128 letters, digits, ``.``, ``_`` or ``-``, starting with a letter or digit."""
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise StorageError(
+            "region name must be 1-128 characters of letters, digits, '.', '_' or '-', "
+            f"starting with a letter or digit; got {name!r}"
+        )
+    return name
+
+
+def create_region(session: Session, name: str, config: RegionConfig) -> models.Region:
+    """Add a region; ConflictError if the name is taken."""
+    check_region_name(name)
+    if session.scalar(select(models.Region.id).where(models.Region.name == name)) is not None:
+        raise ConflictError(f"region {name!r} already exists")
+    row = models.Region(name=name, **config.columns())
+    try:
+        with session.begin_nested():
+            session.add(row)
+    except IntegrityError:
+        raise ConflictError(f"region {name!r} already exists (created concurrently)") from None
+    return row
+
+
+def region_by_name(session: Session, name: str) -> models.Region:
+    """The region called ``name``; NotFoundError naming the known regions if there is none."""
+    row = session.scalar(select(models.Region).where(models.Region.name == name))
+    if row is None:
+        known = session.scalars(select(models.Region.name).order_by(models.Region.name).limit(20)).all()
+        raise NotFoundError(f"unknown region {name!r}; known regions: {', '.join(known) or '(none)'}")
+    return row
+
+
+def list_regions(session: Session) -> list[models.Region]:
+    """All regions, by name."""
+    return list(session.scalars(select(models.Region).order_by(models.Region.name)))
+
+
+def update_region(session: Session, name: str, **changes: Any) -> models.Region:
+    """Change fields of a region's configuration (validated as a whole).
+
+    ``key_type`` and ``slot_bits`` cannot change once the region has snapshots or versions
+    (ConflictError): the stored keys and slot counts would no longer fit it.
+    """
+    row = region_by_name(session, name)
+    unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(RegionConfig)})
+    if unknown:
+        raise StorageError(f"unknown region field(s) {', '.join(unknown)}")
+    old = RegionConfig.from_row(row)
+    new = dataclasses.replace(old, **changes)
+    fixed = [f for f in _FIXED_ONCE_USED if getattr(new, f) != getattr(old, f)]
+    if fixed and _has_data(session, row.id):
+        raise ConflictError(
+            f"region {name!r} has snapshots or versions; {', '.join(fixed)} can no longer change"
+        )
+    for column, value in new.columns().items():
+        setattr(row, column, value)
+    session.flush()
+    return row
+
+
+def delete_region(session: Session, name: str) -> None:
+    """Delete a region with its snapshots, versions, plans, reports and lease; its events stay (with
+    no region)."""
+    row = region_by_name(session, name)
+    session.execute(delete(models.Region).where(models.Region.id == row.id))
+    session.expunge(row)
+
+
+def _has_data(session: Session, region_id: int) -> bool:
+    snapshot = select(models.Snapshot.id).where(models.Snapshot.region_id == region_id).limit(1)
+    version = select(models.Version.id).where(models.Version.region_id == region_id).limit(1)
+    return session.scalar(snapshot) is not None or session.scalar(version) is not None

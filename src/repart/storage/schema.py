@@ -1,0 +1,60 @@
+"""Schema management: Alembic configured in code, scripts located through the package (DESIGN §7).
+
+``upgrade`` brings a database to the newest revision (``repart init`` and ``repart db upgrade`` call
+it); it is idempotent. The scripts live in ``repart/storage/migrations``, found relative to this module,
+so an installed package needs no alembic.ini.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine
+
+from repart.storage.engine import make_engine
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def alembic_config(engine: Engine) -> Config:
+    """An Alembic configuration for ``engine`` with the package's migration scripts."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
+    return config
+
+
+def upgrade(engine_or_url: Engine | str | None = None) -> None:
+    """Run every pending revision up to head, all in one transaction.
+
+    ``engine_or_url`` is an engine, or a URL resolved like ``make_engine`` (``$REPART_DB``, then the
+    SQLite default); an engine created here is disposed of before returning.
+    """
+    owned = not isinstance(engine_or_url, Engine)
+    engine = make_engine(engine_or_url) if not isinstance(engine_or_url, Engine) else engine_or_url
+    try:
+        config = alembic_config(engine)
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+    finally:
+        if owned:
+            engine.dispose()
+
+
+def head_revision() -> str:
+    """The newest revision of the package's migration scripts."""
+    head = ScriptDirectory(str(MIGRATIONS)).get_current_head()
+    if head is None:
+        raise RuntimeError(f"no Alembic revisions found in {MIGRATIONS}")
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision the database is at; None for a database that was never upgraded."""
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()

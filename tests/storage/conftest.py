@@ -1,0 +1,131 @@
+"""Fixtures: every storage test runs on SQLite (a temp file) and on a real PostgreSQL 15 server.
+
+The server is started once per session from the image's ``initdb``/``pg_ctl`` (as the ``postgres``
+user, in a temp dir, on a free loopback port, without fsync) and stopped at the end, also on failure.
+Each test gets a fresh, migrated database: a copy of a template migrated once per session (a file
+copy for SQLite, ``CREATE DATABASE … TEMPLATE`` for PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+
+from repart.storage import make_engine, upgrade
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+BACKENDS = ("sqlite", "postgresql")
+_TEMPLATE = "repart_template"
+_counter = itertools.count()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _as_postgres(*args: str) -> None:
+    subprocess.run(["runuser", "-u", "postgres", "--", *args], check=True, capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """The base URL of a throwaway PostgreSQL 15 server (skips when the binaries are missing)."""
+    if not (PG_BIN / "initdb").exists():
+        pytest.skip(f"PostgreSQL 15 is not installed ({PG_BIN / 'initdb'} is missing)")
+    root = Path(tempfile.mkdtemp(prefix="repart-pg-"))
+    data, sockets = root / "data", root / "sockets"
+    sockets.mkdir()
+    shutil.chown(root, "postgres")
+    shutil.chown(sockets, "postgres")
+    port = _free_port()
+    _as_postgres(str(PG_BIN / "initdb"), "-A", "trust", "-U", "postgres", "-D", str(data))
+    options = f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
+    _as_postgres(
+        str(PG_BIN / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "start"
+    )
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}"
+    finally:
+        _as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _admin(server: str) -> Engine:
+    return create_engine(f"{server}/postgres", isolation_level="AUTOCOMMIT")
+
+
+@pytest.fixture(scope="session")
+def postgres_template(postgres_server: str) -> Iterator[str]:
+    """The server's base URL, once a migrated template database exists on it."""
+    admin = _admin(postgres_server)
+    with admin.connect() as connection:
+        connection.execute(text(f"CREATE DATABASE {_TEMPLATE}"))
+    upgrade(f"{postgres_server}/{_TEMPLATE}")
+    yield postgres_server
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated SQLite database file to copy."""
+    path = tmp_path_factory.mktemp("template") / "repart.db"
+    upgrade(f"sqlite:///{path}")
+    return path
+
+
+def _fresh_postgres(server: str, template: str | None) -> Iterator[str]:
+    name = f"repart_test_{next(_counter)}"
+    admin = _admin(server)
+    clause = f" TEMPLATE {template}" if template else ""
+    with admin.connect() as connection:
+        connection.execute(text(f"CREATE DATABASE {name}{clause}"))
+    try:
+        yield f"{server}/{name}"
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
+        admin.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The backend under test: ``sqlite`` or ``postgresql``."""
+    return str(request.param)
+
+
+@pytest.fixture
+def db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of a fresh database migrated to head."""
+    if backend == "sqlite":
+        path = tmp_path / "repart.db"
+        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+        yield f"sqlite:///{path}"
+    else:
+        yield from _fresh_postgres(request.getfixturevalue("postgres_template"), _TEMPLATE)
+
+
+@pytest.fixture
+def empty_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of a fresh, empty database (never migrated)."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+    else:
+        yield from _fresh_postgres(request.getfixturevalue("postgres_server"), None)
+
+
+@pytest.fixture
+def engine(db_url: str) -> Iterator[Engine]:
+    """An engine on a fresh migrated database, disposed of after the test."""
+    created = make_engine(db_url, busy_timeout=2.0)
+    yield created
+    created.dispose()

@@ -1,0 +1,373 @@
+"""Versions, plans and activation (DESIGN §6, §7): immutability, status transitions, atomicity."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, event
+from sqlalchemy.orm import Session
+
+from repart.partitioning.function import PartitionFunction
+from repart.storage import (
+    ConflictError,
+    ImmutableVersionError,
+    NewEvent,
+    NewPlan,
+    NewVersion,
+    NotFoundError,
+    StorageError,
+    TransitionError,
+    activate,
+    applied_version,
+    get_plan,
+    get_version,
+    list_events,
+    list_plans,
+    record_batch_report,
+    run_in_transaction,
+    set_plan_status,
+    version_function,
+)
+from repart.storage.jsontext import load_object
+from repart.storage.models import Event
+
+from .helpers import EVENT, add_region, new_plan, new_version, row_counts
+
+V1 = PartitionFunction(n_channels=4, key_type="str", explicit={"AAPL": 1, "nul\x00": 2})
+V2 = PartitionFunction(n_channels=5, key_type="str", explicit={"AAPL": 4, "nul\x00": 2, "日本": 0})
+PLAN_1_2 = new_plan(explicit=[["AAPL", 1, 4, 12.5]], slots=[[0, 99, 0, 4], [200, 200, 3, 4]])
+
+
+@pytest.fixture
+def region(engine: Engine) -> Iterator[Engine]:
+    """A region whose version 1 (V1) is applied."""
+    add_region(engine)
+    run_in_transaction(engine, lambda s: activate(s, "trades", new_version(V1, "consistent"), None, EVENT))
+    yield engine
+
+
+def _activate_v2(engine: Engine) -> Any:
+    return run_in_transaction(
+        engine, lambda s: activate(s, "trades", new_version(V2, parent=1), PLAN_1_2, EVENT)
+    )
+
+
+def _status(engine: Engine) -> tuple[dict[int, str], dict[int, str]]:
+    def read(session: Session) -> tuple[dict[int, str], dict[int, str]]:
+        from repart.storage import list_versions
+
+        versions = {v.number: v.status for v in list_versions(session, "trades")}
+        plans = {p.to_version: p.status for p in list_plans(session, "trades")}
+        return versions, plans
+
+    return run_in_transaction(engine, read)
+
+
+def test_first_version_is_applied_without_a_plan(region: Engine) -> None:
+    version = run_in_transaction(region, lambda s: applied_version(s, "trades"))
+    assert version is not None and version.number == 1 and version.status == "applied"
+    assert version_function(version) == V1
+    stored = run_in_transaction(
+        region, lambda s: [(e.key_utf8, e.channel) for e in get_version(s, "trades", 1).explicit]
+    )
+    assert stored == [(b"AAPL", 1), (b"nul\x00", 2)]
+
+
+def test_activation_writes_version_plan_moves_and_event(region: Engine) -> None:
+    result = _activate_v2(region)
+    assert result.version_number == 2 and result.plan_id is not None and result.superseded_plans == ()
+    plan = run_in_transaction(region, lambda s: get_plan(s, result.plan_id))
+    assert (plan.from_version, plan.to_version, plan.status) == (1, 2, "pending")
+    assert (plan.explicit_moves, plan.slot_moves, plan.predicted_cost, plan.predicted_m) == (1, 2, 2.5, 0.1)
+    moves = [
+        (m.kind, m.key_utf8, m.first_slot, m.last_slot, m.source, m.target, m.weight) for m in plan.moves
+    ]
+    assert moves == [
+        ("explicit", b"AAPL", None, None, 1, 4, 12.5),
+        ("slots", None, 0, 99, 0, 4, None),
+        ("slots", None, 200, 200, 3, 4, None),
+    ]
+    events = run_in_transaction(region, lambda s: list_events(s, "trades"))
+    assert [e.kind for e in events] == ["activate", "activate"]
+    assert load_object(events[0].data_json) == {
+        "b": 1.4,
+        "threshold": 1.2,
+        "activated_version": 2,
+        "plan_id": result.plan_id,
+    }
+    assert _status(region) == ({1: "applied", 2: "planned"}, {2: "pending"})
+
+
+def test_applying_a_plan_moves_the_versions_along(region: Engine) -> None:
+    plan_id = _activate_v2(region).plan_id
+    run_in_transaction(region, lambda s: set_plan_status(s, plan_id, "applying"))
+    run_in_transaction(
+        region, lambda s: set_plan_status(s, plan_id, "applied", moved_rows=10, moved_bytes=2048)
+    )
+    assert _status(region) == ({1: "superseded", 2: "applied"}, {2: "applied"})
+    plan = run_in_transaction(region, lambda s: get_plan(s, plan_id))
+    assert (plan.moved_rows, plan.moved_bytes) == (10, 2048)
+    report = run_in_transaction(
+        region, lambda s: record_batch_report(s, "trades", 7, {"rows": 10}, plan_id=plan_id)
+    )
+    assert report > 0
+
+
+def test_a_failed_plan_abandons_its_version(region: Engine) -> None:
+    plan_id = _activate_v2(region).plan_id
+    run_in_transaction(region, lambda s: set_plan_status(s, plan_id, "applying"))
+    run_in_transaction(region, lambda s: set_plan_status(s, plan_id, "failed"))
+    assert _status(region) == ({1: "applied", 2: "abandoned"}, {2: "failed"})
+
+
+def test_a_new_activation_supersedes_the_pending_plan(region: Engine) -> None:
+    first = _activate_v2(region)
+    second = _activate_v2(region)
+    assert second.superseded_plans == (first.plan_id,)
+    assert _status(region) == ({1: "applied", 2: "abandoned", 3: "planned"}, {2: "superseded", 3: "pending"})
+
+
+ILLEGAL = [
+    ([], "applied", "cannot go from 'pending' to 'applied'"),
+    ([], "failed", "cannot go from 'pending' to 'failed'"),
+    (["applying"], "superseded", "cannot go from 'applying' to 'superseded'"),
+    (["applying"], "pending", "cannot go from 'applying' to 'pending'"),
+    (["applying", "applied"], "applying", "cannot go from 'applied' to 'applying'"),
+    (["applying", "failed"], "applied", "cannot go from 'failed' to 'applied'"),
+    (["superseded"], "applying", "cannot go from 'superseded' to 'applying'"),
+]
+
+
+@pytest.mark.parametrize(("path", "status", "message"), ILLEGAL)
+def test_illegal_plan_transitions_are_refused(
+    region: Engine, path: list[str], status: str, message: str
+) -> None:
+    plan_id = _activate_v2(region).plan_id
+    for step in path:
+        run_in_transaction(region, lambda s, step=step: set_plan_status(s, plan_id, step))
+    before = _status(region)
+    with pytest.raises(TransitionError, match=message):
+        run_in_transaction(region, lambda s: set_plan_status(s, plan_id, status))
+    assert _status(region) == before
+
+
+def test_unknown_status_and_unknown_plan_are_errors(region: Engine) -> None:
+    plan_id = _activate_v2(region).plan_id
+    with pytest.raises(StorageError, match="status must be one of"):
+        run_in_transaction(region, lambda s: set_plan_status(s, plan_id, "done"))
+    with pytest.raises(NotFoundError, match="plan 999 does not exist"):
+        run_in_transaction(region, lambda s: set_plan_status(s, 999, "applying"))
+    with pytest.raises(StorageError, match="recorded when a plan is applied"):
+        run_in_transaction(region, lambda s: set_plan_status(s, plan_id, "applying", moved_rows=3))
+
+
+@pytest.mark.parametrize(
+    "field", ["digest", "function_json", "n_channels", "algorithm", "number", "report_json"]
+)
+def test_version_content_is_immutable(region: Engine, field: str) -> None:
+    def change(session: Session) -> None:
+        version = get_version(session, "trades", 1)
+        setattr(version, field, 7 if field in ("n_channels", "number") else "changed")
+        session.flush()
+
+    with pytest.raises(ImmutableVersionError, match=f"only status may change, not {field}"):
+        run_in_transaction(region, change)
+    assert run_in_transaction(region, lambda s: get_version(s, "trades", 1).digest) == V1.digest
+
+
+def test_versions_and_their_entries_cannot_be_deleted_or_edited(region: Engine) -> None:
+    def delete_version(session: Session) -> None:
+        session.delete(get_version(session, "trades", 1))
+        session.flush()
+
+    def edit_entry(session: Session) -> None:
+        get_version(session, "trades", 1).explicit[0].channel = 3
+        session.flush()
+
+    for work in (delete_version, edit_entry):
+        with pytest.raises(ImmutableVersionError):
+            run_in_transaction(region, work)
+    assert row_counts(region)["version_explicit"] == 2
+
+
+def test_status_of_a_version_may_change(region: Engine) -> None:
+    plan_id = _activate_v2(region).plan_id
+    run_in_transaction(region, lambda s: set_plan_status(s, plan_id, "superseded"))
+    assert _status(region)[0][2] == "abandoned"
+
+
+def test_activation_is_atomic_when_it_fails_midway(region: Engine) -> None:
+    def fail(*_: object) -> None:
+        raise RuntimeError("disk full")
+
+    before = row_counts(region)
+    event.listen(Event, "before_insert", fail)
+    try:
+        with pytest.raises(RuntimeError, match="disk full"):
+            _activate_v2(region)
+        with Session(region) as session:
+            # The caller swallows the error and commits: activate's SAVEPOINT still leaves nothing behind.
+            with pytest.raises(RuntimeError):
+                activate(session, "trades", new_version(V2), PLAN_1_2, EVENT)
+            session.commit()
+    finally:
+        event.remove(Event, "before_insert", fail)
+    assert row_counts(region) == before
+
+
+def test_activation_is_atomic_when_a_duplicate_version_number_collides(
+    region: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import repart.storage.activation as activation
+
+    monkeypatch.setattr(activation, "func", _MaxIsZero())
+    before = row_counts(region)
+    with pytest.raises(ConflictError, match="conflicts with a stored record"):
+        _activate_v2(region)
+    assert row_counts(region) == before
+
+
+class _MaxIsZero:
+    """Stands in for ``sqlalchemy.func`` so that activate computes version number 1 again."""
+
+    def max(self, _column: object) -> Any:
+        from sqlalchemy import literal
+
+        return literal(0)
+
+
+BAD_ACTIVATIONS: list[tuple[str, NewVersion, NewPlan | None, type[Exception], str]] = [
+    (
+        "digest",
+        NewVersion(V2.to_json(), "0" * 64, 5, "readj"),
+        PLAN_1_2,
+        StorageError,
+        "digest must be the SHA-256",
+    ),
+    (
+        "not canonical",
+        NewVersion(V2.to_json() + " ", V2.digest, 5, "readj"),
+        PLAN_1_2,
+        StorageError,
+        "canonical",
+    ),
+    (
+        "not json",
+        NewVersion("{", V2.digest, 5, "readj"),
+        PLAN_1_2,
+        StorageError,
+        "not a valid partition function",
+    ),
+    (
+        "n",
+        NewVersion(V2.to_json(), V2.digest, 6, "readj"),
+        PLAN_1_2,
+        StorageError,
+        r"n_channels must be the function's N \(5\)",
+    ),
+    ("algorithm", new_version(V2, "best"), PLAN_1_2, ValueError, "algorithm must be one of"),
+    (
+        "key type",
+        new_version(PartitionFunction(n_channels=5, explicit={1: 0})),
+        PLAN_1_2,
+        StorageError,
+        "key_type must be the region's 'str'",
+    ),
+    (
+        "too many channels",
+        new_version(PartitionFunction(n_channels=17)),
+        PLAN_1_2,
+        StorageError,
+        r"N must be in \[1, 16\]",
+    ),
+    (
+        "slot bits",
+        new_version(PartitionFunction(n_channels=5, slot_bits=12)),
+        PLAN_1_2,
+        StorageError,
+        "slot_bits must be the region's 16",
+    ),
+    ("parent", new_version(V2, parent=9), PLAN_1_2, NotFoundError, "has no version 9"),
+    ("no plan", new_version(V2), None, StorageError, "a plan is required"),
+    (
+        "plan digest",
+        new_version(V2),
+        NewPlan(PLAN_1_2.plan_json, "f" * 64),
+        StorageError,
+        "plan digest must be",
+    ),
+    (
+        "plan shape",
+        new_version(V2),
+        new_plan(explicit=[["AAPL", 1, 4]]),
+        StorageError,
+        r"plan explicit\[0\] must be a JSON array of 4",
+    ),
+    ("plan key", new_version(V2), new_plan(explicit=[[5, 1, 4, 1.0]]), StorageError, "key_type is 'str'"),
+    (
+        "plan source",
+        new_version(V2),
+        new_plan(explicit=[["A", 4, 0, 1.0]]),
+        StorageError,
+        r"source must be in \[0, 3\]",
+    ),
+    (
+        "plan target",
+        new_version(V2),
+        new_plan(slots=[[0, 1, 0, 5]]),
+        StorageError,
+        r"target must be in \[0, 4\]",
+    ),
+    ("plan self move", new_version(V2), new_plan(slots=[[0, 1, 2, 2]]), StorageError, "to itself"),
+    (
+        "plan slot order",
+        new_version(V2),
+        new_plan(slots=[[5, 1, 0, 4]]),
+        StorageError,
+        r"last slot must be in \[5, 65535\]",
+    ),
+    (
+        "plan weight",
+        new_version(V2),
+        new_plan(explicit=[["A", 1, 4, -1.0]]),
+        StorageError,
+        "weight must be in",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("version", "plan", "error", "message"),
+    [c[1:] for c in BAD_ACTIVATIONS],
+    ids=[c[0] for c in BAD_ACTIVATIONS],
+)
+def test_bad_activations_write_nothing(
+    region: Engine, version: NewVersion, plan: NewPlan | None, error: type[Exception], message: str
+) -> None:
+    before = row_counts(region)
+    with pytest.raises(error, match=message):
+        run_in_transaction(region, lambda s: activate(s, "trades", version, plan, EVENT))
+    assert row_counts(region) == before
+
+
+def test_event_data_must_be_finite_json() -> None:
+    with pytest.raises(StorageError, match="event data must be JSON-serializable"):
+        NewEvent("activate", "rule", "message", {"b": float("nan")})
+    with pytest.raises(StorageError, match="event kind must be a string of 1-32"):
+        NewEvent("", "rule", "message")
+
+
+def test_a_first_version_needs_no_plan_and_refuses_one(engine: Engine) -> None:
+    add_region(engine)
+    with pytest.raises(StorageError, match="no applied version"):
+        run_in_transaction(engine, lambda s: activate(s, "trades", new_version(V1), PLAN_1_2, EVENT))
+    assert row_counts(engine)["versions"] == 0
+
+
+def test_activation_waits_for_a_plan_being_applied(region: Engine) -> None:
+    plan_id = _activate_v2(region).plan_id
+    run_in_transaction(region, lambda s: set_plan_status(s, plan_id, "applying"))
+    with pytest.raises(ConflictError, match="is being applied"):
+        _activate_v2(region)

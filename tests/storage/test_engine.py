@@ -1,0 +1,85 @@
+"""Retried transactions (DESIGN §7): a locked SQLite database is waited out with backoff."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
+
+from repart.storage import RegionConfig, create_region, is_retryable, make_engine, run_in_transaction, upgrade
+
+
+def _locked(path: Path) -> sqlite3.Connection:
+    """A second connection holding a write transaction on the database at ``path``."""
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute(
+        "INSERT INTO events (at, kind, rule, message, data_json) VALUES ('2026-01-01', 'k', 'r', 'm', '{}')"
+    )
+    return holder
+
+
+def _create(session: Session) -> int:
+    return create_region(session, "trades", RegionConfig(key_type="str", n_channels_initial=2)).id
+
+
+def test_busy_database_is_retried_until_the_lock_is_released(tmp_path: Path) -> None:
+    path = tmp_path / "busy.db"
+    upgrade(f"sqlite:///{path}")
+    engine = make_engine(f"sqlite:///{path}", busy_timeout=0.05)
+    holder = _locked(path)
+    attempts = 0
+
+    def work(session: Session) -> int:
+        nonlocal attempts
+        attempts += 1
+        return _create(session)
+
+    release = threading.Timer(0.4, holder.commit)
+    release.start()
+    try:
+        assert run_in_transaction(engine, work, attempts=20, backoff=0.05, max_backoff=0.1) > 0
+    finally:
+        release.join()
+        holder.close()
+        engine.dispose()
+    assert attempts > 1
+
+
+def test_the_last_conflict_is_raised_when_attempts_run_out(tmp_path: Path) -> None:
+    path = tmp_path / "busy.db"
+    upgrade(f"sqlite:///{path}")
+    engine = make_engine(f"sqlite:///{path}", busy_timeout=0.01)
+    holder = _locked(path)
+    try:
+        with pytest.raises(OperationalError, match="database is locked") as raised:
+            run_in_transaction(engine, _create, attempts=3, backoff=0.01)
+        assert is_retryable(raised.value)
+    finally:
+        holder.rollback()
+        holder.close()
+        engine.dispose()
+
+
+def test_other_errors_are_not_retried(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    calls = 0
+
+    def work(_session: Session) -> None:
+        nonlocal calls
+        calls += 1
+        raise ValueError("bad input")
+
+    try:
+        with pytest.raises(ValueError, match="bad input"):
+            run_in_transaction(engine, work)
+    finally:
+        engine.dispose()
+    assert calls == 1
+    assert not is_retryable(ValueError("x"))
+    with pytest.raises(ValueError, match="attempts must be >= 1"):
+        run_in_transaction(engine, work, attempts=0)
