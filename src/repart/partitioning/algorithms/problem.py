@@ -154,13 +154,12 @@ def prepare(
     n_channels: int,
     params: BuildParams,
     table: npt.NDArray[np.int32] | None = None,
-    base_loads: FloatArray | None = None,
 ) -> Problem:
     """Build the ``Problem`` of one step from p^(t) to p^(t+1) with N^(t+1) = ``n_channels``.
 
     ``table`` is the new slot table (default: the consistent base for N^(t+1) with the previous
-    function's consistent parameters). ``base_loads`` are the untracked loads per channel (K, N) in
-    count space for tail-aware builds.
+    function's consistent parameters). The base loads (untracked load per channel) start at zero, as in
+    the paper; tail-aware builds replace them.
     """
     n = check_channels(n_channels)
     if (
@@ -191,8 +190,6 @@ def prepare(
     dropped_state = count_weights(dropped_counts, exponents[0])
     ideal = float(dropped_state.sum() + state_weights.sum()) / n
 
-    if base_loads is None:
-        base_loads = np.zeros((len(active), n), dtype=np.float64)
     problem = Problem(
         delta=delta,
         keys=keys,
@@ -202,7 +199,7 @@ def prepare(
         state_weights=state_weights,
         old_channels=old,
         hashed_channels=hashed,
-        base_loads=np.asarray(base_loads, dtype=np.float64),
+        base_loads=np.zeros((len(active), n), dtype=np.float64),
         thetas=np.full(len(active), theta(params.alpha, n)),
         n_channels=n,
         initial_migration=0.0,
