@@ -36,24 +36,25 @@ def extremes_without_pair(loads: FloatArray) -> tuple[FloatArray, FloatArray]:
 
 
 def transfer_penalties(
-    loads: FloatArray, thetas: FloatArray, source: IntArray, target: IntArray, shift: FloatArray
+    loads: FloatArray, thetas: FloatArray, source: IntArray | int, target: IntArray | int, shift: FloatArray
 ) -> FloatArray:
     """ρ (Eq. 19–20) after moving ``shift[:, c]`` from channel ``source[c]`` to ``target[c]``.
 
+    ``source`` and ``target`` are arrays with one channel per candidate, or one channel for all.
     Only the two channels change, so the new extremes are those of the other channels (top three of
     each resource) and of the two changed loads; the totals do not change.
     """
-    rows = np.arange(loads.shape[0])[:, None]
+    k = loads.shape[0]
     highest, lowest = extremes_without_pair(loads)
-    from_load = loads[rows, source[None, :]] - shift
-    to_load = loads[rows, target[None, :]] + shift
-    new_max = np.maximum(np.maximum(highest[:, source, target], from_load), to_load)
-    new_min = np.minimum(np.minimum(lowest[:, source, target], from_load), to_load)
+    from_load = loads[:, source].reshape(k, -1) - shift
+    to_load = loads[:, target].reshape(k, -1) + shift
+    new_max = np.maximum(np.maximum(highest[:, source, target].reshape(k, -1), from_load), to_load)
+    new_min = np.minimum(np.minimum(lowest[:, source, target].reshape(k, -1), from_load), to_load)
     return balance_penalty(new_max, new_min, loads.sum(axis=1)[:, None], thetas, loads.shape[1])
 
 
 def move_cost(
-    state: FloatArray, owner: npt.NDArray[np.integer[Any]], source: IntArray, target: IntArray
+    state: FloatArray, owner: npt.NDArray[np.integer[Any]], source: IntArray | int, target: IntArray | int
 ) -> FloatArray:
     """β_s·1(p^(t) = source) − β_s·1(p^(t) = target): one term pair of Eq. 22.
 

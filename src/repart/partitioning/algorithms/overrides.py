@@ -53,9 +53,23 @@ def _utility(problem: SlotRebalance, loads: FloatArray, migration: FloatArray) -
     return problem.utility(rho, migration / problem.ideal_migration)
 
 
+class _LoadedSlots:
+    """The slots that carry untracked load, per channel of the current table, in increasing order."""
+
+    def __init__(self, table: npt.NDArray[np.int32], slot_loads: FloatArray, n: int):
+        loaded = slot_loads.sum(axis=0) > 0
+        self.members = [np.flatnonzero(loaded & (table == channel)) for channel in range(n)]
+
+    def move(self, slot: int, source: int, target: int) -> None:
+        members = self.members[source]
+        self.members[source] = members[members != slot]
+        members = self.members[target]
+        self.members[target] = np.insert(members, np.searchsorted(members, slot), slot)
+
+
 def _best_move(
     problem: SlotRebalance,
-    table: npt.NDArray[np.int32],
+    slots_of: _LoadedSlots,
     loads: FloatArray,
     migration: float,
 ) -> tuple[int, int, int, FloatArray, float, float, int] | None:
@@ -65,23 +79,24 @@ def _best_move(
     channel may hold only explicit keys). Returns (slot, source, lo, load shift, cost, U', candidates).
     """
     n = loads.shape[1]
-    spreads = [
-        float(balance_penalty_k(row.max(), row.min(), row.sum(), float(theta), n))
-        for row, theta in zip(loads, problem.thetas, strict=True)
-    ]
-    k = int(np.argmax(spreads))
+    k = int(
+        np.argmax(
+            balance_penalty_k(loads.max(axis=1), loads.min(axis=1), loads.sum(axis=1), 1.0, n)
+            / problem.thetas
+        )
+    )
     row, mass = loads[k], problem.slot_loads[k]
     lo = int(row.argmin())
     for hi in np.argsort(-row, kind="stable")[:-1].tolist():
-        slots = np.flatnonzero((table == hi) & (mass > 0) & (mass < row[hi] - row[lo]))
+        slots = slots_of.members[hi]
+        slots = slots[(mass[slots] > 0) & (mass[slots] < row[hi] - row[lo])]
         if slots.size:
             break
     else:
         return None
     shift = problem.slot_loads[:, slots]  # (K, c)
-    source, target = np.full(slots.size, hi), np.full(slots.size, lo)
-    rho = transfer_penalties(loads, problem.thetas, source, target, shift)
-    cost = move_cost(problem.slot_state[slots], problem.previous_table[slots], source, target)
+    rho = transfer_penalties(loads, problem.thetas, hi, lo, shift)
+    cost = move_cost(problem.slot_state[slots], problem.previous_table[slots], hi, lo)
     utility = problem.utility(rho, (migration + cost) / problem.ideal_migration)
     chosen = int(np.argmin(utility))
     return (
@@ -110,13 +125,15 @@ def rebalance_slots(
     best_migration, best_moves = migration, 0
     history: list[tuple[int, int]] = []  # (slot, channel it left)
     evaluations = 0
+    slots_of = _LoadedSlots(table, problem.slot_loads, n)
     while len(history) < max_moves and len(history) - best_moves < patience and n > 1:
-        step = _best_move(problem, table, loads, migration)
+        step = _best_move(problem, slots_of, loads, migration)
         if step is None:
             break
         slot, hi, lo, shift, cost, utility, considered = step
         evaluations += considered
         table[slot] = lo
+        slots_of.move(slot, hi, lo)
         loads[:, hi] -= shift
         loads[:, lo] += shift
         migration += cost
