@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 from typing import Any
 
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
+from repart.migration import MigrationPlan, plan_migration
+from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.function import PartitionFunction
-from repart.storage import NewEvent, NewPlan, NewVersion, RegionConfig, create_region, run_in_transaction
+from repart.storage import (
+    NewEvent,
+    NewVersion,
+    RegionConfig,
+    create_region,
+    parse_snapshot,
+    run_in_transaction,
+)
 from repart.storage.models import Base
 
 BASE_DOCUMENT: dict[str, Any] = {
@@ -66,14 +73,14 @@ def new_version(
     )
 
 
-def new_plan(explicit: list[list[Any]] | None = None, slots: list[list[int]] | None = None) -> NewPlan:
-    """A ``NewPlan`` with these moves and its SHA-256 digest."""
-    text = json.dumps(
-        {"explicit": explicit or [], "slots": slots or [], "format": 1}, sort_keys=True, separators=(",", ":")
-    )
-    return NewPlan(
-        plan_json=text, digest=hashlib.sha256(text.encode()).hexdigest(), predicted_cost=2.5, predicted_m=0.1
-    )
+def estimate(**changes: Any) -> FrequencyEstimate:
+    """The frequency estimate of the snapshot ``document(**changes)``."""
+    return parse_snapshot(document(**changes)).to_estimate()
+
+
+def new_plan(a: PartitionFunction, b: PartitionFunction) -> MigrationPlan:
+    """The migration plan from ``a`` to ``b`` under the estimate of the base snapshot document."""
+    return plan_migration(a, b, estimate())
 
 
 EVENT = NewEvent(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -9,12 +11,12 @@ import pytest
 from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session
 
+from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning.function import PartitionFunction
 from repart.storage import (
     ConflictError,
     ImmutableVersionError,
     NewEvent,
-    NewPlan,
     NewVersion,
     NotFoundError,
     StorageError,
@@ -31,13 +33,42 @@ from repart.storage import (
     version_function,
 )
 from repart.storage.jsontext import load_object
+from repart.storage.keys import key_columns
 from repart.storage.models import Event
 
 from .helpers import EVENT, add_region, new_plan, new_version, row_counts
 
 V1 = PartitionFunction(n_channels=4, key_type="str", explicit={"AAPL": 1, "nul\x00": 2})
 V2 = PartitionFunction(n_channels=5, key_type="str", explicit={"AAPL": 4, "nul\x00": 2, "日本": 0})
-PLAN_1_2 = new_plan(explicit=[["AAPL", 1, 4, 12.5]], slots=[[0, 99, 0, 4], [200, 200, 3, 4]])
+PLAN_1_2 = new_plan(V1, V2)
+
+
+def plan_json(**changes: Any) -> str:
+    """The JSON text of PLAN_1_2 with top-level fields replaced by ``changes``."""
+    return json.dumps(json.loads(PLAN_1_2.to_json()) | changes)
+
+
+def stored_moves(plan: MigrationPlan) -> list[tuple[Any, ...]]:
+    """The ``plan_moves`` rows that ``plan`` is stored as, in ``stored`` below's form."""
+    explicit = [
+        ("explicit", key_columns(m.key)["key_utf8"], None, None, m.source, m.target, m.weight)
+        for m in plan.explicit_moves
+    ]
+    slots = [("slots", None, *row, None) for row in plan.slot_moves.tolist()]
+    return explicit + slots
+
+
+def stored(engine: Engine, plan_id: int) -> tuple[Any, list[tuple[Any, ...]]]:
+    """Plan ``plan_id`` and its moves as tuples."""
+
+    def read(session: Session) -> tuple[Any, list[tuple[Any, ...]]]:
+        plan = get_plan(session, plan_id)
+        moves = [
+            (m.kind, m.key_utf8, m.first_slot, m.last_slot, m.source, m.target, m.weight) for m in plan.moves
+        ]
+        return plan, moves
+
+    return run_in_transaction(engine, read)
 
 
 @pytest.fixture
@@ -78,17 +109,21 @@ def test_first_version_is_applied_without_a_plan(region: Engine) -> None:
 def test_activation_writes_version_plan_moves_and_event(region: Engine) -> None:
     result = _activate_v2(region)
     assert result.version_number == 2 and result.plan_id is not None and result.superseded_plans == ()
-    plan = run_in_transaction(region, lambda s: get_plan(s, result.plan_id))
+    plan, moves = stored(region, result.plan_id)
     assert (plan.from_version, plan.to_version, plan.status) == (1, 2, "pending")
-    assert (plan.explicit_moves, plan.slot_moves, plan.predicted_cost, plan.predicted_m) == (1, 2, 2.5, 0.1)
-    moves = [
-        (m.kind, m.key_utf8, m.first_slot, m.last_slot, m.source, m.target, m.weight) for m in plan.moves
+    assert (plan.plan_json, plan.digest) == (PLAN_1_2.to_json(), PLAN_1_2.digest)
+    assert MigrationPlan.from_json(plan.plan_json) == PLAN_1_2
+    counts = (len(PLAN_1_2.explicit_moves), len(PLAN_1_2.slot_moves), PLAN_1_2.cost, PLAN_1_2.m)
+    assert (plan.explicit_moves, plan.slot_moves, plan.predicted_cost, plan.predicted_m) == counts
+    # AAPL (40 of the snapshot's 100 tuples, state β_s(f) = f) moves from 1 to 4; 日本 (not counted)
+    # from its slot's channel to 0; 'nul\x00' keeps channel 2 and is pinned; N 4 → 5 moves slots to 4.
+    assert moves[:2] == [
+        ("explicit", b"AAPL", None, None, 1, 4, pytest.approx(0.4)),
+        ("explicit", "日本".encode(), None, None, 3, 0, 0.0),
     ]
-    assert moves == [
-        ("explicit", b"AAPL", None, None, 1, 4, 12.5),
-        ("slots", None, 0, 99, 0, 4, None),
-        ("slots", None, 200, 200, 3, 4, None),
-    ]
+    assert PLAN_1_2.pinned_keys == ("nul\x00",) and counts[:2] == (2, len(moves) - 2) and counts[1] > 1000
+    assert moves == stored_moves(PLAN_1_2)
+    assert {move[5] for move in moves[2:]} == {4}
     events = run_in_transaction(region, lambda s: list_events(s, "trades"))
     assert [e.kind for e in events] == ["activate", "activate"]
     assert load_object(events[0].data_json) == {
@@ -98,6 +133,22 @@ def test_activation_writes_version_plan_moves_and_event(region: Engine) -> None:
         "plan_id": result.plan_id,
     }
     assert _status(region) == ({1: "applied", 2: "planned"}, {2: "pending"})
+
+
+def test_a_plan_may_be_given_as_json_text_and_without_an_estimate(region: Engine) -> None:
+    plan = plan_migration(V1, V2)
+    result = run_in_transaction(
+        region, lambda s: activate(s, "trades", new_version(V2, parent=1), plan.to_json(), EVENT)
+    )
+    assert result.plan_id is not None
+    row, moves = stored(region, result.plan_id)
+    assert (row.plan_json, row.digest, row.predicted_cost, row.predicted_m) == (
+        plan.to_json(),
+        plan.digest,
+        None,
+        None,
+    )
+    assert moves == stored_moves(plan) and moves[0][-1] == 0.0
 
 
 def test_applying_a_plan_moves_the_versions_along(region: Engine) -> None:
@@ -238,7 +289,12 @@ class _MaxIsZero:
         return literal(0)
 
 
-BAD_ACTIVATIONS: list[tuple[str, NewVersion, NewPlan | None, type[Exception], str]] = [
+OTHER_V1 = PartitionFunction(n_channels=4, key_type="str", explicit={"AAPL": 0})
+OTHER_V2 = PartitionFunction(n_channels=5, key_type="str", explicit={"AAPL": 3})
+NO_MOVES = {"key_type": "str", "slot_bits": 16, "source_n_channels": 4, "target_n_channels": 5}
+
+# The plan column holds anything a caller might pass: a plan, its JSON text, None or the wrong type.
+BAD_ACTIVATIONS: list[tuple[str, NewVersion, Any, type[Exception], str]] = [
     (
         "digest",
         NewVersion(V2.to_json(), "0" * 64, 5, "readj"),
@@ -292,48 +348,110 @@ BAD_ACTIVATIONS: list[tuple[str, NewVersion, NewPlan | None, type[Exception], st
     ("parent", new_version(V2, parent=9), PLAN_1_2, NotFoundError, "has no version 9"),
     ("no plan", new_version(V2), None, StorageError, "a plan is required"),
     (
-        "plan digest",
+        "plan source digest",
         new_version(V2),
-        NewPlan(PLAN_1_2.plan_json, "f" * 64),
+        new_plan(OTHER_V1, V2),
         StorageError,
-        "plan digest must be",
+        f"plan source_digest must be '{V1.digest}' \\(the digest of the applied version 1",
+    ),
+    (
+        "plan target digest",
+        new_version(V2),
+        new_plan(V1, OTHER_V2),
+        StorageError,
+        f"plan target_digest must be '{V2.digest}' \\(the digest of the new version",
+    ),
+    (
+        "plan backwards",
+        new_version(V2),
+        new_plan(V2, V1),
+        StorageError,
+        r"plan source_n_channels must be 4 \(N of the applied version 1",
+    ),
+    (
+        "plan target channels",
+        new_version(V2),
+        dataclasses.replace(PLAN_1_2, target_n_channels=6),
+        StorageError,
+        r"plan target_n_channels must be 5 \(N of the new version",
+    ),
+    (
+        "plan key_type",
+        new_version(V2),
+        MigrationPlan(**NO_MOVES | {"key_type": "int"}, source_digest=V1.digest, target_digest=V2.digest),
+        StorageError,
+        "plan key_type must be 'str' \\(the region's key type, or None",
+    ),
+    (
+        "plan slot_bits",
+        new_version(V2),
+        MigrationPlan(**NO_MOVES | {"slot_bits": 12}, source_digest=V1.digest, target_digest=V2.digest),
+        StorageError,
+        r"plan slot_bits must be 16 \(the region's slot bits",
+    ),
+    (
+        "plan type",
+        new_version(V2),
+        42,
+        StorageError,
+        "plan must be a MigrationPlan or its JSON text, got int",
+    ),
+    ("plan not json", new_version(V2), "{", StorageError, "plan_json is not a valid migration plan"),
+    (
+        "plan fields",
+        new_version(V2),
+        plan_json(explicit=[]),
+        StorageError,
+        r"unknown field\(s\) \['explicit'\] in the plan",
     ),
     (
         "plan shape",
         new_version(V2),
-        new_plan(explicit=[["AAPL", 1, 4]]),
+        plan_json(explicit_moves=[["AAPL", 1, 4]]),
         StorageError,
-        r"plan explicit\[0\] must be a JSON array of 4",
+        r"explicit_moves\[0\] must be a \[key, source, target, weight\] row",
     ),
-    ("plan key", new_version(V2), new_plan(explicit=[[5, 1, 4, 1.0]]), StorageError, "key_type is 'str'"),
+    (
+        "plan key",
+        new_version(V2),
+        plan_json(explicit_moves=[[5, 1, 4, 1.0]]),
+        StorageError,
+        "key_type: keys mix types",
+    ),
     (
         "plan source",
         new_version(V2),
-        new_plan(explicit=[["A", 4, 0, 1.0]]),
+        plan_json(explicit_moves=[["AAPL", 4, 0, 1.0]]),
         StorageError,
-        r"source must be in \[0, 3\]",
+        r"explicit_moves\[0\]: source must be in \[0, 3\]",
     ),
     (
         "plan target",
         new_version(V2),
-        new_plan(slots=[[0, 1, 0, 5]]),
+        plan_json(slot_moves=[[0, 1, 0, 5]]),
         StorageError,
-        r"target must be in \[0, 4\]",
+        r"slot_moves\[0\] = \[0, 1, 0, 5\]: target must be in \[0, 4\]",
     ),
-    ("plan self move", new_version(V2), new_plan(slots=[[0, 1, 2, 2]]), StorageError, "to itself"),
+    (
+        "plan self move",
+        new_version(V2),
+        plan_json(slot_moves=[[0, 1, 2, 2]]),
+        StorageError,
+        "source and target must differ",
+    ),
     (
         "plan slot order",
         new_version(V2),
-        new_plan(slots=[[5, 1, 0, 4]]),
+        plan_json(slot_moves=[[5, 1, 0, 4]]),
         StorageError,
-        r"last slot must be in \[5, 65535\]",
+        r"last_slot must be in \[first_slot, 65535\]",
     ),
     (
         "plan weight",
         new_version(V2),
-        new_plan(explicit=[["A", 1, 4, -1.0]]),
+        plan_json(explicit_moves=[["AAPL", 1, 4, -1.0]]),
         StorageError,
-        "weight must be in",
+        r"explicit_moves\[0\]: weight must be in \[0.0, inf\)",
     ),
 ]
 
@@ -344,7 +462,11 @@ BAD_ACTIVATIONS: list[tuple[str, NewVersion, NewPlan | None, type[Exception], st
     ids=[c[0] for c in BAD_ACTIVATIONS],
 )
 def test_bad_activations_write_nothing(
-    region: Engine, version: NewVersion, plan: NewPlan | None, error: type[Exception], message: str
+    region: Engine,
+    version: NewVersion,
+    plan: Any,
+    error: type[Exception],
+    message: str,
 ) -> None:
     before = row_counts(region)
     with pytest.raises(error, match=message):

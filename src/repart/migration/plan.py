@@ -26,23 +26,33 @@ stored form; ``digest`` is the SHA-256 of its bytes, so storage can store and co
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from itertools import chain
 from operator import attrgetter
-from typing import Any, NamedTuple, cast, get_args
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from repart.partitioning.consistent import MAX_CHANNELS, check_int_range
-from repart.partitioning.hashing import Key, KeyType, check_slot_bits, common_key_type, key_type_of
+from repart.partitioning.consistent import MAX_CHANNELS
+from repart.partitioning.documents import (
+    canonical_json,
+    parse_json,
+    require_format,
+    require_int,
+    require_key,
+    require_key_type,
+    require_number,
+    require_object,
+    require_one_key_type,
+    require_row,
+    sha256_hex,
+)
+from repart.partitioning.hashing import Key, KeyType, check_slot_bits, key_type_of
 
 IntArray = npt.NDArray[np.int64]
 
@@ -89,8 +99,8 @@ class MigrationPlan:
 
     def __post_init__(self) -> None:
         bits = check_slot_bits(self.slot_bits)
-        n_source = check_int_range("source_n_channels", self.source_n_channels, 1, MAX_CHANNELS)
-        n_target = check_int_range("target_n_channels", self.target_n_channels, 1, MAX_CHANNELS)
+        n_source = require_int(self.source_n_channels, "source_n_channels", 1, MAX_CHANNELS)
+        n_target = require_int(self.target_n_channels, "target_n_channels", 1, MAX_CHANNELS)
         moves = _checked_explicit_moves(self.explicit_moves, n_source, n_target)
         pinned = _checked_keys(self.pinned_keys, "pinned_keys")
         moved_and_pinned = {move.key for move in moves}.intersection(pinned)
@@ -98,7 +108,12 @@ class MigrationPlan:
             raise ValueError(
                 f"pinned_keys must not contain moved keys; {sorted(moved_and_pinned)!r} are in both"
             )
-        key_type = _checked_key_type(self.key_type, chain(map(attrgetter("key"), moves), pinned))
+        key_type = require_key_type(
+            self.key_type,
+            found=require_one_key_type(chain(map(attrgetter("key"), moves), pinned), "key_type"),
+            found_in="the plan's keys",
+            allow_none=True,
+        )
         cost, total = _checked_prediction(self.cost, self.total_state)
         object.__setattr__(self, "key_type", key_type)
         object.__setattr__(self, "slot_bits", bits)
@@ -172,8 +187,8 @@ class MigrationPlan:
         kind = key_type_of(key)
         if self.key_type is not None and kind != self.key_type:
             raise ValueError(f"key: this plan moves {self.key_type!r} keys, got a {kind!r} key {key!r}")
-        check_int_range("slot", slot, 0, 2**self.slot_bits - 1)
-        check_int_range("current_channel", current_channel, 0, self.source_n_channels - 1)
+        require_int(slot, "slot", 0, 2**self.slot_bits - 1)
+        require_int(current_channel, "current_channel", 0, self.source_n_channels - 1)
         target = self._explicit_targets.get(key)
         if target is not None:
             return target
@@ -212,26 +227,14 @@ class MigrationPlan:
     @cached_property
     def digest(self) -> str:
         """SHA-256 (hex) of the canonical JSON's UTF-8 bytes."""
-        return hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
+        return sha256_hex(self.to_json())
 
     @classmethod
     def from_json(cls, text: str) -> MigrationPlan:
         """Parse and validate a serialized plan; ValueError naming the offending field."""
-        document = json.loads(text, object_pairs_hook=_unique_fields)
-        if not isinstance(document, dict):
-            raise ValueError(f"a plan must be a JSON object, got {document!r}")
-        expected = {"format", *(f.name for f in fields(cls))}
-        unknown, missing = sorted(document.keys() - expected), sorted(expected - document.keys())
-        if unknown or missing:
-            raise ValueError(
-                f"plan fields: unknown {unknown}, missing {missing}; accepted fields: {sorted(expected)}"
-            )
-        version = document.pop("format")
-        if type(version) is not int or version != FORMAT_VERSION:
-            raise ValueError(
-                f"format must be {FORMAT_VERSION} (accepted format versions: {FORMAT_VERSION}), "
-                f"got {version!r}"
-            )
+        expected = ("format", *(f.name for f in fields(cls)))
+        document = require_object(parse_json(text), "the plan", expected)
+        require_format(document.pop("format"), FORMAT_VERSION)
         return cls(**document)
 
     @cached_property
@@ -239,9 +242,7 @@ class MigrationPlan:
         document: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         document["slot_moves"] = self.slot_moves.tolist()
         document["format"] = FORMAT_VERSION
-        return json.dumps(
-            document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
+        return canonical_json(document)
 
     @property
     def _scalar_fields(self) -> tuple[Any, ...]:
@@ -265,35 +266,9 @@ def _channels(explicit: list[int], slots: IntArray) -> tuple[int, ...]:
     return tuple(sorted(set(explicit).union(np.unique(slots).tolist())))
 
 
-def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``json.loads`` hook: a repeated field name is an error, not a silent overwrite."""
-    document: dict[str, Any] = {}
-    for name, value in pairs:
-        if name in document:
-            raise ValueError(f"duplicate field {name!r} in a JSON object")
-        document[name] = value
-    return document
-
-
-def _checked_key(key: object, name: str) -> Key:
-    """A str with a UTF-8 encoding or a signed 64-bit int, as a plain str or int."""
-    try:
-        kind = key_type_of(key)
-    except ValueError as error:
-        raise ValueError(f"{name}: {error}") from None
-    if kind == "int":
-        return int(cast(int, key))
-    text = str(key)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"{name}: key {text!r} has a lone surrogate and no UTF-8 encoding") from None
-    return text
-
-
 def _checked_keys(keys: Iterable[object], name: str) -> tuple[Key, ...]:
     """Distinct keys of one type, sorted."""
-    checked = [_checked_key(key, f"{name}[{index}]") for index, key in enumerate(keys)]
+    checked = [require_key(key, f"{name}[{index}]") for index, key in enumerate(keys)]
     _check_distinct(checked, name)
     return tuple(sorted(checked))
 
@@ -305,39 +280,13 @@ def _check_distinct(keys: Iterable[Key], name: str) -> None:
         if key in seen:
             raise ValueError(f"{name}: key {key!r} appears more than once")
         seen.add(key)
-    try:
-        common_key_type(seen)
-    except ValueError as error:
-        raise ValueError(f"{name}: {error}") from None
-
-
-def _checked_key_type(declared: object, keys: Iterable[Key]) -> KeyType | None:
-    """The declared key type, or the one of the keys when None; they must agree."""
-    if declared is not None and declared not in get_args(KeyType):
-        raise ValueError(f"key_type must be one of 'str', 'int' or None, got {declared!r}")
-    try:
-        found = common_key_type(keys)
-    except ValueError as error:
-        raise ValueError(f"key_type: {error}") from None
-    if declared is not None and found is not None and declared != found:
-        raise ValueError(f"key_type is {declared!r} but the plan's keys are {found!r}")
-    return cast(KeyType | None, declared) or found
+    require_one_key_type(seen, name)
 
 
 def _checked_digest(digest: object, name: str) -> str:
     if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
         raise ValueError(f"{name} must be a SHA-256 digest (64 lowercase hex digits), got {digest!r}")
     return digest
-
-
-def _checked_number(value: object, name: str) -> float:
-    """A finite number >= 0 as a float."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    number = float(value)
-    if not math.isfinite(number) or number < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return number
 
 
 def _checked_prediction(cost: object, total_state: object) -> tuple[float | None, float | None]:
@@ -349,13 +298,7 @@ def _checked_prediction(cost: object, total_state: object) -> tuple[float | None
             f"cost and total_state must both be numbers or both be None, got cost={cost!r}, "
             f"total_state={total_state!r}"
         )
-    return _checked_number(cost, "cost"), _checked_number(total_state, "total_state")
-
-
-def _as_row(row: object, name: str, columns: tuple[str, ...]) -> Sequence[Any]:
-    if not isinstance(row, Sequence) or isinstance(row, str) or len(row) != len(columns):
-        raise ValueError(f"{name} must be a [{', '.join(columns)}] list, got {row!r}")
-    return row
+    return require_number(cost, "cost"), require_number(total_state, "total_state")
 
 
 def _checked_explicit_moves(
@@ -364,12 +307,12 @@ def _checked_explicit_moves(
     checked = []
     for index, row in enumerate(moves):
         name = f"explicit_moves[{index}]"
-        key, source, target, weight = _as_row(row, name, ExplicitMove._fields)
+        key, source, target, weight = require_row(row, name, ExplicitMove._fields)
         move = ExplicitMove(
-            _checked_key(key, name),
-            check_int_range(f"{name}: source", source, 0, n_source - 1),
-            check_int_range(f"{name}: target", target, 0, n_target - 1),
-            _checked_number(weight, f"{name}: weight"),
+            require_key(key, name),
+            require_int(source, f"{name}: source", 0, n_source - 1),
+            require_int(target, f"{name}: target", 0, n_target - 1),
+            require_number(weight, f"{name}: weight"),
         )
         if move.source == move.target:
             raise ValueError(f"{name}: source and target must differ, both are {move.source}")

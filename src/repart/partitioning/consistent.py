@@ -62,6 +62,7 @@ import mmh3
 import numpy as np
 import numpy.typing as npt
 
+from repart.partitioning.documents import require_int
 from repart.partitioning.hashing import check_slot_bits
 
 ConsistentMethod = Literal["ring", "jump", "mod"]
@@ -80,18 +81,9 @@ _MIX_2 = np.uint64(0x94D049BB133111EB)
 _JUMP_LCG = np.uint64(2862933555777941757)
 
 
-def check_int_range(name: str, value: object, low: int, high: int) -> int:
-    """``value`` as an int if it is an integer (not a bool) in [low, high]; else ValueError naming it."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
-    if not low <= value <= high:
-        raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
-    return int(value)
-
-
 def check_n_channels(n_channels: object) -> int:
     """The channel count as an int in [1, MAX_CHANNELS]; ValueError naming ``n_channels`` otherwise."""
-    return check_int_range("n_channels", n_channels, 1, MAX_CHANNELS)
+    return require_int(n_channels, "n_channels", 1, MAX_CHANNELS)
 
 
 @dataclass(frozen=True)
@@ -110,8 +102,8 @@ class ConsistentSpec:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, got {self.method!r}")
-        object.__setattr__(self, "replicas", check_int_range("replicas", self.replicas, 1, MAX_REPLICAS))
-        object.__setattr__(self, "seed", check_int_range("seed", self.seed, 0, MAX_SEED))
+        object.__setattr__(self, "replicas", require_int(self.replicas, "replicas", 1, MAX_REPLICAS))
+        object.__setattr__(self, "seed", require_int(self.seed, "seed", 0, MAX_SEED))
 
 
 @functools.lru_cache(maxsize=32, typed=True)

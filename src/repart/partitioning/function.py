@@ -14,24 +14,30 @@ every key identically. The base slot table is derived from ``(N, consistent, slo
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import repeat
 from types import MappingProxyType
-from typing import Any, cast, get_args
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from repart.partitioning.consistent import (
-    MAX_CHANNELS,
-    ConsistentSpec,
-    check_int_range,
-    check_n_channels,
-    slot_table,
+from repart.partitioning.consistent import MAX_CHANNELS, ConsistentSpec, check_n_channels, slot_table
+from repart.partitioning.documents import (
+    canonical_json,
+    parse_json,
+    require_equal,
+    require_format,
+    require_int,
+    require_key,
+    require_key_type,
+    require_list,
+    require_object,
+    require_one_key_type,
+    require_row,
+    sha256_hex,
 )
 from repart.partitioning.hashing import (
     DEFAULT_SLOT_BITS,
@@ -84,7 +90,9 @@ class PartitionFunction:
         if not isinstance(self.consistent, ConsistentSpec):
             raise ValueError(f"consistent must be a ConsistentSpec, got {self.consistent!r}")
         explicit, inferred = _checked_explicit(self.explicit, n)
-        key_type = _checked_key_type(self.key_type, inferred)
+        key_type = require_key_type(
+            self.key_type, found=inferred, found_in="the explicit keys", allow_none=True
+        )
         overrides = _checked_overrides(self.slot_overrides, n, bits)
         object.__setattr__(self, "n_channels", n)
         object.__setattr__(self, "slot_bits", bits)
@@ -150,28 +158,19 @@ class PartitionFunction:
     @cached_property
     def digest(self) -> str:
         """SHA-256 (hex) of the canonical JSON's UTF-8 bytes."""
-        return hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
+        return sha256_hex(self.to_json())
 
     @classmethod
     def from_json(cls, text: str) -> PartitionFunction:
         """Parse and validate a serialized function; ValueError naming the offending field."""
-        document = _json_object(json.loads(text, object_pairs_hook=_unique_fields), "the document")
-        _check_fields(document, _DOCUMENT_FIELDS, "the document")
-        version = document["format"]
-        if not _is_int(version, FORMAT_VERSION):
-            raise ValueError(
-                f"format must be {FORMAT_VERSION} (accepted format versions: 1), got {version!r}"
-            )
-        hash_spec = _json_object(document["hash"], "hash")
-        _check_fields(hash_spec, _HASH_FIELDS, "hash")
-        if hash_spec["algorithm"] != HASH_ALGORITHM:
-            raise ValueError(f"hash.algorithm must be {HASH_ALGORITHM!r}, got {hash_spec['algorithm']!r}")
-        if not _is_int(hash_spec["seed"], HASH_SEED):
-            raise ValueError(f"hash.seed must be {HASH_SEED}, got {hash_spec['seed']!r}")
-        consistent = _json_object(document["consistent"], "consistent")
-        _check_fields(consistent, _CONSISTENT_FIELDS, "consistent")
+        document = require_object(parse_json(text), "the document", _DOCUMENT_FIELDS)
+        require_format(document["format"], FORMAT_VERSION)
+        hash_spec = require_object(document["hash"], "hash", _HASH_FIELDS)
+        require_equal(hash_spec["algorithm"], HASH_ALGORITHM, "hash.algorithm")
+        require_equal(hash_spec["seed"], HASH_SEED, "hash.seed")
+        consistent = require_object(document["consistent"], "consistent", _CONSISTENT_FIELDS)
         return cls(
-            n_channels=check_int_range("N", document["N"], 1, MAX_CHANNELS),
+            n_channels=require_int(document["N"], "N", 1, MAX_CHANNELS),
             key_type=document["key_type"],
             slot_bits=hash_spec["slot_bits"],
             consistent=ConsistentSpec(**consistent),
@@ -194,7 +193,7 @@ class PartitionFunction:
             "explicit": sorted(map(list, self.explicit.items())),
             "key_type": self.key_type,
         }
-        return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return canonical_json(document)
 
     @cached_property
     def _explicit_slot_mask(self) -> npt.NDArray[np.bool_]:
@@ -295,39 +294,11 @@ def _int64_keys(keys: npt.NDArray[np.generic]) -> npt.NDArray[np.int64]:
 
 def _checked_explicit(explicit: Mapping[Key, int], n: int) -> tuple[dict[Key, int], KeyType | None]:
     """The explicit map with plain str/int keys and int channels in [0, n), and its key type."""
-    try:
-        key_type = common_key_type(explicit)
-    except ValueError as error:
-        raise ValueError(f"explicit: {error}") from None
     checked: dict[Key, int] = {}
     for key, channel in explicit.items():
-        if isinstance(key, str):
-            if not _is_utf8_text(key):
-                raise ValueError(f"explicit: key {key!r} has a lone surrogate and no UTF-8 encoding")
-            plain: Key = str(key)
-        else:
-            plain = int(key)
-        checked[plain] = check_int_range(f"explicit: channel of key {plain!r}", channel, 0, n - 1)
-    return checked, key_type
-
-
-def _is_utf8_text(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _checked_key_type(declared: object, inferred: KeyType | None) -> KeyType | None:
-    """The declared key type, or the one inferred from the explicit keys; they must agree."""
-    if declared is None:
-        return inferred
-    if declared not in get_args(KeyType):
-        raise ValueError(f"key_type must be one of 'str', 'int' or None, got {declared!r}")
-    if inferred is not None and declared != inferred:
-        raise ValueError(f"key_type is {declared!r} but the explicit keys are {inferred!r}")
-    return cast(KeyType, declared)
+        plain = require_key(key, "explicit")
+        checked[plain] = require_int(channel, f"explicit: channel of key {plain!r}", 0, n - 1)
+    return checked, require_one_key_type(checked, "explicit")
 
 
 def _checked_overrides(overrides: Mapping[int, int], n: int, slot_bits: int) -> dict[int, int]:
@@ -335,50 +306,19 @@ def _checked_overrides(overrides: Mapping[int, int], n: int, slot_bits: int) -> 
     last_slot = 2**slot_bits - 1
     checked: dict[int, int] = {}
     for slot, channel in overrides.items():
-        plain = check_int_range("slot_overrides: slot", slot, 0, last_slot)
-        checked[plain] = check_int_range(f"slot_overrides: channel of slot {plain}", channel, 0, n - 1)
+        plain = require_int(slot, "slot_overrides: slot", 0, last_slot)
+        checked[plain] = require_int(channel, f"slot_overrides: channel of slot {plain}", 0, n - 1)
     return checked
-
-
-def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``json.loads`` hook: an object with a repeated field name is an error, not a silent overwrite."""
-    document: dict[str, Any] = {}
-    for name, value in pairs:
-        if name in document:
-            raise ValueError(f"duplicate field {name!r} in a JSON object")
-        document[name] = value
-    return document
-
-
-def _is_int(value: object, expected: int) -> bool:
-    """True when ``value`` is the JSON integer ``expected`` (not a float or a bool equal to it)."""
-    return type(value) is int and value == expected
-
-
-def _json_object(value: object, name: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ValueError(f"{name} must be a JSON object, got {value!r}")
-    return value
-
-
-def _check_fields(document: dict[str, Any], expected: tuple[str, ...], name: str) -> None:
-    unknown = sorted(set(document) - set(expected))
-    missing = sorted(set(expected) - set(document))
-    if unknown:
-        raise ValueError(f"unknown field(s) {unknown} in {name}; accepted fields: {list(expected)}")
-    if missing:
-        raise ValueError(f"missing field(s) {missing} in {name}")
 
 
 def _json_pairs(value: object, name: str, what: str) -> dict[Any, Any]:
     """A list of ``[first, channel]`` pairs as a dict; ValueError for a malformed pair or a repeated first."""
-    if not isinstance(value, list):
-        raise ValueError(f"{name} must be a list of [{what}, channel] pairs, got {value!r}")
     pairs: dict[Any, Any] = {}
-    for index, pair in enumerate(value):
-        if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], str | int):
-            raise ValueError(f"{name}[{index}] must be a [{what}, channel] pair, got {pair!r}")
-        if pair[0] in pairs:
-            raise ValueError(f"{name}: duplicate {what} {pair[0]!r}")
-        pairs[pair[0]] = pair[1]
+    for index, pair in enumerate(require_list(value, name)):
+        first, channel = require_row(pair, f"{name}[{index}]", (what, "channel"))
+        if not isinstance(first, str | int):
+            raise ValueError(f"{name}[{index}] must be a [{what}, channel] pair with a str or int {what}")
+        if first in pairs:
+            raise ValueError(f"{name}: duplicate {what} {first!r}")
+        pairs[first] = channel
     return pairs

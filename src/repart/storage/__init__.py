@@ -7,7 +7,7 @@ documents are parsed and ingested by ``snapshots`` (DESIGN §3); every bad input
 subclass from ``errors`` naming the field and leaves the database unchanged (DESIGN §10).
 """
 
-from repart.storage.activation import Activation, NewPlan, NewVersion, activate
+from repart.storage.activation import Activation, NewVersion, activate
 from repart.storage.engine import database_url, is_retryable, make_engine, run_in_transaction
 from repart.storage.errors import (
     ConflictError,
@@ -19,14 +19,7 @@ from repart.storage.errors import (
 )
 from repart.storage.events import NewEvent, list_events, record_batch_report, record_event
 from repart.storage.leases import acquire_lease, current_lease, release_lease
-from repart.storage.plans import (
-    ExplicitMove,
-    SlotMove,
-    get_plan,
-    list_plans,
-    parse_plan_moves,
-    set_plan_status,
-)
+from repart.storage.plans import get_plan, list_plans, set_plan_status
 from repart.storage.regions import (
     RegionConfig,
     create_region,
@@ -52,14 +45,11 @@ __all__ = [
     "ChannelMeasurement",
     "ConflictError",
     "CounterEntry",
-    "ExplicitMove",
     "ImmutableVersionError",
     "NewEvent",
-    "NewPlan",
     "NewVersion",
     "NotFoundError",
     "RegionConfig",
-    "SlotMove",
     "Snapshot",
     "SnapshotError",
     "StorageError",
@@ -84,7 +74,6 @@ __all__ = [
     "list_regions",
     "list_versions",
     "make_engine",
-    "parse_plan_moves",
     "parse_snapshot",
     "record_batch_report",
     "record_event",

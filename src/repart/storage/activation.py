@@ -1,10 +1,11 @@
 """Activation: a new version, its plan and the event that explains them, in one transaction (DESIGN §7, §8).
 
 ``activate`` is the unit of work of the controller's Activate step. It checks everything first (the
-function is canonical and matches its digest, fits the region, the plan's moves are well formed and
-match its digest), then writes inside a SAVEPOINT: pending plans superseded (their versions
-abandoned), the version with its explicit entries, the plan with its moves, and the event. Any
-failure leaves none of it behind, even if the caller goes on to commit its transaction.
+function is canonical and matches its digest and fits the region; the plan, a
+``repart.migration.MigrationPlan``, goes from the applied version's function to the new one), then
+writes inside a SAVEPOINT: pending plans superseded (their versions abandoned), the version with its
+explicit entries, the plan with its moves, and the event. Any failure leaves none of it behind, even if
+the caller goes on to commit its transaction.
 """
 
 from __future__ import annotations
@@ -12,29 +13,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from repart.migration import MigrationPlan
 from repart.partitioning.algorithms.builder import check_algorithm
 from repart.partitioning.function import PartitionFunction
-from repart.partitioning.hashing import KeyType
 from repart.storage import models
-from repart.storage.checks import require_number
 from repart.storage.errors import ConflictError, NotFoundError, StorageError
 from repart.storage.events import NewEvent
 from repart.storage.jsontext import dump_object
 from repart.storage.keys import key_columns
-from repart.storage.plans import (
-    ExplicitMove,
-    SlotMove,
-    move_rows,
-    parse_plan_moves,
-    sha256_hex,
-    transition_plan,
-)
+from repart.storage.plans import move_rows, transition_plan
 from repart.storage.regions import region_by_name
 
 
@@ -51,16 +44,6 @@ class NewVersion:
 
 
 @dataclass(frozen=True)
-class NewPlan:
-    """A migration plan from ``repart.migration``: canonical JSON, its digest, predicted cost and m."""
-
-    plan_json: str
-    digest: str
-    predicted_cost: float | None = None
-    predicted_m: float | None = None
-
-
-@dataclass(frozen=True)
 class Activation:
     """What ``activate`` wrote: the version, the plan (None for a region's first version), the event,
     and the pending plans it superseded."""
@@ -73,16 +56,23 @@ class Activation:
 
 
 def activate(
-    session: Session, region: str, version: NewVersion, plan: NewPlan | None, event: NewEvent
+    session: Session,
+    region: str,
+    version: NewVersion,
+    plan: MigrationPlan | str | None,
+    event: NewEvent,
 ) -> Activation:
     """Store ``version`` as the region's next version, with ``plan`` and ``event``, atomically.
 
     The region's first version is activated without a plan and is ``applied`` at once (there is no
-    state to move yet). Every later version needs a plan from the currently applied version; it is
-    ``planned`` and its plan ``pending`` until a job applies it, and pending plans of the region are
-    superseded. Activation is refused while a plan is being applied (ConflictError). The event's data
-    is stored with ``activated_version`` and ``plan_id`` added. Concurrent activations of one region
-    are serialized by locking the region row (PostgreSQL) or the database (SQLite).
+    state to move yet). Every later version needs a plan from the currently applied version to it: a
+    ``MigrationPlan`` (as ``repart.migration.plan_migration`` builds it) or its JSON text, whose
+    ``source_digest`` is the applied version's digest, ``target_digest`` the new version's, and whose
+    key type, slot bits and channel counts are theirs. The version is ``planned`` and its plan
+    ``pending`` until a job applies it, and pending plans of the region are superseded. Activation is
+    refused while a plan is being applied (ConflictError). The event's data is stored with
+    ``activated_version`` and ``plan_id`` added. Concurrent activations of one region are serialized
+    by locking the region row (PostgreSQL) or the database (SQLite).
     """
     row = region_by_name(session, region)
     session.execute(select(models.Region.id).where(models.Region.id == row.id).with_for_update())
@@ -104,7 +94,7 @@ def activate(
         raise StorageError(
             f"region {region!r} has no applied version; its first version is activated without a plan"
         )
-    moves = None if plan is None or applied is None else _checked_moves(plan, row, applied, version)
+    checked_plan = None if plan is None or applied is None else _checked_plan(plan, row, applied, function)
     latest = session.scalar(select(func.max(models.Version.number)).where(models.Version.region_id == row.id))
     number = (latest or 0) + 1
     try:
@@ -125,8 +115,8 @@ def activate(
             session.flush()
             _insert_explicit(session, version_row.id, function)
             plan_id = None
-            if plan is not None and applied is not None and moves is not None:
-                plan_id = _insert_plan(session, row.id, plan, moves, applied.number, number)
+            if checked_plan is not None and applied is not None:
+                plan_id = _insert_plan(session, row.id, checked_plan, applied.number, number)
             event_row = models.Event(
                 region_id=row.id,
                 kind=event.kind,
@@ -216,44 +206,53 @@ def _insert_explicit(session: Session, version_id: int, function: PartitionFunct
         )
 
 
-def _checked_moves(
-    plan: NewPlan, region: models.Region, source: models.Version, target: NewVersion
-) -> tuple[list[ExplicitMove], list[SlotMove]]:
-    expected = sha256_hex(plan.plan_json)
-    if plan.digest != expected:
-        raise StorageError(f"plan digest must be the SHA-256 of plan_json ({expected}), got {plan.digest!r}")
-    for name in ("predicted_cost", "predicted_m"):
+def _checked_plan(
+    plan: MigrationPlan | str, region: models.Region, applied: models.Version, target: PartitionFunction
+) -> MigrationPlan:
+    """``plan`` (parsed if it is JSON text) if it goes from the applied version to ``target``."""
+    if isinstance(plan, str):
+        try:
+            plan = MigrationPlan.from_json(plan)
+        except ValueError as error:
+            raise StorageError(f"plan_json is not a valid migration plan: {error}") from None
+    if not isinstance(plan, MigrationPlan):
+        raise StorageError(f"plan must be a MigrationPlan or its JSON text, got {type(plan).__name__}")
+    expected = (
+        ("key_type", (region.key_type, None), "the region's key type, or None"),
+        ("slot_bits", (region.slot_bits,), "the region's slot bits"),
+        ("source_n_channels", (applied.n_channels,), f"N of the applied version {applied.number}"),
+        ("target_n_channels", (target.n_channels,), "N of the new version"),
+        ("source_digest", (applied.digest,), f"the digest of the applied version {applied.number}"),
+        ("target_digest", (target.digest,), "the digest of the new version"),
+    )
+    for name, accepted, what in expected:
         value = getattr(plan, name)
-        if value is not None:
-            require_number(value, name, 0.0)
-    key_type = cast(KeyType, region.key_type)
-    return parse_plan_moves(plan.plan_json, key_type, region.slot_bits, source.n_channels, target.n_channels)
+        if value not in accepted:
+            raise StorageError(
+                f"plan {name} must be {accepted[0]!r} ({what}: a plan goes from the applied version to "
+                f"the new one), got {value!r}"
+            )
+    return plan
 
 
 def _insert_plan(
-    session: Session,
-    region_id: int,
-    plan: NewPlan,
-    moves: tuple[list[ExplicitMove], list[SlotMove]],
-    from_version: int,
-    to_version: int,
+    session: Session, region_id: int, plan: MigrationPlan, from_version: int, to_version: int
 ) -> int:
-    explicit, slots = moves
     row = models.Plan(
         region_id=region_id,
         from_version=from_version,
         to_version=to_version,
         status="pending",
-        predicted_cost=plan.predicted_cost,
-        predicted_m=plan.predicted_m,
-        explicit_moves=len(explicit),
-        slot_moves=len(slots),
-        plan_json=plan.plan_json,
+        predicted_cost=plan.cost,
+        predicted_m=plan.m,
+        explicit_moves=len(plan.explicit_moves),
+        slot_moves=len(plan.slot_moves),
+        plan_json=plan.to_json(),
         digest=plan.digest,
     )
     session.add(row)
     session.flush()
-    rows = move_rows(row.id, explicit, slots)
+    rows = move_rows(row.id, plan)
     if rows:
         session.execute(insert(models.PlanMove), rows)
     return row.id

@@ -17,8 +17,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from repart.partitioning.documents import require_int
 from repart.storage import models
-from repart.storage.checks import require_int
 from repart.storage.errors import NotFoundError, StorageError
 from repart.storage.jsontext import dump_object
 from repart.storage.regions import region_by_name
@@ -62,7 +62,8 @@ def record_event(session: Session, region: str | None, event: NewEvent, *, at: d
 
 def list_events(session: Session, region: str | None = None, *, limit: int = 100) -> list[models.Event]:
     """The newest ``limit`` events (of ``region`` if given), newest first."""
-    query = select(models.Event).order_by(models.Event.id.desc()).limit(require_int(limit, "limit", 1))
+    count = require_int(limit, "limit", 1, error=StorageError)
+    query = select(models.Event).order_by(models.Event.id.desc()).limit(count)
     if region is not None:
         query = query.where(models.Event.region_id == region_by_name(session, region).id)
     return list(session.scalars(query))
@@ -80,7 +81,7 @@ def record_batch_report(
     row = models.BatchReport(
         region_id=region_id,
         plan_id=plan_id,
-        batch=require_int(batch, "batch"),
+        batch=require_int(batch, "batch", error=StorageError),
         payload_json=dump_object(payload, "payload"),
     )
     session.add(row)

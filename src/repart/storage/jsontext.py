@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from repart.partitioning.documents import canonical_json
 from repart.storage.errors import StorageError
 
 
@@ -15,9 +16,7 @@ def dump_object(value: Mapping[str, Any], name: str) -> str:
     if not isinstance(value, Mapping):
         raise StorageError(f"{name} must be a JSON object (a mapping), got {type(value).__name__}")
     try:
-        text = json.dumps(
-            dict(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
+        text = canonical_json(dict(value))
     except (TypeError, ValueError) as error:
         raise StorageError(f"{name} must be JSON-serializable without NaN or infinity: {error}") from None
     return text

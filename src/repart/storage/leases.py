@@ -18,8 +18,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.selectable import ScalarSelect
 
+from repart.partitioning.documents import require_number
 from repart.storage import models
-from repart.storage.checks import require_number
 from repart.storage.errors import StorageError
 from repart.storage.models import UTCDateTime
 from repart.storage.regions import region_by_name
@@ -48,7 +48,7 @@ def acquire_lease(session: Session, region: str, holder: str, ttl_seconds: float
     """
     if not isinstance(holder, str) or not 1 <= len(holder) <= 200:
         raise StorageError(f"holder must be a string of 1-200 characters, got {holder!r}")
-    expires = now + timedelta(seconds=require_number(ttl_seconds, "ttl_seconds", 0.001))
+    expires = now + timedelta(seconds=require_number(ttl_seconds, "ttl_seconds", 0.001, error=StorageError))
     lease = models.Lease
     renewed = _affected(
         session,

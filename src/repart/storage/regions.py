@@ -19,7 +19,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from repart.partitioning.algorithms.builder import check_algorithm
-from repart.partitioning.consistent import DEFAULT_METHOD, MAX_CHANNELS, METHODS, check_int_range
+from repart.partitioning.consistent import DEFAULT_METHOD, MAX_CHANNELS, METHODS
+from repart.partitioning.documents import require_int
 from repart.partitioning.hashing import DEFAULT_SLOT_BITS, KeyType, check_slot_bits
 from repart.partitioning.resources import RESOURCE_CODES, check_alpha, check_sigma
 from repart.partitioning.utility import check_utility
@@ -72,9 +73,9 @@ class RegionConfig:
         object.__setattr__(self, "utility", check_utility(self.utility))
         if self.policy not in POLICIES:
             raise StorageError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
-        check_int_range("min_channels", self.min_channels, 1, MAX_CHANNELS)
-        check_int_range("max_channels", self.max_channels, self.min_channels, MAX_CHANNELS)
-        check_int_range("n_channels_initial", self.n_channels_initial, self.min_channels, self.max_channels)
+        require_int(self.min_channels, "min_channels", 1, MAX_CHANNELS)
+        require_int(self.max_channels, "max_channels", self.min_channels, MAX_CHANNELS)
+        require_int(self.n_channels_initial, "n_channels_initial", self.min_channels, self.max_channels)
         if not isinstance(self.tail_aware, bool):
             raise StorageError(f"tail_aware must be true or false, got {self.tail_aware!r}")
         check_slot_bits(self.slot_bits)

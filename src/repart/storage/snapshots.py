@@ -32,19 +32,21 @@ from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
-from repart.partitioning.frequency import FrequencyEstimate
-from repart.partitioning.hashing import Key, KeyType, check_slot_bits
-from repart.storage import models
-from repart.storage.checks import (
+from repart.partitioning.documents import (
+    require_format,
     require_int,
     require_key,
+    require_key_type,
     require_list,
     require_number,
     require_object,
     require_one_key_type,
-    require_tuple,
+    require_row,
 )
-from repart.storage.errors import ConflictError, NotFoundError, SnapshotError
+from repart.partitioning.frequency import FrequencyEstimate
+from repart.partitioning.hashing import Key, KeyType, check_slot_bits
+from repart.storage import models
+from repart.storage.errors import ConflictError, NotFoundError, SnapshotError, StorageError
 from repart.storage.keys import key_columns, key_from_columns
 from repart.storage.regions import region_by_name
 
@@ -134,11 +136,8 @@ def parse_snapshot(document: Mapping[str, Any]) -> Snapshot:
     keys, slots or channels, item counts summing to more than ``tuples``, slot counts not summing to
     ``tuples``, or a slot outside ``[0, 2**slot_bits)``.
     """
-    doc = require_object(document, "the snapshot", REQUIRED_FIELDS, OPTIONAL_FIELDS, SnapshotError)
-    if isinstance(doc["format"], bool) or doc["format"] != FORMAT_VERSION:
-        raise SnapshotError(
-            f"format must be {FORMAT_VERSION} (accepted format versions: 1), got {doc['format']!r}"
-        )
+    doc = require_object(document, "the snapshot", REQUIRED_FIELDS, OPTIONAL_FIELDS, error=SnapshotError)
+    require_format(doc["format"], FORMAT_VERSION, error=SnapshotError)
     region = doc["region"]
     if not isinstance(region, str) or not region:
         raise SnapshotError(f"region must be a non-empty string (a region name), got {region!r}")
@@ -151,14 +150,12 @@ def parse_snapshot(document: Mapping[str, Any]) -> Snapshot:
         )
     tuples = require_int(doc["tuples"], "tuples", error=SnapshotError)
     epsilon = require_number(doc["epsilon"], "epsilon", 0.0, 1.0, high_open=True, error=SnapshotError)
-    key_type = doc["key_type"]
-    if key_type not in ("str", "int"):
-        raise SnapshotError(f"key_type must be 'str' or 'int', got {key_type!r}")
+    key_type = cast(KeyType, require_key_type(doc["key_type"], error=SnapshotError))
     try:
         slot_bits = check_slot_bits(doc["slot_bits"])
     except ValueError as error:
         raise SnapshotError(str(error)) from None
-    items = _items(doc["items"], cast(KeyType, key_type), tuples, epsilon)
+    items = _items(doc["items"], key_type, tuples, epsilon)
     distinct = require_int(doc["distinct_estimate"], "distinct_estimate", len(items), error=SnapshotError)
     version = doc.get("version")
     return Snapshot(
@@ -169,7 +166,7 @@ def parse_snapshot(document: Mapping[str, Any]) -> Snapshot:
         tuples=tuples,
         distinct_estimate=distinct,
         epsilon=epsilon,
-        key_type=cast(KeyType, key_type),
+        key_type=key_type,
         items=items,
         slot_bits=slot_bits,
         slots=None if doc.get("slots") in (None, []) else _slots(doc["slots"], slot_bits, tuples),
@@ -191,15 +188,21 @@ def _timestamp(value: object, name: str) -> datetime:
 
 
 def _items(value: object, key_type: KeyType, tuples: int, epsilon: float) -> tuple[CounterEntry, ...]:
-    rows = require_list(value, "items", SnapshotError)
-    for i, row in enumerate(rows):
-        require_tuple(row, f"items[{i}]", 3, SnapshotError)
-    require_one_key_type([row[0] for row in rows], "items", SnapshotError)
+    rows = [
+        require_row(row, f"items[{i}]", ("key", "count", "delta"), error=SnapshotError)
+        for i, row in enumerate(require_list(value, "items", error=SnapshotError))
+    ]
+    keys = [require_key(row[0], f"items[{i}]", error=SnapshotError) for i, row in enumerate(rows)]
+    require_key_type(
+        key_type,
+        found=require_one_key_type(keys, "items", error=SnapshotError),
+        found_in="the items' keys",
+        error=SnapshotError,
+    )
     bound = epsilon * tuples
     entries = []
     seen: dict[Key, int] = {}
-    for i, (raw_key, raw_count, raw_delta) in enumerate(rows):
-        key = require_key(raw_key, f"items[{i}] key", key_type, SnapshotError)
+    for i, (key, (_, raw_count, raw_delta)) in enumerate(zip(keys, rows, strict=True)):
         if key in seen:
             raise SnapshotError(
                 f"items[{i}] repeats the key {key!r} of items[{seen[key]}]; keys must be unique"
@@ -222,9 +225,9 @@ def _items(value: object, key_type: KeyType, tuples: int, epsilon: float) -> tup
 def _slots(value: object, slot_bits: int, tuples: int) -> tuple[tuple[int, int], ...]:
     high = (1 << slot_bits) - 1
     pairs: dict[int, int] = {}
-    for i, row in enumerate(require_list(value, "slots", SnapshotError)):
-        raw_slot, raw_count = require_tuple(row, f"slots[{i}]", 2, SnapshotError)
-        slot = require_int(raw_slot, f"slots[{i}] slot", 0, high, SnapshotError)
+    for i, row in enumerate(require_list(value, "slots", error=SnapshotError)):
+        raw_slot, raw_count = require_row(row, f"slots[{i}]", ("slot", "count"), error=SnapshotError)
+        slot = require_int(raw_slot, f"slots[{i}] slot", 0, high, error=SnapshotError)
         if slot in pairs:
             raise SnapshotError(f"slots[{i}] repeats slot {slot}; slots must be unique")
         pairs[slot] = require_int(raw_count, f"slots[{i}] count", error=SnapshotError)
@@ -238,7 +241,7 @@ def _slots(value: object, slot_bits: int, tuples: int) -> tuple[tuple[int, int],
 
 def _channels(value: object) -> tuple[ChannelMeasurement, ...]:
     measured: dict[int, ChannelMeasurement] = {}
-    for i, raw in enumerate(require_list(value, "channels", SnapshotError)):
+    for i, raw in enumerate(require_list(value, "channels", error=SnapshotError)):
         name = f"channels[{i}]"
         row = require_object(raw, name, CHANNEL_FIELDS, error=SnapshotError)
         channel = require_int(row["channel"], f"{name}.channel", error=SnapshotError)
@@ -366,7 +369,7 @@ def get_snapshot(session: Session, region: str, seq: int) -> Snapshot:
 
 def latest_snapshots(session: Session, region: str, count: int) -> list[Snapshot]:
     """The newest ``count`` snapshots of ``region`` (highest ``seq``), oldest first."""
-    require_int(count, "count", 1)
+    require_int(count, "count", 1, error=StorageError)
     return _load(session, region, limit=count)
 
 
