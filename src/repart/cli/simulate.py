@@ -34,7 +34,7 @@ def simulate(
     resources: Annotated[
         str, typer.Option(help="Resource code (state, computation, communication): CCL, LCL, LLL, LQL, …")
     ] = "LCL",
-    alpha: Annotated[float, typer.Option(help="Imbalance tolerance α ≥ 1.")] = 1.2,
+    alpha: Annotated[float, typer.Option(help="Imbalance tolerance α > 1.")] = 1.2,
     sigma: Annotated[float, typer.Option(help="Frequency threshold scaler σ in (0, 1].")] = 0.1,
     utility: Annotated[str, typer.Option(help="Utility: A, APM, APLM, ATM, ATLM.")] = "APM",
     zipf: Annotated[float, typer.Option(help="Zipf skew z ≥ 0.")] = 1.0,
@@ -51,10 +51,13 @@ def simulate(
         float, typer.Option(help="Tuples per adaptation step, as a multiple of |D|.")
     ] = 1.0,
     json_path: Annotated[
-        Path | None, typer.Option("--json", help="Write the records as a JSON list to this file.")
+        Path | None,
+        typer.Option("--json", help="Write the records as a JSON list to this file ('-': stdout)."),
     ] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of b and m against N per algorithm.")] = None,
-    every: Annotated[int, typer.Option(help="Show every k-th N in the table (the JSON has all).")] = 0,
+    every: Annotated[
+        int, typer.Option(help="Show every k-th N in the table (0: automatic; the JSON has all).")
+    ] = 0,
 ) -> None:
     """Reproduce Gedik §5: grow N one channel at a time and report b, b_k, b_lb, m, sizes and build time."""
     config = ExperimentConfig(
