@@ -1,0 +1,222 @@
+"""The sliding estimate (DESIGN §3): merged snapshots against LossyCounter.merge and exact counts."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from functools import reduce
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from repart.controller import latest_window, merge_snapshots, window_size
+from repart.partitioning.frequency import LossyCounter
+from repart.storage.snapshots import Snapshot, parse_snapshot
+
+SLOT_BITS = 10
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def slot_of(key: int | str) -> int:
+    """A stand-in slot assignment (the merge only adds slot counts, whichever function made them)."""
+    return (key if isinstance(key, int) else len(key)) % (1 << SLOT_BITS)
+
+
+def document(counter: LossyCounter, chunk: Sequence[Any], seq: int, **changes: Any) -> dict[str, Any]:
+    """The snapshot document a job would emit for ``counter``, which counted ``chunk`` in window ``seq``."""
+    keys, counts, deltas = counter.entries()
+    slots = Counter(slot_of(key) for key in chunk)
+    doc: dict[str, Any] = {
+        "format": 1,
+        "region": "trades",
+        "window": {
+            "seq": seq,
+            "start": (START + timedelta(minutes=seq)).isoformat(),
+            "end": (START + timedelta(minutes=seq + 1)).isoformat(),
+        },
+        "tuples": counter.n,
+        "distinct_estimate": len(set(chunk)),
+        "epsilon": counter.epsilon,
+        "key_type": counter.key_type or "int",
+        "items": [[k, int(c), int(d)] for k, c, d in zip(keys.tolist(), counts, deltas, strict=True)],
+        "slot_bits": SLOT_BITS,
+        "slots": sorted([slot, count] for slot, count in slots.items()),
+    }
+    doc.update(changes)
+    return doc
+
+
+def count_windows(
+    chunks: Sequence[Sequence[Any]], epsilon: float
+) -> tuple[list[LossyCounter], list[Snapshot]]:
+    """One lossy counter per chunk, and the snapshots parsed from their documents (seq 1, 2, ...)."""
+    counters, snapshots = [], []
+    for seq, chunk in enumerate(chunks, start=1):
+        counter = LossyCounter(epsilon)
+        counter.update(list(chunk))
+        counters.append(counter)
+        snapshots.append(parse_snapshot(document(counter, chunk, seq)))
+    return counters, snapshots
+
+
+def skewed_stream(rng: random.Random, length: int, domain: int) -> list[int]:
+    """Keys 0..domain-1 with Zipf-like weights 1/(rank + 1)."""
+    return rng.choices(range(domain), weights=[1 / (rank + 1) for rank in range(domain)], k=length)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    sizes=st.lists(st.integers(0, 600), min_size=1, max_size=4),
+    domain=st.integers(1, 300),
+    epsilon=st.sampled_from([0.005, 0.01, 0.05, 0.1, 0.3]),
+)
+def test_merge_matches_lossy_counter_merge_and_exact_counts(
+    seed: int, sizes: list[int], domain: int, epsilon: float
+) -> None:
+    rng = random.Random(seed)
+    chunks = [skewed_stream(rng, size, domain) for size in sizes]
+    counters, snapshots = count_windows(chunks, epsilon)
+    rng.shuffle(snapshots)  # the merge orders by seq itself
+    merged = merge_snapshots(snapshots)
+
+    reference = reduce(LossyCounter.merge, counters).estimate()
+    assert merged.keys == reference.keys
+    np.testing.assert_array_equal(merged.counts, reference.counts)
+
+    stream = [key for chunk in chunks for key in chunk]
+    exact = Counter(stream)
+    bound = epsilon * len(stream)
+    assert merged.total == len(stream)
+    assert merged.epsilon == epsilon
+    assert merged.key_type == "int"
+    estimated = merged.count_of()
+    for key, true in exact.items():
+        if true > bound:
+            assert key in estimated
+        if key in estimated:
+            assert true - bound <= estimated[key] <= true
+    assert set(estimated) <= set(exact)
+
+    expected_slots = np.zeros(1 << SLOT_BITS)
+    for key in stream:
+        expected_slots[slot_of(key)] += 1
+    assert merged.slot_counts is not None
+    np.testing.assert_array_equal(merged.slot_counts, expected_slots)
+    assert merged.slot_bits == SLOT_BITS
+    assert merged.distinct_estimate == max(len(merged.keys), *(len(set(chunk)) for chunk in chunks))
+
+
+def test_str_keys_merge_like_lossy_counters() -> None:
+    rng = random.Random(7)
+    words = ["", "a", "b", "ä", "zz", "longer key than fifteen bytes", "x\x00"]
+    chunks = [rng.choices(words, weights=range(1, 8), k=200) for _ in range(3)]
+    counters, snapshots = count_windows(chunks, 0.02)
+    merged = merge_snapshots(snapshots)
+    reference = reduce(LossyCounter.merge, counters).estimate()
+    assert merged.keys == reference.keys
+    np.testing.assert_array_equal(merged.counts, reference.counts)
+    assert merged.key_type == "str"
+
+
+def test_absent_keys_get_the_closed_buckets_as_delta_and_stale_entries_drop() -> None:
+    # epsilon 0.1: bucket width 10. Window 1 counts 25 tuples, window 2 counts 15 (hand-traced tables).
+    first = [1] * 20 + [2] * 4 + [9]  # entries 1: (20, 0), 2: (4, 2), 9: (1, 2)
+    second = [3] * 12 + [2] * 3  # entries 3: (12, 0), 2: (3, 1)
+    counters, snapshots = count_windows([first, second], 0.1)
+    assert {k: (int(c), int(d)) for k, c, d in zip(*counters[0].entries(), strict=True)} == {
+        1: (20, 0),
+        2: (4, 2),
+        9: (1, 2),
+    }
+    merged = merge_snapshots(snapshots)
+    # Merged (count, delta), absent in window 1 adding floor(25/10) = 2, in window 2 floor(15/10) = 1:
+    # 1: (20, 1), 2: (7, 3), 3: (12, 2), 9: (1, 3); floor(40/10) = 4 drops 9 (1 + 3 <= 4).
+    assert merged.count_of() == {1: 20.0, 2: 7.0, 3: 12.0}
+    assert merged.keys == reduce(LossyCounter.merge, counters).estimate().keys
+    assert merged.total == 40
+
+
+def test_exact_snapshots_add_counts_and_keep_every_key() -> None:
+    counters, _ = count_windows([[1, 1, 2], [2, 3]], 0.5)
+    exact = [
+        parse_snapshot(
+            document(counter, chunk, seq, epsilon=0.0, items=[[k, v, 0] for k, v in Counter(chunk).items()])
+        )
+        for seq, (counter, chunk) in enumerate(zip(counters, [[1, 1, 2], [2, 3]], strict=True), start=1)
+    ]
+    merged = merge_snapshots(exact)
+    assert merged.count_of() == {1: 2.0, 2: 2.0, 3: 1.0}
+    assert (merged.total, merged.epsilon) == (5, 0.0)
+
+
+def test_one_snapshot_merges_to_its_own_estimate() -> None:
+    _, [snapshot] = count_windows([skewed_stream(random.Random(3), 500, 50)], 0.01)
+    merged, own = merge_snapshots([snapshot]), snapshot.to_estimate()
+    assert merged.keys == own.keys
+    np.testing.assert_array_equal(merged.counts, own.counts)
+    assert merged.slot_counts is not None and own.slot_counts is not None
+    np.testing.assert_array_equal(merged.slot_counts, own.slot_counts)
+    assert (merged.total, merged.distinct_estimate) == (own.total, own.distinct_estimate)
+
+
+def test_slot_counts_are_absent_when_any_snapshot_lacks_them() -> None:
+    counters, snapshots = count_windows([[1, 2], [3]], 0.1)
+    without = parse_snapshot(document(counters[1], [3], 2, slots=[]))
+    assert merge_snapshots([snapshots[0], without]).slot_counts is None
+
+
+def other(snapshot: Snapshot, **changes: Any) -> Snapshot:
+    """``snapshot`` as window seq 2 (the next minute) with fields replaced by ``changes``."""
+    fields = {
+        "seq": 2,
+        "window_start": snapshot.window_end,
+        "window_end": snapshot.window_end + timedelta(minutes=1),
+        **changes,
+    }
+    return Snapshot(**{**snapshot.__dict__, **fields})
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"region": "orders"}, "region"),
+        ({"key_type": "str", "items": ()}, "key_type"),
+        ({"slot_bits": 12, "slots": None}, "slot_bits"),
+        ({"epsilon": 0.02}, "epsilon"),
+        ({"seq": 1}, "seq"),
+        ({"window_start": START + timedelta(seconds=90)}, "overlap"),
+    ],
+)
+def test_incompatible_snapshots_are_rejected(changes: dict[str, Any], field: str) -> None:
+    _, [snapshot] = count_windows([[1, 2, 2]], 0.01)
+    with pytest.raises(ValueError, match=field):
+        merge_snapshots([snapshot, other(snapshot, **changes)])
+
+
+def test_gaps_between_windows_are_allowed_and_empty_input_is_rejected() -> None:
+    _, [snapshot] = count_windows([[1, 2, 2]], 0.01)
+    later = other(
+        snapshot, seq=5, window_start=START + timedelta(hours=1), window_end=START + timedelta(hours=2)
+    )
+    assert merge_snapshots([snapshot, later]).total == 6
+    with pytest.raises(ValueError, match="at least one snapshot"):
+        merge_snapshots([])
+
+
+def test_window_size_and_the_latest_window() -> None:
+    assert window_size(3) == 2
+    assert window_size(2) == 1
+    for bad in (1, 0, True, 2.5):
+        with pytest.raises(ValueError, match="x"):
+            window_size(bad)  # type: ignore[arg-type]
+    _, snapshots = count_windows([[1], [2], [3], [4]], 0.1)
+    shuffled = [snapshots[2], snapshots[0], snapshots[3], snapshots[1]]
+    assert [s.seq for s in latest_window(shuffled, 3)] == [3, 4]
+    assert [s.seq for s in latest_window(snapshots[:1], 3)] == [1]
+    assert [s.seq for s in latest_window(shuffled, 10)] == [1, 2, 3, 4]
