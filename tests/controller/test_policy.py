@@ -245,3 +245,9 @@ def test_decision_is_bounded_and_monotone_in_utilization(
     assert low <= at_u.n_channels <= low + span
     assert at_u.changed == (at_u.n_channels != current)
     assert at_lower.n_channels >= at_u.n_channels
+
+
+def test_an_infinite_b_always_rebalances() -> None:
+    decision = needs_rebalance(math.inf, 1.0)
+    assert decision.rebalance and decision.numbers["b"] is None
+    assert "infinite" in decision.reason

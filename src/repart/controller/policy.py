@@ -58,7 +58,7 @@ class RebalanceDecision:
     rebalance: bool
     rule: str
     reason: str
-    numbers: dict[str, float] = field(default_factory=dict)
+    numbers: dict[str, float | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -309,11 +309,22 @@ def needs_rebalance(b_current: float, threshold: float) -> RebalanceDecision:
 
     ``b_current`` is the relative load imbalance ``b`` (DESIGN §4, Gedik Eq. 11) of the current
     partitioning function on the current frequency estimate; ``b <= 1`` means every resource is within
-    its tolerance α, so a threshold of 1 rebalances exactly when a tolerance is exceeded. Raises
-    ValueError when ``threshold`` is not a finite number > 0 or ``b_current`` not a finite number >= 0.
+    its tolerance α, so a threshold of 1 rebalances exactly when a tolerance is exceeded. b is infinite
+    when a channel carries no load (r = max/min), which always exceeds the threshold; the numbers then
+    hold ``b = None`` so that they stay valid JSON. Raises ValueError when ``threshold`` is not a finite
+    number > 0 or ``b_current`` is NaN or negative.
     """
     _check_number("threshold", threshold, "a finite number > 0", lambda v: v > 0)
-    _check_number("b_current", b_current, "a finite number >= 0", lambda v: v >= 0)
+    if math.isinf(b_current) and b_current > 0:
+        return RebalanceDecision(
+            True,
+            "imbalance-threshold",
+            f"b is infinite (a channel has no load), exceeding threshold {threshold:g}",
+            {"b": None, "threshold": float(threshold)},
+        )
+    _check_number(
+        "b_current", b_current, "a number >= 0 (infinite when a channel has no load)", lambda v: v >= 0
+    )
     rebalance = b_current > threshold
     relation = "exceeds" if rebalance else "is within"
     return RebalanceDecision(

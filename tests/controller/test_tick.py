@@ -1,0 +1,340 @@
+"""One controller tick (DESIGN §8, Gedik §4.5): initialize, measure, analyze, plan, activate.
+
+Every test runs on a migrated SQLite file (the storage suite covers PostgreSQL). Snapshots are the
+documents a job would emit: Zipf streams counted by ``LossyCounter``, with slot counts and per-channel
+measurements whose busy time sets the demand of the target-utilization policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import Engine, func, select
+
+from repart.controller.settings import ControllerSettings
+from repart.controller.tick import TickResult, tick
+from repart.migration import MigrationPlan
+from repart.partitioning import LossyCounter
+from repart.partitioning.hashing import hash_keys, slots_of_hashes
+from repart.storage import (
+    RegionConfig,
+    create_region,
+    ingest_snapshot,
+    list_events,
+    list_plans,
+    list_versions,
+    make_engine,
+    models,
+    parse_snapshot,
+    run_in_transaction,
+    set_plan_status,
+    upgrade,
+    version_function,
+)
+from repart.storage.jsontext import load_object
+
+REGION = "trades"
+SLOT_BITS = 10
+DOMAIN = 2000
+WINDOW_SECONDS = 60
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    engine = make_engine(f"sqlite:///{tmp_path / 'repart.db'}")
+    upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+def make_region(engine: Engine, **config: Any) -> None:
+    values: dict[str, Any] = {"key_type": "int", "n_channels_initial": 2, "slot_bits": SLOT_BITS} | config
+    run_in_transaction(engine, lambda session: create_region(session, REGION, RegionConfig(**values)))
+
+
+def zipf_stream(seed: int, length: int, exponent: float) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """Keys 0..DOMAIN-1 drawn with weights 1/(rank + 1)^exponent."""
+    weights = 1.0 / np.arange(1, DOMAIN + 1) ** exponent
+    rng = np.random.default_rng(seed)
+    return rng.choice(DOMAIN, size=length, p=weights / weights.sum()).astype(np.int64)
+
+
+def snapshot_document(
+    seq: int, *, n_channels: int, demand: float, u: float = 0.5, exponent: float = 1.0, length: int = 20_000
+) -> dict[str, Any]:
+    """Window ``seq`` (one minute) of a Zipf stream, with its slot counts and channel measurements.
+
+    The channels' busy time is chosen so that the target-utilization policy at ``u`` computes a raw
+    demand of ``demand`` channels: demand = rate_in / (u · rate_one) = Σ busy / (u · window seconds).
+    """
+    keys = zipf_stream(seq, length, exponent)
+    counter = LossyCounter(0.001, key_type="int")
+    counter.update(keys)
+    entries, counts, deltas = counter.entries()
+    slots, slot_counts = np.unique(slots_of_hashes(hash_keys(keys), SLOT_BITS), return_counts=True)
+    busy = demand * u * WINDOW_SECONDS / n_channels
+    per_channel = np.full(n_channels, length // n_channels)
+    per_channel[0] += length - per_channel.sum()
+    return {
+        "format": 1,
+        "region": REGION,
+        "window": {
+            "seq": seq,
+            "start": (START + timedelta(seconds=WINDOW_SECONDS * seq)).isoformat(),
+            "end": (START + timedelta(seconds=WINDOW_SECONDS * (seq + 1))).isoformat(),
+        },
+        "tuples": length,
+        "distinct_estimate": len(np.unique(keys)),
+        "epsilon": counter.epsilon,
+        "key_type": "int",
+        "items": [[int(k), int(c), int(d)] for k, c, d in zip(entries, counts, deltas, strict=True)],
+        "slot_bits": SLOT_BITS,
+        "slots": [[int(s), int(c)] for s, c in zip(slots, slot_counts, strict=True)],
+        "channels": [
+            {"channel": i, "tuples": int(t), "busy_seconds": busy, "state_bytes": 1000}
+            for i, t in enumerate(per_channel)
+        ],
+    }
+
+
+def ingest(engine: Engine, *documents: dict[str, Any]) -> None:
+    for document in documents:
+        snapshot = parse_snapshot(document)
+        run_in_transaction(engine, lambda session, s=snapshot: ingest_snapshot(session, s))
+
+
+def row_counts(engine: Engine) -> dict[str, int]:
+    tables = (models.Version, models.Plan, models.PlanMove, models.Event, models.VersionExplicit)
+
+    def count(session: Any) -> dict[str, int]:
+        return {
+            table.__tablename__: session.scalar(select(func.count()).select_from(table)) for table in tables
+        }
+
+    return run_in_transaction(engine, count)
+
+
+def events(engine: Engine) -> list[models.Event]:
+    return run_in_transaction(engine, lambda session: list_events(session, REGION))
+
+
+def versions(engine: Engine) -> list[models.Version]:
+    return run_in_transaction(engine, lambda session: list_versions(session, REGION))
+
+
+def plans(engine: Engine, status: str | None = None) -> list[models.Plan]:
+    return run_in_transaction(engine, lambda session: list_plans(session, REGION, status))
+
+
+def assert_plans_route_like_functions(engine: Engine) -> None:
+    """Every stored plan sends each key from its source version's channel to its target version's."""
+    by_number = {version.number: version_function(version) for version in versions(engine)}
+    keys = list(range(DOMAIN))
+    slots = slots_of_hashes(hash_keys(np.array(keys, dtype=np.int64)), SLOT_BITS).tolist()
+    stored = plans(engine)
+    assert stored
+    for row in stored:
+        plan = MigrationPlan.from_json(row.plan_json)
+        a, b = by_number[row.from_version], by_number[row.to_version]
+        assert (plan.source_digest, plan.target_digest) == (a.digest, b.digest)
+        before, after = a.lookup_many(keys), b.lookup_many(keys)
+        routed = [plan.destination(k, s, int(c)) for k, s, c in zip(keys, slots, before, strict=True)]
+        assert routed == after.tolist()
+
+
+def test_first_tick_initializes_and_a_tick_without_snapshots_is_idle(engine: Engine) -> None:
+    make_region(engine, n_channels_initial=3)
+    first = tick(engine, REGION)
+    assert (first.action, first.version, first.plan_id, first.n_channels) == ("initialized", 1, None, 3)
+    [version] = versions(engine)
+    assert (version.status, version.n_channels, version.algorithm) == ("applied", 3, "consistent")
+    assert version_function(version).explicit == {}
+    assert events(engine)[0].kind == "initialized"
+
+    second = tick(engine, REGION)
+    assert (second.action, second.version, second.n_channels) == ("idle", None, 3)
+    assert "no snapshots" in second.reason
+    assert len(events(engine)) == 1
+
+
+def test_more_load_activates_the_policys_channel_count_with_a_pending_plan(engine: Engine) -> None:
+    make_region(
+        engine,
+        policy="target-utilization",
+        max_channels=8,
+        algorithm="redist",
+        settings={"target_utilization": 0.5, "rebalance_threshold": 50.0},
+    )
+    assert tick(engine, REGION).action == "initialized"
+    ingest(engine, *(snapshot_document(seq, n_channels=2, demand=3.6) for seq in (1, 2, 3)))
+
+    result = tick(engine, REGION)
+    assert isinstance(result, TickResult)
+    assert (result.action, result.version, result.n_channels) == ("activated", 2, 4)
+    assert result.build_seconds > 0 and result.storage_seconds > 0
+    applied, new = versions(engine)
+    assert (applied.status, new.status, new.parent_number, new.n_channels) == ("applied", "planned", 1, 4)
+    [plan] = plans(engine)
+    assert (plan.id, plan.status, plan.from_version, plan.to_version) == (result.plan_id, "pending", 1, 2)
+    assert MigrationPlan.from_json(plan.plan_json).source_digest == applied.digest
+
+    event = events(engine)[0]
+    data = load_object(event.data_json)
+    assert (event.kind, event.rule) == ("activated", "target-utilization")
+    assert data["considered_seq"] == 3 and data["window_seqs"] == [2, 3]
+    assert data["policy_numbers"]["demand"] == pytest.approx(3.6)
+    assert (data["n_before"], data["n_next"], data["algorithm"]) == (2, 4, "redist")
+    assert data["predicted_b"] == load_object(new.report_json)["predicted_b"]
+    assert data["plan_id"] == plan.id and data["activated_version"] == 2
+
+    again = tick(engine, REGION)
+    assert (again.action, again.n_channels) == ("idle", 2)
+    assert len(events(engine)) == 2
+    assert_plans_route_like_functions(engine)
+
+
+@pytest.mark.parametrize("tail_aware", [False, True])
+def test_fixed_policy_rebalances_a_skewed_window_at_the_same_channel_count(
+    engine: Engine, tail_aware: bool
+) -> None:
+    make_region(engine, n_channels_initial=4, algorithm="redist", tail_aware=tail_aware)
+    tick(engine, REGION)
+    ingest(engine, snapshot_document(1, n_channels=4, demand=4, exponent=1.3))
+
+    result = tick(engine, REGION)
+    assert (result.action, result.n_channels, result.version) == ("activated", 4, 2)
+    event = events(engine)[0]
+    data = load_object(event.data_json)
+    assert event.rule == "imbalance-threshold"
+    assert data["b_before"] > data["threshold"] == 1.0
+    assert data["predicted_b"] < data["b_before"]
+    assert data["policy"] == "fixed"
+    assert load_object(versions(engine)[1].report_json)["algorithm"] == "redist"
+    assert_plans_route_like_functions(engine)
+
+
+def test_a_balanced_window_within_the_threshold_is_unchanged_once(engine: Engine) -> None:
+    make_region(engine, n_channels_initial=2, settings={"rebalance_threshold": 100.0})
+    tick(engine, REGION)
+    ingest(engine, snapshot_document(1, n_channels=2, demand=2, exponent=0.5))
+
+    result = tick(engine, REGION)
+    assert (result.action, result.version, result.plan_id, result.n_channels) == ("unchanged", None, None, 2)
+    event = events(engine)[0]
+    data = load_object(event.data_json)
+    assert (event.kind, event.rule) == ("no-change", "fixed")
+    assert data["considered_seq"] == 1 and data["b_before"] <= 100.0
+    assert "within threshold" in event.message
+    assert tick(engine, REGION).action == "idle"
+    assert len(versions(engine)) == 1 and not plans(engine)
+
+
+def test_a_tick_while_a_plan_is_applying_is_blocked_and_writes_nothing(engine: Engine) -> None:
+    make_region(engine, n_channels_initial=4, algorithm="redist")
+    tick(engine, REGION)
+    ingest(engine, snapshot_document(1, n_channels=4, demand=4, exponent=1.3))
+    plan_id = tick(engine, REGION).plan_id
+    assert plan_id is not None
+    run_in_transaction(engine, lambda session: set_plan_status(session, plan_id, "applying"))
+    ingest(engine, snapshot_document(2, n_channels=4, demand=4, exponent=1.4))
+    before = row_counts(engine)
+
+    result = tick(engine, REGION)
+    assert (result.action, result.version, result.plan_id) == ("blocked", None, None)
+    assert f"plan {plan_id} is being applied" in result.reason
+    assert row_counts(engine) == before
+    assert [plan.status for plan in plans(engine)] == ["applying"]
+
+
+def test_a_new_plan_supersedes_the_pending_one(engine: Engine) -> None:
+    make_region(engine, n_channels_initial=4, algorithm="redist")
+    tick(engine, REGION)
+    ingest(engine, snapshot_document(1, n_channels=4, demand=4, exponent=1.3))
+    first = tick(engine, REGION)
+    ingest(engine, snapshot_document(2, n_channels=4, demand=4, exponent=1.6))
+
+    second = tick(engine, REGION)
+    assert (second.action, second.version) == ("activated", 3)
+    assert [(p.id, p.status, p.from_version) for p in plans(engine)] == [
+        (first.plan_id, "superseded", 1),
+        (second.plan_id, "pending", 1),
+    ]
+    assert_plans_route_like_functions(engine)
+
+
+def test_auto_records_all_three_candidates(engine: Engine) -> None:
+    make_region(engine, n_channels_initial=4, algorithm="auto")
+    tick(engine, REGION)
+    ingest(engine, snapshot_document(1, n_channels=4, demand=4, exponent=1.3))
+
+    assert tick(engine, REGION).action == "activated"
+    new = versions(engine)[1]
+    report = load_object(new.report_json)
+    names = [candidate["algorithm"] for candidate in report["candidates"]]
+    assert names == ["scan", "redist", "readj"]
+    best = min(report["candidates"], key=lambda candidate: candidate["objective"])
+    assert report["algorithm"] == f"auto:{best['algorithm']}"
+    assert new.algorithm == "auto"
+    assert load_object(events(engine)[0].data_json)["candidates"] == report["candidates"]
+    assert_plans_route_like_functions(engine)
+
+
+def test_cooldown_keeps_the_channel_count_after_a_change(engine: Engine) -> None:
+    make_region(
+        engine,
+        policy="target-utilization",
+        max_channels=8,
+        algorithm="consistent",
+        settings={"target_utilization": 0.5, "cooldown_seconds": 3600, "rebalance_threshold": 50.0},
+    )
+    tick(engine, REGION)
+    ingest(engine, snapshot_document(1, n_channels=2, demand=3.6))
+    assert tick(engine, REGION).n_channels == 4
+    ingest(engine, snapshot_document(2, n_channels=4, demand=6.5))
+
+    result = tick(engine, REGION)
+    assert result.action == "unchanged"
+    assert "cooldown" in result.reason
+    later = tick(engine, REGION, now=datetime.now(UTC) + timedelta(hours=2))
+    assert later.action == "idle"
+
+
+def test_settings_are_checked_by_name() -> None:
+    config = RegionConfig(key_type="int", n_channels_initial=2, settings={"counters": 1})
+    with pytest.raises(ValueError, match=r"settings\.counters"):
+        ControllerSettings.from_config(config)
+    config = RegionConfig(key_type="int", n_channels_initial=2, settings={"treshold": 1})
+    with pytest.raises(ValueError, match=r"unknown field.*treshold"):
+        ControllerSettings.from_config(config)
+    config = RegionConfig(
+        key_type="int", n_channels_initial=2, policy="target-utilization", settings={"target_utilization": 0}
+    )
+    with pytest.raises(ValueError, match=r"settings\.target_utilization"):
+        ControllerSettings.from_config(config)
+    settings = ControllerSettings.from_config(RegionConfig(key_type="int", n_channels_initial=2))
+    assert (settings.counters, settings.rebalance_threshold, settings.algorithm) == (3, 1.0, "auto")
+
+
+def test_now_must_be_timezone_aware(engine: Engine) -> None:
+    make_region(engine)
+    with pytest.raises(ValueError, match="timezone-aware"):
+        tick(engine, REGION, now=datetime(2026, 1, 1))
+
+
+def test_a_build_that_reproduces_the_applied_function_is_unchanged(engine: Engine) -> None:
+    make_region(engine, n_channels_initial=4, algorithm="consistent")
+    tick(engine, REGION)
+    ingest(engine, snapshot_document(1, n_channels=4, demand=4, exponent=1.3))
+
+    result = tick(engine, REGION)
+    assert (result.action, result.version, result.n_channels) == ("unchanged", None, 4)
+    assert "reproduced the applied version 1" in result.reason
+    event = events(engine)[0]
+    assert (event.kind, event.rule) == ("no-change", "imbalance-threshold")
+    assert len(versions(engine)) == 1 and not plans(engine)
