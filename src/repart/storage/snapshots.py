@@ -30,7 +30,7 @@ from typing import Any, cast
 import numpy as np
 from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session
 
 from repart.partitioning.documents import (
     require_format,
@@ -376,21 +376,51 @@ def latest_snapshots(session: Session, region: str, count: int) -> list[Snapshot
 def _load(
     session: Session, region: str, *, seq: int | None = None, limit: int | None = None
 ) -> list[Snapshot]:
+    """Snapshots with their items, slots and channels, read as plain rows.
+
+    A window's slot counts alone are up to 2^S rows; building ORM objects for them would dominate a
+    controller tick, so the child tables are read with one Core query each and grouped here.
+    """
     region_id = region_by_name(session, region).id
     table = models.Snapshot
-    query = (
-        select(table)
-        .where(table.region_id == region_id)
-        .options(selectinload(table.items), selectinload(table.slots), selectinload(table.channels))
-        .order_by(table.seq.desc())
-    )
+    query = select(table).where(table.region_id == region_id).order_by(table.seq.desc())
     if seq is not None:
         query = query.where(table.seq == seq)
-    rows = session.scalars(query.limit(limit)).all()
-    return [_from_row(region, row) for row in reversed(rows)]
+    rows = list(reversed(session.scalars(query.limit(limit)).all()))
+    ids = [row.id for row in rows]
+    items = _children(session, models.SnapshotItem, ids, "idx", ("key_int", "key_utf8", "count", "delta"))
+    slots = _children(session, models.SnapshotSlot, ids, "slot", ("slot", "count"))
+    channels = _children(
+        session, models.SnapshotChannel, ids, "channel", ("channel", "tuples", "busy_seconds", "state_bytes")
+    )
+    return [
+        _from_row(region, row, items.get(row.id, []), slots.get(row.id, []), channels.get(row.id, []))
+        for row in rows
+    ]
 
 
-def _from_row(region: str, row: models.Snapshot) -> Snapshot:
+def _children(
+    session: Session, child: Any, ids: list[int], order: str, columns: tuple[str, ...]
+) -> dict[int, list[tuple[Any, ...]]]:
+    """Rows of a child table of ``snapshots`` as ``{snapshot_id: [(column values…), …]}``, in ``order``."""
+    query = (
+        select(child.snapshot_id, *(getattr(child, name) for name in columns))
+        .where(child.snapshot_id.in_(ids))
+        .order_by(child.snapshot_id, getattr(child, order))
+    )
+    grouped: dict[int, list[tuple[Any, ...]]] = {}
+    for snapshot_id, *values in session.execute(query):
+        grouped.setdefault(snapshot_id, []).append(tuple(values))
+    return grouped
+
+
+def _from_row(
+    region: str,
+    row: models.Snapshot,
+    items: list[tuple[Any, ...]],
+    slots: list[tuple[Any, ...]],
+    channels: list[tuple[Any, ...]],
+) -> Snapshot:
     return Snapshot(
         region=region,
         seq=row.seq,
@@ -401,13 +431,11 @@ def _from_row(region: str, row: models.Snapshot) -> Snapshot:
         epsilon=row.epsilon,
         key_type=cast(KeyType, row.key_type),
         items=tuple(
-            CounterEntry(key_from_columns(i.key_int, i.key_utf8), i.count, i.delta) for i in row.items
+            CounterEntry(key_from_columns(key_int, key_utf8), count, delta)
+            for key_int, key_utf8, count, delta in items
         ),
         slot_bits=row.slot_bits,
-        slots=tuple((s.slot, s.count) for s in row.slots) or None,
+        slots=tuple((slot, count) for slot, count in slots) or None,
         version=row.version,
-        channels=tuple(
-            ChannelMeasurement(c.channel, c.tuples, c.busy_seconds, c.state_bytes) for c in row.channels
-        )
-        or None,
+        channels=tuple(ChannelMeasurement(*values) for values in channels) or None,
     )
