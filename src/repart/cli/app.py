@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import typer
 
+from repart.cli.init import init
+from repart.cli.plans import plans_app
+from repart.cli.regions import region_app
 from repart.cli.simulate import simulate
+from repart.cli.snapshots import snapshot_app
+from repart.cli.status import status
+from repart.cli.tick import tick
+from repart.cli.versions import versions_app
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -12,6 +19,13 @@ app = typer.Typer(
     help="repart: elastic repartitioning for stateful Spark pipelines.",
 )
 app.command()(simulate)
+app.command()(init)
+app.command()(status)
+app.command()(tick)
+app.add_typer(region_app, name="region")
+app.add_typer(snapshot_app, name="snapshot")
+app.add_typer(versions_app, name="versions")
+app.add_typer(plans_app, name="plans")
 
 
 @app.callback()

@@ -1,0 +1,88 @@
+"""What the database commands share: the ``--db`` and ``--json`` options, opening the database, output.
+
+Every database command takes ``--db URL`` (default: ``$REPART_DB``, else ``./.repart/repart.db``, as
+``repart.storage.database_url`` resolves it) and ``--json`` (machine output on stdout and nothing else
+there). A command other than ``init`` refuses a database that ``repart init`` has not brought to the
+newest schema revision, with a message instead of an SQL error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from repart.storage import current_revision, database_url, head_revision, make_engine, run_in_transaction
+
+T = TypeVar("T")
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help="Database URL (default: $REPART_DB, else sqlite:///./.repart/repart.db).",
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON on stdout (for scripts).")]
+
+
+@contextmanager
+def open_database(url: str | None) -> Iterator[Engine]:
+    """An engine on the database at ``url``, which must exist and be at the newest schema revision."""
+    resolved = database_url(url)
+    if resolved.get_backend_name() == "sqlite":
+        path = resolved.database or ""
+        if (
+            path
+            and path != ":memory:"
+            and not path.startswith("file:")
+            and not Path(path).expanduser().exists()
+        ):
+            raise ValueError(f"--db: no database at {path}; create it with `repart init`")
+    engine = make_engine(url)
+    try:
+        revision = current_revision(engine)
+        if revision != head_revision():
+            raise ValueError(
+                f"--db: the database is at schema revision {revision or '(none)'}, not {head_revision()}; "
+                "run `repart init` to upgrade it"
+            )
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def query(url: str | None, work: Callable[[Session], T]) -> T:
+    """Run ``work`` in one transaction on the database at ``url`` (see ``open_database``)."""
+    with open_database(url) as engine:
+        return run_in_transaction(engine, work)
+
+
+def console() -> Console:
+    """A console on stdout for people: as wide as the terminal, or 160 columns when redirected."""
+    return Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+
+
+def print_json(value: Any) -> None:
+    """Print ``value`` as strict JSON on stdout."""
+    typer.echo(json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False))
+
+
+def timestamp(value: datetime | None) -> str | None:
+    """An aware timestamp as ISO-8601 text, None as None."""
+    return None if value is None else value.isoformat()
+
+
+def number(value: float | None, digits: int = 4) -> str:
+    """A float for a table cell (``-`` for unknown)."""
+    return "-" if value is None else f"{value:.{digits}g}"

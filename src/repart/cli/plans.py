@@ -1,0 +1,145 @@
+"""``repart plans list|show|report``: a region's migration plans and what jobs report (DESIGN §6, §7).
+
+``report`` is what a Spark job says after applying a plan: ``applied`` (with the rows and bytes it
+moved) or ``failed``. A pending plan is taken through ``applying`` in the same transaction.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from sqlalchemy.orm import Session
+
+from repart.cli.database import DbOption, JsonOption, console, number, print_json, query, timestamp
+from repart.cli.errors import reports_bad_input
+from repart.cli.versions import plan_dict, print_plan
+from repart.migration import MigrationPlan
+from repart.storage import NotFoundError, get_plan, list_plans, region_by_name, set_plan_status
+from repart.storage.models import Plan
+
+plans_app = typer.Typer(no_args_is_help=True, help="List and show migration plans; report their outcome.")
+
+RegionName = Annotated[str, typer.Argument(help="Region name.")]
+PlanId = Annotated[int, typer.Argument(help="Plan id (see `repart plans list`).")]
+
+
+class Outcome(StrEnum):
+    """What a job reports about a plan."""
+
+    applied = "applied"
+    failed = "failed"
+
+
+def plan_summary(row: Plan) -> dict[str, Any]:
+    """A plan's metadata as a JSON object."""
+    return {
+        "id": row.id,
+        "from_version": row.from_version,
+        "to_version": row.to_version,
+        "status": row.status,
+        "predicted_m": row.predicted_m,
+        "predicted_cost": row.predicted_cost,
+        "explicit_moves": row.explicit_moves,
+        "slot_moves": row.slot_moves,
+        "moved_rows": row.moved_rows,
+        "moved_bytes": row.moved_bytes,
+        "digest": row.digest,
+        "created_at": timestamp(row.created_at),
+        "updated_at": timestamp(row.updated_at),
+    }
+
+
+def plan_of_region(session: Session, region: str, plan_id: int) -> Plan:
+    """Plan ``plan_id``, which must belong to ``region`` (NotFoundError otherwise)."""
+    region_id = region_by_name(session, region).id
+    row = get_plan(session, plan_id)
+    if row.region_id != region_id:
+        raise NotFoundError(f"plan {plan_id} is not a plan of region {region!r}")
+    return row
+
+
+@plans_app.command("list")
+@reports_bad_input
+def list_(region: RegionName, db: DbOption = None, as_json: JsonOption = False) -> None:
+    """List a region's plans, oldest first."""
+    rows = query(db, lambda s: [plan_summary(p) for p in list_plans(s, region)])
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title=f"plans of {region}")
+    for column in (
+        "id",
+        "versions",
+        "status",
+        "predicted m",
+        "explicit moves",
+        "slot moves",
+        "moved rows",
+        "created",
+    ):
+        table.add_column(column)
+    for p in rows:
+        table.add_row(
+            str(p["id"]),
+            f"{p['from_version']} → {p['to_version']}",
+            p["status"],
+            number(p["predicted_m"]),
+            str(p["explicit_moves"]),
+            str(p["slot_moves"]),
+            "-" if p["moved_rows"] is None else str(p["moved_rows"]),
+            p["created_at"],
+        )
+    console().print(table)
+
+
+@plans_app.command("show")
+@reports_bad_input
+def show(region: RegionName, plan_id: PlanId, db: DbOption = None, as_json: JsonOption = False) -> None:
+    """Show a plan: status, prediction, moves and the channels that lose and gain keys."""
+
+    def work(session: Session) -> dict[str, Any]:
+        row = plan_of_region(session, region, plan_id)
+        return {**plan_summary(row), "plan": plan_dict(MigrationPlan.from_json(row.plan_json))}
+
+    shown = query(db, work)
+    if as_json:
+        print_json(shown)
+        return
+    versions = f"version {shown['from_version']} → {shown['to_version']}"
+    print_plan(shown["plan"], f"plan {plan_id} of {region}: {versions}, {shown['status']}")
+
+
+@plans_app.command("report")
+@reports_bad_input
+def report(
+    region: RegionName,
+    plan_id: PlanId,
+    state: Annotated[Outcome, typer.Option("--state", help="What the job did: applied or failed.")],
+    moved_rows: Annotated[int | None, typer.Option(help="Rows the job moved (with --state applied).")] = None,
+    moved_bytes: Annotated[
+        int | None, typer.Option(help="Bytes the job moved (with --state applied).")
+    ] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Record that a job applied a plan or failed to (its target version becomes applied or abandoned)."""
+
+    def work(session: Session) -> dict[str, Any]:
+        row = plan_of_region(session, region, plan_id)
+        if row.status == "pending":
+            set_plan_status(session, plan_id, "applying")
+        return plan_summary(
+            set_plan_status(session, plan_id, state.value, moved_rows=moved_rows, moved_bytes=moved_bytes)
+        )
+
+    summary = query(db, work)
+    if as_json:
+        print_json(summary)
+    else:
+        console().print(
+            f"plan {plan_id} of {region} is {summary['status']} (version {summary['to_version']} "
+            f"{'applied' if summary['status'] == 'applied' else 'abandoned'})"
+        )

@@ -1,0 +1,237 @@
+"""``repart region create|list|show|update``: regions and their controller configuration (DESIGN §7, §8).
+
+The options map onto ``repart.storage.RegionConfig``, which validates them; an error names the option
+and the accepted values, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from sqlalchemy.orm import Session
+
+from repart.cli.database import DbOption, JsonOption, console, print_json, query, timestamp
+from repart.cli.errors import reports_bad_input
+from repart.storage import RegionConfig, create_region, list_regions, region_by_name, update_region
+from repart.storage.models import Region
+
+region_app = typer.Typer(no_args_is_help=True, help="Create, list, show and update regions.")
+
+# RegionConfig field → command-line option, so that an error names the option people typed.
+OPTION_OF_FIELD = {
+    "key_type": "--key-type",
+    "n_channels_initial": "--channels",
+    "resources": "--resources",
+    "alpha": "--alpha",
+    "sigma": "--sigma",
+    "algorithm": "--algorithm",
+    "utility": "--utility",
+    "policy": "--policy",
+    "min_channels": "--min-channels",
+    "max_channels": "--max-channels",
+    "tail_aware": "--tail-aware",
+    "slot_bits": "--slot-bits",
+}
+
+Name = Annotated[str, typer.Argument(help="Region name: letters, digits, '.', '_', '-'.")]
+KeyTypeOption = Annotated[str | None, typer.Option("--key-type", help="Key type: str or int.")]
+Channels = Annotated[int | None, typer.Option("--channels", help="Initial number of channels N.")]
+ResourcesOption = Annotated[
+    str | None, typer.Option("--resources", help="Resource code (state, computation, communication): LCL, …")
+]
+Alpha = Annotated[float | None, typer.Option("--alpha", help="Imbalance tolerance α > 1 (default 1.2).")]
+Sigma = Annotated[float | None, typer.Option("--sigma", help="Frequency threshold scaler σ in (0, 1].")]
+Algorithm = Annotated[
+    str | None, typer.Option("--algorithm", help="scan, redist, readj, uniform, consistent or auto.")
+]
+Utility = Annotated[str | None, typer.Option("--utility", help="Utility: A, APM, APLM, ATM, ATLM.")]
+Policy = Annotated[
+    str | None, typer.Option("--policy", help="Channel-count policy: fixed, target-utilization.")
+]
+MinChannels = Annotated[int | None, typer.Option("--min-channels", help="Smallest N the policy may choose.")]
+MaxChannels = Annotated[int | None, typer.Option("--max-channels", help="Largest N the policy may choose.")]
+TailAware = Annotated[
+    bool | None,
+    typer.Option("--tail-aware/--no-tail-aware", help="Build with per-slot loads and slot overrides."),
+]
+SlotBits = Annotated[int | None, typer.Option("--slot-bits", help="log2 of the slot table size (10-20).")]
+
+
+def _options(**values: Any) -> dict[str, Any]:
+    """The RegionConfig fields given on the command line (the others keep their default or value)."""
+    return {field: value for field, value in values.items() if value is not None}
+
+
+def _named(error: ValueError) -> ValueError:
+    """``error`` with the option that its field came from in front (``--channels: n_channels_initial …``)."""
+    message = str(error)
+    for field, option in OPTION_OF_FIELD.items():
+        if message.startswith(field + " "):
+            return ValueError(f"{option}: {message}")
+    return error
+
+
+def region_dict(row: Region) -> dict[str, Any]:
+    """A region's name, configuration and timestamps as a JSON object."""
+    config = RegionConfig.from_row(row)
+    values = {field.name: getattr(config, field.name) for field in dataclasses.fields(config)}
+    values["settings"] = dict(config.settings)
+    return {
+        "name": row.name,
+        **values,
+        "created_at": timestamp(row.created_at),
+        "updated_at": timestamp(row.updated_at),
+    }
+
+
+def _show(region: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print_json(region)
+        return
+    table = Table(title=f"region {region['name']}", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    for field, value in region.items():
+        if field != "name":
+            table.add_row(field, str(value))
+    console().print(table)
+
+
+@region_app.command("create")
+@reports_bad_input
+def create(
+    name: Name,
+    key_type: KeyTypeOption = None,
+    channels: Channels = None,
+    resources: ResourcesOption = None,
+    alpha: Alpha = None,
+    sigma: Sigma = None,
+    algorithm: Algorithm = None,
+    utility: Utility = None,
+    policy: Policy = None,
+    min_channels: MinChannels = None,
+    max_channels: MaxChannels = None,
+    tail_aware: TailAware = None,
+    slot_bits: SlotBits = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Create a region; --key-type is required, N defaults to --min-channels (1)."""
+    if key_type is None:
+        raise ValueError("--key-type is required: str or int")
+    given = _options(
+        resources=resources,
+        alpha=alpha,
+        sigma=sigma,
+        algorithm=algorithm,
+        utility=utility,
+        policy=policy,
+        min_channels=min_channels,
+        max_channels=max_channels,
+        tail_aware=tail_aware,
+        slot_bits=slot_bits,
+    )
+    try:
+        config = RegionConfig(
+            key_type=key_type,  # type: ignore[arg-type]  # validated by RegionConfig
+            n_channels_initial=channels if channels is not None else given.get("min_channels", 1),
+            **given,
+        )
+    except ValueError as error:
+        raise _named(error) from None
+    region = query(db, lambda session: region_dict(create_region(session, name, config)))
+    _show(region, as_json)
+
+
+@region_app.command("list")
+@reports_bad_input
+def list_(db: DbOption = None, as_json: JsonOption = False) -> None:
+    """List the regions and their main settings."""
+    regions = query(db, lambda session: [region_dict(row) for row in list_regions(session)])
+    if as_json:
+        print_json(regions)
+        return
+    table = Table(title="regions")
+    for column in (
+        "name",
+        "key type",
+        "N",
+        "min..max",
+        "algorithm",
+        "utility",
+        "resources",
+        "α",
+        "σ",
+        "policy",
+    ):
+        table.add_column(column)
+    for r in regions:
+        table.add_row(
+            r["name"],
+            r["key_type"],
+            str(r["n_channels_initial"]),
+            f"{r['min_channels']}..{r['max_channels']}",
+            r["algorithm"] + ("+tail" if r["tail_aware"] else ""),
+            r["utility"],
+            r["resources"],
+            f"{r['alpha']:g}",
+            f"{r['sigma']:g}",
+            r["policy"],
+        )
+    console().print(table)
+
+
+@region_app.command("show")
+@reports_bad_input
+def show(name: Name, db: DbOption = None, as_json: JsonOption = False) -> None:
+    """Show a region's whole configuration."""
+    _show(query(db, lambda session: region_dict(region_by_name(session, name))), as_json)
+
+
+@region_app.command("update")
+@reports_bad_input
+def update(
+    name: Name,
+    key_type: KeyTypeOption = None,
+    channels: Channels = None,
+    resources: ResourcesOption = None,
+    alpha: Alpha = None,
+    sigma: Sigma = None,
+    algorithm: Algorithm = None,
+    utility: Utility = None,
+    policy: Policy = None,
+    min_channels: MinChannels = None,
+    max_channels: MaxChannels = None,
+    tail_aware: TailAware = None,
+    slot_bits: SlotBits = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Change the given settings of a region (key type and slot bits only while it has no data)."""
+    changes = _options(
+        key_type=key_type,
+        n_channels_initial=channels,
+        resources=resources,
+        alpha=alpha,
+        sigma=sigma,
+        algorithm=algorithm,
+        utility=utility,
+        policy=policy,
+        min_channels=min_channels,
+        max_channels=max_channels,
+        tail_aware=tail_aware,
+        slot_bits=slot_bits,
+    )
+    if not changes:
+        raise ValueError(f"nothing to update: give at least one of {', '.join(OPTION_OF_FIELD.values())}")
+
+    def work(session: Session) -> dict[str, Any]:
+        try:
+            return region_dict(update_region(session, name, **changes))
+        except ValueError as error:
+            raise _named(error) from None
+
+    _show(query(db, work), as_json)

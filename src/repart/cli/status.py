@@ -1,0 +1,77 @@
+"""``repart status``: per region, the applied version, N, the open plan and the last event (DESIGN §7, §8)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+from sqlalchemy.orm import Session
+
+from repart.cli.database import DbOption, JsonOption, console, print_json, query, timestamp
+from repart.cli.errors import reports_bad_input
+from repart.storage import applied_version, list_events, list_plans, list_regions, region_by_name
+from repart.storage.models import Region
+
+OPEN_PLAN_STATUSES = ("pending", "applying")
+
+
+def region_status(session: Session, region: Region) -> dict[str, Any]:
+    """The status of one region as a JSON object."""
+    applied = applied_version(session, region.name)
+    open_plans = [p for p in list_plans(session, region.name) if p.status in OPEN_PLAN_STATUSES]
+    events = list_events(session, region.name, limit=1)
+    plan = open_plans[-1] if open_plans else None
+    event = events[0] if events else None
+    return {
+        "region": region.name,
+        "applied_version": None if applied is None else applied.number,
+        "N": region.n_channels_initial if applied is None else applied.n_channels,
+        "pending_plan": None
+        if plan is None
+        else {
+            "id": plan.id,
+            "from_version": plan.from_version,
+            "to_version": plan.to_version,
+            "status": plan.status,
+        },
+        "last_event": None
+        if event is None
+        else {"at": timestamp(event.at), "kind": event.kind, "rule": event.rule, "message": event.message},
+    }
+
+
+@reports_bad_input
+def status(
+    region: Annotated[str | None, typer.Argument(help="Only this region (default: all).")] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show each region's applied version, N, pending plan and last event."""
+
+    def work(session: Session) -> list[dict[str, Any]]:
+        regions = [region_by_name(session, region)] if region is not None else list_regions(session)
+        return [region_status(session, row) for row in regions]
+
+    rows = query(db, work)
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title="status")
+    for column in ("region", "applied version", "N", "pending plan", "last event"):
+        table.add_column(column)
+    for r in rows:
+        plan, event = r["pending_plan"], r["last_event"]
+        table.add_row(
+            r["region"],
+            "-" if r["applied_version"] is None else str(r["applied_version"]),
+            str(r["N"]),
+            "-"
+            if plan is None
+            else f"{plan['id']} ({plan['from_version']} → {plan['to_version']}, {plan['status']})",
+            Text(
+                "-" if event is None else f"{event['at']} {event['kind']}/{event['rule']}: {event['message']}"
+            ),
+        )
+    console().print(table)
