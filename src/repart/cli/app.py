@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import typer
 
+from repart.cli.actions import explain, rollback, scale
 from repart.cli.init import init
 from repart.cli.plans import plans_app
 from repart.cli.regions import region_app
+from repart.cli.run import run
 from repart.cli.simulate import simulate
 from repart.cli.snapshots import snapshot_app
 from repart.cli.status import status
@@ -22,6 +24,10 @@ app.command()(simulate)
 app.command()(init)
 app.command()(status)
 app.command()(tick)
+app.command()(run)
+app.command()(rollback)
+app.command()(scale)
+app.command()(explain)
 app.add_typer(region_app, name="region")
 app.add_typer(snapshot_app, name="snapshot")
 app.add_typer(versions_app, name="versions")

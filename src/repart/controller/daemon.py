@@ -1,0 +1,179 @@
+"""The long-running controller: one scheduled tick per region, guarded by a lease (DESIGN §8).
+
+``Daemon`` runs an APScheduler job per region on a fixed interval (coalescing missed runs, never two
+runs of one region at once) and a discovery job that adds jobs for regions created later. Before each
+tick it takes or renews the region's lease in the database (``repart.storage.acquire_lease``), so two
+daemons on one database never act on the same region at the same time: the other daemon skips the
+region until the lease expires (its holder stopped renewing it), then takes it over. ``run`` stops on
+SIGTERM or SIGINT after the ticks in progress finish, and releases its leases.
+
+Every tick, skip and lifecycle step is logged as one JSON object per line (structured logs).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from types import FrameType
+from typing import Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from repart.controller.tick import TickResult, tick
+from repart.partitioning.documents import require_number
+from repart.storage import acquire_lease, list_regions, release_lease, run_in_transaction
+
+LOG = logging.getLogger("repart.daemon")
+
+
+def default_holder() -> str:
+    """A lease holder name unique to this process: host, process id and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """How often to tick, how long a lease lasts, who holds it, how often to look for new regions."""
+
+    interval_seconds: float = 10.0
+    lease_ttl_seconds: float = 30.0
+    discover_seconds: float = 30.0
+    holder: str = field(default_factory=default_holder)
+
+    def __post_init__(self) -> None:
+        require_number(self.interval_seconds, "interval", 0.01)
+        require_number(self.discover_seconds, "discover", 0.01)
+        require_number(self.lease_ttl_seconds, "lease_ttl", 0.01)
+        if self.lease_ttl_seconds <= self.interval_seconds:
+            raise ValueError(
+                f"lease_ttl must exceed the interval ({self.interval_seconds:g} s) so that a live daemon "
+                f"renews its leases in time, got {self.lease_ttl_seconds:g}"
+            )
+        if not 1 <= len(self.holder) <= 200:
+            raise ValueError(f"holder must be 1-200 characters, got {self.holder!r}")
+
+
+def log_event(kind: str, **fields: Any) -> None:
+    """One structured log line: ``{"event": kind, "at": ISO-8601 UTC, …fields}``."""
+    LOG.info(json.dumps({"event": kind, "at": datetime.now(UTC).isoformat(), **fields}, default=str))
+
+
+class Daemon:
+    """Ticks every region on an interval under a lease; see the module docstring."""
+
+    def __init__(self, engine: Engine, config: DaemonConfig, ticker: Callable[..., TickResult] = tick):
+        self.engine = engine
+        self.config = config
+        self._tick = ticker
+        self._scheduler = BackgroundScheduler(timezone=UTC)
+        self._held: set[str] = set()
+        self._lock = threading.Lock()
+
+    def tick_region(self, region: str) -> TickResult | None:
+        """Take or renew ``region``'s lease and tick it; None when another holder has the lease."""
+        now = datetime.now(UTC)
+        held = run_in_transaction(
+            self.engine,
+            lambda session: acquire_lease(
+                session, region, self.config.holder, self.config.lease_ttl_seconds, now
+            ),
+        )
+        if not held:
+            log_event(
+                "skipped", region=region, holder=self.config.holder, reason="lease held by another daemon"
+            )
+            return None
+        with self._lock:
+            self._held.add(region)
+        result = self._tick(self.engine, region, now=now)
+        log_event("tick", holder=self.config.holder, **asdict(result))
+        return result
+
+    def run_once(self) -> list[TickResult | None]:
+        """One tick of every region, in name order (``repart run --once``)."""
+        return [self.tick_region(region) for region in self._regions()]
+
+    def start(self) -> None:
+        """Schedule every known region and the discovery of new ones; returns at once."""
+        self._discover()
+        self._scheduler.add_job(
+            self._discover,
+            "interval",
+            seconds=self.config.discover_seconds,
+            id="discover",
+            coalesce=True,
+            max_instances=1,
+        )
+        self._scheduler.start()
+        log_event("started", holder=self.config.holder, interval=self.config.interval_seconds)
+
+    def stop(self) -> None:
+        """Stop scheduling, wait for the ticks in progress, and release the leases this daemon holds."""
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=True)
+        with self._lock:
+            held = sorted(self._held)
+        if held:
+            run_in_transaction(self.engine, self._release_all(held))
+        log_event("stopped", holder=self.config.holder, released=held)
+
+    def _release_all(self, regions: list[str]) -> Callable[[Session], None]:
+        def release(session: Session) -> None:
+            for region in regions:
+                release_lease(session, region, self.config.holder)
+
+        return release
+
+    def _regions(self) -> list[str]:
+        return run_in_transaction(self.engine, lambda session: [r.name for r in list_regions(session)])
+
+    def _discover(self) -> None:
+        for region in self._regions():
+            job_id = f"tick:{region}"
+            if self._scheduler.get_job(job_id) is None:
+                self._scheduler.add_job(
+                    self._guarded_tick,
+                    "interval",
+                    args=[region],
+                    seconds=self.config.interval_seconds,
+                    id=job_id,
+                    coalesce=True,
+                    max_instances=1,
+                    next_run_time=datetime.now(UTC),
+                )
+
+    def _guarded_tick(self, region: str) -> None:
+        """A scheduled tick: an error is logged and the next interval tries again."""
+        try:
+            self.tick_region(region)
+        except Exception as error:  # the daemon outlives one region's failure
+            log_event("error", region=region, holder=self.config.holder, error=repr(error))
+
+
+def run(engine: Engine, config: DaemonConfig, stop: threading.Event | None = None) -> None:
+    """Run until SIGTERM/SIGINT (or ``stop`` is set), then stop cleanly after the current ticks."""
+    stop = stop or threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        log_event("stopping", holder=config.holder, signal=signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    daemon = Daemon(engine, config)
+    try:
+        daemon.start()
+        stop.wait()
+    finally:
+        daemon.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
