@@ -192,7 +192,7 @@ def _tick(session: Session, region: str, now: datetime, stopwatch: _Stopwatch) -
         "policy_numbers": decision.numbers,
         "n_before": applied.n_channels,
         "n_next": decision.n_channels,
-        "b_before": _finite(b_before),
+        "b_before": finite_or_none(b_before),
         "threshold": settings.rebalance_threshold,
     }
     if not decision.changed and not rebalance.rebalance:
@@ -241,13 +241,13 @@ def _activate(
 ) -> _Outcome:
     """Store the version, its plan and the ``activated`` event; ``blocked`` if storage refuses."""
     reason = _reason(decision, rebalance)
-    report_json = _report_json(report)
+    stored_report = report_json(report)
     event_data = data | {
         "algorithm": report.algorithm,
-        "predicted_b": report_json["predicted_b"],
-        "predicted_m": report_json["predicted_m"],
-        "plan_m": None if plan.m is None else _finite(plan.m),
-        "candidates": report_json["candidates"],
+        "predicted_b": stored_report["predicted_b"],
+        "predicted_m": stored_report["predicted_m"],
+        "plan_m": None if plan.m is None else finite_or_none(plan.m),
+        "candidates": stored_report["candidates"],
     }
     try:
         activation = activate(
@@ -258,7 +258,7 @@ def _activate(
                 function.digest,
                 function.n_channels,
                 report.algorithm.split(":")[0],
-                report_json,
+                stored_report,
                 parent_number=applied.number,
             ),
             plan,
@@ -326,21 +326,21 @@ def _last_change_at(session: Session, region_id: int) -> datetime | None:
     return max(changes, default=None)
 
 
-def _finite(value: float | np.floating[Any]) -> float | None:
+def finite_or_none(value: float | np.floating[Any]) -> float | None:
     """``value`` as a JSON number, or None (null) when it is infinite or NaN."""
     number = float(value)
     return number if math.isfinite(number) else None
 
 
-def _report_json(report: BuildReport) -> dict[str, Any]:
+def report_json(report: BuildReport) -> dict[str, Any]:
     """A build report as a JSON object: non-finite numbers as null, candidates as nested reports."""
     out: dict[str, Any] = {}
     for field in dataclasses.fields(report):
         value = getattr(report, field.name)
         if field.name == "candidates":
-            out[field.name] = [_report_json(candidate) for candidate in value]
+            out[field.name] = [report_json(candidate) for candidate in value]
         elif isinstance(value, float | np.floating):
-            out[field.name] = _finite(value)
+            out[field.name] = finite_or_none(value)
         elif isinstance(value, np.integer):
             out[field.name] = int(value)
         else:

@@ -1,0 +1,106 @@
+"""``repart rollback|scale|explain``: the operator's overrides and the last decision (DESIGN §6–§8, §10).
+
+``rollback`` and ``scale`` activate a new version with a pending plan from the applied version, as the
+controller's tick does, with rule ``operator``; ``explain`` shows the newest decision event with its
+numbers. Bad input (an unknown region or version, N outside the region's bounds, a plan being applied)
+is reported without a traceback and exits 2, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from repart.cli.database import DbOption, JsonOption, console, number, open_database, print_json, query
+from repart.cli.errors import reports_bad_input
+from repart.controller.actions import ActionResult
+from repart.controller.actions import explain as explain_region
+from repart.controller.actions import rollback as rollback_region
+from repart.controller.actions import scale as scale_region
+
+RegionName = Annotated[str, typer.Argument(help="Region name.")]
+
+
+@reports_bad_input
+def rollback(
+    region: RegionName,
+    to: Annotated[int, typer.Option("--to", help="The version whose function to go back to.")],
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Activate a new version with version V's function and a plan to it from the applied version."""
+    with open_database(db) as engine:
+        result = rollback_region(engine, region, to)
+    _show(result, as_json)
+
+
+@reports_bad_input
+def scale(
+    region: RegionName,
+    channels: Annotated[int, typer.Option("--channels", help="The channel count N to run with.")],
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Activate the next function on N channels, built from the applied version, with its plan."""
+    with open_database(db) as engine:
+        result = scale_region(engine, region, channels)
+    _show(result, as_json)
+
+
+@reports_bad_input
+def explain(region: RegionName, db: DbOption = None, as_json: JsonOption = False) -> None:
+    """Why the region runs what it runs: its last decision, its rule and its numbers."""
+    shown = query(db, lambda session: explain_region(session, region))
+    if as_json:
+        print_json(shown)
+        return
+    out = console()
+    table = Table(title=f"last decision of {region}", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    for field in ("kind", "rule", "message", "at", "version", "plan_id", "policy", "algorithm"):
+        table.add_row(field, Text("-" if shown[field] is None else str(shown[field])))
+    for field in ("n_before", "n_next", "b_before", "threshold", "predicted_b", "predicted_m", "plan_m"):
+        table.add_row(field, _cell(shown[field]))
+    for name, value in (shown["policy_numbers"] or {}).items():
+        table.add_row(f"policy.{name}", _cell(value))
+    out.print(table)
+    if shown["candidates"]:
+        candidates = Table(title="candidates")
+        for column in ("algorithm", "b", "m", "objective"):
+            candidates.add_column(column, justify="left" if column == "algorithm" else "right")
+        for candidate in shown["candidates"]:
+            candidates.add_row(
+                str(candidate["algorithm"]),
+                _cell(candidate["predicted_b"]),
+                _cell(candidate["predicted_m"]),
+                _cell(candidate["objective"]),
+            )
+        out.print(candidates)
+
+
+def _show(result: ActionResult, as_json: bool) -> None:
+    if as_json:
+        print_json(asdict(result))
+        return
+    table = Table(title=f"{result.action}: {result.region}", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    table.add_row("version", f"{result.from_version} → {result.version} (pending plan {result.plan_id})")
+    table.add_row("N", str(result.n_channels))
+    table.add_row("digest", result.digest[:12])
+    table.add_row("predicted m", number(result.plan_m))
+    table.add_row("reason", Text(result.reason))
+    console().print(table)
+
+
+def _cell(value: Any) -> str:
+    """A number for a table cell; other JSON values as JSON."""
+    if isinstance(value, float):
+        return number(value)
+    return "-" if value is None else json.dumps(value)

@@ -1,0 +1,307 @@
+"""Operator actions on a region: roll back, scale, and explain the last decision (DESIGN §6–§8, §10).
+
+The controller's loop (``repart.controller.tick``) decides on its own; these are the operator's
+overrides and the audit view, built from the same pieces (settings, window merge, ``build``,
+``plan_migration``, ``repart.storage.activate``):
+
+- ``rollback``: DESIGN §6 — rolling back to version v creates a *new* version with v's content (the
+  same canonical JSON, so the same digest) and a plan from the currently *applied* version to it;
+  older versions stay as they are. The event is ``rollback``, rule ``operator``.
+- ``scale``: the Plan and Activate steps of DESIGN §8 with N chosen by the operator: the next function
+  is built from the applied version with the region's algorithm and parameters on the latest merged
+  window (without snapshots: the consistent hash alone on N, as p^(0) is). The event is ``scaled``,
+  rule ``operator``.
+- ``explain``: the newest decision event of the audit log (DESIGN §7) with its numbers.
+
+Both actions run in one transaction (``run_in_transaction``); every refusal (an unknown version, N
+outside the region's bounds, a plan being applied, nothing to do) raises a ValueError naming the
+command-line parameter and the accepted values, and writes nothing (DESIGN §10). Event data follows
+tick's conventions: ``n_before``, ``n_next``, ``b_before``, ``predicted_b``, ``predicted_m``,
+``plan_m``, ``algorithm``, ``candidates`` and ``window_seqs``, plus ``activated_version`` and
+``plan_id`` added by ``activate``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from repart.controller.settings import ControllerSettings
+from repart.controller.tick import finite_or_none, report_json
+from repart.controller.window import merge_snapshots, window_size
+from repart.migration import plan_migration
+from repart.partitioning import PartitionFunction, build, initial_function
+from repart.partitioning.algorithms.builder import predict
+from repart.partitioning.documents import require_int
+from repart.partitioning.frequency import FrequencyEstimate
+from repart.storage import (
+    ConflictError,
+    NewEvent,
+    NewVersion,
+    NotFoundError,
+    RegionConfig,
+    StorageError,
+    activate,
+    applied_version,
+    latest_snapshots,
+    list_plans,
+    list_versions,
+    models,
+    region_by_name,
+    run_in_transaction,
+    version_function,
+)
+from repart.storage.jsontext import load_object
+
+ActionKind = Literal["rollback", "scaled"]
+# The event kinds that record a decision about a region's function, newest of which ``explain`` shows.
+EXPLAINED_KINDS = ("activated", "no-change", "rollback", "scaled", "initialized")
+OPERATOR_RULE = "operator"
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """What ``rollback`` or ``scale`` stored for ``region``.
+
+    ``action`` is the event kind (``rollback`` or ``scaled``), ``reason`` its message. ``version`` and
+    ``plan_id`` are the new version's number and its pending plan, which goes from ``from_version``
+    (the applied version) to it; ``n_channels`` and ``digest`` are the new version's, ``plan_m`` the
+    plan's predicted migration cost m (None without snapshots to weigh the moves).
+    """
+
+    region: str
+    action: ActionKind
+    reason: str
+    version: int
+    plan_id: int
+    from_version: int
+    n_channels: int
+    digest: str
+    plan_m: float | None
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What both actions start from: the region, its settings, the applied version and the window."""
+
+    config: RegionConfig
+    settings: ControllerSettings
+    applied: models.Version
+    current: PartitionFunction
+    estimate: FrequencyEstimate | None
+    window_seqs: list[int]
+
+
+def rollback(engine: Engine, region: str, to_version: int, *, now: datetime | None = None) -> ActionResult:
+    """Activate a new version with version ``to_version``'s function and a plan to it (DESIGN §6).
+
+    The plan goes from the applied version and is weighed by the latest merged window when there are
+    snapshots. ``now`` (timezone-aware; default: the current time) is the event's time. Raises
+    NotFoundError naming ``--to`` and the existing versions for an unknown version, StorageError when
+    the version's function is the applied one, ConflictError while a plan is being applied; nothing
+    is written then.
+    """
+    moment = _moment(now)
+    return run_in_transaction(engine, lambda session: _rollback(session, region, to_version, moment))
+
+
+def scale(engine: Engine, region: str, n_channels: int, *, now: datetime | None = None) -> ActionResult:
+    """Activate the next function on ``n_channels`` channels with a plan to it (DESIGN §8, Plan/Activate).
+
+    Built from the applied version with the region's algorithm and parameters on the latest merged
+    window; without snapshots, the consistent hash alone on N with the applied function's consistent
+    spec. ``now`` as for ``rollback``. Raises ValueError naming ``--channels`` and the region's channel
+    bounds for N outside them or equal to the applied N, ConflictError while a plan is being applied;
+    nothing is written then.
+    """
+    moment = _moment(now)
+    return run_in_transaction(engine, lambda session: _scale(session, region, n_channels, moment))
+
+
+def explain(session: Session, region: str) -> dict[str, Any]:
+    """Why the region runs what it runs: its newest decision event as a JSON object (DESIGN §7, §8).
+
+    The event is the newest of kind ``activated``, ``no-change``, ``rollback``, ``scaled`` or
+    ``initialized``. Besides its kind, rule, message, time and full ``data``, the numbers tick records
+    are lifted out: the policy and its numbers, N before and next, b before (and the threshold), the
+    predicted b and m, the plan's m, and for ``auto`` every candidate algorithm's predicted b, m and
+    objective. NotFoundError when the region has no such event yet.
+    """
+    region_id = region_by_name(session, region).id
+    event = session.scalar(
+        select(models.Event)
+        .where(models.Event.region_id == region_id, models.Event.kind.in_(EXPLAINED_KINDS))
+        .order_by(models.Event.id.desc())
+        .limit(1)
+    )
+    if event is None:
+        raise NotFoundError(f"region {region!r} has no decision to explain yet; run `repart tick` first")
+    data = load_object(event.data_json)
+    lifted = (
+        "policy",
+        "policy_numbers",
+        "n_before",
+        "n_next",
+        "b_before",
+        "threshold",
+        "algorithm",
+        "predicted_b",
+        "predicted_m",
+        "plan_m",
+    )
+    return {
+        "region": region,
+        "event_id": event.id,
+        "kind": event.kind,
+        "rule": event.rule,
+        "message": event.message,
+        "at": event.at.isoformat(),
+        "version": data.get("activated_version"),
+        "plan_id": data.get("plan_id"),
+        **{name: data.get(name) for name in lifted},
+        "candidates": [
+            {name: candidate.get(name) for name in ("algorithm", "predicted_b", "predicted_m", "objective")}
+            for candidate in data.get("candidates") or []
+        ],
+        "data": data,
+    }
+
+
+def _rollback(session: Session, region: str, to_version: int, moment: datetime) -> ActionResult:
+    context = _context(session, region)
+    applied = context.applied
+    rows = list_versions(session, region)
+    target_row = next((row for row in rows if row.number == to_version), None)
+    if target_row is None:
+        numbers = ", ".join(str(row.number) for row in rows)
+        raise NotFoundError(
+            f"--to: region {region!r} has no version {to_version}; its versions are {numbers}"
+        )
+    if target_row.digest == applied.digest:
+        raise StorageError(
+            f"--to: version {to_version} has the function of the applied version {applied.number} of "
+            f"region {region!r}; there is nothing to roll back"
+        )
+    target = version_function(target_row)
+    data: dict[str, Any] = {"from_version": applied.number, "to_version": to_version}
+    data |= _predictions(context, target)
+    version = NewVersion(
+        target_row.function_json,
+        target_row.digest,
+        target_row.n_channels,
+        target_row.algorithm,
+        load_object(target_row.report_json) | {"rollback_of": to_version},
+        parent_number=applied.number,
+    )
+    message = f"operator rolled back from version {applied.number} to the function of version {to_version}"
+    return _activate(session, region, context, target, version, "rollback", message, data, moment)
+
+
+def _scale(session: Session, region: str, n_channels: int, moment: datetime) -> ActionResult:
+    context = _context(session, region)
+    config, applied = context.config, context.applied
+    n = require_int(n_channels, "--channels", config.min_channels, config.max_channels)
+    if n == applied.n_channels:
+        raise StorageError(
+            f"--channels: region {region!r} already runs {n} channels (applied version {applied.number}); "
+            f"choose another N in [{config.min_channels}, {config.max_channels}]"
+        )
+    data: dict[str, Any] = {"from_version": applied.number}
+    if context.estimate is None:
+        function = initial_function(n, config.key_type, config.slot_bits, context.current.consistent)
+        algorithm, report = "consistent", {"algorithm": "consistent", "n_channels": n}
+        data |= _predictions(context, function)
+    else:
+        result = build(
+            context.current, context.estimate, n, context.settings.params, context.settings.algorithm
+        )
+        function, report = result.function, report_json(result.report)
+        algorithm = result.report.algorithm.split(":")[0]
+        data |= _predictions(context, function) | {"candidates": report["candidates"]}
+    data["algorithm"] = report["algorithm"]
+    version = NewVersion(
+        function.to_json(), function.digest, n, algorithm, report, parent_number=applied.number
+    )
+    message = f"operator scaled from {applied.n_channels} to {n} channels (version {applied.number})"
+    return _activate(session, region, context, function, version, "scaled", message, data, moment)
+
+
+def _context(session: Session, region: str) -> _Context:
+    """The region's settings, applied version and merged window; refuses while a plan is applying."""
+    config = RegionConfig.from_row(region_by_name(session, region))
+    settings = ControllerSettings.from_config(config)
+    applied = applied_version(session, region)
+    if applied is None:
+        raise StorageError(
+            f"region {region!r} has no applied version yet; run `repart tick` to initialize it"
+        )
+    applying = list_plans(session, region, "applying")
+    if applying:
+        raise ConflictError(
+            f"plan {applying[0].id} of region {region!r} is being applied; try again once it is applied "
+            "or failed"
+        )
+    window = latest_snapshots(session, region, window_size(settings.counters))
+    estimate = merge_snapshots(window) if window else None
+    if estimate is not None and (not estimate.keys or estimate.total == 0):
+        estimate = None
+    return _Context(config, settings, applied, version_function(applied), estimate, [s.seq for s in window])
+
+
+def _predictions(context: _Context, target: PartitionFunction) -> dict[str, Any]:
+    """N before and next and, with a window, b before and b and m of ``target`` (DESIGN §4)."""
+    numbers: dict[str, Any] = {"n_before": context.applied.n_channels, "n_next": target.n_channels}
+    if context.estimate is None:
+        return numbers
+    params = context.settings.params
+    b_before, _ = predict(context.current, context.current, context.estimate, params)
+    b, m = predict(context.current, target, context.estimate, params)
+    return numbers | {
+        "window_seqs": context.window_seqs,
+        "b_before": finite_or_none(b_before),
+        "predicted_b": finite_or_none(b),
+        "predicted_m": finite_or_none(m),
+    }
+
+
+def _activate(
+    session: Session,
+    region: str,
+    context: _Context,
+    function: PartitionFunction,
+    version: NewVersion,
+    kind: ActionKind,
+    message: str,
+    data: dict[str, Any],
+    moment: datetime,
+) -> ActionResult:
+    """Plan from the applied function to ``function`` and store version, plan and event atomically."""
+    plan = plan_migration(context.current, function, context.estimate, context.settings.params.resources)
+    plan_m = None if plan.m is None else finite_or_none(plan.m)
+    activation = activate(
+        session, region, version, plan, NewEvent(kind, OPERATOR_RULE, message, data | {"plan_m": plan_m})
+    )
+    session.get_one(models.Event, activation.event_id).at = moment
+    assert activation.plan_id is not None  # a region with an applied version always gets a plan
+    return ActionResult(
+        region=region,
+        action=kind,
+        reason=message,
+        version=activation.version_number,
+        plan_id=activation.plan_id,
+        from_version=context.applied.number,
+        n_channels=function.n_channels,
+        digest=function.digest,
+        plan_m=plan_m,
+    )
+
+
+def _moment(now: datetime | None) -> datetime:
+    moment = datetime.now(UTC) if now is None else now
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError(f"now must be a timezone-aware datetime, got {moment.isoformat()}")
+    return moment

@@ -1,0 +1,184 @@
+"""Operator actions (DESIGN §6–§8, §10): rollback, scale and explain, on a migrated SQLite file.
+
+Snapshots are the documents ``tests.controller.test_tick`` builds (Zipf streams counted by
+``LossyCounter`` with slot counts and channel measurements); every refusal must leave every table as
+it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from repart.controller.actions import ActionResult, explain, rollback, scale
+from repart.controller.tick import tick
+from repart.migration import MigrationPlan
+from repart.partitioning import ConsistentSpec, initial_function
+from repart.storage import (
+    ConflictError,
+    NotFoundError,
+    make_engine,
+    run_in_transaction,
+    set_plan_status,
+    upgrade,
+)
+from repart.storage.jsontext import load_object
+from tests.controller.test_tick import (
+    REGION,
+    SLOT_BITS,
+    assert_plans_route_like_functions,
+    events,
+    ingest,
+    make_region,
+    plans,
+    row_counts,
+    snapshot_document,
+    versions,
+)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Engine]:
+    engine = make_engine(f"sqlite:///{tmp_path / 'repart.db'}")
+    upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+def apply(engine: Engine, plan_id: int) -> None:
+    """Take a plan through applying to applied, as a job would."""
+    run_in_transaction(engine, lambda session: set_plan_status(session, plan_id, "applying"))
+    run_in_transaction(engine, lambda session: set_plan_status(session, plan_id, "applied"))
+
+
+def rebalanced_and_applied(engine: Engine, algorithm: str = "redist") -> None:
+    """Version 1 (p^(0) on 4 channels), then version 2 built by tick on a skewed window, applied."""
+    make_region(engine, n_channels_initial=4, max_channels=8, algorithm=algorithm)
+    tick(engine, REGION)
+    ingest(engine, snapshot_document(1, n_channels=4, demand=4, exponent=1.3))
+    plan_id = tick(engine, REGION).plan_id
+    assert plan_id is not None
+    apply(engine, plan_id)
+
+
+def test_rollback_writes_a_new_version_with_the_old_function_and_a_plan_from_the_applied_one(
+    db: Engine,
+) -> None:
+    rebalanced_and_applied(db)
+    first, second = versions(db)
+    contents = [(v.number, v.digest, v.function_json) for v in (first, second)]
+    moment = datetime(2026, 2, 1, tzinfo=UTC)
+
+    result = rollback(db, REGION, 1, now=moment)
+    assert isinstance(result, ActionResult)
+    assert (result.action, result.version, result.from_version, result.n_channels) == ("rollback", 3, 2, 4)
+    assert result.digest == first.digest and result.plan_m is not None
+    old_one, old_two, new = versions(db)
+    assert [(v.number, v.digest, v.function_json) for v in (old_one, old_two)] == contents
+    assert (new.digest, new.function_json, new.parent_number) == (first.digest, first.function_json, 2)
+    assert (old_two.status, new.status) == ("applied", "planned")
+    assert load_object(new.report_json)["rollback_of"] == 1
+
+    plan = plans(db, "pending")[0]
+    assert (plan.id, plan.from_version, plan.to_version) == (result.plan_id, 2, 3)
+    stored = MigrationPlan.from_json(plan.plan_json)
+    assert (stored.source_digest, stored.target_digest) == (second.digest, first.digest)
+    assert_plans_route_like_functions(db)
+
+    event = events(db)[0]
+    data = load_object(event.data_json)
+    assert (event.kind, event.rule, event.at) == ("rollback", "operator", moment)
+    assert (data["to_version"], data["from_version"], data["activated_version"]) == (1, 2, 3)
+    assert data["b_before"] is not None and data["predicted_m"] is not None
+
+
+def test_rollback_refusals_name_the_parameter_and_write_nothing(db: Engine) -> None:
+    rebalanced_and_applied(db)
+    before = row_counts(db)
+
+    with pytest.raises(NotFoundError, match=r"--to: .* no version 7; its versions are 1, 2"):
+        rollback(db, REGION, 7)
+    with pytest.raises(ValueError, match="--to: version 2 has the function of the applied version 2"):
+        rollback(db, REGION, 2)
+    assert row_counts(db) == before
+
+    ingest(db, snapshot_document(2, n_channels=4, demand=4, exponent=1.6))
+    plan_id = tick(db, REGION).plan_id
+    assert plan_id is not None
+    run_in_transaction(db, lambda session: set_plan_status(session, plan_id, "applying"))
+    applying = row_counts(db)
+    with pytest.raises(ConflictError, match=f"plan {plan_id} .* is being applied"):
+        rollback(db, REGION, 1)
+    assert row_counts(db) == applying
+
+
+def test_scale_builds_on_the_window_and_activates_n_with_a_plan(db: Engine) -> None:
+    rebalanced_and_applied(db, algorithm="auto")
+    applied = versions(db)[1]
+
+    result = scale(db, REGION, 6)
+    assert (result.action, result.version, result.from_version, result.n_channels) == ("scaled", 3, 2, 6)
+    new = versions(db)[2]
+    assert (new.n_channels, new.status, new.parent_number) == (6, "planned", 2)
+    plan = plans(db, "pending")[0]
+    assert (plan.id, plan.from_version, plan.to_version) == (result.plan_id, 2, 3)
+    assert MigrationPlan.from_json(plan.plan_json).source_digest == applied.digest
+    assert_plans_route_like_functions(db)
+    event = events(db)[0]
+    data = load_object(event.data_json)
+    assert (event.kind, event.rule, data["n_before"], data["n_next"]) == ("scaled", "operator", 4, 6)
+    assert [c["algorithm"] for c in data["candidates"]] == ["scan", "redist", "readj"]
+
+
+def test_scale_without_snapshots_runs_the_consistent_hash_on_n(db: Engine) -> None:
+    make_region(db, n_channels_initial=2, max_channels=8)
+    tick(db, REGION)
+
+    result = scale(db, REGION, 5)
+    new = versions(db)[1]
+    expected = initial_function(5, "int", SLOT_BITS, ConsistentSpec())
+    assert (result.n_channels, result.plan_m, new.digest, new.algorithm) == (
+        5,
+        None,
+        expected.digest,
+        "consistent",
+    )
+    assert plans(db, "pending")[0].to_version == 2
+
+    apply(db, result.plan_id)
+    back = rollback(db, REGION, 1)
+    assert (back.n_channels, back.digest) == (2, versions(db)[0].digest)
+
+
+def test_scale_refuses_n_outside_the_bounds_or_unchanged_and_writes_nothing(db: Engine) -> None:
+    make_region(db, n_channels_initial=2, min_channels=2, max_channels=8)
+    tick(db, REGION)
+    before = row_counts(db)
+    for n in (1, 9):
+        with pytest.raises(ValueError, match=rf"--channels must be in \[2, 8\], got {n}"):
+            scale(db, REGION, n)
+    with pytest.raises(ValueError, match=r"--channels: .* already runs 2 channels"):
+        scale(db, REGION, 2)
+    assert row_counts(db) == before
+
+
+def test_explain_shows_the_last_decision_with_every_auto_candidate(db: Engine) -> None:
+    make_region(db, n_channels_initial=4, algorithm="auto")
+    with pytest.raises(NotFoundError, match="no decision to explain"):
+        run_in_transaction(db, lambda session: explain(session, REGION))
+    tick(db, REGION)
+    ingest(db, snapshot_document(1, n_channels=4, demand=4, exponent=1.3))
+    assert tick(db, REGION).action == "activated"
+
+    shown = run_in_transaction(db, lambda session: explain(session, REGION))
+    assert (shown["kind"], shown["rule"], shown["version"]) == ("activated", "imbalance-threshold", 2)
+    assert shown["policy"] == "fixed" and shown["b_before"] > shown["threshold"]
+    assert shown["predicted_b"] == shown["data"]["predicted_b"] and shown["predicted_m"] is not None
+    assert [c["algorithm"] for c in shown["candidates"]] == ["scan", "redist", "readj"]
+    for candidate in shown["candidates"]:
+        assert set(candidate) == {"algorithm", "predicted_b", "predicted_m", "objective"}
+        assert candidate["objective"] is not None
