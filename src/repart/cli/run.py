@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -24,6 +25,14 @@ def run(
         str | None, typer.Option(help="Lease holder name (default: host:pid:random).", show_default=False)
     ] = None,
     once: Annotated[bool, typer.Option("--once", help="Tick every region once and exit.")] = False,
+    spool: Annotated[
+        Path | None,
+        typer.Option(
+            help="Ingest the snapshot files waiting in this directory every interval, before ticking "
+            "(they move to done/ or rejected/).",
+            show_default=False,
+        ),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -32,7 +41,10 @@ def run(
     Logs one JSON object per line on stderr. SIGTERM or SIGINT stops it after the current ticks.
     """
     config = DaemonConfig(
-        interval_seconds=interval, lease_ttl_seconds=lease_ttl, holder=holder or default_holder()
+        interval_seconds=interval,
+        lease_ttl_seconds=lease_ttl,
+        holder=holder or default_holder(),
+        spool=spool,
     )
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))

@@ -1,7 +1,9 @@
 """The long-running controller: one scheduled tick per region, guarded by a lease (DESIGN §8).
 
 ``Daemon`` runs an APScheduler job per region on a fixed interval (coalescing missed runs, never two
-runs of one region at once) and a discovery job that adds jobs for regions created later. Before each
+runs of one region at once) and a discovery job that adds jobs for regions created later. With a
+spool directory configured, a spool job ingests the snapshot files waiting there on the same interval
+(``repart.controller.spool``), and ``run_once`` ingests them before ticking. Before each
 tick it takes or renews the region's lease in the database (``repart.storage.acquire_lease``), so two
 daemons on one database never act on the same region at the same time: the other daemon skips the
 region until the lease expires (its holder stopped renewing it), then takes it over. ``run`` stops on
@@ -22,6 +24,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -29,6 +32,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from repart.controller.spool import SpoolOutcome, ingest_spool
 from repart.controller.tick import TickResult, tick
 from repart.partitioning.documents import require_number
 from repart.storage import acquire_lease, list_regions, release_lease, run_in_transaction
@@ -43,12 +47,14 @@ def default_holder() -> str:
 
 @dataclass(frozen=True)
 class DaemonConfig:
-    """How often to tick, how long a lease lasts, who holds it, how often to look for new regions."""
+    """How often to tick, how long a lease lasts, who holds it, how often to look for new regions,
+    and the spool directory whose snapshot files are ingested every interval (None: no spool)."""
 
     interval_seconds: float = 10.0
     lease_ttl_seconds: float = 30.0
     discover_seconds: float = 30.0
     holder: str = field(default_factory=default_holder)
+    spool: Path | None = None
 
     def __post_init__(self) -> None:
         require_number(self.interval_seconds, "interval", 0.01)
@@ -61,6 +67,8 @@ class DaemonConfig:
             )
         if not 1 <= len(self.holder) <= 200:
             raise ValueError(f"holder must be 1-200 characters, got {self.holder!r}")
+        if self.spool is not None and not self.spool.is_dir():
+            raise ValueError(f"spool: {str(self.spool)!r} is not a directory")
 
 
 def log_event(kind: str, **fields: Any) -> None:
@@ -99,12 +107,32 @@ class Daemon:
         log_event("tick", holder=self.config.holder, **asdict(result))
         return result
 
+    def ingest_spool(self) -> list[SpoolOutcome]:
+        """One pass over the spool directory, each file logged; nothing without a spool directory."""
+        if self.config.spool is None:
+            return []
+        outcomes = ingest_spool(self.engine, self.config.spool)
+        for outcome in outcomes:
+            log_event("snapshot", holder=self.config.holder, **outcome.to_json())
+        return outcomes
+
     def run_once(self) -> list[TickResult | None]:
-        """One tick of every region, in name order (``repart run --once``)."""
+        """Ingest the spool, then one tick of every region, in name order (``repart run --once``)."""
+        self.ingest_spool()
         return [self.tick_region(region) for region in self._regions()]
 
     def start(self) -> None:
-        """Schedule every known region and the discovery of new ones; returns at once."""
+        """Schedule the spool, every known region and the discovery of new ones; returns at once."""
+        if self.config.spool is not None:
+            self._scheduler.add_job(
+                self._guarded_spool,
+                "interval",
+                seconds=self.config.interval_seconds,
+                id="spool",
+                coalesce=True,
+                max_instances=1,
+                next_run_time=datetime.now(UTC),
+            )
         self._discover()
         self._scheduler.add_job(
             self._discover,
@@ -151,6 +179,13 @@ class Daemon:
                     max_instances=1,
                     next_run_time=datetime.now(UTC),
                 )
+
+    def _guarded_spool(self) -> None:
+        """A scheduled spool pass: an error is logged and the next interval tries again."""
+        try:
+            self.ingest_spool()
+        except Exception as error:  # the daemon outlives a failed pass (say, the database is down)
+            log_event("error", spool=str(self.config.spool), holder=self.config.holder, error=repr(error))
 
     def _guarded_tick(self, region: str) -> None:
         """A scheduled tick: an error is logged and the next interval tries again."""

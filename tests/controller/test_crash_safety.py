@@ -1,0 +1,125 @@
+"""A ``repart tick`` killed with SIGKILL at a random moment leaves the database consistent (DESIGN §8, §10).
+
+One SQLite region with a fixed policy and a low rebalance threshold, so that every tick after a new
+snapshot activates a version. Each trial ingests a new snapshot, starts ``repart tick`` as a
+subprocess, kills it after a random delay between the command's start-up (imports) and the measured
+length of an uninterrupted tick, so that the kills land in the tick's database work, and
+checks the database: every version but the first has exactly one plan and one ``activated`` event,
+every plan's versions exist, no plan is left ``applying``, the storage invariants hold, and the next
+tick works.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, func, select, text
+from sqlalchemy.orm import Session
+
+from repart.controller.tick import tick
+from repart.storage import make_engine, models, run_in_transaction, upgrade, version_function
+from repart.storage.jsontext import load_object
+from tests.controller.test_tick import REGION, ingest, make_region, snapshot_document
+
+TRIALS = 20
+SEED = 20260103
+N_CHANNELS = 4
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Iterator[tuple[str, Engine]]:
+    url = f"sqlite:///{tmp_path / 'repart.db'}"
+    engine = make_engine(url)
+    upgrade(engine)
+    make_region(engine, n_channels_initial=N_CHANNELS, settings={"rebalance_threshold": 0.5})
+    assert tick(engine, REGION).action == "initialized"
+    yield url, engine
+    engine.dispose()
+
+
+def ingest_window(engine: Engine, seq: int) -> None:
+    """Window ``seq``, its skew alternating so that the applied function is out of balance again."""
+    exponent = 1.0 if seq % 2 else 1.4
+    ingest(engine, snapshot_document(seq, n_channels=N_CHANNELS, demand=1.0, exponent=exponent))
+
+
+def tick_command(url: str) -> list[str]:
+    return [str(Path(sys.executable).with_name("repart")), "tick", "--db", url]
+
+
+def check_consistent(session: Session) -> None:
+    """The crash-safety and storage invariants of one region's versions, plans and events."""
+    assert session.execute(text("PRAGMA integrity_check")).scalar() == "ok"
+    assert session.execute(text("PRAGMA foreign_key_check")).all() == []
+    region_id = session.scalar(select(models.Region.id).where(models.Region.name == REGION))
+    versions = session.scalars(
+        select(models.Version).where(models.Version.region_id == region_id).order_by(models.Version.number)
+    ).all()
+    plans = session.scalars(select(models.Plan).where(models.Plan.region_id == region_id)).all()
+    activated = [
+        load_object(event.data_json).get("activated_version")
+        for event in session.scalars(
+            select(models.Event).where(models.Event.region_id == region_id, models.Event.kind == "activated")
+        )
+    ]
+    numbers = [version.number for version in versions]
+    assert numbers == list(range(1, len(versions) + 1))
+    assert [v.number for v in versions if v.status == "applied"] == [1]
+    for version in versions:
+        assert version_function(version).digest == version.digest
+    plans_to = Counter(plan.to_version for plan in plans)
+    events_for = Counter(activated)
+    for number in numbers[1:]:
+        assert plans_to[number] == 1, f"version {number} has {plans_to[number]} plans"
+        assert events_for[number] == 1, f"version {number} has {events_for[number]} activated events"
+    assert set(plans_to) <= set(numbers[1:]) and set(events_for) <= set(numbers[1:])
+    for plan in plans:
+        assert plan.from_version in numbers and plan.to_version in numbers
+        assert plan.status != "applying"
+        moves = session.scalar(
+            select(func.count()).select_from(models.PlanMove).where(models.PlanMove.plan_id == plan.id)
+        )
+        assert moves == plan.explicit_moves + plan.slot_moves
+    pending = [plan.to_version for plan in plans if plan.status == "pending"]
+    assert len(pending) <= 1
+    assert pending == [v.number for v in versions if v.status == "planned"]
+
+
+@pytest.mark.slow
+def test_a_killed_tick_leaves_the_database_consistent(database: tuple[str, Engine]) -> None:
+    url, engine = database
+    rng = random.Random(SEED)
+    ingest_window(engine, 1)
+    started = time.perf_counter()
+    subprocess.run(tick_command(url), check=True, capture_output=True)
+    duration = time.perf_counter() - started
+    # `repart tick --help` imports everything and exits: kills are aimed after that start-up, at the tick.
+    started = time.perf_counter()
+    subprocess.run([*tick_command(url), "--help"], check=True, capture_output=True)
+    start_up = min(time.perf_counter() - started, 0.8 * duration)
+    run_in_transaction(engine, check_consistent)
+    assert run_in_transaction(engine, lambda session: session.scalar(select(func.count(models.Plan.id)))) == 1
+
+    outcomes = Counter[str]()
+    for trial in range(TRIALS):
+        ingest_window(engine, 2 * trial + 2)
+        process = subprocess.Popen(tick_command(url), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(start_up, duration))
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        outcomes["killed" if process.returncode == -signal.SIGKILL else "finished"] += 1
+        run_in_transaction(engine, check_consistent)
+
+        ingest_window(engine, 2 * trial + 3)
+        result = tick(engine, REGION)
+        assert result.action in ("activated", "unchanged", "idle"), result.reason
+        run_in_transaction(engine, check_consistent)
+    assert outcomes["killed"] > 0, outcomes

@@ -1,0 +1,191 @@
+"""The spool directory: files move to done/ or rejected/ with a reason, and none is lost (DESIGN §8, §10)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, select
+
+from repart.cli.app import app
+from repart.controller.daemon import Daemon, DaemonConfig
+from repart.controller.spool import ingest_spool
+from repart.storage import make_engine, models, run_in_transaction, upgrade
+from tests.cli.helpers import runner
+from tests.controller.test_tick import REGION, make_region, snapshot_document
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Iterator[tuple[str, Engine]]:
+    url = f"sqlite:///{tmp_path / 'repart.db'}"
+    engine = make_engine(url)
+    upgrade(engine)
+    make_region(engine)
+    yield url, engine
+    engine.dispose()
+
+
+@pytest.fixture
+def spool(tmp_path: Path) -> Path:
+    directory = tmp_path / "spool"
+    directory.mkdir()
+    return directory
+
+
+def document(seq: int) -> dict[str, Any]:
+    return snapshot_document(seq, n_channels=2, demand=1.0, length=2000)
+
+
+def write(directory: Path, name: str, content: dict[str, Any] | str | bytes) -> None:
+    path = directory / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
+
+
+def stored_seqs(engine: Engine) -> list[int]:
+    return run_in_transaction(
+        engine,
+        lambda session: list(session.scalars(select(models.Snapshot.seq).order_by(models.Snapshot.seq))),
+    )
+
+
+def names(directory: Path) -> set[str]:
+    return {path.name for path in directory.iterdir()}
+
+
+def test_good_and_bad_files_end_where_they_should(database: tuple[str, Engine], spool: Path) -> None:
+    _, engine = database
+    negative = document(3)
+    negative["items"][0][1] = -3
+    unknown = document(4) | {"region": "nowhere"}
+    write(spool, "01-good.json", document(1))
+    write(spool, "02-good.json", document(2))
+    write(spool, "03-negative.json", negative)
+    write(spool, "04-unknown.json", unknown)
+    write(spool, "05-duplicate.json", document(1))
+    write(spool, "06-broken.json", "{not json")
+    write(spool, "07-binary.json", b"\xff\xfe\x00")
+    write(spool, ".08-writing.json.tmp", document(8))
+    write(spool, ".09-hidden.json", document(9))
+    write(spool, "notes.txt", "not a snapshot")
+
+    outcomes = ingest_spool(engine, spool)
+
+    assert [(Path(o.file).name, o.status) for o in outcomes] == [
+        ("01-good.json", "ingested"),
+        ("02-good.json", "ingested"),
+        ("03-negative.json", "rejected"),
+        ("04-unknown.json", "rejected"),
+        ("05-duplicate.json", "rejected"),
+        ("06-broken.json", "rejected"),
+        ("07-binary.json", "rejected"),
+    ]
+    assert stored_seqs(engine) == [1, 2]
+    assert names(spool / "done") == {"01-good.json", "02-good.json"}
+    reasons = {
+        name: (spool / "rejected" / f"{name}.reason").read_text(encoding="utf-8")
+        for name in (
+            "03-negative.json",
+            "04-unknown.json",
+            "05-duplicate.json",
+            "06-broken.json",
+            "07-binary.json",
+        )
+    }
+    assert "items[0] count" in reasons["03-negative.json"]
+    assert "nowhere" in reasons["04-unknown.json"]
+    assert "window.seq 1 was already ingested" in reasons["05-duplicate.json"]
+    assert reasons["06-broken.json"].startswith("not JSON")
+    assert reasons["07-binary.json"].startswith("cannot read the file")
+    assert names(spool / "rejected") == set(reasons) | {f"{name}.reason" for name in reasons}
+    assert names(spool) == {
+        "done",
+        "rejected",
+        ".lock",
+        ".08-writing.json.tmp",
+        ".09-hidden.json",
+        "notes.txt",
+    }
+
+    assert ingest_spool(engine, spool) == []
+    assert stored_seqs(engine) == [1, 2]
+    assert len(names(spool / "done")) == 2
+
+
+def test_a_taken_name_gets_a_numeric_suffix(database: tuple[str, Engine], spool: Path) -> None:
+    _, engine = database
+    write(spool, "window.json", document(1))
+    ingest_spool(engine, spool)
+    write(spool, "window.json", document(2))
+    write(spool, "x-dup.json", document(2))
+    ingest_spool(engine, spool)
+    write(spool, "x-dup.json", document(2))
+    [outcome] = ingest_spool(engine, spool)
+    assert Path(outcome.moved_to) == spool / "rejected" / "x-dup.1.json"
+    assert names(spool / "done") == {"window.json", "window.1.json"}
+    assert names(spool / "rejected") == {
+        "x-dup.json",
+        "x-dup.json.reason",
+        "x-dup.1.json",
+        "x-dup.1.json.reason",
+    }
+    assert stored_seqs(engine) == [1, 2]
+
+
+def test_a_spool_that_is_not_a_directory_is_refused(database: tuple[str, Engine], tmp_path: Path) -> None:
+    _, engine = database
+    with pytest.raises(ValueError, match="spool"):
+        ingest_spool(engine, tmp_path / "missing")
+    with pytest.raises(ValueError, match="spool"):
+        DaemonConfig(interval_seconds=1, lease_ttl_seconds=5, spool=tmp_path / "missing")
+
+
+def test_the_daemon_ingests_the_spool_before_ticking(database: tuple[str, Engine], spool: Path) -> None:
+    _, engine = database
+    daemon = Daemon(engine, DaemonConfig(interval_seconds=1, lease_ttl_seconds=5, holder="a", spool=spool))
+    assert [r.action for r in daemon.run_once() if r is not None] == ["initialized"]
+    write(spool, "window-1.json", document(1))
+    write(spool, "window-2.json", document(2))
+    [result] = daemon.run_once()
+    assert result is not None and result.region == REGION
+    assert result.action in ("unchanged", "activated"), result.reason  # it saw the spooled windows
+    assert stored_seqs(engine) == [1, 2]
+    assert names(spool / "done") == {"window-1.json", "window-2.json"}
+    daemon.stop()
+
+
+def test_run_once_with_a_spool_command(database: tuple[str, Engine], spool: Path) -> None:
+    url, engine = database
+    write(spool, "window-1.json", document(1))
+    args = ["run", "--once", "--spool", str(spool), "--interval", "1", "--lease-ttl", "5", "--db", url]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    assert stored_seqs(engine) == [1]
+    assert names(spool / "done") == {"window-1.json"}
+
+
+def test_snapshot_ingest_spool_command(database: tuple[str, Engine], spool: Path) -> None:
+    url, engine = database
+    write(spool, "good.json", document(1))
+    write(spool, "bad.json", document(1) | {"tuples": -1})
+    result = runner.invoke(app, ["snapshot", "ingest", "--spool", str(spool), "--db", url, "--json"])
+    assert result.exit_code == 2, result.output
+    by_name = {Path(o["file"]).name: o for o in json.loads(result.stdout)}
+    assert by_name["good.json"]["status"] == "ingested"
+    assert by_name["good.json"]["moved_to"] == str(spool / "done" / "good.json")
+    assert by_name["bad.json"]["status"] == "rejected" and "tuples" in by_name["bad.json"]["error"]
+    assert stored_seqs(engine) == [1]
+    again = runner.invoke(app, ["snapshot", "ingest", "--spool", str(spool), "--db", url, "--json"])
+    assert again.exit_code == 0 and json.loads(again.stdout) == []
+
+
+def test_snapshot_ingest_needs_files_or_a_spool(database: tuple[str, Engine]) -> None:
+    url, _ = database
+    result = runner.invoke(app, ["snapshot", "ingest", "--db", url])
+    assert result.exit_code == 2
+    assert "--spool" in result.output
