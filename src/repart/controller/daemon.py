@@ -1,7 +1,8 @@
 """The long-running controller: one scheduled tick per region, guarded by a lease (DESIGN §8).
 
-``Daemon`` runs an APScheduler job per region on a fixed interval (coalescing missed runs, never two
-runs of one region at once) and a discovery job that adds jobs for regions created later. With a
+``Daemon`` runs an APScheduler job per region on a fixed interval (coalescing missed runs, never
+dropping a late one, never two runs of one region at once, each region at its own phase within the
+interval) and a discovery job that adds jobs for regions created later. With a
 spool directory configured, a spool job ingests the snapshot files waiting there on the same interval
 (``repart.controller.spool``), and ``run_once`` ingests them before ticking. Before each
 tick it takes or renews the region's lease in the database (``repart.storage.acquire_lease``), so two
@@ -21,9 +22,10 @@ import signal
 import socket
 import threading
 import uuid
+import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -177,8 +179,14 @@ class Daemon:
                     id=job_id,
                     coalesce=True,
                     max_instances=1,
-                    next_run_time=datetime.now(UTC),
+                    misfire_grace_time=None,
+                    next_run_time=datetime.now(UTC) + timedelta(seconds=self.phase(region)),
                 )
+
+    def phase(self, region: str) -> float:
+        """A fixed offset within the interval for the region's ticks, so that regions do not all fall due
+        at the same instant (and queue behind each other) every interval."""
+        return zlib.crc32(region.encode("utf-8")) / 2**32 * self.config.interval_seconds
 
     def _guarded_spool(self) -> None:
         """A scheduled spool pass: an error is logged and the next interval tries again."""

@@ -2,8 +2,8 @@
 
 ``make_engine`` resolves the database URL (argument, then ``REPART_DB``, then the embedded SQLite file
 ``./.repart/repart.db``) and configures SQLite for a controller shared with Spark jobs: WAL journal,
-foreign keys on, a busy timeout, and transactions that SQLAlchemy begins itself (so SAVEPOINTs work
-and a transaction starts with ``BEGIN``, not at the driver's whim). ``run_in_transaction`` runs a unit
+foreign keys on, a busy timeout, and transactions that SQLAlchemy begins itself (so SAVEPOINTs work and
+a transaction starts with ``BEGIN IMMEDIATE``, not at the driver's whim). ``run_in_transaction`` runs a unit
 of work in one transaction and retries it with exponential backoff when the database reports a lock
 conflict (SQLite "database is locked") or a serialization failure or deadlock (PostgreSQL).
 """
@@ -76,7 +76,11 @@ def _configure_sqlite(engine: Engine, busy_timeout: float) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN")
+        # IMMEDIATE takes the write lock at the start, waiting up to busy_timeout for it. A deferred
+        # BEGIN that reads first and writes later cannot wait when another writer got in between: in
+        # WAL mode its upgrade fails at once (SQLITE_BUSY_SNAPSHOT), which under many concurrent ticks
+        # made most of them fail. Controller transactions are short, so serialising them costs little.
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def is_retryable(error: BaseException) -> bool:

@@ -1,0 +1,333 @@
+"""The daemon under load (issue #3 target): 200 regions ticking every 10 s against SQLite for 2 minutes.
+
+Setup (not timed): a fresh SQLite database with ``--regions`` regions (str keys, fixed policy on
+N = 4 channels, algorithm ``redist``, 2^10 slots, x = 3 counters, rebalance threshold 10^-6 so that
+every decision rebuilds) and two snapshot windows per region. A window is a lossy counter
+(ε = 10^-3) over 5,000 tuples of a Zipf(1) stream over 500 string keys, with its slot counts; a pool
+of 16 distinct streams is reused across regions and windows.
+
+Timed run: one ``Daemon`` (interval ``--interval``, lease TTL 3 × interval) runs for ``--duration``
+seconds. Each region's first tick activates p^(0); every later tick decides on new data, because a
+feeder thread ingests one new window per region every interval, half an interval after the ticks are
+due. The daemon's ticker is wrapped to record each tick's region, start and end; the runs APScheduler
+drops are counted from its events: "late" (started more than its misfire grace time, 1 s by default,
+after they were due) or "still running" (the region's previous run had not finished).
+
+Report: ticks per region against duration / interval; the lag of each tick behind its scheduled
+start (the first tick: behind the daemon's start plus the region's phase within the interval; every
+later one: behind the previous start plus the interval); tick durations; and integrity checks on the
+database: every region's versions are 1..k without gaps or duplicates, every version after the first
+has exactly one plan and one ``activated`` event, and no region was ticked concurrently with itself.
+
+    .venv/bin/python benchmarks/daemon.py [--regions 200] [--interval 10] [--duration 120] [--db-dir /tmp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobEvent
+from sqlalchemy import Engine, select
+
+from repart.controller.daemon import Daemon, DaemonConfig
+from repart.controller.tick import TickResult, tick
+from repart.partitioning import LossyCounter
+from repart.partitioning.hashing import hash_keys, slots_of_hashes
+from repart.storage import (
+    RegionConfig,
+    create_region,
+    ingest_snapshot,
+    make_engine,
+    models,
+    parse_snapshot,
+    run_in_transaction,
+    upgrade,
+)
+from repart.storage.jsontext import load_object
+
+N_CHANNELS = 4
+SLOT_BITS = 10
+DOMAIN = 500
+TUPLES = 5_000
+EPSILON = 1e-3
+STREAMS = 16
+PRELOADED = 2
+START = datetime(2026, 1, 1, tzinfo=UTC)
+END_GRACE = 1.0  # seconds before the end whose due ticks the stop may cut off
+
+
+def stream_template(seed: int) -> dict[str, Any]:
+    """A window's counter and slot counts for Zipf stream ``seed`` (region and window filled in later)."""
+    weights = 1.0 / np.arange(1, DOMAIN + 1)
+    rng = np.random.default_rng(seed)
+    keys = [f"key-{k}" for k in rng.choice(DOMAIN, size=TUPLES, p=weights / weights.sum())]
+    counter = LossyCounter(EPSILON, key_type="str")
+    counter.update(keys)
+    entries, counts, deltas = counter.entries()
+    slots, slot_counts = np.unique(slots_of_hashes(hash_keys(keys, "str"), SLOT_BITS), return_counts=True)
+    return {
+        "format": 1,
+        "tuples": TUPLES,
+        "distinct_estimate": len(set(keys)),
+        "epsilon": EPSILON,
+        "key_type": "str",
+        "items": [[str(k), int(c), int(d)] for k, c, d in zip(entries, counts, deltas, strict=True)],
+        "slot_bits": SLOT_BITS,
+        "slots": [[int(s), int(c)] for s, c in zip(slots, slot_counts, strict=True)],
+    }
+
+
+class Feeder:
+    """Ingests window ``seq`` of every region; windows of one region cycle through the stream pool."""
+
+    def __init__(self, engine: Engine, regions: list[str], templates: list[dict[str, Any]]):
+        self.engine = engine
+        self.regions = regions
+        self.templates = templates
+        self.round_seconds: list[float] = []
+
+    def ingest_round(self, seq: int) -> None:
+        started = time.perf_counter()
+        for index, region in enumerate(self.regions):
+            document = self.templates[(index + seq) % len(self.templates)] | {
+                "region": region,
+                "window": {
+                    "seq": seq,
+                    "start": (START + timedelta(minutes=seq)).isoformat(),
+                    "end": (START + timedelta(minutes=seq + 1)).isoformat(),
+                },
+            }
+            snapshot = parse_snapshot(document)
+            run_in_transaction(self.engine, lambda session, s=snapshot: ingest_snapshot(session, s))
+        self.round_seconds.append(time.perf_counter() - started)
+
+    def run(self, first_seq: int, origin: float, interval: float, stop: threading.Event) -> None:
+        """Round k at ``origin + (k + 0.5) · interval`` (monotonic clock) until ``stop`` is set."""
+        k = 0
+        while not stop.wait(max(0.0, origin + (k + 0.5) * interval - time.monotonic())):
+            self.ingest_round(first_seq + k)
+            k += 1
+
+
+def setup(engine: Engine, regions: list[str], feeder: Feeder) -> None:
+    upgrade(engine)
+    config = RegionConfig(
+        key_type="str",
+        n_channels_initial=N_CHANNELS,
+        algorithm="redist",
+        slot_bits=SLOT_BITS,
+        settings={"rebalance_threshold": 1e-6, "counters": 3},
+    )
+
+    def create_all(session: Any) -> None:
+        for name in regions:
+            create_region(session, name, config)
+
+    run_in_transaction(engine, create_all)
+    for seq in range(1, PRELOADED + 1):
+        feeder.ingest_round(seq)
+
+
+class Recorder:
+    """The daemon's ticker: runs ``tick``, records (region, start, end, action) on the monotonic clock
+    and counts failed ticks by SQLite error name."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[str, float, float, str]] = []
+        self.missed: Counter[str] = Counter()
+        self.failures: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def __call__(self, engine: Engine, region: str, **kwargs: Any) -> TickResult:
+        started = time.monotonic()
+        try:
+            result = tick(engine, region, **kwargs)
+        except Exception as error:  # the daemon logs it; here its SQLite error name is counted
+            with self._lock:
+                self.failures[getattr(getattr(error, "orig", None), "sqlite_errorname", repr(error))] += 1
+            raise
+        ended = time.monotonic()
+        with self._lock:
+            self.spans.append((region, started, ended, result.action))
+        return result
+
+    def on_missed(self, event: JobEvent) -> None:
+        with self._lock:
+            self.missed["late" if event.code == EVENT_JOB_MISSED else "still running"] += 1
+
+
+class LogCounter(logging.Handler):
+    """Counts the daemon's structured log lines by event kind (tick, error, skipped, …)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.kinds: Counter[str] = Counter()
+        self.errors: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = json.loads(record.getMessage())
+        self.kinds[line["event"]] += 1
+        if line["event"] == "error" and len(self.errors) < 5:
+            self.errors.append(f"{line['region']}: {line['error']}")
+
+
+def integrity(engine: Engine, regions: list[str], recorder: Recorder) -> dict[str, list[str]]:
+    """Problems found per check (an empty list: the check passes)."""
+
+    def read(session: Any) -> tuple[list[Any], list[Any], list[Any], dict[int, str]]:
+        names = {row.id: row.name for row in session.execute(select(models.Region.id, models.Region.name))}
+        versions = session.execute(select(models.Version.region_id, models.Version.number)).all()
+        plans = session.execute(select(models.Plan.region_id, models.Plan.to_version)).all()
+        events = session.execute(
+            select(models.Event.region_id, models.Event.data_json).where(models.Event.kind == "activated")
+        ).all()
+        return versions, plans, events, names
+
+    versions, plans, events, names = run_in_transaction(engine, read)
+    numbers: dict[str, list[int]] = defaultdict(list)
+    for region_id, number in versions:
+        numbers[names[region_id]].append(number)
+    plan_count = Counter((names[r], v) for r, v in plans)
+    event_count = Counter((names[r], load_object(d).get("activated_version")) for r, d in events)
+    problems: dict[str, list[str]] = {"versions": [], "plans+events": [], "concurrency": []}
+    for region in regions:
+        found = sorted(numbers[region])
+        if found != list(range(1, len(found) + 1)):
+            problems["versions"].append(f"{region}: versions {found}")
+        for number in found[1:]:
+            if plan_count[(region, number)] != 1 or event_count[(region, number)] != 1:
+                problems["plans+events"].append(
+                    f"{region} v{number}: {plan_count[(region, number)]} plans, "
+                    f"{event_count[(region, number)]} activated events"
+                )
+    extra = (set(plan_count) | set(event_count)) - {(r, n) for r in regions for n in numbers[r][1:]}
+    problems["plans+events"] += [f"{r} v{n}: plan or event without a version" for r, n in sorted(extra)]
+    by_region: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for region, started, ended, _ in recorder.spans:
+        by_region[region].append((started, ended))
+    for region, spans in by_region.items():
+        overlaps = sum(later[0] < earlier[1] for earlier, later in pairwise(sorted(spans)))
+        if overlaps:
+            problems["concurrency"].append(f"{region}: {overlaps} overlapping ticks")
+    return problems
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else math.nan
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--regions", type=int, default=200)
+    parser.add_argument("--interval", type=float, default=10.0)
+    parser.add_argument("--duration", type=float, default=120.0)
+    parser.add_argument("--db-dir", type=Path, default=None)
+    args = parser.parse_args()
+    regions = [f"region-{i:04d}" for i in range(args.regions)]
+    templates = [stream_template(seed) for seed in range(STREAMS)]
+    log_counter = LogCounter()
+    daemon_log = logging.getLogger("repart.daemon")
+    daemon_log.setLevel(logging.INFO)
+    daemon_log.addHandler(log_counter)
+    daemon_log.propagate = False
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)  # missed runs are counted, not printed
+
+    with tempfile.TemporaryDirectory(dir=args.db_dir) as directory:
+        engine = make_engine(f"sqlite:///{Path(directory) / 'daemon.db'}")
+        feeder = Feeder(engine, regions, templates)
+        setup(engine, regions, feeder)
+        setup_rounds = len(feeder.round_seconds)
+        recorder = Recorder()
+        config = DaemonConfig(interval_seconds=args.interval, lease_ttl_seconds=3 * args.interval)
+        daemon = Daemon(engine, config, ticker=recorder)
+        stop = threading.Event()
+        origin = time.monotonic()
+        # The scheduler is private to Daemon; a listener only observes its missed and skipped runs.
+        daemon._scheduler.add_listener(recorder.on_missed, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
+        daemon.start()
+        thread = threading.Thread(
+            target=feeder.run, args=(PRELOADED + 1, origin, args.interval, stop), daemon=True
+        )
+        thread.start()
+        time.sleep(max(0.0, origin + args.duration - time.monotonic()))
+        stop.set()
+        daemon.stop()
+        thread.join()
+        wall = time.monotonic() - origin
+        problems = integrity(engine, regions, recorder)
+        engine.dispose()
+
+    starts: dict[str, list[float]] = defaultdict(list)
+    for region, started, _, _ in sorted(recorder.spans, key=lambda span: span[1]):
+        starts[region].append(started)
+    lags = []
+    for region, region_starts in starts.items():
+        lags.append(region_starts[0] - origin - daemon.phase(region))
+        lags += [later - earlier - args.interval for earlier, later in pairwise(region_starts)]
+    counts = [len(starts.get(region, [])) for region in regions]
+    # A region's ticks fall due at its phase, then every interval; those due in the last second may be
+    # cut off by the stop and are not expected.
+    due = [
+        math.floor((args.duration - END_GRACE - daemon.phase(region)) / args.interval) + 1
+        for region in regions
+    ]
+    short = sum(count < expected_count for count, expected_count in zip(counts, due, strict=True))
+    durations = [ended - started for _, started, ended, _ in recorder.spans]
+    actions = Counter(action for *_, action in recorder.spans)
+    feed = feeder.round_seconds[setup_rounds:]
+
+    print(
+        f"{args.regions} regions, interval {args.interval:g} s, duration {args.duration:g} s "
+        f"(ran {wall:.1f} s); ticks: {sum(counts)} ({dict(sorted(actions.items()))})"
+    )
+    print(
+        f"ticks per region: min {min(counts)} / mean {np.mean(counts):.2f} / max {max(counts)}, "
+        f"expected {min(due)}-{max(due)} (by phase); regions short of it: {short}; "
+        f"runs APScheduler dropped: {dict(recorder.missed)}"
+    )
+    print(
+        f"start lag s: max {max(lags, default=math.nan):.3f}, p99 {percentile(lags, 99):.3f}, "
+        f"p50 {percentile(lags, 50):.3f}"
+    )
+    print(
+        f"tick duration s: mean {np.mean(durations):.3f}, p99 {percentile(durations, 99):.3f}, "
+        f"max {max(durations):.3f}; tick busy time / wall time: {sum(durations) / wall:.2f}"
+    )
+    print(
+        f"feeder: {len(feed)} rounds of {args.regions} windows, "
+        f"mean {np.mean(feed) if feed else math.nan:.3f} s, max {max(feed, default=math.nan):.3f} s"
+    )
+    print(f"daemon log lines: {dict(sorted(log_counter.kinds.items()))}")
+    print(
+        f"failed ticks (after run_in_transaction's retries): {dict(recorder.failures)}; "
+        "the other errors are lease transactions"
+    )
+    for error in log_counter.errors:
+        print(f"  error: {error}")
+    on_schedule = short == 0 and not recorder.missed and max(lags, default=math.inf) < args.interval
+    verdict = "PASS" if on_schedule else "FAIL"
+    print(f"{verdict}  every region ticked on schedule (every interval, lag < interval)")
+    for check, label in (
+        ("versions", "versions 1..k without gaps or duplicates"),
+        ("plans+events", "one plan and one activated event per version after the first"),
+        ("concurrency", "no region ticked concurrently with itself"),
+    ):
+        print(f"{'FAIL' if problems[check] else 'PASS'}  {label}")
+        for problem in problems[check][:5]:
+            print(f"  {problem}")
+
+
+if __name__ == "__main__":
+    main()
