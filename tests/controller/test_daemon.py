@@ -17,14 +17,14 @@ from sqlalchemy import Engine, func, select
 
 from repart.controller.daemon import Daemon, DaemonConfig
 from repart.controller.tick import TickResult, tick
-from repart.storage import RegionConfig, create_region, make_engine, models, run_in_transaction, upgrade
+from repart.storage import RegionConfig, create_region, make_engine, models, run_in_transaction
 
 
 @pytest.fixture
-def database(tmp_path: Path) -> Iterator[tuple[str, Engine]]:
-    url = f"sqlite:///{tmp_path / 'repart.db'}"
+def database(db_url: str) -> Iterator[tuple[str, Engine]]:
+    """Two regions in a fresh migrated database on each backend (SQLite and PostgreSQL)."""
+    url = db_url
     engine = make_engine(url)
-    upgrade(engine)
     for name in ("alpha", "beta"):
         config = RegionConfig(key_type="str", n_channels_initial=2)
         run_in_transaction(engine, lambda session, n=name, c=config: create_region(session, n, c))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,7 +32,6 @@ from repart.storage import (
     parse_snapshot,
     run_in_transaction,
     set_plan_status,
-    upgrade,
     version_function,
 )
 from repart.storage.jsontext import load_object
@@ -46,9 +44,9 @@ START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
-    engine = make_engine(f"sqlite:///{tmp_path / 'repart.db'}")
-    upgrade(engine)
+def engine(db_url: str) -> Iterator[Engine]:
+    """A fresh migrated database on each backend (SQLite and PostgreSQL, tests/conftest.py)."""
+    engine = make_engine(db_url)
     yield engine
     engine.dispose()
 

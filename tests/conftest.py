@@ -1,4 +1,4 @@
-"""Fixtures: every storage test runs on SQLite (a temp file) and on a real PostgreSQL 15 server.
+"""Fixtures: storage and controller tests run on SQLite (a temp file) and on a real PostgreSQL 15 server.
 
 The server is started once per session from the image's ``initdb``/``pg_ctl`` (as the ``postgres``
 user, in a temp dir, on a free loopback port, without fsync) and stopped at the end, also on failure.
