@@ -7,6 +7,7 @@ and the accepted values, and nothing is written.
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Annotated, Any
 
 import typer
@@ -15,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from repart.cli.database import DbOption, JsonOption, console, print_json, query, timestamp
 from repart.cli.errors import reports_bad_input
+from repart.controller.settings import ControllerSettings
 from repart.storage import RegionConfig, create_region, list_regions, region_by_name, update_region
 from repart.storage.models import Region
 
@@ -58,6 +60,38 @@ TailAware = Annotated[
     typer.Option("--tail-aware/--no-tail-aware", help="Build with per-slot loads and slot overrides."),
 ]
 SlotBits = Annotated[int | None, typer.Option("--slot-bits", help="log2 of the slot table size (10-20).")]
+Settings = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="Controller setting KEY=VALUE, repeatable: target_utilization, cooldown_seconds, hysteresis, "
+        "rebalance_threshold, counters, move_limit.",
+        show_default=False,
+    ),
+]
+
+
+def _parsed_settings(pairs: list[str] | None) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs as a settings object; a VALUE that parses as JSON (a number, true) is that."""
+    settings: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, separator, text = pair.partition("=")
+        if not separator or not key:
+            raise ValueError(f"--set: expected KEY=VALUE, got {pair!r}")
+        try:
+            settings[key] = json.loads(text)
+        except json.JSONDecodeError:
+            settings[key] = text
+    return settings
+
+
+def _checked(config: RegionConfig) -> RegionConfig:
+    """``config`` if the controller accepts its policy settings (ValueError naming ``settings.<key>``)."""
+    try:
+        ControllerSettings.from_config(config)
+    except ValueError as error:
+        raise ValueError(f"--set: {error}") from None
+    return config
 
 
 def _options(**values: Any) -> dict[str, Any]:
@@ -116,6 +150,7 @@ def create(
     max_channels: MaxChannels = None,
     tail_aware: TailAware = None,
     slot_bits: SlotBits = None,
+    settings: Settings = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -138,10 +173,12 @@ def create(
         config = RegionConfig(
             key_type=key_type,  # type: ignore[arg-type]  # validated by RegionConfig
             n_channels_initial=channels if channels is not None else given.get("min_channels", 1),
+            settings=_parsed_settings(settings),
             **given,
         )
     except ValueError as error:
         raise _named(error) from None
+    _checked(config)
     region = query(db, lambda session: region_dict(create_region(session, name, config)))
     _show(region, as_json)
 
@@ -207,6 +244,7 @@ def update(
     max_channels: MaxChannels = None,
     tail_aware: TailAware = None,
     slot_bits: SlotBits = None,
+    settings: Settings = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -225,13 +263,20 @@ def update(
         tail_aware=tail_aware,
         slot_bits=slot_bits,
     )
-    if not changes:
-        raise ValueError(f"nothing to update: give at least one of {', '.join(OPTION_OF_FIELD.values())}")
+    new_settings = _parsed_settings(settings)
+    if not changes and not new_settings:
+        options = ", ".join([*OPTION_OF_FIELD.values(), "--set"])
+        raise ValueError(f"nothing to update: give at least one of {options}")
 
     def work(session: Session) -> dict[str, Any]:
+        if new_settings:
+            current = RegionConfig.from_row(region_by_name(session, name)).settings
+            changes["settings"] = {**current, **new_settings}
         try:
-            return region_dict(update_region(session, name, **changes))
+            row = update_region(session, name, **changes)
         except ValueError as error:
             raise _named(error) from None
+        _checked(RegionConfig.from_row(row))
+        return region_dict(row)
 
     _show(query(db, work), as_json)

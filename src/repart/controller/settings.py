@@ -85,8 +85,15 @@ class ControllerSettings:
 
 
 def _policy(config: RegionConfig, settings: Mapping[str, Any]) -> ChannelPolicy:
+    """The region's policy; the target-utilization settings are checked even under ``fixed``, where
+    they wait for a switch of policy."""
+    target_utilization = _target_utilization(config, settings)
     if config.policy == "fixed":
         return FixedPolicy(config.n_channels_initial, config.min_channels, config.max_channels)
+    return target_utilization
+
+
+def _target_utilization(config: RegionConfig, settings: Mapping[str, Any]) -> TargetUtilizationPolicy:
     utilization = require_number(
         settings.get("target_utilization", DEFAULT_TARGET_UTILIZATION),
         "settings.target_utilization",

@@ -1,0 +1,49 @@
+"""``repart region create|update --set KEY=VALUE``: the controller settings of a region."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.cli.helpers import repart, repart_json, row_counts
+
+
+def test_settings_are_stored_merged_and_used(db: str) -> None:
+    created = repart_json(
+        db,
+        "region",
+        "create",
+        "tu",
+        "--key-type",
+        "int",
+        "--policy",
+        "target-utilization",
+        "--max-channels",
+        "8",
+        "--set",
+        "target_utilization=0.7",
+        "--set",
+        "cooldown_seconds=60",
+    )
+    assert created["settings"] == {"target_utilization": 0.7, "cooldown_seconds": 60}
+    updated = repart_json(db, "region", "update", "tu", "--set", "hysteresis=0.1")
+    assert updated["settings"] == {"target_utilization": 0.7, "cooldown_seconds": 60, "hysteresis": 0.1}
+
+
+@pytest.mark.parametrize(
+    ("setting", "field"),
+    [
+        ("bogus=1", "bogus"),
+        ("target_utilization=2", "target_utilization"),
+        ("counters=1", "counters"),
+        ("nokey", "KEY=VALUE"),
+    ],
+)
+def test_bad_settings_exit_2_and_change_nothing(db: str, setting: str, field: str) -> None:
+    assert repart(db, "region", "create", "r", "--key-type", "str").exit_code == 0
+    before = row_counts(db)
+    for command in (["region", "create", "s", "--key-type", "str"], ["region", "update", "r"]):
+        result = repart(db, *command, "--set", setting)
+        assert result.exit_code == 2, result.output
+        assert field in result.output and "Traceback" not in result.output
+    assert row_counts(db) == before
+    assert repart_json(db, "region", "show", "r")["settings"] == {}
