@@ -137,3 +137,21 @@ def test_sigterm_stops_the_daemon_cleanly(database: tuple[str, Engine]) -> None:
 def test_bad_configuration_names_the_field(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(ValueError, match=field):
         DaemonConfig(**kwargs)
+
+
+def test_stop_does_not_deadlock_with_a_discovery_in_progress(database: tuple[str, Engine]) -> None:
+    """APScheduler's shutdown holds its job-store lock while it waits for jobs; discovery must not need it."""
+    _, engine = database
+    for attempt in range(5):
+        daemon = Daemon(
+            engine,
+            DaemonConfig(
+                interval_seconds=0.05, lease_ttl_seconds=1, discover_seconds=0.01, holder=f"d{attempt}"
+            ),
+        )
+        daemon.start()
+        time.sleep(0.2)
+        stopper = threading.Thread(target=daemon.stop)
+        stopper.start()
+        stopper.join(timeout=20)
+        assert not stopper.is_alive(), "stop() hung"

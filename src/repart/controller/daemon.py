@@ -88,6 +88,11 @@ class Daemon:
         self._scheduler = BackgroundScheduler(timezone=UTC)
         self._held: set[str] = set()
         self._lock = threading.Lock()
+        # The discovery job is the only job that calls the scheduler. APScheduler's shutdown holds the
+        # job-store lock while it waits for running jobs, so a discovery calling get_job then would
+        # deadlock it: stop() first waits for a discovery in progress and makes later ones return.
+        self._discovery = threading.Lock()
+        self._stopping = threading.Event()
 
     def tick_region(self, region: str) -> TickResult | None:
         """Take or renew ``region``'s lease and tick it; None when another holder has the lease."""
@@ -149,6 +154,8 @@ class Daemon:
 
     def stop(self) -> None:
         """Stop scheduling, wait for the ticks in progress, and release the leases this daemon holds."""
+        with self._discovery:
+            self._stopping.set()
         if self._scheduler.running:
             self._scheduler.shutdown(wait=True)
         with self._lock:
@@ -168,6 +175,11 @@ class Daemon:
         return run_in_transaction(self.engine, lambda session: [r.name for r in list_regions(session)])
 
     def _discover(self) -> None:
+        with self._discovery:
+            if not self._stopping.is_set():
+                self._add_jobs()
+
+    def _add_jobs(self) -> None:
         for region in self._regions():
             job_id = f"tick:{region}"
             if self._scheduler.get_job(job_id) is None:
