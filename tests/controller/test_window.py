@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repart.controller import latest_window, merge_snapshots, window_size
+from repart.controller import merge_snapshots, window_size
 from repart.partitioning.frequency import LossyCounter
 from repart.storage.snapshots import Snapshot, parse_snapshot
 
@@ -209,14 +209,9 @@ def test_gaps_between_windows_are_allowed_and_empty_input_is_rejected() -> None:
         merge_snapshots([])
 
 
-def test_window_size_and_the_latest_window() -> None:
+def test_window_size() -> None:
     assert window_size(3) == 2
     assert window_size(2) == 1
     for bad in (1, 0, True, 2.5):
         with pytest.raises(ValueError, match="x"):
             window_size(bad)  # type: ignore[arg-type]
-    _, snapshots = count_windows([[1], [2], [3], [4]], 0.1)
-    shuffled = [snapshots[2], snapshots[0], snapshots[3], snapshots[1]]
-    assert [s.seq for s in latest_window(shuffled, 3)] == [3, 4]
-    assert [s.seq for s in latest_window(snapshots[:1], 3)] == [1]
-    assert [s.seq for s in latest_window(shuffled, 10)] == [1, 2, 3, 4]

@@ -13,7 +13,7 @@ from repart.controller.policy import (
     WindowLoad,
     needs_rebalance,
 )
-from repart.controller.window import latest_window, merge_snapshots, window_size
+from repart.controller.window import merge_snapshots, window_size
 
 __all__ = [
     "ChannelPolicy",
@@ -22,7 +22,6 @@ __all__ = [
     "RebalanceDecision",
     "TargetUtilizationPolicy",
     "WindowLoad",
-    "latest_window",
     "merge_snapshots",
     "needs_rebalance",
     "window_size",

@@ -24,14 +24,14 @@ tick's conventions: ``n_before``, ``n_next``, ``b_before``, ``predicted_b``, ``p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from repart.controller.settings import ControllerSettings
-from repart.controller.tick import finite_or_none, report_json
+from repart.controller.tick import aware_now, finite_or_none, report_json
 from repart.controller.window import merge_snapshots, window_size
 from repart.migration import plan_migration
 from repart.partitioning import PartitionFunction, build, initial_function
@@ -105,7 +105,7 @@ def rollback(engine: Engine, region: str, to_version: int, *, now: datetime | No
     the version's function is the applied one, ConflictError while a plan is being applied; nothing
     is written then.
     """
-    moment = _moment(now)
+    moment = aware_now(now)
     return run_in_transaction(engine, lambda session: _rollback(session, region, to_version, moment))
 
 
@@ -118,7 +118,7 @@ def scale(engine: Engine, region: str, n_channels: int, *, now: datetime | None 
     bounds for N outside them or equal to the applied N, ConflictError while a plan is being applied;
     nothing is written then.
     """
-    moment = _moment(now)
+    moment = aware_now(now)
     return run_in_transaction(engine, lambda session: _scale(session, region, n_channels, moment))
 
 
@@ -298,10 +298,3 @@ def _activate(
         digest=function.digest,
         plan_m=plan_m,
     )
-
-
-def _moment(now: datetime | None) -> datetime:
-    moment = datetime.now(UTC) if now is None else now
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise ValueError(f"now must be a timezone-aware datetime, got {moment.isoformat()}")
-    return moment

@@ -125,9 +125,7 @@ def tick(engine: Engine, region: str, *, now: datetime | None = None) -> TickRes
     field for a region configuration the controller cannot act on (DESIGN §10); nothing is written
     then.
     """
-    moment = datetime.now(UTC) if now is None else now
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise ValueError(f"now must be a timezone-aware datetime, got {moment.isoformat()}")
+    moment = aware_now(now)
     stopwatch = _Stopwatch()
     started = time.perf_counter()
     outcome = run_in_transaction(engine, lambda session: _tick(session, region, moment, stopwatch))
@@ -324,6 +322,14 @@ def _last_change_at(session: Session, region_id: int) -> datetime | None:
         if row.parent_number is not None and channels.get(row.parent_number, row.n_channels) != row.n_channels
     ]
     return max(changes, default=None)
+
+
+def aware_now(now: datetime | None) -> datetime:
+    """``now`` (the current UTC time when None); ValueError for a naive datetime."""
+    moment = datetime.now(UTC) if now is None else now
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError(f"now must be a timezone-aware datetime, got {moment.isoformat()}")
+    return moment
 
 
 def finite_or_none(value: float | np.floating[Any]) -> float | None:

@@ -30,12 +30,6 @@ def window_size(x: int) -> int:
     return x - 1
 
 
-def latest_window(snapshots: Sequence[Snapshot], x: int) -> list[Snapshot]:
-    """The last ``x - 1`` snapshots by ``seq`` (all of them, during warm-up), oldest first."""
-    size = window_size(x)
-    return sorted(snapshots, key=lambda snapshot: snapshot.seq)[-size:]
-
-
 def merge_snapshots(snapshots: Sequence[Snapshot]) -> FrequencyEstimate:
     """The merged estimate of ``snapshots`` (DESIGN §3: the sliding estimate), in any order.
 
