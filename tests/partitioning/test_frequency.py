@@ -515,3 +515,35 @@ def test_key_type_is_fixed() -> None:
 def test_bad_threshold(threshold: Any) -> None:
     with pytest.raises(ValueError, match="threshold"):
         LossyCounter(0.1).frequent(threshold)
+
+
+@settings(max_examples=100, deadline=None)
+@given(epsilon=EPSILONS, keys=st.sampled_from([INT_KEYS, STR_KEYS]), data=st.data())
+def test_from_entries_rebuilds_a_counter_that_counts_on_identically(
+    epsilon: float, keys: st.SearchStrategy[Any], data: st.DataObject
+) -> None:
+    stream, more = data.draw(st.lists(keys, max_size=120)), data.draw(st.lists(keys, max_size=60))
+    original = LossyCounter(epsilon)
+    original.update(stream)
+    shipped = [array.tolist() for array in original.entries()]
+    rebuilt = LossyCounter.from_entries(epsilon, original.n, *shipped, key_type=original.key_type)
+    assert table_of(rebuilt) == table_of(original)
+    assert rebuilt.n == original.n and rebuilt.key_type == original.key_type
+    original.update(more)
+    rebuilt.update(more)
+    assert table_of(rebuilt) == table_of(original)
+
+
+def test_from_entries_rejects_tables_no_counter_can_hold() -> None:
+    with pytest.raises(ValueError, match="distinct"):
+        LossyCounter.from_entries(0.1, 10, [1, 1], [1, 1], [0, 0])
+    with pytest.raises(ValueError, match="deltas"):
+        LossyCounter.from_entries(0.1, 10, [1], [1], [2])  # floor(10 / 10) = 1 closed bucket
+    with pytest.raises(ValueError, match="counts must be >= 1"):
+        LossyCounter.from_entries(0.1, 10, [1], [0], [0])
+    with pytest.raises(ValueError, match="at most n"):
+        LossyCounter.from_entries(0.1, 3, ["a", "b"], [2, 2], [0, 0])
+    with pytest.raises(ValueError, match="one entry per key"):
+        LossyCounter.from_entries(0.1, 3, ["a", "b"], [1], [0, 0])
+    with pytest.raises(ValueError, match="n must be"):
+        LossyCounter.from_entries(0.1, -1, [], [], [])

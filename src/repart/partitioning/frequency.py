@@ -432,6 +432,52 @@ class LossyCounter:
         self._counts = counts
         self._deltas = deltas
 
+    @classmethod
+    def from_entries(
+        cls,
+        epsilon: float,
+        n: int,
+        keys: Sequence[Key] | npt.NDArray[Any],
+        counts: Sequence[int] | npt.NDArray[np.integer[Any]],
+        deltas: Sequence[int] | npt.NDArray[np.integer[Any]],
+        key_type: KeyType | None = None,
+    ) -> LossyCounter:
+        """Rebuild a counter from the table ``entries()`` returned and the tuple count ``n``.
+
+        This is how counters cross process boundaries (a Spark executor ships its table, the driver
+        merges). The table must be one a lossy counter of ``n`` tuples can hold: distinct keys,
+        counts >= 1, ``0 <= delta <= floor(n / w)`` and counts adding up to at most ``n``; ValueError
+        naming the field otherwise.
+        """
+        counter = cls(epsilon, key_type)
+        counter._n = _check_count("n", n, 0)
+        batch, kind = _as_key_batch(keys, counter._key_type)
+        counter._key_type = counter._key_type or kind
+        count_array = np.asarray(counts, dtype=np.int64)
+        delta_array = np.asarray(deltas, dtype=np.int64)
+        size = len(batch)
+        if count_array.shape != (size,) or delta_array.shape != (size,):
+            raise ValueError(
+                f"counts and deltas must have one entry per key ({size}), "
+                f"got shapes {count_array.shape} and {delta_array.shape}"
+            )
+        if size and int(count_array.min()) < 1:
+            raise ValueError("counts must be >= 1")
+        if int(count_array.sum()) > counter._n:
+            raise ValueError(f"counts must add up to at most n = {counter._n}")
+        closed = counter._n // counter._width
+        if size and (int(delta_array.min()) < 0 or int(delta_array.max()) > closed):
+            raise ValueError(f"deltas must be in [0, floor(n / w)] = [0, {closed}]")
+        key_array: KeyArray = (
+            np.asarray(batch, dtype=np.int64) if counter._key_type != "str" else np.array(batch, dtype=object)
+        )
+        order = np.argsort(key_array, kind="stable")
+        sorted_keys = key_array[order]
+        if size > 1 and bool(np.any(sorted_keys[1:] == sorted_keys[:-1])):
+            raise ValueError("keys must be distinct")
+        counter._set_table(sorted_keys, count_array[order], delta_array[order])
+        return counter
+
     def entries(self) -> tuple[KeyArray, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """Copies of the table in key order: keys (int64, or object for str), counts, deltas (int64)."""
         keys, counts, deltas = self._sorted_table()
