@@ -1,0 +1,630 @@
+"""The keyed state store: Parquet per channel and slot group, generations, an atomic manifest (DESIGN §9).
+
+On disk, under ``ROOT``:
+
+- ``channel=<c>/<uuid>.parquet``: immutable data files (``repart.spark.state_files``), one channel and
+  one slot group each, sorted by slot, with a ``_slot`` column;
+- ``generations/<gen:08d>.json``: a generation: the files it consists of (path, channel, slot group,
+  rows, bytes, checksum) and the layout they are in: region, version number, function digest, channel
+  count, slot bits, key type and column, the Arrow schema, slot groups, and the plans applied so far;
+- ``MANIFEST``: ``{"format", "generation", "sha256"}``, the current generation and the SHA-256 of its
+  document, replaced atomically (temporary file, ``fsync``, rename, ``fsync`` of the directory).
+
+A generation becomes reachable only when ``MANIFEST`` names it, after its document and all its files
+are durable, so a reader (or a process killed at any point) sees the old generation or the new one,
+never a mix. Files a generation shares with the previous one are listed by both; ``vacuum`` removes
+what no recent generation lists, including the leftovers of an apply that was killed.
+
+Writers (``commit``, ``apply``, ``vacuum``) hold an exclusive lock on ``ROOT/.lock``. ``apply`` takes a
+migration plan (DESIGN §6) from the version the store holds to the next one, moving only the rows
+that change channel (``repart.spark.migrate``), and records the plan's id: applying it again is a
+no-op. A job writes a channel's state with ``write_channel_files`` (on executors) and ``commit``; a
+commit under a version other than the store's is refused, so no state is ever written in a layout
+the store is not in. Errors are ``StateStoreError`` naming the file, field or plan at fault (§10).
+
+A ``StateStore`` object is a handle on one generation: plain data, picklable, so it can be shipped
+to Spark executors to read a channel. ``commit`` and ``apply`` move the handle to the new generation.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import os
+import re
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from repart.migration.plan import MigrationPlan
+from repart.partitioning.consistent import check_n_channels
+from repart.partitioning.documents import (
+    canonical_json,
+    parse_json,
+    require_format,
+    require_int,
+    require_list,
+    require_object,
+    require_row,
+    sha256_hex,
+)
+from repart.partitioning.hashing import KeyType
+from repart.spark.checksum import add_checksums
+from repart.spark.errors import StateStoreError
+from repart.spark.migrate import migrate_files
+from repart.spark.state_files import (
+    CHANNEL_COLUMN,
+    FileEntry,
+    Layout,
+    checked_layout,
+    fsync_path,
+    read_parquet,
+    read_verified,
+    write_channel_files,
+    write_durably,
+)
+
+__all__ = ["ApplyResult", "FileEntry", "StateStore", "write_channel_files"]
+
+FORMAT_VERSION = 1
+MANIFEST = "MANIFEST"
+GENERATIONS = "generations"
+LOCK = ".lock"
+DEFAULT_SLOT_GROUPS = 64
+_MANIFEST_FIELDS = ("format", "generation", "sha256")
+_GENERATION_FIELDS = (
+    "format",
+    "generation",
+    "region",
+    "version",
+    "function_digest",
+    "n_channels",
+    "slot_bits",
+    "slot_groups",
+    "key_type",
+    "key_col",
+    "schema",
+    "applied_plans",
+    "files",
+)
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+_GENERATION_NAME = re.compile(r"([0-9]{8})\.json")
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """What ``StateStore.apply`` did: rows and bytes that changed channel, files split (rewritten) and
+    hard-linked into another channel (relocated), the generation it committed (or found, when the
+    plan had been applied already) and the wall time."""
+
+    plan_id: int
+    moved_rows: int
+    moved_bytes: int
+    rewritten_files: int
+    relocated_files: int
+    generation: int
+    already_applied: bool
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Generation:
+    """One generation document (module docstring), parsed and checked."""
+
+    generation: int
+    region: str
+    version: int
+    function_digest: str
+    n_channels: int
+    layout: Layout
+    applied_plans: tuple[tuple[int, str], ...]
+    files: tuple[FileEntry, ...]
+
+    def to_json(self) -> str:
+        schema = base64.b64encode(self.layout.schema.serialize().to_pybytes()).decode("ascii")
+        return canonical_json(
+            {
+                "format": FORMAT_VERSION,
+                "generation": self.generation,
+                "region": self.region,
+                "version": self.version,
+                "function_digest": self.function_digest,
+                "n_channels": self.n_channels,
+                "slot_bits": self.layout.slot_bits,
+                "slot_groups": self.layout.slot_groups,
+                "key_type": self.layout.key_type,
+                "key_col": self.layout.key_col,
+                "schema": schema,
+                "applied_plans": [list(pair) for pair in self.applied_plans],
+                "files": [entry.to_dict() for entry in self.files],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str, name: str) -> _Generation:
+        """Parse a generation document; StateStoreError naming the file ``name`` and the field."""
+        try:
+            document = require_object(parse_json(text), name, _GENERATION_FIELDS, error=StateStoreError)
+            require_format(document["format"], FORMAT_VERSION, error=StateStoreError)
+            schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(document["schema"], validate=True)))
+            layout = checked_layout(
+                document["key_col"],
+                document["key_type"],
+                document["slot_bits"],
+                document["slot_groups"],
+                schema,
+            )
+            n_channels = check_n_channels(document["n_channels"])
+            files = tuple(
+                FileEntry.from_dict(entry, f"{name}: files[{index}]")
+                for index, entry in enumerate(require_list(document["files"], "files", error=StateStoreError))
+            )
+            plans = require_list(document["applied_plans"], "applied_plans", error=StateStoreError)
+            applied = tuple(
+                (require_int(plan_id, "applied_plans: id"), _checked_digest(digest, "applied_plans: digest"))
+                for plan_id, digest in (
+                    require_row(row, "applied_plans[]", ("id", "digest")) for row in plans
+                )
+            )
+            return cls(
+                generation=require_int(document["generation"], "generation"),
+                region=_checked_region(document["region"]),
+                version=require_int(document["version"], "version"),
+                function_digest=_checked_digest(document["function_digest"], "function_digest"),
+                n_channels=n_channels,
+                layout=layout,
+                applied_plans=applied,
+                files=files,
+            )
+        except (ValueError, TypeError, pa.ArrowException) as error:
+            raise StateStoreError(
+                f"generation file {name!r} is not a valid generation document: {error}"
+            ) from None
+
+
+class StateStore:
+    """A handle on the current generation of a keyed state store (module docstring; DESIGN §9).
+
+    Build one with ``StateStore.create`` (an empty store) or ``StateStore.open`` (an existing one).
+    """
+
+    def __init__(self, root: Path, current: _Generation) -> None:
+        """Internal: use ``create`` or ``open``."""
+        self._root = root
+        self._current = current
+
+    @classmethod
+    def create(
+        cls,
+        root: str | os.PathLike[str],
+        *,
+        region: str,
+        version: int,
+        function_digest: str,
+        n_channels: int,
+        slot_bits: int,
+        key_type: KeyType,
+        key_col: str,
+        schema: pa.Schema,
+        slot_groups: int = DEFAULT_SLOT_GROUPS,
+    ) -> StateStore:
+        """An empty store (generation 0, no files) in ``root``, which must not exist or be empty (or
+        hold only the leftovers of a ``create`` that was killed before it wrote the manifest).
+
+        ``schema`` holds the user's columns: the key column (string for ``str`` keys, a signed integer type
+        for ``int`` keys) and state columns of fixed-width or string/binary types; ``_slot`` and
+        ``channel`` are reserved. ``slot_groups`` is a power of two in [1, 2^slot_bits].
+        """
+        try:
+            current = _Generation(
+                generation=0,
+                region=_checked_region(region),
+                version=require_int(version, "version"),
+                function_digest=_checked_digest(function_digest, "function_digest"),
+                n_channels=check_n_channels(n_channels),
+                layout=checked_layout(key_col, key_type, slot_bits, slot_groups, schema),
+                applied_plans=(),
+                files=(),
+            )
+        except ValueError as error:
+            raise StateStoreError(str(error)) from None
+        path = Path(root)
+        if path.exists() and not _is_fresh(path):
+            raise StateStoreError(f"root: {str(path)!r} exists and is not an empty directory")
+        (path / GENERATIONS).mkdir(parents=True, exist_ok=True)
+        fsync_path(path)
+        store = cls(path, current)
+        with _locked(path):
+            store._publish(current)
+        return store
+
+    @classmethod
+    def open(cls, root: str | os.PathLike[str]) -> StateStore:
+        """The store in ``root`` at the generation its MANIFEST names; StateStoreError naming the file
+        when the manifest is missing or corrupt, or does not match its generation document."""
+        path = Path(root)
+        return cls(path, _load(path))
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    @property
+    def region(self) -> str:
+        return self._current.region
+
+    @property
+    def version(self) -> int:
+        """The number of the version whose function the state is laid out by."""
+        return self._current.version
+
+    @property
+    def function_digest(self) -> str:
+        return self._current.function_digest
+
+    @property
+    def n_channels(self) -> int:
+        return self._current.n_channels
+
+    @property
+    def slot_bits(self) -> int:
+        return self._current.layout.slot_bits
+
+    @property
+    def slot_groups(self) -> int:
+        return self._current.layout.slot_groups
+
+    @property
+    def key_type(self) -> KeyType:
+        return self._current.layout.key_type
+
+    @property
+    def key_col(self) -> str:
+        return self._current.layout.key_col
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The user's columns (without ``_slot``)."""
+        return self._current.layout.schema
+
+    @property
+    def layout(self) -> Layout:
+        """Key column and type, slot bits, slot groups and schema together (``state_files.Layout``)."""
+        return self._current.layout
+
+    @property
+    def generation(self) -> int:
+        return self._current.generation
+
+    @property
+    def applied_plans(self) -> tuple[int, ...]:
+        """The ids of the plans applied to this store, oldest first."""
+        return tuple(plan_id for plan_id, _ in self._current.applied_plans)
+
+    def files(self, channel: int) -> list[FileEntry]:
+        """The files of ``channel`` in the current generation."""
+        self._check_channel(channel)
+        return [entry for entry in self._current.files if entry.channel == channel]
+
+    def read_channel(self, channel: int, columns: Sequence[str] | None = None) -> pa.Table:
+        """The state of ``channel`` (the user's columns, or ``columns`` of them) as one table."""
+        names = list(self.schema.names if columns is None else columns)
+        unknown = [name for name in names if name not in self.schema.names]
+        if unknown:
+            raise StateStoreError(
+                f"columns: {unknown} are not state columns; the store has {self.schema.names}"
+            )
+        entries = self.files(channel)
+        if not entries:
+            return self.schema.empty_table().select(names)
+        parts = [read_parquet(self._root / entry.path, names) for entry in entries]
+        return pa.concat_tables(parts)
+
+    def read(self) -> pa.Table:
+        """The whole state with a ``channel`` (int32) column."""
+        parts = []
+        for channel in range(self.n_channels):
+            table = self.read_channel(channel)
+            parts.append(
+                table.append_column(CHANNEL_COLUMN, pa.array([channel] * table.num_rows, pa.int32()))
+            )
+        return pa.concat_tables(parts)
+
+    def rows(self) -> int:
+        """The number of state rows (from the generation's entries)."""
+        return sum(entry.rows for entry in self._current.files)
+
+    def checksum(self) -> int:
+        """The order-independent checksum of the whole state (``repart.spark.checksum``), from the
+        generation's entries; ``verify`` recomputes it from the data."""
+        total = 0
+        for entry in self._current.files:
+            total = add_checksums(total, entry.checksum)
+        return total
+
+    def verify(self) -> None:
+        """Read every file and check it against its entry (rows, checksum, slots); StateStoreError
+        naming the first file that differs."""
+        for entry in self._current.files:
+            read_verified(self._root, entry, self._current.layout)
+
+    def commit(
+        self,
+        replaced: Mapping[int, Sequence[FileEntry]],
+        *,
+        version: int,
+        function_digest: str,
+        n_channels: int,
+    ) -> StateStore:
+        """A new generation in which each channel of ``replaced`` holds exactly the given files
+        (``write_channel_files``) and every other channel keeps its files. Returns this handle, moved
+        to the new generation.
+
+        ``version``, ``function_digest`` and ``n_channels`` name the layout the files were written in;
+        it must be the store's: a job must apply the migration plan before it writes under a new
+        version. The files must exist under the root and have the store's schema.
+        """
+        require_int(n_channels, "n_channels", 1, error=StateStoreError)
+        with _locked(self._root):
+            current = self._current_for_writing()
+            if n_channels != current.n_channels:
+                raise StateStoreError(
+                    f"version {version} has N={n_channels} channels but the store at {str(self._root)!r} is "
+                    f"laid out for {current.n_channels} channels; apply the migration plan first"
+                )
+            if (version, function_digest) != (current.version, current.function_digest):
+                raise StateStoreError(
+                    f"version {version} (digest {str(function_digest)[:12]}) is not the layout of the "
+                    f"store: it holds version {current.version} (digest {current.function_digest[:12]}, "
+                    f"generation {current.generation}); apply the migration plan first"
+                )
+            entries = self._checked_replacement(replaced, current)
+            kept = [entry for entry in current.files if entry.channel not in replaced]
+            self._publish(
+                replace(current, generation=current.generation + 1, files=_sorted_files([*kept, *entries]))
+            )
+        return self
+
+    def apply(
+        self, plan: MigrationPlan, *, plan_id: int, region: str, from_version: int, to_version: int
+    ) -> ApplyResult:
+        """Apply ``plan`` (from version ``from_version`` to ``to_version`` of ``region``): move exactly
+        the rows that change channel, verify, and commit a new generation (module docstring).
+
+        A plan id already applied is a no-op (``already_applied=True``). A plan of another region, of
+        a version or function other than the store's, or of another key type or slot bits is refused
+        with nothing written.
+        """
+        started = time.perf_counter()
+        require_int(plan_id, "plan_id", error=StateStoreError)
+        require_int(from_version, "from_version", error=StateStoreError)
+        require_int(to_version, "to_version", error=StateStoreError)
+        if not isinstance(plan, MigrationPlan):
+            raise StateStoreError(f"plan must be a MigrationPlan, got {type(plan).__name__}")
+        with _locked(self._root):
+            current = self._current = _load(self._root)
+            if region != current.region:
+                raise StateStoreError(
+                    f"plan {plan_id} is for region {region!r} but the store at {str(self._root)!r} holds "
+                    f"region {current.region!r}"
+                )
+            applied = dict(current.applied_plans)
+            if plan_id in applied:
+                if applied[plan_id] != plan.digest:
+                    raise StateStoreError(
+                        f"plan {plan_id} was applied to this store with another content "
+                        f"(digest {applied[plan_id][:12]}, given {plan.digest[:12]})"
+                    )
+                return ApplyResult(
+                    plan_id, 0, 0, 0, 0, current.generation, True, time.perf_counter() - started
+                )
+            self._check_plan(plan, plan_id, from_version, current)
+            migration = migrate_files(self._root, current.files, plan, current.layout)
+            self._publish(
+                replace(
+                    current,
+                    generation=current.generation + 1,
+                    version=to_version,
+                    function_digest=plan.target_digest,
+                    n_channels=plan.target_n_channels,
+                    applied_plans=(*current.applied_plans, (plan_id, plan.digest)),
+                    files=_sorted_files(migration.files),
+                )
+            )
+        return ApplyResult(
+            plan_id=plan_id,
+            moved_rows=migration.moved_rows,
+            moved_bytes=migration.moved_bytes,
+            rewritten_files=migration.rewritten_files,
+            relocated_files=migration.relocated_files,
+            generation=self.generation,
+            already_applied=False,
+            seconds=time.perf_counter() - started,
+        )
+
+    def vacuum(self, keep_generations: int = 2) -> list[str]:
+        """Remove what the last ``keep_generations`` generations do not list: older generation
+        documents, data files no longer referenced, the leftovers of a killed writer (files and
+        generation documents newer than the manifest's, temporary files). Returns the removed paths
+        (relative to the root), sorted. Readers of a removed generation lose their files."""
+        keep = require_int(keep_generations, "keep_generations", 1, error=StateStoreError)
+        removed: list[str] = []
+        with _locked(self._root):
+            current = self._current = _load(self._root)
+            kept_numbers = range(current.generation - keep + 1, current.generation + 1)
+            referenced: set[str] = set()
+            for number in kept_numbers:
+                document = self._root / GENERATIONS / f"{number:08d}.json"
+                if document.exists():
+                    generation = _Generation.from_json(document.read_text(encoding="utf-8"), str(document))
+                    referenced.update(entry.path for entry in generation.files)
+
+            def stale(path: Path) -> bool:
+                match = _GENERATION_NAME.fullmatch(path.name)
+                return match is None or int(match.group(1)) not in kept_numbers
+
+            removed += _relative(self._root, filter(stale, self._root.glob(f"{GENERATIONS}/*")))
+            data = _relative(self._root, self._root.glob("channel=*/*"))
+            removed += [name for name in data if name not in referenced]
+            removed += _relative(self._root, self._root.glob(f".{MANIFEST}.tmp"))
+            for name in removed:
+                (self._root / name).unlink()
+        return sorted(removed)
+
+    def _check_channel(self, channel: int) -> None:
+        require_int(channel, "channel", 0, self.n_channels - 1, error=StateStoreError)
+
+    def _check_plan(self, plan: MigrationPlan, plan_id: int, from_version: int, current: _Generation) -> None:
+        """StateStoreError unless ``plan`` starts from the generation the store holds, in its layout."""
+        holds = (
+            f"the store at {str(self._root)!r} holds version {current.version} (generation "
+            f"{current.generation}, digest {current.function_digest[:12]}, N={current.n_channels})"
+        )
+        if from_version != current.version:
+            raise StateStoreError(f"plan {plan_id} starts from version {from_version} but {holds}")
+        if plan.source_digest != current.function_digest or plan.source_n_channels != current.n_channels:
+            raise StateStoreError(
+                f"plan {plan_id} starts from function {plan.source_digest[:12]} "
+                f"(N={plan.source_n_channels}) but {holds}"
+            )
+        layout = current.layout
+        if plan.slot_bits != layout.slot_bits:
+            raise StateStoreError(
+                f"plan {plan_id} has slot_bits {plan.slot_bits} but the store uses {layout.slot_bits}"
+            )
+        if plan.key_type not in (None, layout.key_type):
+            raise StateStoreError(
+                f"plan {plan_id} moves {plan.key_type!r} keys but the store holds {layout.key_type!r} keys"
+            )
+
+    def _current_for_writing(self) -> _Generation:
+        """The manifest's generation, which must be this handle's (else another writer moved on)."""
+        current = _load(self._root)
+        if current.generation != self._current.generation:
+            raise StateStoreError(
+                f"the store at {str(self._root)!r} moved on to generation {current.generation} since this "
+                f"handle read generation {self._current.generation}; open it again"
+            )
+        return current
+
+    def _checked_replacement(
+        self, replaced: Mapping[int, Sequence[FileEntry]], current: _Generation
+    ) -> list[FileEntry]:
+        entries = []
+        for channel, files in replaced.items():
+            require_int(channel, "replaced: channel", 0, current.n_channels - 1, error=StateStoreError)
+            for entry in files:
+                if not isinstance(entry, FileEntry) or entry.channel != channel:
+                    raise StateStoreError(
+                        f"replaced[{channel}]: {entry!r} is not a file entry of channel {channel}"
+                    )
+                require_int(
+                    entry.slot_group,
+                    f"{entry.path}: slot_group",
+                    0,
+                    current.layout.slot_groups - 1,
+                    error=StateStoreError,
+                )
+                path = self._root / entry.path
+                try:
+                    found = pq.read_schema(path)
+                except (OSError, pa.ArrowException) as error:
+                    raise StateStoreError(
+                        f"replaced[{channel}]: cannot read {str(path)!r}: {error}"
+                    ) from None
+                if not current.layout.matches(found) or path.stat().st_size != entry.bytes:
+                    raise StateStoreError(
+                        f"replaced[{channel}]: {str(path)!r} does not have the store's schema and the size "
+                        f"its entry states ({entry.bytes} bytes); schema found: {found}"
+                    )
+                entries.append(entry)
+        return entries
+
+    def _publish(self, generation: _Generation) -> None:
+        """Write ``generation``'s document, then swap the manifest to it (the commit point)."""
+        text = generation.to_json()
+        write_durably(self._root / GENERATIONS / f"{generation.generation:08d}.json", text)
+        manifest = {"format": FORMAT_VERSION, "generation": generation.generation, "sha256": sha256_hex(text)}
+        write_durably(self._root / MANIFEST, canonical_json(manifest))
+        self._current = generation
+
+
+def _load(root: Path) -> _Generation:
+    """The generation the manifest in ``root`` names, checked against the manifest's SHA-256."""
+    manifest = root / MANIFEST
+    try:
+        text = manifest.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise StateStoreError(
+            f"no state store at {str(root)!r}: its manifest {str(manifest)!r} is missing"
+        ) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise StateStoreError(f"manifest {str(manifest)!r} cannot be read: {error}") from None
+    try:
+        document = require_object(parse_json(text), "the manifest", _MANIFEST_FIELDS, error=StateStoreError)
+        require_format(document["format"], FORMAT_VERSION, error=StateStoreError)
+        number = require_int(document["generation"], "generation", error=StateStoreError)
+        digest = _checked_digest(document["sha256"], "sha256")
+    except ValueError as error:
+        raise StateStoreError(f"manifest {str(manifest)!r} is corrupt: {error}") from None
+    path = root / GENERATIONS / f"{number:08d}.json"
+    try:
+        generation_text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise StateStoreError(
+            f"generation file {str(path)!r} named by the manifest {str(manifest)!r} cannot be read: {error}"
+        ) from None
+    if sha256_hex(generation_text) != digest:
+        raise StateStoreError(
+            f"generation file {str(path)!r} does not match the SHA-256 recorded in {str(manifest)!r}: "
+            "it was modified or is incomplete"
+        )
+    generation = _Generation.from_json(generation_text, str(path))
+    if generation.generation != number:
+        raise StateStoreError(
+            f"generation file {str(path)!r} holds generation {generation.generation}, not {number}"
+        )
+    return generation
+
+
+@contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    """An exclusive lock on ``ROOT/.lock`` for the duration of one write (released if the process dies)."""
+    with open(root / LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _is_fresh(root: Path) -> bool:
+    """An empty directory, or what a ``create`` killed before its manifest left (then create again)."""
+    if not root.is_dir():
+        return False
+    first = f"{0:08d}.json"
+    leftovers = {path.name for path in root.iterdir()} - {LOCK, GENERATIONS}
+    documents = {path.name for path in (root / GENERATIONS).glob("*")} - {first, f".{first}.tmp"}
+    return not leftovers and not documents
+
+
+def _relative(root: Path, paths: Iterable[Path]) -> list[str]:
+    return [path.relative_to(root).as_posix() for path in paths]
+
+
+def _sorted_files(files: Sequence[FileEntry]) -> tuple[FileEntry, ...]:
+    return tuple(sorted(files, key=lambda entry: (entry.channel, entry.slot_group, entry.path)))
+
+
+def _checked_region(region: object) -> str:
+    if not isinstance(region, str) or not region:
+        raise StateStoreError(f"region must be a non-empty string, got {region!r}")
+    return region
+
+
+def _checked_digest(digest: object, name: str) -> str:
+    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+        raise StateStoreError(f"{name} must be a SHA-256 digest (64 lowercase hex digits), got {digest!r}")
+    return digest

@@ -1,0 +1,316 @@
+"""The data files of the keyed state store: layout, writing, verified reading (DESIGN §9).
+
+A state file is ``ROOT/channel=<c>/<uuid>.parquet``, immutable once written. It holds the rows of one
+channel and one **slot group** (``slot_groups`` contiguous ranges of ``2^slot_bits / slot_groups``
+slots, like Flink's key groups), sorted by slot, with the user's columns and an int32 column ``_slot``
+so that a migration never rehashes to find a row's slot. A generation lists its files as
+``FileEntry``s with their row count, size and checksum (``repart.spark.checksum``).
+
+``write_channel_files`` runs on Spark executors: module-level, picklable arguments, pyarrow + numpy
+only. Every file is written with exclusive creation and made durable (file and directory ``fsync``)
+before its entry is returned, so a generation that lists it can only become reachable after it is
+complete.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from repart.partitioning.documents import KEY_TYPES, require_int, require_object
+from repart.partitioning.hashing import KeyType, check_slot_bits, slots_of_hashes
+from repart.spark.checksum import U64, checksum, is_bytes_like, is_hashable_type, key_hashes, row_hashes
+from repart.spark.errors import StateStoreError
+
+SLOT_COLUMN = "_slot"
+CHANNEL_COLUMN = "channel"
+_PATH = re.compile(r"channel=(0|[1-9][0-9]*)/[0-9a-f]{32}\.parquet")
+_ENTRY_FIELDS = ("path", "channel", "slot_group", "rows", "bytes", "checksum")
+_SYNC_THREADS = 16
+_CHECKSUM = re.compile(r"[0-9a-f]{16}")
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One immutable state file of a generation: where it is (relative to the store's root), which
+    channel and slot group it holds, and its row count, size in bytes and checksum (uint64)."""
+
+    path: str
+    channel: int
+    slot_group: int
+    rows: int
+    bytes: int
+    checksum: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as a JSON object; the checksum as 16 hex digits (exact in any JSON reader)."""
+        document = asdict(self)
+        document["checksum"] = f"{self.checksum:016x}"
+        return document
+
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any], name: str = "file entry") -> FileEntry:
+        """Parse and check an entry; StateStoreError naming ``name`` and the field at fault."""
+        fields = require_object(document, name, _ENTRY_FIELDS, error=StateStoreError)
+        path, digest = fields["path"], fields["checksum"]
+        match = _PATH.fullmatch(path) if isinstance(path, str) else None
+        if match is None:
+            raise StateStoreError(f"{name}: path must be 'channel=<c>/<32 hex digits>.parquet', got {path!r}")
+        if not isinstance(digest, str) or not _CHECKSUM.fullmatch(digest):
+            raise StateStoreError(f"{name}: checksum must be 16 lowercase hex digits, got {digest!r}")
+        channel = require_int(fields["channel"], f"{name}: channel", error=StateStoreError)
+        if int(match.group(1)) != channel:
+            raise StateStoreError(f"{name}: path {path!r} is not in the directory of channel {channel}")
+        return cls(
+            path=path,
+            channel=channel,
+            slot_group=require_int(fields["slot_group"], f"{name}: slot_group", error=StateStoreError),
+            rows=require_int(fields["rows"], f"{name}: rows", 1, error=StateStoreError),
+            bytes=require_int(fields["bytes"], f"{name}: bytes", 1, error=StateStoreError),
+            checksum=int(digest, 16),
+        )
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a store lays its state out: key column and type, slot bits, slot groups, user schema."""
+
+    key_col: str
+    key_type: KeyType
+    slot_bits: int
+    slot_groups: int
+    schema: pa.Schema
+
+    @property
+    def group_shift(self) -> int:
+        """``slot >> group_shift`` is the slot group of a slot."""
+        return self.slot_bits - (self.slot_groups.bit_length() - 1)
+
+    @property
+    def state_cols(self) -> list[str]:
+        """The user's columns other than the key, in schema order (the checksum folds them in order)."""
+        return [name for name in self.schema.names if name != self.key_col]
+
+    @property
+    def file_schema(self) -> pa.Schema:
+        """The schema of a state file: the user's columns and ``_slot``."""
+        return self.schema.append(pa.field(SLOT_COLUMN, pa.int32()))
+
+    @property
+    def dictionary_cols(self) -> list[str]:
+        """The state columns written with dictionary encoding: the string and binary ones."""
+        return [name for name in self.state_cols if is_bytes_like(self.schema.field(name).type)]
+
+    def matches(self, schema: pa.Schema) -> bool:
+        """Whether a file's schema has the file schema's column names and types (nullability aside)."""
+        expected = self.file_schema
+        return bool(schema.names == expected.names and schema.types == expected.types)
+
+    def slot_range(self, slot_group: int) -> tuple[int, int]:
+        """The first and last slot of ``slot_group``."""
+        return slot_group << self.group_shift, ((slot_group + 1) << self.group_shift) - 1
+
+
+def check_slot_groups(slot_groups: object, slot_bits: int) -> int:
+    """``slot_groups`` if it is a power of two in [1, 2^slot_bits]; StateStoreError otherwise."""
+    groups = require_int(slot_groups, "slot_groups", 1, 2**slot_bits, error=StateStoreError)
+    if groups & (groups - 1):
+        raise StateStoreError(f"slot_groups must be a power of two in [1, {2**slot_bits}], got {groups}")
+    return groups
+
+
+def checked_layout(
+    key_col: object, key_type: object, slot_bits: object, slot_groups: object, schema: object
+) -> Layout:
+    """The layout of a store, every field checked (StateStoreError naming it)."""
+    if key_type not in KEY_TYPES:
+        raise StateStoreError(f"key_type must be one of {', '.join(KEY_TYPES)}, got {key_type!r}")
+    try:
+        bits = check_slot_bits(slot_bits)  # type: ignore[arg-type]
+    except ValueError as error:
+        raise StateStoreError(str(error)) from None
+    groups = check_slot_groups(slot_groups, bits)
+    if not isinstance(schema, pa.Schema):
+        raise StateStoreError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
+    if not isinstance(key_col, str) or key_col not in schema.names:
+        raise StateStoreError(f"key_col must name a column of the schema {schema.names}, got {key_col!r}")
+    if len(set(schema.names)) != len(schema.names):
+        raise StateStoreError(f"schema: column names must be distinct, got {schema.names}")
+    for reserved in (SLOT_COLUMN, CHANNEL_COLUMN):
+        if reserved in schema.names:
+            raise StateStoreError(f"schema: the column name {reserved!r} is reserved by the state store")
+    key_field = schema.field(key_col)
+    key_ok = (
+        pa.types.is_string(key_field.type)
+        if key_type == "str"
+        else pa.types.is_signed_integer(key_field.type)
+    )
+    if not key_ok:
+        raise StateStoreError(
+            f"schema: key column {key_col!r} has type {key_field.type}; {key_type!r} keys need "
+            f"{'string' if key_type == 'str' else 'a signed integer type'}"
+        )
+    for field in schema:
+        if not is_hashable_type(field.type):
+            raise StateStoreError(
+                f"schema: column {field.name!r} has type {field.type}; accepted: integers, floats, booleans, "
+                "dates, times, timestamps, durations, strings, binary"
+            )
+    return Layout(key_col, key_type, bits, groups, schema)
+
+
+def write_channel_files(
+    root: str | os.PathLike[str],
+    channel: int,
+    table: pa.Table,
+    *,
+    key_col: str,
+    key_type: KeyType,
+    slot_bits: int,
+    slot_groups: int,
+) -> list[FileEntry]:
+    """Write a channel's complete new state (``table``: the user's columns) as one file per slot group.
+
+    Returns the entries for ``StateStore.commit``; nothing is visible to readers until a commit lists
+    them. StateStoreError names the argument at fault (a missing or null key column, bad layout values).
+    """
+    require_int(channel, "channel", error=StateStoreError)
+    if not isinstance(table, pa.Table):
+        raise StateStoreError(f"table must be a pyarrow.Table, got {type(table).__name__}")
+    layout = checked_layout(key_col, key_type, slot_bits, slot_groups, table.schema)
+    bits = layout.slot_bits
+    if table.column(key_col).null_count:
+        raise StateStoreError(f"key_col: column {key_col!r} holds nulls; every state row needs a key")
+    hashes = key_hashes(table.column(key_col), key_type)
+    slots = slots_of_hashes(hashes, bits)
+    order = np.argsort(slots, kind="stable")
+    slots, hashes = slots[order], hashes[order]
+    rows = table.take(order).append_column(SLOT_COLUMN, pa.array(slots.astype(np.int32)))
+    row_sums = row_hashes(rows, hashes, layout.state_cols)
+    groups = slots >> layout.group_shift
+    bounds = np.flatnonzero(np.diff(groups)) + 1
+    starts, ends = np.concatenate([[0], bounds]), np.concatenate([bounds, [len(groups)]])
+    entries = [
+        write_part(
+            root, channel, int(groups[start]), rows.slice(start, end - start), row_sums[start:end], layout
+        )
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True)
+        if end > start
+    ]
+    make_durable(root, entries)
+    return entries
+
+
+def write_part(
+    root: str | os.PathLike[str], channel: int, slot_group: int, rows: pa.Table, hashes: U64, layout: Layout
+) -> FileEntry:
+    """Write ``rows`` (file schema, sorted by slot) as a new file, not yet durable (``make_durable``).
+
+    Dictionary encoding only for string and binary state columns: keys are distinct and numbers
+    rarely repeat, so it would only cost time (measured: 5.4 -> 3.4 ms and 175 -> 135 KB for a
+    5,000-row VWAP file)."""
+    directory = channel_dir(root, channel)
+    directory.mkdir(parents=True, exist_ok=True)
+    name = f"{uuid.uuid4().hex}.parquet"
+    with open(directory / name, "xb") as sink:
+        pq.write_table(rows, sink, use_dictionary=layout.dictionary_cols)
+        size = sink.tell()
+    return FileEntry(f"channel={channel}/{name}", channel, slot_group, rows.num_rows, size, checksum(hashes))
+
+
+def link_part(root: str | os.PathLike[str], entry: FileEntry, channel: int) -> FileEntry:
+    """Relocate ``entry``'s file into ``channel`` as a hard link: the same bytes under a new name."""
+    directory = channel_dir(root, channel)
+    directory.mkdir(parents=True, exist_ok=True)
+    name = f"{uuid.uuid4().hex}.parquet"
+    os.link(Path(root) / entry.path, directory / name)
+    return FileEntry(
+        f"channel={channel}/{name}", channel, entry.slot_group, entry.rows, entry.bytes, entry.checksum
+    )
+
+
+def read_verified(root: str | os.PathLike[str], entry: FileEntry, layout: Layout) -> tuple[pa.Table, U64]:
+    """Read a whole file (user columns and ``_slot``) and its row hashes, checking it against its entry:
+    schema, row count, checksum, and every row's ``_slot`` against its key's hash. StateStoreError
+    names the file when anything differs."""
+    path = Path(root) / entry.path
+    try:
+        table = read_parquet(path)
+    except (OSError, pa.ArrowException) as error:
+        raise StateStoreError(f"state file {str(path)!r} cannot be read: {error}") from None
+    if not layout.matches(table.schema):
+        raise StateStoreError(f"state file {str(path)!r} does not have the store's schema: {table.schema}")
+    hashes = key_hashes(table.column(layout.key_col), layout.key_type)
+    slots = slots_of_hashes(hashes, layout.slot_bits)
+    row_sums = row_hashes(table, hashes, layout.state_cols)
+    stored_slots = table.column(SLOT_COLUMN).to_numpy()
+    if table.num_rows != entry.rows or checksum(row_sums) != entry.checksum:
+        raise StateStoreError(
+            f"state file {str(path)!r} does not match its generation entry: {table.num_rows} rows and "
+            f"checksum {checksum(row_sums):016x}, expected {entry.rows} rows and {entry.checksum:016x}"
+        )
+    if not np.array_equal(stored_slots, slots) or np.any((slots >> layout.group_shift) != entry.slot_group):
+        raise StateStoreError(f"state file {str(path)!r}: a row's _slot or slot group does not match its key")
+    return table, row_sums
+
+
+def read_slots(root: str | os.PathLike[str], entry: FileEntry) -> npt.NDArray[np.int64]:
+    """The ``_slot`` column of a file alone (cheap: one int32 column)."""
+    column = read_parquet(Path(root) / entry.path, [SLOT_COLUMN]).column(SLOT_COLUMN)
+    slots: npt.NDArray[np.int64] = column.to_numpy().astype(np.int64)
+    return slots
+
+
+def make_durable(root: str | os.PathLike[str], written: Sequence[FileEntry], *, links: bool = False) -> None:
+    """``fsync`` the files of ``written`` (all at once on a thread pool: the file system commits them
+    together, ~10x faster than one at a time), then their directories. ``links``: the entries are
+    hard links of durable files, only their directories need syncing."""
+    if not links:
+        with ThreadPoolExecutor(_SYNC_THREADS) as pool:
+            list(pool.map(fsync_path, [Path(root) / entry.path for entry in written]))
+    for channel in sorted({entry.channel for entry in written}):
+        fsync_path(channel_dir(root, channel))
+
+
+def read_parquet(path: Path, columns: Sequence[str] | None = None) -> pa.Table:
+    """One Parquet file (or some of its columns) as a table; ``ParquetFile.read`` costs half of
+    ``pq.read_table`` for the store's small files (measured 0.7 vs 1.4 ms, 5,000 rows)."""
+    return pq.ParquetFile(path).read(columns=columns)
+
+
+def channel_dir(root: str | os.PathLike[str], channel: int) -> Path:
+    """``ROOT/channel=<c>``."""
+    return Path(root) / f"channel={channel}"
+
+
+def fsync_path(path: Path) -> None:
+    """``fsync`` a file or a directory (a directory, to make the names in it durable)."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def write_durably(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` all or nothing: a temporary file, ``fsync``, rename, ``fsync`` of the
+    directory. (``repart.controller.spool.write_atomically`` renames too but does not ``fsync``: a
+    power loss could leave an empty manifest behind.)"""
+    temporary = path.with_name(f".{path.name}.tmp")
+    with open(temporary, "w", encoding="utf-8") as sink:
+        sink.write(text)
+        sink.flush()
+        os.fsync(sink.fileno())
+    os.replace(temporary, path)
+    fsync_path(path.parent)

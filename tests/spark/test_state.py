@@ -1,0 +1,483 @@
+"""The keyed state store (DESIGN §6, §9, §10), checked against independent oracles.
+
+The oracle of ``apply`` is the target function itself: after applying ``plan_migration(a, b)`` every
+row must sit on ``b.lookup(key)``, and the content (all rows, sorted) must equal the old content.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import repart.spark.migrate as migrate_module
+from repart.migration import plan_migration
+from repart.partitioning import ConsistentSpec, PartitionFunction, initial_function
+from repart.partitioning.hashing import KeyType, hash_keys, slots_of_hashes
+from repart.spark.errors import StateStoreError
+from repart.spark.state import FileEntry, StateStore, write_channel_files
+
+BITS = 10
+REGION = "trades"
+
+
+def state_table(n: int, key_type: KeyType, seed: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    keys: Any = [f"ticker-{i}" for i in range(n)] if key_type == "str" else rng.permutation(n) * 7919 - 10**6
+    volume = rng.integers(0, 10**6, n)
+    notional = pa.array(rng.random(n) * 1e6).to_pylist()
+    notional[::17] = [None] * len(notional[::17])
+    return pa.table(
+        {
+            "key": pa.array(keys, pa.string() if key_type == "str" else pa.int64()),
+            "volume": pa.array(volume, pa.int64()),
+            "notional": pa.array(notional, pa.float64()),
+            "venue": pa.array([f"v{i % 5}" if i % 11 else None for i in range(n)], pa.string()),
+        }
+    )
+
+
+def new_store(
+    root: Path,
+    function: PartitionFunction,
+    table: pa.Table,
+    slot_groups: int = 16,
+    routed_by: PartitionFunction | None = None,
+) -> StateStore:
+    """A store at version 1 of ``function`` holding ``table`` routed by ``function`` (or ``routed_by``)."""
+    key_type: KeyType = "str" if pa.types.is_string(table.schema.field("key").type) else "int"
+    store = StateStore.create(
+        root,
+        region=REGION,
+        version=1,
+        function_digest=function.digest,
+        n_channels=function.n_channels,
+        slot_bits=function.slot_bits,
+        key_type=key_type,
+        key_col="key",
+        schema=table.schema,
+        slot_groups=slot_groups,
+    )
+    channels = (routed_by or function).lookup_many(table.column("key").to_pylist())
+    replaced = {
+        channel: write_channel_files(
+            root,
+            channel,
+            table.filter(pa.array(channels == channel)),
+            key_col="key",
+            key_type=key_type,
+            slot_bits=function.slot_bits,
+            slot_groups=slot_groups,
+        )
+        for channel in range(function.n_channels)
+    }
+    return store.commit(replaced, version=1, function_digest=function.digest, n_channels=function.n_channels)
+
+
+def all_files(store: StateStore) -> list[FileEntry]:
+    return [entry for channel in range(store.n_channels) for entry in store.files(channel)]
+
+
+def sorted_rows(table: pa.Table) -> pa.Table:
+    return table.select(["key", "volume", "notional", "venue"]).sort_by("key")
+
+
+def check_oracle(store: StateStore, old: pa.Table, target: PartitionFunction) -> None:
+    """Every row on ``target.lookup(key)``, the same rows as before, entries true to the files."""
+    new = store.read()
+    keys = new.column("key").to_pylist()
+    expected = np.array([target.lookup(key) for key in keys])
+    assert np.array_equal(new.column("channel").to_numpy(), expected)
+    assert sorted_rows(new).equals(sorted_rows(old))
+    assert store.rows() == old.num_rows
+    store.verify()
+    assert StateStore.open(store.root).generation == store.generation
+
+
+def listing(root: Path) -> dict[str, float]:
+    return {
+        str(path.relative_to(root)): path.stat().st_mtime for path in root.rglob("*") if path.name != ".lock"
+    }
+
+
+def functions(kind: str, key_type: KeyType, table: pa.Table) -> tuple[PartitionFunction, PartitionFunction]:
+    keys = table.column("key").to_pylist()
+    a = PartitionFunction(n_channels=4, key_type=key_type, slot_bits=BITS, explicit={keys[0]: 3, keys[1]: 0})
+    if kind == "grow":
+        b = PartitionFunction(
+            n_channels=6, key_type=key_type, slot_bits=BITS, explicit={keys[0]: 5, keys[2]: 1}
+        )
+    elif kind == "shrink":
+        a, b = initial_function(6, key_type, BITS), initial_function(4, key_type, BITS)
+    elif kind == "explicit-only":
+        b = PartitionFunction(
+            n_channels=4, key_type=key_type, slot_bits=BITS, explicit={keys[0]: 2, keys[3]: 1}
+        )
+    else:  # slot-only: overrides moving every slot of two slot groups off their channels, plus strays
+        overrides = {slot: (int(a.table[slot]) + 1) % 4 for slot in [*range(0, 128), 500, 501, 777]}
+        b = PartitionFunction(
+            n_channels=4, key_type=key_type, slot_bits=BITS, explicit=a.explicit, slot_overrides=overrides
+        )
+    return a, b
+
+
+@pytest.mark.parametrize("key_type", ["str", "int"])
+@pytest.mark.parametrize("kind", ["grow", "shrink", "explicit-only", "slot-only"])
+def test_apply_moves_every_row_to_the_target_function(
+    tmp_path: Path, kind: str, key_type: KeyType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = state_table(3000, key_type)
+    a, b = functions(kind, key_type, table)
+    plan = plan_migration(a, b)
+    store = new_store(tmp_path / "s", a, table)
+    before = {channel: store.files(channel) for channel in range(a.n_channels)}
+    checksum = store.checksum()
+    read: list[str] = []
+    for name in ("read_verified", "read_slots"):
+        original = getattr(migrate_module, name)
+
+        def recording(root: Any, entry: FileEntry, *args: Any, _original: Any = original) -> Any:
+            read.append(entry.path)
+            return _original(root, entry, *args)
+
+        monkeypatch.setattr(migrate_module, name, recording)
+    result = store.apply(plan, plan_id=11, region=REGION, from_version=1, to_version=2)
+    check_oracle(store, table, b)
+    assert (store.version, store.function_digest, store.n_channels) == (2, b.digest, b.n_channels)
+    assert store.checksum() == checksum and store.applied_plans == (11,)
+    old_channels = a.lookup_many(table.column("key").to_pylist())
+    new_channels = b.lookup_many(table.column("key").to_pylist())
+    assert result.moved_rows == int((old_channels != new_channels).sum()) > 0
+    losing = set(plan.channels_losing_keys)
+    old_paths = {entry.path: channel for channel, entries in before.items() for entry in entries}
+    assert {old_paths[path] for path in read if path in old_paths} <= losing  # the rest: read back
+    for channel in set(range(min(a.n_channels, b.n_channels))) - losing:
+        kept = {entry.path for entry in before[channel]}
+        assert kept <= {entry.path for entry in store.files(channel)}
+    if kind == "slot-only":
+        assert result.relocated_files > 0
+    relocated = [
+        entry for entry in all_files(store) if entry.path not in {e.path for f in before.values() for e in f}
+    ]
+    links = [entry for entry in relocated if os.stat(store.root / entry.path).st_nlink > 1]
+    assert len(links) == result.relocated_files
+
+
+def test_relocated_files_are_hard_links_of_the_source(tmp_path: Path) -> None:
+    table = state_table(2000, "str")
+    a, b = functions("slot-only", "str", table)
+    store = new_store(tmp_path / "s", a, table)
+    old = {(entry.channel, entry.slot_group): entry for entry in all_files(store)}
+    result = store.apply(plan_migration(a, b), plan_id=1, region=REGION, from_version=1, to_version=2)
+    assert result.relocated_files >= 1
+    linked = 0
+    for entry in all_files(store):
+        for (channel, group), source in old.items():
+            if group == entry.slot_group and channel != entry.channel and entry.checksum == source.checksum:
+                assert os.path.samefile(store.root / entry.path, store.root / source.path)
+                linked += 1
+    assert linked == result.relocated_files
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    key_type=st.sampled_from(["str", "int"]),
+    n_a=st.integers(1, 5),
+    n_b=st.integers(1, 5),
+    rows=st.integers(0, 400),
+    groups=st.sampled_from([1, 4, 64]),
+    data=st.data(),
+)
+def test_apply_matches_the_target_function_on_random_states(
+    tmp_path_factory: pytest.TempPathFactory,
+    key_type: KeyType,
+    n_a: int,
+    n_b: int,
+    rows: int,
+    groups: int,
+    data: st.DataObject,
+) -> None:
+    table = state_table(rows, key_type, seed=rows)
+    keys = table.column("key").to_pylist()
+
+    def random_function(n: int) -> PartitionFunction:
+        explicit = data.draw(st.dictionaries(st.sampled_from(keys), st.integers(0, n - 1))) if keys else {}
+        overrides = data.draw(
+            st.dictionaries(st.integers(0, 2**BITS - 1), st.integers(0, n - 1), max_size=50)
+        )
+        method = data.draw(st.sampled_from(["jump", "ring"]))
+        return PartitionFunction(
+            n_channels=n,
+            key_type=key_type,
+            slot_bits=BITS,
+            explicit=explicit,
+            slot_overrides=overrides,
+            consistent=ConsistentSpec(method=method),
+        )
+
+    a, b = random_function(n_a), random_function(n_b)
+    store = new_store(tmp_path_factory.mktemp("s"), a, table, slot_groups=groups)
+    plan = plan_migration(a, b)
+    # the vectorized destination is MigrationPlan.destination
+    slots = slots_of_hashes(hash_keys(keys, key_type), BITS).tolist() if keys else []
+    result = store.apply(plan, plan_id=1, region=REGION, from_version=1, to_version=2)
+    check_oracle(store, table, b)
+    moved = sum(
+        plan.destination(key, slot, a.lookup(key)) != a.lookup(key)
+        for key, slot in zip(keys, slots, strict=True)
+    )
+    assert result.moved_rows == moved
+
+
+def test_applying_a_plan_twice_is_a_no_op(tmp_path: Path) -> None:
+    table = state_table(500, "str")
+    a, b = functions("grow", "str", table)
+    plan = plan_migration(a, b)
+    store = new_store(tmp_path / "s", a, table)
+    store.apply(plan, plan_id=3, region=REGION, from_version=1, to_version=2)
+    files = listing(store.root)
+    again = StateStore.open(store.root).apply(plan, plan_id=3, region=REGION, from_version=1, to_version=2)
+    assert again.already_applied and again.moved_rows == 0 and again.generation == store.generation
+    assert listing(store.root) == files
+    with pytest.raises(StateStoreError, match="plan 3 was applied to this store with another content"):
+        store.apply(plan.reverse(), plan_id=3, region=REGION, from_version=2, to_version=3)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"region": "other"}, "plan 9 is for region 'other' but the store .* holds region 'trades'"),
+        ({"from_version": 5}, r"starts from version 5 but the store .* holds version 1 \(generation 1"),
+        ({"reverse": True}, r"starts from function .* but the store .* holds version 1"),
+    ],
+)
+def test_a_plan_for_another_region_or_generation_is_refused(
+    tmp_path: Path, change: dict[str, Any], message: str
+) -> None:
+    table = state_table(300, "int")
+    a, b = functions("grow", "int", table)
+    plan = plan_migration(a, b)
+    store = new_store(tmp_path / "s", a, table)
+    files = listing(store.root)
+    arguments: dict[str, Any] = {"region": REGION, "from_version": 1, "to_version": 2}
+    arguments.update({key: value for key, value in change.items() if key != "reverse"})
+    with pytest.raises(StateStoreError, match=message):
+        store.apply(plan.reverse() if change.get("reverse") else plan, plan_id=9, **arguments)
+    assert listing(store.root) == files
+    assert store.generation == 1 and store.version == 1
+
+
+def test_a_state_that_does_not_match_the_plan_fails_verification(tmp_path: Path) -> None:
+    """State routed by another function than the store's: rows stay on a channel the target lacks."""
+    table = state_table(600, "str")
+    a, b = initial_function(4, "str", BITS), initial_function(2, "str", BITS)
+    ring = PartitionFunction(n_channels=4, key_type="str", slot_bits=BITS, consistent=ConsistentSpec("ring"))
+    store = new_store(tmp_path / "s", a, table, routed_by=ring)
+    manifest = (store.root / "MANIFEST").read_text()
+    with pytest.raises(StateStoreError, match=r"channel [23] keeps \d+ rows after the plan, but the target"):
+        store.apply(plan_migration(a, b), plan_id=1, region=REGION, from_version=1, to_version=2)
+    assert (store.root / "MANIFEST").read_text() == manifest
+    assert StateStore.open(store.root).generation == 1 and store.vacuum() != []
+
+
+def test_commit_refuses_another_layout(tmp_path: Path) -> None:
+    table = state_table(200, "str")
+    a, b = functions("grow", "str", table)
+    store = new_store(tmp_path / "s", a, table)
+    entries = {0: store.files(0)}
+    with pytest.raises(
+        StateStoreError, match=r"version 2 has N=6 channels but the store .* is laid out for 4"
+    ):
+        store.commit(entries, version=2, function_digest=b.digest, n_channels=6)
+    with pytest.raises(
+        StateStoreError, match=r"version 2 .* is not the layout of the store: it holds version 1"
+    ):
+        store.commit(entries, version=2, function_digest=b.digest, n_channels=4)
+    with pytest.raises(StateStoreError, match=r"replaced\[1\]: .* is not a file entry of channel 1"):
+        store.commit({1: store.files(0)}, version=1, function_digest=a.digest, n_channels=4)
+    stale = StateStore.open(store.root)
+    store.commit({0: []}, version=1, function_digest=a.digest, n_channels=4)
+    assert store.files(0) == [] and store.rows() < table.num_rows
+    with pytest.raises(StateStoreError, match="moved on to generation 2 since this handle read generation 1"):
+        stale.commit({1: []}, version=1, function_digest=a.digest, n_channels=4)
+
+
+def test_commit_refuses_files_of_another_schema(tmp_path: Path) -> None:
+    table = state_table(200, "str")
+    a = initial_function(2, "str", BITS)
+    store = new_store(tmp_path / "s", a, table)
+    other = table.drop_columns(["venue"])
+    entries = write_channel_files(
+        store.root, 0, other, key_col="key", key_type="str", slot_bits=BITS, slot_groups=16
+    )
+    with pytest.raises(StateStoreError, match=r"replaced\[0\]: .* does not have the store's schema"):
+        store.commit({0: entries}, version=1, function_digest=a.digest, n_channels=2)
+
+
+def test_open_names_a_missing_or_corrupt_manifest(tmp_path: Path) -> None:
+    table = state_table(100, "str")
+    store = new_store(tmp_path / "s", initial_function(2, "str", BITS), table)
+    manifest = store.root / "MANIFEST"
+    text = manifest.read_text()
+    manifest.write_text("{not json")
+    with pytest.raises(StateStoreError, match=r"manifest '.*/MANIFEST' is corrupt"):
+        StateStore.open(store.root)
+    manifest.write_text(text.replace('"format":1', '"format":2'))
+    with pytest.raises(StateStoreError, match=r"manifest '.*/MANIFEST' is corrupt: format must be 1"):
+        StateStore.open(store.root)
+    manifest.unlink()
+    with pytest.raises(StateStoreError, match=r"its manifest '.*/MANIFEST' is missing"):
+        StateStore.open(store.root)
+    manifest.write_text(text)
+    generation = store.root / "generations" / "00000001.json"
+    generation.write_text(generation.read_text().replace('"region":"trades"', '"region":"trade5"'))
+    with pytest.raises(
+        StateStoreError, match=r"generation file '.*/00000001.json' does not match the SHA-256"
+    ):
+        StateStore.open(store.root)
+    generation.unlink()
+    with pytest.raises(StateStoreError, match=r"generation file '.*/00000001.json' named by the manifest"):
+        StateStore.open(store.root)
+    with pytest.raises(StateStoreError, match="missing"):
+        StateStore.open(tmp_path / "nowhere")
+
+
+def test_verify_names_a_damaged_file(tmp_path: Path) -> None:
+    table = state_table(400, "int")
+    store = new_store(tmp_path / "s", initial_function(2, "int", BITS), table)
+    victim = store.files(1)[0]
+    replacement = write_channel_files(
+        tmp_path / "other",
+        1,
+        table.slice(0, 5),
+        key_col="key",
+        key_type="int",
+        slot_bits=BITS,
+        slot_groups=16,
+    )[0]
+    os.replace(tmp_path / "other" / replacement.path, store.root / victim.path)
+    with pytest.raises(
+        StateStoreError, match=f"state file .*{victim.path}' does not match its generation entry"
+    ):
+        store.verify()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"slot_groups": 3}, r"slot_groups must be a power of two in \[1, 1024\], got 3"),
+        ({"slot_groups": 2048}, r"slot_groups must be in \[1, 1024\], got 2048"),
+        ({"slot_bits": 4}, r"slot_bits must be in \[10, 20\], got 4"),
+        ({"key_type": "float"}, "key_type must be one of str, int, got 'float'"),
+        ({"key_col": "nope"}, "key_col must name a column of the schema"),
+        ({"key_type": "int"}, "key column 'key' has type string; 'int' keys need a signed integer type"),
+        ({"n_channels": 0}, r"n_channels must be in \[1, 65536\], got 0"),
+        ({"function_digest": "abc"}, "function_digest must be a SHA-256 digest"),
+        ({"region": ""}, "region must be a non-empty string"),
+        ({"version": -1}, r"version must be in \[0, "),
+        ({"schema": pa.schema([("key", pa.string()), ("_slot", pa.int32())])}, "'_slot' is reserved"),
+        ({"schema": pa.schema([("key", pa.string()), ("d", pa.decimal128(5, 2))])}, "column 'd' has type"),
+    ],
+)
+def test_create_validates_every_argument(tmp_path: Path, change: dict[str, Any], message: str) -> None:
+    arguments: dict[str, Any] = {
+        "region": REGION,
+        "version": 1,
+        "function_digest": "0" * 64,
+        "n_channels": 2,
+        "slot_bits": BITS,
+        "key_type": "str",
+        "key_col": "key",
+        "schema": pa.schema([("key", pa.string()), ("v", pa.int64())]),
+    }
+    with pytest.raises(StateStoreError, match=message):
+        StateStore.create(tmp_path / "s", **{**arguments, **change})
+    assert not (tmp_path / "s" / "MANIFEST").exists()
+
+
+def test_create_refuses_a_non_empty_root_but_finishes_a_killed_create(tmp_path: Path) -> None:
+    def create() -> StateStore:
+        return StateStore.create(
+            tmp_path,
+            region=REGION,
+            version=1,
+            function_digest="0" * 64,
+            n_channels=2,
+            slot_bits=BITS,
+            key_type="str",
+            key_col="key",
+            schema=pa.schema([("key", pa.string())]),
+        )
+
+    (tmp_path / "generations").mkdir()
+    (tmp_path / "generations" / "00000000.json").write_text("{half")  # killed before the manifest
+    (tmp_path / ".lock").touch()
+    assert create().generation == 0
+    with pytest.raises(StateStoreError, match="exists and is not an empty directory"):
+        create()
+    assert StateStore.open(tmp_path).rows() == 0
+
+
+def test_write_channel_files_lays_out_slot_groups(tmp_path: Path) -> None:
+    table = state_table(1000, "str")
+    entries = write_channel_files(
+        tmp_path, 3, table, key_col="key", key_type="str", slot_bits=BITS, slot_groups=8
+    )
+    assert sorted(entry.slot_group for entry in entries) == list(range(8))
+    assert sum(entry.rows for entry in entries) == 1000
+    assert all(FileEntry.from_dict(entry.to_dict()) == entry for entry in entries)
+    with pytest.raises(StateStoreError, match="key_col must name a column"):
+        write_channel_files(tmp_path, 0, table, key_col="k", key_type="str", slot_bits=BITS, slot_groups=8)
+    nulls = pa.table({"key": pa.array(["a", None])})
+    with pytest.raises(StateStoreError, match="holds nulls"):
+        write_channel_files(tmp_path, 0, nulls, key_col="key", key_type="str", slot_bits=BITS, slot_groups=8)
+
+
+def test_read_channel_and_columns(tmp_path: Path) -> None:
+    table = state_table(300, "str")
+    store = new_store(tmp_path / "s", initial_function(3, "str", BITS), table)
+    assert store.read_channel(1, ["volume"]).column_names == ["volume"]
+    with pytest.raises(StateStoreError, match=r"columns: \['nope'\] are not state columns"):
+        store.read_channel(1, ["nope"])
+    with pytest.raises(StateStoreError, match=r"channel must be in \[0, 2\], got 3"):
+        store.read_channel(3)
+    assert sum(store.read_channel(c).num_rows for c in range(3)) == 300
+
+
+def test_vacuum_removes_unreferenced_files_and_keeps_the_store_readable(tmp_path: Path) -> None:
+    table = state_table(800, "str")
+    a, b = functions("grow", "str", table)
+    store = new_store(tmp_path / "s", a, table)
+    old_paths = {entry.path for entry in all_files(store)}
+    store.apply(plan_migration(a, b), plan_id=1, region=REGION, from_version=1, to_version=2)
+    orphan = write_channel_files(
+        store.root, 0, table.slice(0, 3), key_col="key", key_type="str", slot_bits=BITS, slot_groups=16
+    )
+    (store.root / "generations" / "00000009.json").write_text("{}")
+    removed = store.vacuum(keep_generations=1)
+    assert orphan[0].path in removed and "generations/00000009.json" in removed
+    assert "generations/00000000.json" in removed and "generations/00000001.json" in removed
+    current = {entry.path for entry in all_files(store)}
+    assert set(removed).isdisjoint(current) and (old_paths - current) <= set(removed)
+    check_oracle(StateStore.open(store.root), table, b)
+    assert store.vacuum(keep_generations=1) == []
+    with pytest.raises(StateStoreError, match="keep_generations must be in"):
+        store.vacuum(keep_generations=0)
+
+
+def test_int32_key_columns_compare_as_int64_keys(tmp_path: Path) -> None:
+    table = state_table(1500, "int")
+    table = table.set_column(0, "key", table.column("key").cast(pa.int32()))
+    a, b = functions("explicit-only", "int", table)
+    store = new_store(tmp_path / "s", a, table)
+    result = store.apply(plan_migration(a, b), plan_id=1, region=REGION, from_version=1, to_version=2)
+    check_oracle(store, table, b)
+    keys = table.column("key").to_pylist()
+    assert result.moved_rows == sum(a.lookup(key) != b.lookup(key) for key in keys) > 0
+    assert store.schema.field("key").type == pa.int32()
