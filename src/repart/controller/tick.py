@@ -293,6 +293,12 @@ def _reason(decision: Decision, rebalance: RebalanceDecision) -> str:
     return f"{decision.reason}; {rebalance.reason}"
 
 
+def last_considered_seq(session: Session, region: str) -> int | None:
+    """The newest window seq a decision of ``region`` considered (None before its first decision): a job
+    that waits for the controller to act on the window it just reported polls this."""
+    return _considered_seq(session, region_by_name(session, region).id)
+
+
 def _considered_seq(session: Session, region_id: int) -> int | None:
     """The newest window seq the region's last decision event considered, if any."""
     text = session.scalar(

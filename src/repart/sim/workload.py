@@ -60,4 +60,8 @@ class ZipfWorkload:
 
     def sample(self, size: int, rng: np.random.Generator) -> IntArray:
         """``size`` keys drawn independently with the true frequencies."""
-        return self.keys[np.searchsorted(self._cumulative, rng.random(size), side="right")]
+        return self.keys[self.sample_ranks(size, rng)]
+
+    def sample_ranks(self, size: int, rng: np.random.Generator) -> IntArray:
+        """``size`` popularity ranks (0 = most frequent) drawn independently with the true frequencies."""
+        return np.searchsorted(self._cumulative, rng.random(size), side="right").astype(np.int64)

@@ -1,0 +1,53 @@
+"""The synthetic trade stream of the VWAP example: reproducible, growing, drifting, exact notionals."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from repart.sim.trades import TradeStream
+
+
+def test_batches_are_reproducible_and_grow() -> None:
+    stream = TradeStream(tickers=500, base_trades=1_000, growth=1.5, seed=3)
+    first, again = stream.batch(2), TradeStream(tickers=500, base_trades=1_000, growth=1.5, seed=3).batch(2)
+    assert first.ticker == again.ticker
+    assert np.array_equal(first.price_cents, again.price_cents) and np.array_equal(first.volume, again.volume)
+    assert [len(stream.batch(b)) for b in range(3)] == [1_000, 1_500, 2_250]
+    assert set(first.ticker) <= set(stream.symbols) and len(set(stream.symbols)) == 500
+
+
+def test_popularity_follows_zipf_and_drifts_by_the_given_ranks() -> None:
+    stream = TradeStream(tickers=200, zipf=1.2, base_trades=200_000, growth=1.0, drift=1, seed=5)
+    ranking = [Counter(stream.batch(b).ticker).most_common(3) for b in range(2)]
+    hottest = [[ticker for ticker, _ in top] for top in ranking]
+    # With drift 1 the second batch's hottest ticker is the first batch's second hottest, and so on.
+    assert hottest[1][:2] == hottest[0][1:3]
+    share = ranking[0][0][1] / 200_000
+    harmonic = float(np.sum(np.arange(1, 201, dtype=float) ** -1.2))
+    assert share == pytest.approx(1 / harmonic, rel=0.03)
+
+
+def test_prices_and_volumes_are_positive_integers_with_exact_notional() -> None:
+    trades = TradeStream(tickers=50, base_trades=5_000).batch(0)
+    assert trades.price_cents.min() >= 1 and trades.volume.min() >= 1 and trades.volume.max() <= 1_000
+    assert trades.notional_cents.dtype == np.int64
+    assert np.array_equal(trades.notional_cents, trades.price_cents * trades.volume)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("tickers", 0, "domain"),
+        ("base_trades", 0, "base_trades"),
+        ("growth", 0.0, "growth"),
+        ("drift", -1, "drift"),
+    ],
+)
+def test_bad_parameters_are_named(field: str, value: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TradeStream(**{field: value})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="batch"):
+        TradeStream().batch(-1)
