@@ -1,0 +1,145 @@
+"""Routing rows to channels inside the JVM: ``route`` and ``partition`` (DESIGN §2, §9).
+
+``route`` adds the channel ``p(key) = E[key] if key in E else T'[slot(key)]`` (DESIGN §2) of every row
+as a column built from Spark SQL expressions only, so no row ever crosses into Python. The hash and the
+slot ``xxhash64(key) >> (64 - S)`` come from ``repart.spark.keys``; the lookup is three constants:
+
+- ``T''``: the routing table ``T'`` (2^S channels, slot overrides folded in) in which every slot that
+  holds a *routing exception* is replaced by ``-(g + 1)``, g the index of the slot's exception group;
+- per group g, the exceptions' keys and ``[T'[slot], channel of key 1, channel of key 2, ...]``.
+
+A routing exception is an explicit key whose channel is not ``T'[slot(key)]``; the other explicit keys
+route the same without E, so they are dropped. A row reads ``e = T''[slot]``; ``e >= 0`` is its
+channel, else ``array_position`` of the key among its group's keys (0 when absent) indexes the group's
+channels, the fallback ``T'[slot]`` first. Every step is O(1) whatever the size of E (a group holds
+about |E| / 2^S keys), and a null key goes to channel 0 (``xxhash64`` of null is the seed, not a slot).
+
+Each constant is written as one JSON string literal parsed by ``from_json``, which the optimizer folds
+into a single array constant. The constants travel in the serialized plan, which Spark ships to each
+executor once per stage as a broadcast of the task binary; building and planning them costs the
+driver about 0.06 s per query at S = 16 (measured on a 1,000-row batch). Measured on the 10M-row benchmark
+(benchmarks/spark_route.py, docs/results/spark-route.txt: Zipf str keys, N = 32, S = 16, local[2] on a
+shared machine, round-robin medians of noop writes), against a bare slot column at 0.93 s:
+
+- these constants: 0.85 s with 86 explicit keys, 1.62 s with 5,000;
+- ``E`` as a broadcast hash join on the key: 2.52 s and 3.44 s; ``E`` and ``T'`` as broadcast hash
+  joins (on key, on slot): 2.04 s and 4.23 s.
+
+Two other options were rejected in exploratory runs. ``F.lit`` of a Python list builds one
+expression per entry: analysing the 65,536 of ``T'`` took 19.5 s. ``E`` as a map literal read with
+``try_element_at`` is fast only from ``spark.sql.optimizer.mapLookupHashThreshold`` entries on (1,000
+by default), below which Spark 4.3 scans a constant map linearly for every row: on 5M rows it took
+0.69 s with 1,100 explicit keys but 9.4 s with 900 and 2.1 s with 100, where the slot groups took
+0.56-0.73 s for 0 to 5,000 explicit keys.
+
+``partition`` then hands the channel to ``DataFrame.repartitionById``: one shuffle, after which Spark
+partition i holds exactly the rows of channel i.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from repart.partitioning.function import PartitionFunction
+from repart.partitioning.hashing import Key, hash_keys, slots_of_hashes
+from repart.spark.errors import JobInputError
+from repart.spark.keys import KeyColumn, key_column
+
+DEFAULT_CHANNEL_COL = "channel"
+_KEY_TYPES = {"str": "string", "int": "bigint"}
+
+
+def route(
+    df: DataFrame, key_col: str, version: PartitionFunction, *, channel_col: str = DEFAULT_CHANNEL_COL
+) -> DataFrame:
+    """``df`` with an int column ``channel_col`` holding ``version``'s channel of each row's key.
+
+    The channel is computed by JVM-native expressions (no Python UDF; see the module docstring), so a
+    row's channel equals ``version.lookup(key)`` (DESIGN §2); a null key gets channel 0. JobInputError
+    if ``key_col`` is missing, of a type repart does not hash or of another key type than
+    ``version``'s, or if ``df`` already has a column ``channel_col``.
+    """
+    if not isinstance(version, PartitionFunction):
+        raise JobInputError(f"version must be a PartitionFunction, got {type(version).__name__}")
+    key = key_column(df, key_col, expected=version.key_type)
+    _check_new_column(df, channel_col)
+    return df.withColumn(channel_col, _channel(key, version))
+
+
+def partition(
+    df: DataFrame, key_col: str, version: PartitionFunction, *, channel_col: str = DEFAULT_CHANNEL_COL
+) -> DataFrame:
+    """``route(df, ...)`` shuffled so that Spark partition i holds exactly the rows of channel i (DESIGN §9).
+
+    The result has ``version.n_channels`` partitions, empty ones included, and keeps the
+    ``channel_col`` column: the code that consumes a partition (the keyed state store, a sink writing
+    per channel) reads its channel from the rows instead of trusting the partition index. Errors as
+    in ``route``.
+    """
+    routed = route(df, key_col, version, channel_col=channel_col)
+    return routed.repartitionById(version.n_channels, channel_col)
+
+
+def _channel(key: KeyColumn, version: PartitionFunction) -> Column:
+    """The channel of ``key`` under ``version`` as an int column expression (0 for a null key).
+
+    A null key has a null slot, hence a null entry, which the final ``coalesce`` turns into 0. The
+    entry is the first condition of the ``CASE``, evaluated for every row, so whole-stage codegen
+    computes it (and the hash) once per row although the expression names it three times.
+    """
+    table, keys, channels = _routing_literals(version)
+    slot = F.when(~key.is_null, key.slot(version.slot_bits).cast("int"))
+    entry = F.get(_literal(table, "array<int>"), slot)
+    if keys:  # a negative entry -(g + 1) sends the key to slot group g of the explicit map
+        group = -entry - 1
+        key_groups = _literal(keys, f"array<array<{_KEY_TYPES[key.key_type]}>>")
+        position = F.array_position(F.get(key_groups, group), key.value).cast("int")
+        explicit = F.get(F.get(_literal(channels, "array<array<int>>"), group), position)
+        entry = F.when(entry >= 0, entry).otherwise(explicit)
+    return F.coalesce(entry, F.lit(0))
+
+
+def _routing_literals(version: PartitionFunction) -> tuple[list[int], list[list[Key]], list[list[int]]]:
+    """``T'`` with each slot that holds a routing exception replaced by ``-(g + 1)``, and per group g the
+    exceptions' keys and ``[T'[slot], channel of key 1, channel of key 2, ...]``.
+
+    The exceptions are the explicit keys whose channel is not ``T'[slot(key)]``: the others route the
+    same without E.
+    """
+    table = version.table.tolist()
+    if not version.explicit or version.key_type is None:
+        return table, [], []
+    explicit_keys = list(version.explicit)
+    slots = slots_of_hashes(hash_keys(explicit_keys, version.key_type), version.slot_bits).tolist()
+    by_slot: dict[int, dict[Key, int]] = {}
+    for key, slot in zip(explicit_keys, slots, strict=True):
+        channel = version.explicit[key]
+        if channel != table[slot]:
+            by_slot.setdefault(slot, {})[key] = channel
+    keys, channels = [], []
+    for group, (slot, exceptions) in enumerate(sorted(by_slot.items())):
+        keys.append(list(exceptions))
+        channels.append([table[slot], *exceptions.values()])
+        table[slot] = -(group + 1)
+    return table, keys, channels
+
+
+def _literal(value: object, spark_type: str) -> Column:
+    """``value`` as one constant of ``spark_type``: a JSON string literal that the optimizer folds."""
+    return F.from_json(F.lit(json.dumps(value, ensure_ascii=False, separators=(",", ":"))), spark_type)
+
+
+def _check_new_column(df: DataFrame, channel_col: str) -> None:
+    """JobInputError unless ``channel_col`` is a column name ``df`` does not have yet."""
+    if not isinstance(channel_col, str) or not channel_col:
+        raise JobInputError(f"channel_col must be a column name, got {channel_col!r}")
+    case_sensitive = df.sparkSession.conf.get("spark.sql.caseSensitive") == "true"
+    fold = (lambda name: name) if case_sensitive else str.lower
+    if any(fold(name) == fold(channel_col) for name in df.columns):
+        raise JobInputError(
+            f"channel_col: the DataFrame already has a column {channel_col!r}; "
+            "pass another channel_col or drop the column first"
+        )
