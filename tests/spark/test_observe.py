@@ -1,0 +1,315 @@
+"""observe(): lossy counts, slots and null keys against exact numpy counts; one stage (no shuffle); the
+database and spool sinks; bad input rejected before any Spark work with nothing written (DESIGN §3, §9)."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql import DataFrame, SparkSession
+from sqlalchemy import Engine
+
+from repart.controller.spool import ingest_spool
+from repart.partitioning.hashing import hash_keys, slots_of_hashes
+from repart.spark.errors import JobInputError
+from repart.spark.observe import Observation, Window, observe
+from repart.spark.sinks import DatabaseSink, SpoolSink
+from repart.storage import (
+    ConflictError,
+    NotFoundError,
+    SnapshotError,
+    get_snapshot,
+    make_engine,
+    parse_snapshot,
+    run_in_transaction,
+)
+from tests.storage.helpers import add_region, row_counts
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+WINDOW = Window(7, START, START + timedelta(minutes=1))
+ROWS = 200_000
+PIECES = 3  # createDataFrame pieces, unioned without a shuffle: 2 Spark partitions each
+
+
+class MemorySink:
+    """Keeps what it is given, after the same validation as the real sinks."""
+
+    def __init__(self) -> None:
+        self.documents: list[Mapping[str, Any]] = []
+
+    def write(self, document: Mapping[str, Any]) -> str:
+        parse_snapshot(document)
+        self.documents.append(document)
+        return "memory"
+
+
+@contextmanager
+def spark_jobs(spark: SparkSession, group: str) -> Iterator[list[list[int]]]:
+    """Collects the stage ids of every Spark job started inside the block (one list per job).
+
+    The status tracker learns of jobs from the listener bus, asynchronously but in order: once a
+    sentinel job run after the block is visible, so is every job of the block.
+    """
+    context = spark.sparkContext
+    tracker = context.statusTracker()
+    stages: list[list[int]] = []
+    context.setJobGroup(group, group)
+    try:
+        yield stages
+    finally:
+        context.setJobGroup(f"{group}-sentinel", "sentinel")
+        context.parallelize([0], 1).count()
+        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    deadline = time.monotonic() + 10
+    while not tracker.getJobIdsForGroup(f"{group}-sentinel") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for job in tracker.getJobIdsForGroup(group):
+        info = tracker.getJobInfo(job)
+        assert info is not None
+        stages.append(list(info.stageIds))
+
+
+def frame(spark: SparkSession, keys: list[Any], spark_type: str, pieces: int = PIECES) -> DataFrame:
+    """A one-column DataFrame ``k`` holding ``keys`` in order, in ``2 * pieces`` partitions."""
+    arrow_type = pa.string() if spark_type == "string" else pa.int64()
+    size = max(1, -(-len(keys) // pieces))
+    parts = [
+        spark.createDataFrame(
+            pa.table({"k": pa.array(keys[i : i + size], type=arrow_type)}), f"k {spark_type}"
+        )
+        for i in range(0, max(len(keys), 1), size)
+    ]
+    df = parts[0]
+    for part in parts[1:]:
+        df = df.union(part)
+    return df
+
+
+def zipf_keys(key_type: str, seed: int) -> list[Any]:
+    """A Zipf(1.2) stream of ROWS keys with about 1 % nulls; str keys are 'k<rank>', int keys spread
+    over the signed 64-bit range."""
+    rng = np.random.default_rng(seed)
+    ranks = rng.zipf(1.2, ROWS) % 50_000
+    nulls = rng.random(ROWS) < 0.01
+    if key_type == "str":
+        values: list[Any] = [f"k{rank}" for rank in ranks.tolist()]
+    else:
+        values = [(rank * 0x9E3779B97F4A7C15) % 2**64 - 2**63 for rank in ranks.tolist()]
+    return [None if null else value for value, null in zip(values, nulls.tolist(), strict=True)]
+
+
+def check_counts(observation: Observation, keys: list[Any], epsilon: float) -> None:
+    """Every property of the snapshot against exact counts of ``keys``."""
+    document = observation.document
+    present = [key for key in keys if key is not None]
+    truth = Counter(present)
+    n = len(present)
+    assert observation.tuples == document["tuples"] == n
+    assert observation.null_keys == len(keys) - n
+    assert observation.items == len(document["items"])
+    bound = epsilon * n
+    seen = set()
+    for key, count, delta in document["items"]:
+        assert key in truth, f"{key!r} is not a key of the batch (a hash instead of the key?)"
+        assert truth[key] - bound <= count <= truth[key] <= count + delta
+        assert delta <= bound
+        seen.add(key)
+    assert {key for key, true in truth.items() if true >= 2 * bound} <= seen
+    assert {key for key, true in truth.items() if true > bound} <= seen  # Manku–Motwani's guarantee
+
+    slot_bits = document["slot_bits"]
+    expected = np.bincount(slots_of_hashes(hash_keys(present), slot_bits), minlength=1 << slot_bits)
+    dense = np.zeros(1 << slot_bits, dtype=np.int64)
+    for slot, count in document["slots"]:
+        dense[slot] = count
+    assert np.array_equal(dense, expected)
+    assert len(document["items"]) <= document["distinct_estimate"]
+    parse_snapshot(document)
+
+
+# 2 partitions of 100,000 rows each count more than one 65,536-row chunk (keys tracked across chunks);
+# 6 partitions of about 33,000 rows exercise the merge of more counters.
+@pytest.mark.parametrize(
+    ("key_type", "spark_type", "pieces"), [("str", "string", 1), ("int", "bigint", PIECES)]
+)
+def test_counts_and_slots_match_exact_counts(
+    spark: SparkSession, key_type: str, spark_type: str, pieces: int
+) -> None:
+    keys = zipf_keys(key_type, seed=1)
+    df = frame(spark, keys, spark_type, pieces)
+    assert df.rdd.getNumPartitions() == 2 * pieces
+    sink = MemorySink()
+    with spark_jobs(spark, f"observe-{key_type}") as jobs:
+        observation = observe(df, "k", "trades", WINDOW, sink, epsilon=1e-3, version=3)
+    assert jobs and all(len(stages) == 1 for stages in jobs), f"a shuffle (stages per job: {jobs})"
+    check_counts(observation, keys, 1e-3)
+    document = observation.document
+    assert sink.documents == [document] and observation.destination == "memory"
+    assert document["key_type"] == key_type and document["version"] == 3 and "channels" not in document
+    assert document["window"] == {"seq": 7, "start": START.isoformat(), "end": WINDOW.end.isoformat()}
+    distinct = len({key for key in keys if key is not None})
+    assert abs(document["distinct_estimate"] - distinct) <= 0.1 * distinct
+    counts = [count for _, count, _ in document["items"]]
+    assert counts == sorted(counts, reverse=True)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    keys=st.lists(st.one_of(st.none(), st.integers(-3, 12)), max_size=400),
+    pieces=st.integers(1, 3),
+    epsilon=st.sampled_from([0.02, 0.05, 0.2]),
+    slot_bits=st.sampled_from([10, 20]),
+)
+def test_small_batches_keep_the_merged_counter_guarantees(
+    spark: SparkSession, keys: list[int | None], pieces: int, epsilon: float, slot_bits: int
+) -> None:
+    df = frame(spark, keys, "bigint", pieces=pieces)
+    observation = observe(df, "k", "r", WINDOW, MemorySink(), epsilon=epsilon, slot_bits=slot_bits)
+    check_counts(observation, keys, epsilon)
+
+
+@pytest.fixture
+def sqlite_engine(sqlite_template: Path, tmp_path: Path) -> Iterator[Engine]:
+    """A fresh migrated SQLite database (a copy of the session's template) with regions 'trades' (str)
+    and 'ids' (int)."""
+    path = tmp_path / "repart.db"
+    shutil.copyfile(sqlite_template, path)
+    engine = make_engine(f"sqlite:///{path}", busy_timeout=2.0)
+    add_region(engine, "trades", "str")
+    add_region(engine, "ids", "int", slot_bits=12)
+    yield engine
+    engine.dispose()
+
+
+SMALL = ["AAPL"] * 50 + ["MSFT"] * 30 + ["IBM"] * 5 + [None] * 3 + [f"x{i}" for i in range(40)]
+CHANNELS = [{"channel": 1, "tuples": 60, "busy_seconds": 1.5, "state_bytes": 1024}]
+
+
+def test_database_sink_stores_a_readable_snapshot(spark: SparkSession, sqlite_engine: Engine) -> None:
+    df = frame(spark, SMALL, "string", pieces=2)
+    observation = observe(
+        df, "k", "trades", WINDOW, DatabaseSink(sqlite_engine), epsilon=1e-3, channels=CHANNELS
+    )
+    assert observation.destination.startswith("sqlite:///") and "#snapshot/" in observation.destination
+    stored = run_in_transaction(sqlite_engine, lambda s: get_snapshot(s, "trades", 7))
+    assert stored.tuples == observation.tuples == len(SMALL) - 3 and observation.null_keys == 3
+    exact = Counter(key for key in SMALL if key is not None)
+    assert {(item.key, item.count, item.delta) for item in stored.items} == {
+        (key, count, 0) for key, count in exact.items()
+    }  # epsilon * n < 1: no bucket closes, nothing is deleted, counts are exact
+    assert [list(pair) for pair in stored.slots or ()] == sorted(observation.document["slots"])
+    assert stored.channels is not None and stored.channels[0].busy_seconds == 1.5
+    assert stored.window_start == START and stored.distinct_estimate >= len(exact)
+
+    before = row_counts(sqlite_engine)
+    with pytest.raises(ConflictError, match=r"window.seq 7 was already ingested"):
+        observe(df, "k", "trades", WINDOW, DatabaseSink(sqlite_engine), epsilon=0.01)
+    with pytest.raises(NotFoundError, match="nowhere"):
+        observe(df, "k", "nowhere", WINDOW, DatabaseSink(sqlite_engine), epsilon=0.01)
+    with pytest.raises(SnapshotError, match="key_type must be the region's 'int'"):
+        observe(df, "k", "ids", WINDOW, DatabaseSink(sqlite_engine), epsilon=0.01, slot_bits=12)
+    assert row_counts(sqlite_engine) == before
+
+
+def test_spool_sink_writes_files_the_spool_ingests(
+    spark: SparkSession, sqlite_engine: Engine, tmp_path: Path
+) -> None:
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    df = frame(spark, [7, -3, 7, None, 2**62], "bigint", pieces=2)
+    sink = SpoolSink(spool)
+    later = Window(10, WINDOW.end, WINDOW.end + timedelta(minutes=1))
+    first = observe(df, "k", "ids", later, sink, slot_bits=12, epsilon=0.1)
+    second = observe(df, "k", "ids", WINDOW, sink, slot_bits=12, epsilon=0.1)
+    again = observe(df, "k", "ids", later, sink, slot_bits=12, epsilon=0.1)
+    assert Path(first.destination) == spool / "ids-00000000000000000010.json"
+    assert Path(second.destination) == spool / "ids-00000000000000000007.json"  # name order = seq order
+    assert Path(again.destination) == spool / "ids-00000000000000000010.1.json"  # never overwrites
+
+    outcomes = {Path(outcome.file).name: outcome for outcome in ingest_spool(sqlite_engine, spool)}
+    assert len(outcomes) == 3
+    assert sorted(outcome.status for outcome in outcomes.values()) == ["ingested", "ingested", "rejected"]
+    assert outcomes["ids-00000000000000000007.json"].status == "ingested"
+    stored = run_in_transaction(sqlite_engine, lambda s: get_snapshot(s, "ids", 10))
+    assert {item.key: item.count for item in stored.items} == {7: 2, -3: 1, 2**62: 1}
+    assert stored.tuples == 4 and stored.slot_bits == 12
+
+
+def test_sinks_refuse_bad_documents_and_places(tmp_path: Path) -> None:
+    with pytest.raises(JobInputError, match=r"spool directory .* is not a directory"):
+        SpoolSink(tmp_path / "missing")
+    sink = SpoolSink(tmp_path)
+    document = {"format": 1, "region": "../escape", "window": WINDOW.to_json(), "tuples": 0}
+    with pytest.raises(SnapshotError, match="distinct_estimate"):
+        sink.write(document)
+    document |= {"distinct_estimate": 0, "epsilon": 0.1, "key_type": "str", "items": [], "slot_bits": 16}
+    with pytest.raises(ValueError, match="region name must be"):
+        sink.write(document)
+    assert list(tmp_path.iterdir()) == []
+
+
+NAIVE = datetime(2026, 1, 1)
+BAD_INPUTS: list[tuple[dict[str, Any], str]] = [
+    ({"key_col": "ticker"}, r"key_col: the DataFrame has no column 'ticker'"),
+    ({"key_col": "price"}, r"'price' has type double; accepted key types"),
+    ({"epsilon": 0.0}, r"epsilon must be a number in \(0, 1\), got 0.0"),
+    ({"epsilon": 1}, r"epsilon must be a number in \(0, 1\)"),
+    ({"epsilon": math.nan}, r"epsilon must be a number in \(0, 1\)"),
+    ({"epsilon": True}, r"epsilon must be a number in \(0, 1\)"),
+    ({"slot_bits": 9}, r"slot_bits must be in \[10, 20\], got 9"),
+    ({"slot_bits": 21}, r"slot_bits must be in \[10, 20\], got 21"),
+    ({"region": ""}, "region name must be"),
+    ({"region": "a/b"}, "region name must be"),
+    ({"version": 0}, r"version must be in \[1, "),
+    ({"channels": [{"channel": -1, "tuples": 1, "busy_seconds": 0.0, "state_bytes": 0}]}, "channel"),
+    ({"channels": [{"channel": 0}]}, "channels"),
+    ({"window": (7, START, START)}, "window must be a repart.spark.observe.Window"),
+]
+
+
+@pytest.mark.parametrize(("changes", "message"), BAD_INPUTS)
+def test_bad_input_is_named_before_any_spark_job_and_nothing_is_written(
+    spark: SparkSession, tmp_path: Path, changes: dict[str, Any], message: str
+) -> None:
+    df = spark.createDataFrame([("a", 1.5)], "k string, price double")
+    arguments: dict[str, Any] = {"key_col": "k", "region": "trades", "window": WINDOW, **changes}
+    sink = SpoolSink(tmp_path)
+    with spark_jobs(spark, "bad-input") as jobs, pytest.raises(JobInputError, match=message):
+        observe(
+            df, arguments.pop("key_col"), arguments.pop("region"), arguments.pop("window"), sink, **arguments
+        )
+    assert jobs == [] and list(tmp_path.iterdir()) == []
+
+
+def test_executors_import_neither_the_storage_nor_sqlalchemy() -> None:
+    """Python workers unpickle count_partition from repart.spark.counting: it must start fast."""
+    code = "import sys, repart.spark.counting; print({'sqlalchemy', 'repart.storage'} & {*sys.modules})"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "set()"
+
+
+def test_windows_must_be_aware_and_ordered() -> None:
+    with pytest.raises(JobInputError, match=r"window.start must be a timezone-aware datetime"):
+        Window(1, NAIVE, START)
+    with pytest.raises(JobInputError, match=r"window.end must be a timezone-aware datetime"):
+        Window(1, START, NAIVE + timedelta(hours=1))
+    with pytest.raises(JobInputError, match=r"window.end must be after window.start"):
+        Window(1, START, START)
+    with pytest.raises(JobInputError, match=r"window.seq must be in \[0, "):
+        Window(-1, START, START + timedelta(seconds=1))
+    shifted = Window(1, START.astimezone(timezone(timedelta(hours=2))), START + timedelta(seconds=1))
+    assert shifted.to_json()["start"] == "2026-01-01T02:00:00+02:00"
