@@ -19,15 +19,23 @@ def test_batches_are_reproducible_and_grow() -> None:
     assert set(first.ticker) <= set(stream.symbols) and len(set(stream.symbols)) == 500
 
 
-def test_popularity_follows_zipf_and_drifts_by_the_given_ranks() -> None:
-    stream = TradeStream(tickers=200, zipf=1.2, base_trades=200_000, growth=1.0, drift=1, seed=5)
-    ranking = [Counter(stream.batch(b).ticker).most_common(3) for b in range(2)]
-    hottest = [[ticker for ticker, _ in top] for top in ranking]
-    # With drift 1 the second batch's hottest ticker is the first batch's second hottest, and so on.
-    assert hottest[1][:2] == hottest[0][1:3]
-    share = ranking[0][0][1] / 200_000
+def test_popularity_starts_as_zipf_and_drifts_gradually() -> None:
+    stream = TradeStream(tickers=200, zipf=1.2, base_trades=200_000, growth=1.0, drift=0.15, seed=5)
+    start = stream.popularity(0)
     harmonic = float(np.sum(np.arange(1, 201, dtype=float) ** -1.2))
-    assert share == pytest.approx(1 / harmonic, rel=0.03)
+    assert np.sort(start)[::-1] == pytest.approx(np.arange(1, 201, dtype=float) ** -1.2 / harmonic)
+    counts = Counter(stream.batch(0).ticker)
+    top = max(counts, key=counts.__getitem__)
+    assert counts[top] / 200_000 == pytest.approx(start.max(), rel=0.03)
+    assert stream.symbols[int(start.argmax())] == top
+    # One batch moves every weight by a factor exp(0.15 g), g ~ N(0, 1): close to, but not, the last one.
+    ratio = stream.popularity(1) / start
+    assert 0.6 < float(np.median(ratio)) < 1.5
+    assert float(np.std(np.log(ratio))) == pytest.approx(0.15, rel=0.2)
+    assert np.corrcoef(start, stream.popularity(1))[0, 1] > 0.9
+    assert TradeStream(tickers=200, zipf=1.2, drift=0.0).popularity(5) == pytest.approx(
+        TradeStream(tickers=200, zipf=1.2, drift=0.0).popularity(0)
+    )
 
 
 def test_prices_and_volumes_are_positive_integers_with_exact_notional() -> None:
@@ -43,7 +51,7 @@ def test_prices_and_volumes_are_positive_integers_with_exact_notional() -> None:
         ("tickers", 0, "domain"),
         ("base_trades", 0, "base_trades"),
         ("growth", 0.0, "growth"),
-        ("drift", -1, "drift"),
+        ("drift", -0.1, "drift"),
     ],
 )
 def test_bad_parameters_are_named(field: str, value: object, message: str) -> None:

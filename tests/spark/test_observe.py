@@ -42,7 +42,7 @@ from tests.storage.helpers import add_region, row_counts
 START = datetime(2026, 1, 1, tzinfo=UTC)
 WINDOW = Window(7, START, START + timedelta(minutes=1))
 ROWS = 200_000
-PIECES = 3  # createDataFrame pieces, unioned without a shuffle: 2 Spark partitions each
+PIECES = 3  # createDataFrame pieces, coalesced to 2 Spark partitions each, unioned without a shuffle
 
 
 class MemorySink:
@@ -90,7 +90,7 @@ def frame(spark: SparkSession, keys: list[Any], spark_type: str, pieces: int = P
     parts = [
         spark.createDataFrame(
             pa.table({"k": pa.array(keys[i : i + size], type=arrow_type)}), f"k {spark_type}"
-        )
+        ).coalesce(2)  # Arrow data is RDD-backed (session.py); two partitions per piece, no shuffle
         for i in range(0, max(len(keys), 1), size)
     ]
     df = parts[0]

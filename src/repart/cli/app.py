@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from repart.cli.actions import explain, rollback, scale
+from repart.cli.demo import demo
 from repart.cli.init import init
 from repart.cli.plans import plans_app
 from repart.cli.regions import region_app
@@ -20,6 +21,7 @@ app = typer.Typer(
     add_completion=False,
     help="repart: elastic repartitioning for stateful Spark pipelines.",
 )
+app.command()(demo)
 app.command()(simulate)
 app.command()(init)
 app.command()(status)

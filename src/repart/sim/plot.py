@@ -1,14 +1,16 @@
-"""Plots of simulation records: b and m against N per algorithm (cf. Gedik Fig. 6)."""
+"""Plots: simulation records (b and m against N per algorithm, cf. Gedik Fig. 6) and the demo's batches."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 
 from repart.sim.experiment import Record, select
 
@@ -30,6 +32,52 @@ def plot_records(records: Sequence[Record], path: Path, title: str) -> None:
     right.set(xlabel="channels N", ylabel="relative migration m (Eq. 12)", yscale="log")
     for axis in (left, right):
         axis.grid(True, alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110, format="png")
+    plt.close(figure)
+
+
+def plot_demo(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> None:
+    """Three panels per batch: channels N, b of repart vs plain hashing, migrated vs ideal fraction."""
+    figure, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4.2))
+    batches = [int(row["batch"]) for row in rows]
+    left.step(batches, [int(row["N"]) for row in rows], where="mid", marker="o")
+    for row in rows:
+        left.annotate(
+            f"v{row['version']}",
+            (int(row["batch"]), int(row["N"])),
+            textcoords="offset points",
+            xytext=(0, 6),
+            ha="center",
+            fontsize=8,
+        )
+    left.set(xlabel="batch", ylabel="channels N (label: version routed with)")
+    nan = float("nan")
+    for key, label in (("b", "repart"), ("b_hash", "plain hashing (h mod N)")):
+        values = [nan if row[key] is None else float(row[key]) for row in rows]
+        middle.plot(batches, values, marker="o", label=label)
+    middle.set(xlabel="batch", ylabel="relative imbalance b (Eq. 11)")
+    width = 0.4
+    right.bar(
+        [b - width / 2 for b in batches],
+        [float(r["migrated_fraction"]) for r in rows],
+        width,
+        label="migrated",
+    )
+    right.bar(
+        [b + width / 2 for b in batches],
+        [float(r["ideal_fraction"]) for r in rows],
+        width,
+        label="ideal |ΔN|/N",
+    )
+    right.set(xlabel="batch", ylabel="fraction of state rows")
+    for axis in (left, middle, right):
+        axis.grid(True, alpha=0.3)
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    left.yaxis.set_major_locator(MaxNLocator(integer=True))
+    for axis in (middle, right):
         axis.legend(fontsize=8)
     figure.suptitle(title)
     figure.tight_layout()

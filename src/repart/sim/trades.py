@@ -1,10 +1,10 @@
 """Synthetic trades for the VWAP example: Zipf-popular tickers whose popularity drifts, at a growing rate.
 
-Batch ``b`` holds ``round(base_trades · growth^b)`` trades. Ticker popularity is Zipf(z) over
-``tickers`` symbols (``repart.sim.workload.ZipfWorkload``), and the ranking drifts: in batch ``b``
-popularity rank ``r`` belongs to the ticker the workload ranks ``(r + b · drift) mod |D|``, so each
-batch the hot set shifts by ``drift`` ranks (yesterday's 4th-hottest ticker is today's hottest with
-drift 3). Every ticker has a fixed price level; a trade's price is that level times a small random
+Batch ``b`` holds ``round(base_trades · growth^b)`` trades. Ticker popularity starts as Zipf(z) over
+``tickers`` symbols (``repart.sim.workload.ZipfWorkload``) and drifts: every ticker's weight is
+multiplied, batch after batch, by ``exp(drift · g)`` with ``g`` a fresh standard normal draw (a
+geometric random walk), so hot tickers cool down and others heat up gradually, the way interest in
+stocks moves. Every ticker has a fixed price level; a trade's price is that level times a small random
 factor, in integer cents, and its volume is 1–1000 shares, so notional values add up exactly.
 """
 
@@ -41,11 +41,11 @@ class Trades:
 class TradeStream:
     """A reproducible stream of trade batches (see the module docstring); ValueError for bad fields."""
 
-    tickers: int = 5_000
-    zipf: float = 1.0
+    tickers: int = 20_000
+    zipf: float = 0.9
     base_trades: int = 60_000
-    growth: float = 1.25
-    drift: int = 3
+    growth: float = 1.15
+    drift: float = 0.15
     seed: int = 7
 
     def __post_init__(self) -> None:
@@ -59,8 +59,8 @@ class TradeStream:
             raise ValueError(f"base_trades must be an integer >= 1, got {self.base_trades!r}")
         if not isinstance(self.growth, int | float) or not 0.1 <= self.growth <= 10:
             raise ValueError(f"growth must be a number in [0.1, 10], got {self.growth!r}")
-        if isinstance(self.drift, bool) or not isinstance(self.drift, int) or self.drift < 0:
-            raise ValueError(f"drift must be an integer >= 0, got {self.drift!r}")
+        if not isinstance(self.drift, int | float) or not 0 <= self.drift <= 2:
+            raise ValueError(f"drift must be a number in [0, 2], got {self.drift!r}")
 
     @cached_property
     def _workload(self) -> ZipfWorkload:
@@ -81,13 +81,22 @@ class TradeStream:
         """The number of trades in batch ``batch``."""
         return max(1, round(self.base_trades * self.growth**batch))
 
+    def popularity(self, batch: int) -> npt.NDArray[np.float64]:
+        """The probability of every ticker (indexed like ``symbols``) in batch ``batch``."""
+        steps = np.random.default_rng([self.seed, 2]).standard_normal((batch, self.tickers))
+        weights = np.empty(self.tickers)
+        weights[self._workload.keys] = self._workload.frequencies
+        weights *= np.exp(self.drift * steps.sum(axis=0))
+        return np.asarray(weights / weights.sum(), dtype=np.float64)
+
     def batch(self, batch: int) -> Trades:
         """Batch number ``batch`` (>= 0), the same every time it is asked for."""
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 0:
             raise ValueError(f"batch must be an integer >= 0, got {batch!r}")
-        rng = np.random.default_rng([self.seed, batch])
-        ranks = self._workload.sample_ranks(self.size(batch), rng)
-        keys = self._workload.keys[(ranks + batch * self.drift) % self.tickers]
+        rng = np.random.default_rng([self.seed, 1, batch])
+        cumulative = np.cumsum(self.popularity(batch))
+        cumulative[-1] = 1.0
+        keys = np.searchsorted(cumulative, rng.random(self.size(batch)), side="right")
         levels = self._price_levels[keys]
         noise = rng.integers(-200, 201, size=len(keys), dtype=np.int64)  # ±2 % in basis points
         price = np.maximum(1, levels + levels * noise // 10_000)

@@ -32,6 +32,12 @@ by default), below which Spark 4.3 scans a constant map linearly for every row: 
 0.69 s with 1,100 explicit keys but 9.4 s with 900 and 2.1 s with 100, where the slot groups took
 0.56-0.73 s for 0 to 5,000 explicit keys.
 
+One caveat: Spark evaluates a projection over a ``LocalRelation`` (small local data, e.g. a DataFrame
+made from a pandas or Arrow table) on the driver at planning time, row by row and before constant
+folding (the optimizer rule ConvertToLocalRelation), which parses the constants once per row.
+``repart.spark.session.spark_session`` sets ``spark.sql.execution.arrow.localRelationThreshold=0`` so
+such DataFrames are RDD-backed; data read from files or streams is never a LocalRelation.
+
 ``partition`` then hands the channel to ``DataFrame.repartitionById``: one shuffle, after which Spark
 partition i holds exactly the rows of channel i.
 """

@@ -21,8 +21,8 @@ def spark_session(
     """Get or create the SparkSession a repart job runs in.
 
     ``master`` defaults to ``$REPART_SPARK_MASTER``, else the master ``spark-submit`` was given, else
-    ``local[2]``. Executors run this interpreter (``PYSPARK_PYTHON`` =
-    ``sys.executable``, unless set), the web UI is off, and shuffles have ``shuffle_partitions``
+    ``local[2]``. Executors run this interpreter (``PYSPARK_PYTHON`` = ``sys.executable``, unless
+    set), the web UI and the console progress bar are off, and shuffles have ``shuffle_partitions``
     partitions (a few suit the batch sizes of local mode).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -34,8 +34,13 @@ def spark_session(
         builder = builder.master(chosen)
     settings = {
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # DataFrames made from Arrow/pandas data are RDD-backed, not LocalRelations: Spark evaluates a
+        # projection over a LocalRelation row by row at planning time (ConvertToLocalRelation, before
+        # constant folding), which would re-parse route()'s routing constants for every row.
+        "spark.sql.execution.arrow.localRelationThreshold": "0",
         **(config or {}),
     }
     for key, value in settings.items():

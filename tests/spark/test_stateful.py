@@ -1,0 +1,87 @@
+"""update_state: each channel's task folds its rows into the store; checked against a pandas oracle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+
+from repart.partitioning import BuildParams, FrequencyEstimate, build, initial_function
+from repart.spark.errors import StateStoreError
+from repart.spark.route import partition
+from repart.spark.state import StateStore
+from repart.spark.stateful import update_state
+
+SCHEMA = pa.schema([("k", pa.string()), ("n", pa.int64()), ("total", pa.int64())])
+
+
+def add_up(state: pa.Table, rows: pa.Table) -> pa.Table:
+    batch = rows.group_by("k").aggregate([("v", "sum"), ("k", "count")])
+    batch = pa.table({"k": batch["k"], "n": batch["k_count"], "total": batch["v_sum"]}, schema=SCHEMA)
+    summed = pa.concat_tables([state, batch]).group_by("k").aggregate([("n", "sum"), ("total", "sum")])
+    return pa.table({"k": summed["k"], "n": summed["n_sum"], "total": summed["total_sum"]}, schema=SCHEMA)
+
+
+def batch(seed: int, rows: int = 20_000) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    keys = rng.zipf(1.3, rows) % 3_000
+    return pa.table({"k": [f"key-{k}" for k in keys.tolist()], "v": rng.integers(1, 100, rows)})
+
+
+def test_two_batches_fold_into_the_state_on_the_right_channels(spark: SparkSession, tmp_path: Path) -> None:
+    first, second = batch(1), batch(2)
+    counts = dict(zip(*np.unique(first["k"].to_numpy(zero_copy_only=False), return_counts=True), strict=True))
+    function = build(
+        initial_function(3, "str"), FrequencyEstimate.from_counts(counts), 5, BuildParams(), "redist"
+    ).function
+    store = StateStore.create(
+        tmp_path / "state",
+        region="r",
+        version=2,
+        function_digest=function.digest,
+        n_channels=5,
+        slot_bits=function.slot_bits,
+        key_type="str",
+        key_col="k",
+        schema=SCHEMA,
+    )
+    for table in (first, second):
+        store, updates = update_state(
+            store,
+            partition(spark.createDataFrame(table), "k", function),
+            add_up,
+            version=2,
+            function=function,
+        )
+        assert sum(update.input_rows for update in updates) == table.num_rows
+        assert all(update.busy_seconds > 0 and update.state_bytes > 0 for update in updates)
+    assert store.generation == 2
+    state = store.read().to_pandas()
+    expected = pa.concat_tables([first, second]).to_pandas().groupby("k")["v"].agg(["count", "sum"])
+    got = state.set_index("k").sort_index()
+    assert got["n"].to_dict() == expected["count"].to_dict()
+    assert got["total"].to_dict() == expected["sum"].to_dict()
+    assert (state["channel"] == [function.lookup(key) for key in state["k"]]).all()
+    assert StateStore.open(tmp_path / "state").checksum() == store.checksum()
+
+
+def test_a_version_that_is_not_the_store_layout_is_refused(spark: SparkSession, tmp_path: Path) -> None:
+    old, new = initial_function(3, "str"), initial_function(4, "str")
+    store = StateStore.create(
+        tmp_path / "state",
+        region="r",
+        version=1,
+        function_digest=old.digest,
+        n_channels=3,
+        slot_bits=old.slot_bits,
+        key_type="str",
+        key_col="k",
+        schema=SCHEMA,
+    )
+    frame = partition(spark.createDataFrame(batch(3, 100)), "k", new)
+    with pytest.raises(StateStoreError, match=r"N=4.*not the layout.*N=3.*apply the pending migration plan"):
+        update_state(store, frame, add_up, version=2, function=new)
+    assert store.generation == 0 and StateStore.open(tmp_path / "state").rows() == 0
