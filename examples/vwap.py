@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--region", default="vwap")
     parser.add_argument("--batches", type=int, default=4)
-    parser.add_argument("--first-batch", type=int, default=0, help="number of the first batch (resume)")
+    parser.add_argument(
+        "--first-batch", type=int, default=0, help="number of the first batch (continue after the last one)"
+    )
     parser.add_argument("--channels", type=int, default=4, help="initial channel count of a new region")
     parser.add_argument(
         "--master", default=None, help="Spark master (default: spark-submit's, else local[2])"

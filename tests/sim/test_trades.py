@@ -52,6 +52,7 @@ def test_prices_and_volumes_are_positive_integers_with_exact_notional() -> None:
         ("base_trades", 0, "base_trades"),
         ("growth", 0.0, "growth"),
         ("drift", -0.1, "drift"),
+        ("seed", -1, "seed"),
     ],
 )
 def test_bad_parameters_are_named(field: str, value: object, message: str) -> None:

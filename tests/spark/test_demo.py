@@ -46,7 +46,7 @@ def test_the_demo_scales_out_applies_every_plan_and_keeps_the_totals(
 def test_demo_command_bad_input_exits_2_and_writes_nothing(tmp_path: Path) -> None:
     runner = CliRunner()
     outcome = runner.invoke(app, ["demo", "--batches", "0", "--workdir", str(tmp_path / "w")])
-    assert outcome.exit_code == 2 and "batches must be an integer in [1, 100]" in outcome.output
+    assert outcome.exit_code == 2 and "batches must be an integer in [1, 30]" in outcome.output
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")
@@ -55,3 +55,10 @@ def test_demo_command_bad_input_exits_2_and_writes_nothing(tmp_path: Path) -> No
     assert (foreign / "notes.txt").read_text() == "keep me" and not (tmp_path / "p.png").exists()
     outcome = runner.invoke(app, ["demo", "--json", str(tmp_path / "missing" / "x.json")])
     assert outcome.exit_code == 2 and "--json" in outcome.output
+
+
+def test_demo_workdir_that_is_a_file_is_named(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    outcome = CliRunner().invoke(app, ["demo", "--workdir", str(afile), "--plot", str(tmp_path / "p.png")])
+    assert outcome.exit_code == 2 and "is a file" in outcome.output and afile.read_text() == "x"

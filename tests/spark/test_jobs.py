@@ -11,6 +11,7 @@ from sqlalchemy import Engine
 
 from repart.controller.tick import last_considered_seq, tick
 from repart.migration import MigrationPlan
+from repart.spark.errors import StateStoreError
 from repart.spark.jobs import applied_function, apply_next_plan, next_plan
 from repart.storage import NotFoundError, make_engine, run_in_transaction, set_plan_status, upgrade
 from tests.controller.test_tick import REGION, ingest, make_region, plans, snapshot_document
@@ -20,13 +21,15 @@ from tests.controller.test_tick import REGION, ingest, make_region, plans, snaps
 class Moved:
     moved_rows: int
     moved_bytes: int
+    already_applied: bool = False
 
 
 @dataclass
 class FakeStore:
     """Records what it was asked to apply; fails when told to."""
 
-    fail: bool = False
+    error: Exception | None = None
+    committed_before: bool = False
     calls: list[tuple[int, int, int]] = field(default_factory=list)
 
     def apply(
@@ -34,8 +37,10 @@ class FakeStore:
     ) -> Moved:
         assert region == REGION and isinstance(plan, MigrationPlan)
         self.calls.append((plan_id, from_version, to_version))
-        if self.fail:
-            raise OSError("disk full")
+        if self.error is not None:
+            raise self.error
+        if self.committed_before:
+            return Moved(moved_rows=0, moved_bytes=0, already_applied=True)
         return Moved(moved_rows=123, moved_bytes=4567)
 
 
@@ -80,13 +85,25 @@ def test_apply_next_plan_takes_the_plan_through_applying_to_applied(db: Engine) 
     assert next_plan(db, REGION) is None
 
 
-def test_a_failed_migration_fails_the_plan_and_propagates(db: Engine) -> None:
+def test_a_plan_the_store_refuses_fails_and_the_error_propagates(db: Engine) -> None:
     planned(db)
-    with pytest.raises(OSError, match="disk full"):
-        apply_next_plan(db, REGION, FakeStore(fail=True))
+    with pytest.raises(StateStoreError, match="holds version 7"):
+        apply_next_plan(db, REGION, FakeStore(error=StateStoreError("the store holds version 7")))
     (row,) = plans(db)
     assert row.status == "failed"
     assert applied_function(db, REGION)[0] == 1
+
+
+def test_an_error_that_may_follow_the_commit_leaves_the_plan_applying_for_a_retry(db: Engine) -> None:
+    plan_id = planned(db)
+    with pytest.raises(OSError, match="disk full"):
+        apply_next_plan(db, REGION, FakeStore(error=OSError("disk full")))
+    assert plans(db)[0].status == "applying"
+    # The retry finds the plan committed in the store: applied, with the moved amounts unknown.
+    done = apply_next_plan(db, REGION, FakeStore(committed_before=True))
+    assert done is not None and done[0].plan_id == plan_id
+    (row,) = plans(db)
+    assert (row.status, row.moved_rows, row.moved_bytes) == ("applied", None, None)
 
 
 def test_a_plan_left_applying_by_a_dead_job_is_retried(db: Engine) -> None:

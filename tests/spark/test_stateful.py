@@ -85,3 +85,34 @@ def test_a_version_that_is_not_the_store_layout_is_refused(spark: SparkSession, 
     with pytest.raises(StateStoreError, match=r"N=4.*not the layout.*N=3.*apply the pending migration plan"):
         update_state(store, frame, add_up, version=2, function=new)
     assert store.generation == 0 and StateStore.open(tmp_path / "state").rows() == 0
+
+
+def test_a_combine_that_invents_or_duplicates_keys_is_refused(spark: SparkSession, tmp_path: Path) -> None:
+    function = initial_function(2, "str")
+    store = StateStore.create(
+        tmp_path / "state",
+        region="r",
+        version=1,
+        function_digest=function.digest,
+        n_channels=2,
+        slot_bits=function.slot_bits,
+        key_type="str",
+        key_col="k",
+        schema=SCHEMA,
+    )
+    frame = partition(spark.createDataFrame(batch(4, 200)), "k", function)
+
+    def invents(state: pa.Table, rows: pa.Table) -> pa.Table:
+        return pa.concat_tables(
+            [add_up(state, rows), pa.table({"k": ["stranger"], "n": [1], "total": [1]}, SCHEMA)]
+        )
+
+    def duplicates(state: pa.Table, rows: pa.Table) -> pa.Table:
+        summed = add_up(state, rows)
+        return pa.concat_tables([summed, summed.slice(0, 1)])
+
+    with pytest.raises(Exception, match="combine returned key 'stranger', which is neither in channel"):
+        update_state(store, frame, invents, version=1, function=function)
+    with pytest.raises(Exception, match="several rows for one key"):
+        update_state(store, frame, duplicates, version=1, function=function)
+    assert StateStore.open(tmp_path / "state").generation == 0

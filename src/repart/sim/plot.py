@@ -55,7 +55,7 @@ def plot_demo(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> None
         )
     left.set(xlabel="batch", ylabel="channels N (label: version routed with)")
     nan = float("nan")
-    for key, label in (("b", "repart"), ("b_hash", "plain hashing (h mod N)")):
+    for key, label in (("b", "repart"), ("b_hash", "plain hashing (slot mod N)")):
         values = [nan if row[key] is None else float(row[key]) for row in rows]
         middle.plot(batches, values, marker="o", label=label)
     middle.set(xlabel="batch", ylabel="relative imbalance b (Eq. 11)")

@@ -59,6 +59,8 @@ class TradeStream:
             raise ValueError(f"base_trades must be an integer >= 1, got {self.base_trades!r}")
         if not isinstance(self.growth, int | float) or not 0.1 <= self.growth <= 10:
             raise ValueError(f"growth must be a number in [0.1, 10], got {self.growth!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise ValueError(f"seed must be an integer in [0, 2^63), got {self.seed!r}")
         if not isinstance(self.drift, int | float) or not 0 <= self.drift <= 2:
             raise ValueError(f"drift must be a number in [0, 2], got {self.drift!r}")
 

@@ -3,11 +3,12 @@
 Everything runs in one process on the embedded defaults: a SQLite database in the work directory,
 Spark ``local[2]``, and the controller's daemon on a background scheduler ticking the region every
 half second. The region starts on 4 channels under the ``target-utilization`` policy; the trade rate
-grows 25 % per batch and the hot tickers drift, so the controller scales out and rebalances while the
+grows 15 % per batch and the hot tickers drift, so the controller scales out and rebalances while the
 job applies each plan to its state before the next batch.
 
 Per batch the demo measures, on the batch's exact ticker counts: b (Gedik Eq. 11, LCL, α = 1.2) of the
-version the batch was routed with, b of plain hashing (``h mod N``) at the same N, the fraction of
+version the batch was routed with, b of plain hashing (``slot mod N``, the
+key hash's top 16 bits modulo N) at the same N, the fraction of
 state rows the batch's migration moved, and the ideal share ``|ΔN| / max(N, N')`` a scale step must
 move at least. It ends by checking that the state's totals (trades, volume, notional) equal the
 input's.
@@ -57,12 +58,8 @@ class DemoConfig:
     stream: TradeStream = field(default_factory=TradeStream)
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.batches, bool)
-            or not isinstance(self.batches, int)
-            or not 1 <= self.batches <= 100
-        ):
-            raise ValueError(f"batches must be an integer in [1, 100], got {self.batches!r}")
+        if isinstance(self.batches, bool) or not isinstance(self.batches, int) or not 1 <= self.batches <= 30:
+            raise ValueError(f"batches must be an integer in [1, 30], got {self.batches!r}")
 
 
 @dataclass(frozen=True)
@@ -142,6 +139,8 @@ def run_demo(config: DemoConfig, on_batch: Callable[[DemoRow], None] | None = No
 
 def _fresh_workdir(path: Path) -> Path:
     """The demo's work directory, emptied if an earlier demo left it; refuses any other directory."""
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"workdir: {path} is a file; give a directory")
     if path.exists() and any(path.iterdir()) and not (path / MARKER).exists():
         raise ValueError(f"workdir: {path} is not empty and was not made by repart demo; choose another")
     if path.exists():

@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from repart.migration import MigrationPlan
 from repart.partitioning import PartitionFunction
+from repart.spark.errors import StateStoreError
 from repart.storage import (
     NotFoundError,
     applied_version,
@@ -52,6 +53,9 @@ class AppliedMigration(Protocol):
     @property
     def moved_bytes(self) -> int: ...
 
+    @property
+    def already_applied(self) -> bool: ...
+
 
 class PlanApplier(Protocol):
     """A state store that can apply a migration plan (``repart.spark.state.StateStore``)."""
@@ -79,15 +83,7 @@ def applied_function(engine: Engine, region: str) -> tuple[int, PartitionFunctio
 def next_plan(engine: Engine, region: str) -> PlanToApply | None:
     """The plan a job must apply before writing state: one being applied (a job died applying it and
     this one retries) or else the pending one (there is at most one, DESIGN §8); None when neither."""
-
-    def work(session: Session) -> PlanToApply | None:
-        for status in ("applying", "pending"):
-            rows = list_plans(session, region, status)
-            if rows:
-                return PlanToApply.from_row(region, rows[-1])
-        return None
-
-    return run_in_transaction(engine, work)
+    return run_in_transaction(engine, lambda session: _next(session, region))
 
 
 def apply_next_plan(
@@ -96,16 +92,18 @@ def apply_next_plan(
     """Apply the region's next plan (``next_plan``) to ``store`` and report the outcome; None if there
     is no plan to apply.
 
-    The plan is marked ``applying`` first, so the controller decides nothing while state moves. On
-    success it becomes ``applied`` with the moved rows and bytes; if the store refuses the plan or the
-    migration fails, it becomes ``failed`` (its version abandoned) and the error propagates. A process
-    killed midway leaves the plan ``applying``; the next job retries it (the store's manifest tells
-    whether it had already committed).
+    The plan is claimed first: picked and moved to ``applying`` in one transaction that locks its row,
+    so a plan the controller supersedes meanwhile is never applied, and the controller decides nothing
+    while state moves. On success it becomes ``applied`` with the moved rows and bytes (unknown, NULL,
+    when the store had already committed it: a job died between the store's commit and this report).
+    When the store refuses the plan or its checks fail (``StateStoreError``: nothing was committed) it
+    becomes ``failed`` (its version abandoned) and the error propagates. Any other error (a killed
+    process, an I/O error that may have struck after the commit) leaves it ``applying``: the next job
+    retries it, and the store's manifest tells whether it had committed.
     """
-    todo = next_plan(engine, region)
+    todo = run_in_transaction(engine, lambda session: _claim(session, region))
     if todo is None:
         return None
-    run_in_transaction(engine, lambda session: _start(session, todo.plan_id))
     try:
         result = store.apply(
             todo.plan,
@@ -114,19 +112,47 @@ def apply_next_plan(
             from_version=todo.from_version,
             to_version=todo.to_version,
         )
-    except Exception:
-        run_in_transaction(engine, lambda session: set_plan_status(session, todo.plan_id, "failed"))
+    except StateStoreError as refused:
+        try:
+            run_in_transaction(engine, lambda session: set_plan_status(session, todo.plan_id, "failed"))
+        except Exception as reporting:
+            raise reporting from refused
         raise
+    known = not result.already_applied
     run_in_transaction(
         engine,
         lambda session: set_plan_status(
-            session, todo.plan_id, "applied", moved_rows=result.moved_rows, moved_bytes=result.moved_bytes
+            session,
+            todo.plan_id,
+            "applied",
+            moved_rows=result.moved_rows if known else None,
+            moved_bytes=result.moved_bytes if known else None,
         ),
     )
     return todo, result
 
 
-def _start(session: Session, plan_id: int) -> None:
-    plan = session.get(models.Plan, plan_id)
-    if plan is not None and plan.status == "pending":
-        set_plan_status(session, plan_id, "applying")
+def _next(session: Session, region: str) -> PlanToApply | None:
+    for status in ("applying", "pending"):
+        rows = list_plans(session, region, status)
+        if rows:
+            return PlanToApply.from_row(region, rows[-1])
+    return None
+
+
+def _claim(session: Session, region: str) -> PlanToApply | None:
+    """``_next``, moved to ``applying`` under a row lock; None if it was superseded meanwhile."""
+    todo = _next(session, region)
+    if todo is None:
+        return None
+    locked = session.scalar(
+        select(models.Plan)
+        .where(models.Plan.id == todo.plan_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    if locked is None or locked.status not in ("pending", "applying"):
+        return None
+    if locked.status == "pending":
+        set_plan_status(session, todo.plan_id, "applying")
+    return todo

@@ -70,7 +70,7 @@ class Migration:
     flows: dict[int, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
 
     def add(self, entry: FileEntry) -> None:
-        """A file of the next generation; ``written`` too when this migration wrote it."""
+        """A file of the next generation (kept, linked or written by this migration)."""
         self.files.append(entry)
 
     def write(self, channel: int, group: int, rows: pa.Table, hashes: U64) -> int:

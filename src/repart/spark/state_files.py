@@ -281,6 +281,7 @@ def make_durable(root: str | os.PathLike[str], written: Sequence[FileEntry], *, 
             list(pool.map(fsync_path, [Path(root) / entry.path for entry in written]))
     for channel in sorted({entry.channel for entry in written}):
         fsync_path(channel_dir(root, channel))
+    fsync_path(Path(root))  # the entries of channel directories created for these files
 
 
 def read_parquet(path: Path, columns: Sequence[str] | None = None) -> pa.Table:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql import DataFrame
 
@@ -112,7 +113,9 @@ class _ChannelTask:
                 "update_state needs the DataFrame repart.spark.partition() returns"
             )
         batch = rows.drop_columns([self.channel_col])
-        state = self.combine(self.store.read_channel(channel), batch)
+        old = self.store.read_channel(channel)
+        state = self.combine(old, batch)
+        _check_combined(old, batch, state, self.store.key_col, channel)
         entries = write_channel_files(
             self.store.root,
             channel,
@@ -140,4 +143,24 @@ class _ChannelTask:
                     ("entries", pa.string()),
                 ]
             ),
+        )
+
+
+def _check_combined(old: pa.Table, batch: pa.Table, state: pa.Table, key_col: str, channel: int) -> None:
+    """JobInputError unless ``combine`` kept one row per key and only keys of the channel's old state
+    or its batch: any other key belongs to another channel, and storing it here would hide it from
+    that channel and from every later migration."""
+    keys = state.column(key_col)
+    if pc.count_distinct(keys, mode="all").as_py() != state.num_rows:
+        raise JobInputError(
+            f"combine returned several rows for one key on channel {channel}; state holds one per key"
+        )
+    known = pa.concat_arrays(
+        [chunk for table in (old, batch) for chunk in table.column(key_col).cast(keys.type).chunks]
+    )
+    unknown = pc.invert(pc.is_in(keys, value_set=pc.unique(known)))
+    if pc.any(unknown).as_py():
+        stray = pc.filter(keys, unknown)[0].as_py()
+        raise JobInputError(
+            f"combine returned key {stray!r}, which is neither in channel {channel}'s state nor in its batch"
         )

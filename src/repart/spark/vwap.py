@@ -10,6 +10,10 @@ Each batch does what every stateful job under repart does (DESIGN §9):
 
 The state of a ticker is ``(trades, volume, notional_cents)``; its VWAP is ``notional / volume``.
 Prices are integer cents, so the state's totals must equal the input's totals exactly.
+
+A batch is applied at least once: a job killed after step 3 and run again on the same batch adds it
+twice (the store does not record which batches it absorbed). Migrations are exactly once (the plan id
+is in the store's manifest).
 """
 
 from __future__ import annotations
@@ -209,6 +213,7 @@ class VwapPipeline:
             self.engine,
             lambda session: record_batch_report(session, self.region, seq, payload, plan_id=plan_id),
         )
+        self.store.vacuum()  # between batches no executor is writing files the store does not list yet
         return outcome
 
     def _measurements(self, updates: list[ChannelUpdate], n_channels: int) -> list[dict[str, float | int]]:
