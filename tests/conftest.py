@@ -129,3 +129,12 @@ def engine(db_url: str) -> Iterator[Engine]:
     created = make_engine(db_url, busy_timeout=2.0)
     yield created
     created.dispose()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Engine]:
+    """A fresh SQLite database at the newest schema (for tests that need one backend only)."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'repart.db'}")
+    upgrade(engine)
+    yield engine
+    engine.dispose()

@@ -7,9 +7,7 @@ it was.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine
@@ -21,10 +19,8 @@ from repart.partitioning import ConsistentSpec, initial_function
 from repart.storage import (
     ConflictError,
     NotFoundError,
-    make_engine,
     run_in_transaction,
     set_plan_status,
-    upgrade,
 )
 from repart.storage.jsontext import load_object
 from tests.controller.test_tick import (
@@ -39,14 +35,6 @@ from tests.controller.test_tick import (
     snapshot_document,
     versions,
 )
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Engine]:
-    engine = make_engine(f"sqlite:///{tmp_path / 'repart.db'}")
-    upgrade(engine)
-    yield engine
-    engine.dispose()
 
 
 def apply(engine: Engine, plan_id: int) -> None:

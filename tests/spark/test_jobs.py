@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine
@@ -13,7 +11,7 @@ from repart.controller.tick import last_considered_seq, tick
 from repart.migration import MigrationPlan
 from repart.spark.errors import StateStoreError
 from repart.spark.jobs import applied_function, apply_next_plan, next_plan
-from repart.storage import NotFoundError, make_engine, run_in_transaction, set_plan_status, upgrade
+from repart.storage import NotFoundError, run_in_transaction, set_plan_status
 from tests.controller.test_tick import REGION, ingest, make_region, plans, snapshot_document
 
 
@@ -42,14 +40,6 @@ class FakeStore:
         if self.committed_before:
             return Moved(moved_rows=0, moved_bytes=0, already_applied=True)
         return Moved(moved_rows=123, moved_bytes=4567)
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Engine]:
-    engine = make_engine(f"sqlite:///{tmp_path / 'repart.db'}")
-    upgrade(engine)
-    yield engine
-    engine.dispose()
 
 
 def planned(engine: Engine) -> int:

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
-from repart.partitioning import BuildParams, FrequencyEstimate, build, initial_function
+from repart.partitioning import BuildParams, FrequencyEstimate, PartitionFunction, build, initial_function
 from repart.spark.errors import StateStoreError
 from repart.spark.route import partition
 from repart.spark.state import StateStore
@@ -25,6 +25,21 @@ def add_up(state: pa.Table, rows: pa.Table) -> pa.Table:
     return pa.table({"k": summed["k"], "n": summed["n_sum"], "total": summed["total_sum"]}, schema=SCHEMA)
 
 
+def new_store(tmp_path: Path, function: PartitionFunction, version: int) -> StateStore:
+    """An empty store laid out for ``function`` as version ``version`` of region ``r``."""
+    return StateStore.create(
+        tmp_path / "state",
+        region="r",
+        version=version,
+        function_digest=function.digest,
+        n_channels=function.n_channels,
+        slot_bits=function.slot_bits,
+        key_type="str",
+        key_col="k",
+        schema=SCHEMA,
+    )
+
+
 def batch(seed: int, rows: int = 20_000) -> pa.Table:
     rng = np.random.default_rng(seed)
     keys = rng.zipf(1.3, rows) % 3_000
@@ -37,17 +52,7 @@ def test_two_batches_fold_into_the_state_on_the_right_channels(spark: SparkSessi
     function = build(
         initial_function(3, "str"), FrequencyEstimate.from_counts(counts), 5, BuildParams(), "redist"
     ).function
-    store = StateStore.create(
-        tmp_path / "state",
-        region="r",
-        version=2,
-        function_digest=function.digest,
-        n_channels=5,
-        slot_bits=function.slot_bits,
-        key_type="str",
-        key_col="k",
-        schema=SCHEMA,
-    )
+    store = new_store(tmp_path, function, version=2)
     for table in (first, second):
         store, updates = update_state(
             store,
@@ -70,17 +75,7 @@ def test_two_batches_fold_into_the_state_on_the_right_channels(spark: SparkSessi
 
 def test_a_version_that_is_not_the_store_layout_is_refused(spark: SparkSession, tmp_path: Path) -> None:
     old, new = initial_function(3, "str"), initial_function(4, "str")
-    store = StateStore.create(
-        tmp_path / "state",
-        region="r",
-        version=1,
-        function_digest=old.digest,
-        n_channels=3,
-        slot_bits=old.slot_bits,
-        key_type="str",
-        key_col="k",
-        schema=SCHEMA,
-    )
+    store = new_store(tmp_path, old, version=1)
     frame = partition(spark.createDataFrame(batch(3, 100)), "k", new)
     with pytest.raises(StateStoreError, match=r"N=4.*not the layout.*N=3.*apply the pending migration plan"):
         update_state(store, frame, add_up, version=2, function=new)
@@ -89,17 +84,7 @@ def test_a_version_that_is_not_the_store_layout_is_refused(spark: SparkSession, 
 
 def test_a_combine_that_invents_or_duplicates_keys_is_refused(spark: SparkSession, tmp_path: Path) -> None:
     function = initial_function(2, "str")
-    store = StateStore.create(
-        tmp_path / "state",
-        region="r",
-        version=1,
-        function_digest=function.digest,
-        n_channels=2,
-        slot_bits=function.slot_bits,
-        key_type="str",
-        key_col="k",
-        schema=SCHEMA,
-    )
+    store = new_store(tmp_path, function, version=1)
     frame = partition(spark.createDataFrame(batch(4, 200)), "k", function)
 
     def invents(state: pa.Table, rows: pa.Table) -> pa.Table:
