@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 from repart.controller.tick import tick
 from repart.sim.trades import TradeStream
 from repart.spark.session import spark_session
-from repart.spark.vwap import VwapPipeline, input_totals, totals
+from repart.spark.vwap import VwapPipeline, totals
 from repart.storage import (
     NotFoundError,
     RegionConfig,
@@ -82,11 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     spark = spark_session(args.master, "repart-vwap")
     pipeline = VwapPipeline(spark, engine, args.region, args.state, channel_rate=args.channel_rate)
     stream = TradeStream()
-    fed = {"trades": 0, "volume": 0, "notional_cents": 0}
     for seq in range(args.first_batch, args.first_batch + args.batches):
         trades = stream.batch(seq)
         outcome = pipeline.run_batch(seq, trades)
-        fed = {name: fed[name] + value for name, value in input_totals(trades).items()}
         decided = tick(engine, args.region) if args.tick else None
         line = {
             "batch": seq,
@@ -99,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(json.dumps(line), flush=True)
     state = totals(pipeline.store.read())
-    print(json.dumps({"input_totals_this_run": fed, "state_totals": state}), flush=True)
+    print(json.dumps({"input_totals_this_run": pipeline.fed_totals, "state_totals": state}), flush=True)
     spark.stop()
     return 0
 

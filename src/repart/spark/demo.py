@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sqlalchemy import Engine
 
 from repart.controller.daemon import Daemon, DaemonConfig
 from repart.controller.tick import last_considered_seq, tick
@@ -33,7 +34,7 @@ from repart.partitioning.metrics import channel_loads, imbalance
 from repart.partitioning.resources import Resources
 from repart.sim.trades import Trades, TradeStream
 from repart.spark.session import DEFAULT_MASTER, spark_session
-from repart.spark.vwap import BatchOutcome, VwapPipeline, input_totals, totals
+from repart.spark.vwap import BatchOutcome, VwapPipeline, totals
 from repart.storage import RegionConfig, create_region, make_engine, run_in_transaction, upgrade
 
 REGION = "trades"
@@ -120,12 +121,10 @@ def run_demo(config: DemoConfig, on_batch: Callable[[DemoRow], None] | None = No
     daemon = Daemon(engine, DaemonConfig(interval_seconds=config.tick_seconds, lease_ttl_seconds=30.0))
     daemon.start()
     rows: list[DemoRow] = []
-    fed = {"trades": 0, "volume": 0, "notional_cents": 0}
     try:
         for seq in range(config.batches):
             trades = config.stream.batch(seq)
             outcome = pipeline.run_batch(seq, trades)
-            fed = {name: fed[name] + value for name, value in input_totals(trades).items()}
             row = _row(outcome, trades)
             rows.append(row)
             if on_batch is not None:
@@ -134,7 +133,7 @@ def run_demo(config: DemoConfig, on_batch: Callable[[DemoRow], None] | None = No
                 _wait_for_decision(engine, seq, config.decision_timeout)
     finally:
         daemon.stop()
-    return DemoResult(rows=rows, input_totals=fed, state_totals=totals(pipeline.store.read()))
+    return DemoResult(rows=rows, input_totals=pipeline.fed_totals, state_totals=totals(pipeline.store.read()))
 
 
 def _fresh_workdir(path: Path) -> Path:
@@ -179,7 +178,7 @@ def _b(
     return b if math.isfinite(b) else None
 
 
-def _wait_for_decision(engine: Any, seq: int, timeout: float) -> None:
+def _wait_for_decision(engine: Engine, seq: int, timeout: float) -> None:
     """Block until the controller has decided on window ``seq`` (it ticks on its own schedule)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -141,6 +141,8 @@ class VwapPipeline:
         self.channel_rate = channel_rate
         self.epsilon = epsilon
         self.store = self._open_or_create_store()
+        # Σ trades, volume and notional of the batches this pipeline ran (``input_totals``).
+        self.fed_totals = dict.fromkeys(SUMS, 0)
 
     def _open_or_create_store(self) -> StateStore:
         if (self.state_root / "MANIFEST").exists():
@@ -214,6 +216,9 @@ class VwapPipeline:
             lambda session: record_batch_report(session, self.region, seq, payload, plan_id=plan_id),
         )
         self.store.vacuum()  # between batches no executor is writing files the store does not list yet
+        self.fed_totals = {
+            name: self.fed_totals[name] + value for name, value in input_totals(trades).items()
+        }
         return outcome
 
     def _measurements(self, updates: list[ChannelUpdate], n_channels: int) -> list[dict[str, float | int]]:
