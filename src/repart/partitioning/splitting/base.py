@@ -1,0 +1,117 @@
+"""What every grouping shares: construction checks, the ``route`` contract and per-source loads.
+
+A grouping routes a stream of keys, tuple by tuple, from S sources to n workers (DESIGN §11.1). Each
+source keeps its own state — the loads it has sent (PKG's local load estimation), heavy-hitter
+summaries, key tables — so feeding a stream in chunks gives exactly the result of feeding it at once:
+``route`` only ever appends to that state.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from repart.partitioning.splitting.hashes import function_seeds
+
+IntArray = npt.NDArray[np.int64]
+UIntArray = npt.NDArray[np.uint64]
+FloatArray = npt.NDArray[np.float64]
+
+
+def check_count(name: str, value: object, minimum: int = 1) -> int:
+    """An integer ≥ ``minimum`` (bools are not integers here)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_fraction(name: str, value: object, *, closed_low: bool = False) -> float:
+    """A number in (0, 1] (or [0, 1] with ``closed_low``)."""
+    ok = isinstance(value, int | float | np.floating) and not isinstance(value, bool)
+    number = float(value) if ok else math.nan  # type: ignore[arg-type]
+    low_ok = number >= 0 if closed_low else number > 0
+    if not (math.isfinite(number) and low_ok and number <= 1):
+        accepted = "[0, 1]" if closed_low else "(0, 1]"
+        raise ValueError(f"{name} must be in {accepted}, got {value!r}")
+    return number
+
+
+def check_positive(name: str, value: object) -> float:
+    """A finite number > 0."""
+    ok = isinstance(value, int | float | np.floating) and not isinstance(value, bool)
+    number = float(value) if ok else math.nan  # type: ignore[arg-type]
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return number
+
+
+def check_rates(rates: object, workers: int) -> FloatArray:
+    """Worker service rates μ_i: ``workers`` finite numbers > 0."""
+    array = np.asarray(rates, dtype=np.float64) if not isinstance(rates, str) else np.empty(0)
+    if array.shape != (workers,) or not np.all(np.isfinite(array)) or not np.all(array > 0):
+        raise ValueError(f"rates must be {workers} finite numbers > 0 (one per worker), got {rates!r}")
+    return np.ascontiguousarray(array)
+
+
+class Grouping(ABC):
+    """A stream grouping: ``route(key_hashes, sources)`` returns the worker of every tuple, in order.
+
+    ``key_hashes`` are the keys' XXH64 hashes (uint64, ``repart.partitioning.hashing``); ``sources``
+    the source each tuple enters at, in [0, S). State persists across calls.
+    """
+
+    scheme: ClassVar[str]
+
+    def __init__(self, workers: int, sources: int, *, seed: int = 0) -> None:
+        self.workers = check_count("workers (n)", workers)
+        self.sources = check_count("sources (S)", sources)
+        if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+            raise ValueError(f"seed must be an integer, got {seed!r}")
+        self.seed = int(seed)
+        # Local load estimation (PKG §3.2): what each source has sent to each worker.
+        self._loads = np.zeros((self.sources, self.workers), dtype=np.int64)
+        self._seeds = function_seeds(self.seed, max(2, self.workers))
+
+    @property
+    def loads(self) -> IntArray:
+        """Tuples each source has sent to each worker, shape (S, n) (a copy)."""
+        return self._loads.copy()
+
+    def route(self, key_hashes: UIntArray, sources: npt.ArrayLike) -> IntArray:
+        """Route the tuples in order and return each one's worker (int64 in [0, n))."""
+        hashes, origins = self._check_stream(key_hashes, sources)
+        out = np.empty(hashes.size, dtype=np.int64)
+        if hashes.size:
+            self._route(hashes, origins, out)
+        return out
+
+    @abstractmethod
+    def _route(self, key_hashes: UIntArray, sources: IntArray, out: IntArray) -> None:
+        """Write the worker of every tuple into ``out``, updating the grouping's state."""
+
+    def head_size(self) -> int:
+        """Distinct keys some source currently treats as hot (0 for groupings without a head)."""
+        return 0
+
+    def max_choices(self) -> int:
+        """The most workers any key may currently be sent to (1 for KG, 2 for PKG, n for SG)."""
+        return 2
+
+    def _check_stream(self, key_hashes: object, sources: npt.ArrayLike) -> tuple[UIntArray, IntArray]:
+        if not isinstance(key_hashes, np.ndarray) or key_hashes.dtype != np.uint64 or key_hashes.ndim != 1:
+            raise ValueError("key_hashes must be a one-dimensional numpy array of dtype uint64")
+        origins = np.asarray(sources)
+        if origins.ndim != 1 or origins.shape != key_hashes.shape:
+            raise ValueError(
+                f"sources must be one-dimensional with one entry per key hash ({key_hashes.size})"
+            )
+        if origins.size and origins.dtype.kind not in "iu":
+            raise ValueError(f"sources must be integers, got dtype {origins.dtype}")
+        origins = origins.astype(np.int64, copy=False)
+        if origins.size and (origins.min() < 0 or origins.max() >= self.sources):
+            raise ValueError(f"sources must be source ids in [0, S={self.sources})")
+        return np.ascontiguousarray(key_hashes), np.ascontiguousarray(origins)

@@ -1,0 +1,316 @@
+"""FISH (Huang et al., "Efficient Time-Evolving Stream Processing at Scale"): a reconstruction.
+
+The seed's text lost every formula, all three listings and most parameter values (NOTES.md). What
+survives is the structure, implemented here with each lost formula a named parameter:
+
+1. **Epochs** of ``epoch`` consecutive tuples per source. Within an epoch SpaceSaving counts keys
+   (capacity ``capacity``; a new key evicts the smallest counter and takes its count + 1, §4.1.1).
+2. **Decay**: at the end of an epoch every counter — and the source's total — is multiplied by
+   ``decay`` (§4.1.1, "inter-epoch hotness decaying").
+3. **Classification** (CHK, Algorithm 2), at every epoch end: f_k = count_k / decayed total; key k is
+   hot when f_k ≥ ``theta``. A hot key's worker count is d_k = min(n, max(d_min, ⌈spread·n·f_k⌉))
+   — more workers for hotter keys — with the floor d_min = max(2, ⌈n·F_H/|H|⌉) tied to the hot mass F_H
+   of the |H| hot keys, and it never shrinks: M[k] = max(M[k], d_k).
+4. **Candidates** from a consistent-hash ring (§5, ``virtual_nodes`` per worker): a hot key's first
+   M[k] distinct workers clockwise; any other key's first ``tail_choices``.
+5. **Worker choice** (§4.2): the candidate with the least *estimated waiting time*. A source cannot see
+   the workers' queues; it infers them from what it sent and each worker's sampled cost per tuple
+   c_i = 1/μ_i (Observation 2: the cost is stable, so the sample is exact here). Assuming the S sources
+   send alike, the source's estimate of worker i's backlog follows the Lindley recursion
+   F_i ← max(F_i, now) + S·c_i per tuple it sends, and W_i = max(0, F_i − now): the paper's
+   "q_i·c_i − elapsed_i" with elapsed_i the time since the queue was last seen empty. Ties go to the
+   earliest candidate. Tuple t of the stream arrives at t/λ (``arrival_rate`` λ).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+from repart.partitioning.splitting.base import (
+    FloatArray,
+    Grouping,
+    IntArray,
+    UIntArray,
+    check_count,
+    check_fraction,
+    check_positive,
+    check_rates,
+)
+from repart.partitioning.splitting.keytable import KeyTable, append, find_or_slot
+from repart.partitioning.splitting.ring import build_ring, walk
+from repart.partitioning.splitting.spacesaving import Summaries, decay, offer
+
+# Defaults chosen by measurement (docs/DECISIONS.md, benchmarks/grouping_targets.py --tune-fish).
+EPOCH = 1000
+DECAY = 0.5
+SPREAD = 2.0
+TAIL_CHOICES = 2
+VIRTUAL_NODES = 100
+CAPACITY_FACTOR = 10
+
+
+@numba.njit(cache=True)
+def waiting_choice(candidates: npt.NDArray[np.int32], length: int, finish: FloatArray, now: float) -> int:
+    """The candidate with the least estimated wait max(0, F_i − now); ties to the earliest."""
+    best = candidates[0]
+    best_wait = max(0.0, finish[best] - now)
+    for q in range(1, length):
+        c = candidates[q]
+        wait = max(0.0, finish[c] - now)
+        if wait < best_wait:
+            best, best_wait = c, wait
+    return best
+
+
+@numba.njit(cache=True)
+def _classify(
+    s: int,
+    theta: float,
+    spread: float,
+    n: int,
+    epoch_number: int,
+    total: float,
+    ss_keys: UIntArray,
+    ss_counts: FloatArray,
+    ss_sizes: IntArray,
+    index: IntArray,
+    keys: UIntArray,
+    owners: IntArray,
+    size: IntArray,
+    width: IntArray,
+    hot_in: IntArray,
+) -> bool:
+    """CHK at an epoch end; returns False (changing nothing) when the key table needs to grow first."""
+    hot_mass = 0.0
+    hot = 0
+    for e in range(ss_sizes[s]):
+        if ss_counts[s, e] >= theta * total:
+            hot_mass += ss_counts[s, e] / total
+            hot += 1
+    if hot == 0:
+        return True
+    if size[0] + hot > keys.size:
+        return False
+    floor = max(2, int(math.ceil(n * hot_mass / hot)))
+    for e in range(ss_sizes[s]):
+        if ss_counts[s, e] >= theta * total:
+            share = ss_counts[s, e] / total
+            d = min(n, max(floor, int(math.ceil(spread * n * share))))
+            k = ss_keys[s, e]
+            m = find_or_slot(index, keys, owners, k, s)
+            if m < 0:
+                m = append(index, keys, owners, size, -m - 1, k, s)
+            width[m] = max(width[m], d)
+            hot_in[m] = epoch_number
+    return True
+
+
+@numba.njit(cache=True)
+def _fish_kernel(
+    key_hashes: UIntArray,
+    sources: IntArray,
+    out: IntArray,
+    start: int,
+    theta: float,
+    epoch: int,
+    decay_factor: float,
+    spread: float,
+    tail_choices: int,
+    arrival_rate: float,
+    costs: FloatArray,
+    n: int,
+    S: int,
+    loads: IntArray,
+    finish: FloatArray,
+    arrived: IntArray,
+    in_epoch: IntArray,
+    epochs: IntArray,
+    totals: FloatArray,
+    ss_keys: UIntArray,
+    ss_counts: FloatArray,
+    ss_errors: FloatArray,
+    ss_sizes: IntArray,
+    ss_heap: IntArray,
+    ss_positions: IntArray,
+    ss_index: IntArray,
+    index: IntArray,
+    keys: UIntArray,
+    owners: IntArray,
+    size: IntArray,
+    width: IntArray,
+    hot_in: IntArray,
+    ring_positions: UIntArray,
+    ring_owners: IntArray,
+    scratch: npt.NDArray[np.int32],
+    seen: IntArray,
+) -> int:
+    """Route from ``start``; returns where it stopped (the key table must grow) or the length."""
+    for i in range(start, key_hashes.size):
+        s = sources[i]
+        if in_epoch[s] == epoch:
+            # The previous tuple closed this source's epoch: decay, then classify.
+            if not _classify(
+                s,
+                theta,
+                spread,
+                n,
+                epochs[s] + 1,
+                totals[s] * decay_factor,
+                ss_keys,
+                ss_counts,
+                ss_sizes,
+                index,
+                keys,
+                owners,
+                size,
+                width,
+                hot_in,
+            ):
+                return i
+            decay(ss_counts, ss_errors, ss_sizes, ss_heap, ss_positions, s, decay_factor)
+            totals[s] *= decay_factor
+            epochs[s] += 1
+            in_epoch[s] = 0
+        k = key_hashes[i]
+        now = arrived[0] / arrival_rate
+        offer(ss_keys, ss_counts, ss_errors, ss_sizes, ss_heap, ss_positions, ss_index, s, k)
+        totals[s] += 1.0
+        in_epoch[s] += 1
+        count = tail_choices
+        m = find_or_slot(index, keys, owners, k, s)
+        if m >= 0 and hot_in[m] == epochs[s] and epochs[s] > 0:
+            count = width[m]
+        seen[n] += 1
+        length = walk(ring_positions, ring_owners, k, count, n, scratch, seen, seen[n])
+        w = waiting_choice(scratch, length, finish[s], now)
+        finish[s, w] = max(finish[s, w], now) + S * costs[w]
+        loads[s, w] += 1
+        arrived[0] += 1
+        out[i] = w
+    return key_hashes.size
+
+
+class Fish(Grouping):
+    """FISH: epoch-decayed hot keys, a growing worker count per key, ring candidates, least wait."""
+
+    scheme = "fish"
+
+    def __init__(
+        self,
+        workers: int,
+        sources: int,
+        *,
+        rates: npt.ArrayLike | None = None,
+        arrival_rate: float | None = None,
+        theta: float | None = None,
+        epoch: int = EPOCH,
+        decay: float = DECAY,
+        spread: float = SPREAD,
+        tail_choices: int = TAIL_CHOICES,
+        capacity: int | None = None,
+        virtual_nodes: int = VIRTUAL_NODES,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(workers, sources, seed=seed)
+        n = self.workers
+        self.rates = check_rates(np.ones(n) if rates is None else rates, n)
+        self.arrival_rate = (
+            0.9 * float(self.rates.sum())
+            if arrival_rate is None
+            else check_positive("arrival_rate", arrival_rate)
+        )
+        self.theta = 1 / (5 * n) if theta is None else check_fraction("theta (θ)", theta)
+        self.epoch = check_count("epoch", epoch)
+        self.decay = check_fraction("decay", decay)
+        self.spread = check_positive("spread", spread)
+        self.tail_choices = min(n, check_count("tail_choices", tail_choices))
+        self.capacity = (
+            math.ceil(CAPACITY_FACTOR / self.theta) if capacity is None else check_count("capacity", capacity)
+        )
+        self.virtual_nodes = check_count("virtual_nodes", virtual_nodes)
+        self._costs = 1.0 / self.rates
+        self._summaries = Summaries.empty(self.sources, self.capacity)
+        self._finish = np.zeros((self.sources, n), dtype=np.float64)
+        self._arrived = np.zeros(1, dtype=np.int64)
+        self._in_epoch = np.zeros(self.sources, dtype=np.int64)
+        self._epochs = np.zeros(self.sources, dtype=np.int64)
+        self._totals = np.zeros(self.sources, dtype=np.float64)
+        self._table = KeyTable({"width": ((), np.int64, 0), "hot_in": ((), np.int64, -1)})
+        self._ring = build_ring(n, self.virtual_nodes, self.seed)
+        self._scratch = np.zeros(n, dtype=np.int32)
+        self._seen = np.zeros(n + 1, dtype=np.int64)  # per-worker stamps, the last cell the stamp counter
+
+    def _route(self, key_hashes: UIntArray, sources: IntArray, out: IntArray) -> None:
+        ss, t = self._summaries, self._table
+        done = 0
+        while True:
+            done = _fish_kernel(
+                key_hashes,
+                sources,
+                out,
+                done,
+                self.theta,
+                self.epoch,
+                self.decay,
+                self.spread,
+                self.tail_choices,
+                self.arrival_rate,
+                self._costs,
+                self.workers,
+                self.sources,
+                self._loads,
+                self._finish,
+                self._arrived,
+                self._in_epoch,
+                self._epochs,
+                self._totals,
+                ss.keys,
+                ss.counts,
+                ss.errors,
+                ss.sizes,
+                ss.heap,
+                ss.positions,
+                ss.index,
+                t.index,
+                t.keys,
+                t.owners,
+                t.size,
+                t.columns["width"],
+                t.columns["hot_in"],
+                self._ring[0],
+                self._ring[1],
+                self._scratch,
+                self._seen,
+            )
+            if done == key_hashes.size:
+                return
+            t.grow()
+
+    def summary(self, source: int) -> list[tuple[int, float, float]]:
+        """Source ``source``'s decayed SpaceSaving entries (key hash, count, error), largest first."""
+        return self._summaries.entries(source)
+
+    def widths(self, source: int) -> dict[int, int]:
+        """M[k] of source ``source``: key hash → workers the key may use (never shrinks)."""
+        t = self._table
+        chosen = t.entries(source)
+        return dict(zip(t.keys[chosen].tolist(), t.columns["width"][chosen].tolist(), strict=True))
+
+    def hot(self, source: int) -> set[int]:
+        """Key hashes classified hot at source ``source``'s last epoch end."""
+        t = self._table
+        chosen = t.entries(source)
+        current = t.columns["hot_in"][chosen] == self._epochs[source]
+        return set(t.keys[chosen][current & (self._epochs[source] > 0)].tolist())
+
+    def head_size(self) -> int:
+        return len(set().union(*(self.hot(s) for s in range(self.sources))))
+
+    def max_choices(self) -> int:
+        t = self._table
+        widest = int(t.columns["width"][: t.count].max()) if t.count else 0
+        return max(self.tail_choices, widest)

@@ -1,0 +1,55 @@
+"""The hash family every grouping draws its candidate workers from.
+
+The papers assume "d independent hash functions H_1 … H_d : K → [n]" (PKG §5, D-Choices §III-B) and
+leave the family open; Storm uses Murmur3 with seeds 13 and 17, the D-Choices simulator seeds that are
+consecutive primes. repart routes on the key's XXH64 hash (DESIGN §2), so the j-th function is
+``H_j(k) = mix64(h(k) XOR seed_j) mod n`` with ``mix64`` the SplitMix64 finaliser (a bijection of
+64-bit integers with full avalanche) and ``seed_j = mix64(seed + j·φ)`` (φ = 2^64/golden ratio): one
+grouping seed gives every H_j, and H_1 … H_d are prefix-nested (a larger d only adds functions).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+UIntArray = npt.NDArray[np.uint64]
+
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S30 = np.uint64(30)
+_S27 = np.uint64(27)
+_S31 = np.uint64(31)
+
+
+@numba.njit(cache=True, inline="always")
+def mix64(x: np.uint64) -> np.uint64:
+    """SplitMix64's finaliser: ``z = x + φ; z = (z ^ z>>30)·M1; z = (z ^ z>>27)·M2; z ^ z>>31``."""
+    z = x + GOLDEN
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    return z ^ (z >> _S31)
+
+
+@numba.njit(cache=True, inline="always")
+def choice(key_hash: np.uint64, seed: np.uint64, n: int) -> int:
+    """``H_j(k) = mix64(h(k) XOR seed_j) mod n`` for the seed of function j."""
+    return np.int64(mix64(key_hash ^ seed) % np.uint64(n))
+
+
+def function_seeds(seed: int, count: int) -> UIntArray:
+    """``seed_j = mix64(seed + j·φ)`` for j = 0 … count − 1 (seed taken modulo 2^64)."""
+    base = np.uint64(seed % 2**64)
+    with np.errstate(over="ignore"):
+        raw = base + np.arange(count, dtype=np.uint64) * GOLDEN
+    return _mix_array(raw)
+
+
+@numba.njit(cache=True)
+def _mix_array(values: UIntArray) -> UIntArray:
+    out = np.empty_like(values)
+    for i in range(values.size):
+        out[i] = mix64(values[i])
+    return out

@@ -1,0 +1,301 @@
+"""D-Choices, W-Choices and Round-Robin head ("When Two Choices Are not Enough", Algorithm 1).
+
+Every source runs SpaceSaving over the keys it forwards (the key is offered *before* it is routed, as
+the authors' simulator does) and treats a key as part of the head H when its estimated count reaches
+θ·m_s, m_s being the tuples this source has forwarded (§III-A; default θ = 1/(5n)). Tail keys follow
+PKG on the source's local loads. Head keys get:
+
+* **D-Choices**: d candidates H_1(k) … H_d(k) — independent hash functions, collisions allowed, the
+  model behind b_h in Appendix A — where d comes from FindOptimalChoices (Proposition IV.1) on the
+  source's summary; the least loaded candidate wins, ties to the earliest. d ≥ n means all n workers.
+* **W-Choices**: the least loaded of all n workers (ties to the lowest id).
+* **RR**: all n workers in turn, load-oblivious (per-source round robin).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+from repart.partitioning.splitting.base import (
+    FloatArray,
+    Grouping,
+    IntArray,
+    UIntArray,
+    check_count,
+    check_fraction,
+    check_positive,
+)
+from repart.partitioning.splitting.hashed import pkg_pair
+from repart.partitioning.splitting.hashes import choice
+from repart.partitioning.splitting.spacesaving import Summaries, offer
+
+D_CHOICES, W_CHOICES, ROUND_ROBIN = 0, 1, 2
+
+#: SpaceSaving entries per source, as a multiple of 1/θ (measured: docs/DECISIONS.md).
+CAPACITY_FACTOR = 10
+#: D-Choices recomputes d after this many tuples of a source (measured: docs/DECISIONS.md).
+RECOMPUTE_EVERY = 1000
+
+
+@numba.njit(cache=True)
+def optimal_choices(head: FloatArray, tail: float, n: int, epsilon: float) -> int:
+    """FindOptimalChoices: the smallest d ≥ max(2, ⌈p_1·n⌉) meeting Proposition IV.1, or n.
+
+    ``head`` holds the head keys' frequencies in decreasing order, ``tail`` the mass of the rest. For
+    every prefix h of the head (Eq. 3):
+    Σ_{i≤h} p_i + (b_h/n)^d Σ_{h<i≤|H|} p_i + (b_h/n)^2 Σ_{i>|H|} p_i ≤ b_h (1/n + ε),
+    b_h = n − n((n − 1)/n)^(h·d). d grows from the start until every prefix holds; reaching n means
+    "use W-Choices" (§IV-A), returned as n.
+    """
+    if head.size == 0:
+        return 2
+    start = max(2, int(math.ceil(head[0] * n)))
+    total = 0.0
+    for i in range(head.size):
+        total += head[i]
+    ratio = (n - 1) / n
+    for d in range(start, n):
+        holds = True
+        prefix = 0.0
+        for h in range(1, head.size + 1):
+            prefix += head[h - 1]
+            b = n - n * ratio ** float(h * d)
+            share = b / n
+            left = prefix + share ** float(d) * (total - prefix) + share**2.0 * tail
+            if left > b * (1.0 / n + epsilon):
+                holds = False
+                break
+        if holds:
+            return d
+    return n
+
+
+@numba.njit(cache=True)
+def _head_frequencies(counts: FloatArray, size: int, threshold: float, seen: float) -> FloatArray:
+    chosen = np.empty(size, dtype=np.float64)
+    found = 0
+    for e in range(size):
+        if counts[e] >= threshold:
+            chosen[found] = counts[e] / seen
+            found += 1
+    head = -np.sort(-chosen[:found])
+    return head
+
+
+@numba.njit(cache=True)
+def _candidates(key: np.uint64, d: int, seeds: UIntArray, n: int, line: npt.NDArray[np.int32]) -> int:
+    """H_1(k) … H_d(k) without repeats, first occurrences in order, into ``line``; returns how many."""
+    length = 0
+    for j in range(d):
+        w = choice(key, seeds[j], n)
+        repeat = False
+        for q in range(length):
+            if line[q] == w:
+                repeat = True
+                break
+        if not repeat:
+            line[length] = w
+            length += 1
+    return length
+
+
+@numba.njit(cache=True)
+def _head_kernel(
+    key_hashes: UIntArray,
+    sources: IntArray,
+    out: IntArray,
+    mode: int,
+    theta: float,
+    epsilon: float,
+    recompute_every: int,
+    loads: IntArray,
+    seeds: UIntArray,
+    n: int,
+    seen: IntArray,
+    d_of: IntArray,
+    computed_at: IntArray,
+    turn: IntArray,
+    ss_keys: UIntArray,
+    ss_counts: FloatArray,
+    ss_errors: FloatArray,
+    ss_sizes: IntArray,
+    ss_heap: IntArray,
+    ss_positions: IntArray,
+    ss_index: IntArray,
+    line_of: IntArray,
+    line_owner: IntArray,
+    line_d: IntArray,
+    line_length: IntArray,
+    lines: npt.NDArray[np.int32],
+    clock: IntArray,
+) -> None:
+    for i in range(key_hashes.size):
+        s = sources[i]
+        k = key_hashes[i]
+        e, replaced = offer(ss_keys, ss_counts, ss_errors, ss_sizes, ss_heap, ss_positions, ss_index, s, k)
+        if replaced and line_of[s, e] >= 0:
+            line_owner[s, line_of[s, e]] = -1
+            line_of[s, e] = -1
+        seen[s] += 1
+        row = loads[s]
+        if ss_counts[s, e] < theta * seen[s]:
+            first, second = pkg_pair(k, seeds, n)
+            w = second if row[second] < row[first] else first
+        elif mode == ROUND_ROBIN:
+            w = (s + turn[s]) % n
+            turn[s] += 1
+        else:
+            d = n
+            if mode == D_CHOICES:
+                if d_of[s] == 0 or seen[s] - computed_at[s] >= recompute_every:
+                    head = _head_frequencies(ss_counts[s], ss_sizes[s], theta * seen[s], float(seen[s]))
+                    tail = max(0.0, 1.0 - head.sum())
+                    d_of[s] = optimal_choices(head, tail, n, epsilon)
+                    computed_at[s] = seen[s]
+                d = d_of[s]
+            if d >= n:
+                w = 0
+                for c in range(1, n):
+                    if row[c] < row[w]:
+                        w = c
+            else:
+                slot = line_of[s, e]
+                if slot < 0 or line_d[s, slot] != d:
+                    if slot < 0:
+                        slot = clock[s]
+                        clock[s] = (slot + 1) % line_owner.shape[1]
+                        if line_owner[s, slot] >= 0:
+                            line_of[s, line_owner[s, slot]] = -1
+                        line_owner[s, slot] = e
+                        line_of[s, e] = slot
+                    line_d[s, slot] = d
+                    line_length[s, slot] = _candidates(k, d, seeds, n, lines[s, slot])
+                cached = lines[s, slot]
+                w = cached[0]
+                for q in range(1, line_length[s, slot]):
+                    c = cached[q]
+                    if row[c] < row[w]:
+                        w = c
+        row[w] += 1
+        out[i] = w
+
+
+class _HeadGrouping(Grouping):
+    """The three head groupings share the summary, the head test and PKG for the tail."""
+
+    _mode: int
+
+    def __init__(
+        self,
+        workers: int,
+        sources: int,
+        *,
+        theta: float | None = None,
+        capacity: int | None = None,
+        epsilon: float = 1e-4,
+        recompute_every: int = RECOMPUTE_EVERY,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(workers, sources, seed=seed)
+        self.theta = 1 / (5 * self.workers) if theta is None else check_fraction("theta (θ)", theta)
+        default_capacity = math.ceil(CAPACITY_FACTOR / self.theta)
+        self.capacity = default_capacity if capacity is None else check_count("capacity", capacity)
+        self.epsilon = check_positive("epsilon (ε)", epsilon)
+        self.recompute_every = check_count("recompute_every", recompute_every)
+        self._summaries = Summaries.empty(self.sources, self.capacity)
+        self._seen = np.zeros(self.sources, dtype=np.int64)
+        self._d = np.zeros(self.sources, dtype=np.int64)
+        self._computed_at = np.zeros(self.sources, dtype=np.int64)
+        self._turn = np.zeros(self.sources, dtype=np.int64)
+        # Candidate lists of head keys, cached per summary entry: at most ⌊1/θ⌋ keys are ever in the head
+        # at once (the counts sum to m_s), so that many lines per source suffice; lines are reused in turn.
+        lines = math.floor(1 / self.theta) + 1
+        width = self.workers if self._mode == D_CHOICES else 1
+        self._line_of = np.full((self.sources, self.capacity), -1, dtype=np.int64)
+        self._line_owner = np.full((self.sources, lines), -1, dtype=np.int64)
+        self._line_d = np.zeros((self.sources, lines), dtype=np.int64)
+        self._line_length = np.zeros((self.sources, lines), dtype=np.int64)
+        self._lines = np.zeros((self.sources, lines, width), dtype=np.int32)
+        self._clock = np.zeros(self.sources, dtype=np.int64)
+
+    def _route(self, key_hashes: UIntArray, sources: IntArray, out: IntArray) -> None:
+        ss = self._summaries
+        _head_kernel(
+            key_hashes,
+            sources,
+            out,
+            self._mode,
+            self.theta,
+            self.epsilon,
+            self.recompute_every,
+            self._loads,
+            self._seeds,
+            self.workers,
+            self._seen,
+            self._d,
+            self._computed_at,
+            self._turn,
+            ss.keys,
+            ss.counts,
+            ss.errors,
+            ss.sizes,
+            ss.heap,
+            ss.positions,
+            ss.index,
+            self._line_of,
+            self._line_owner,
+            self._line_d,
+            self._line_length,
+            self._lines,
+            self._clock,
+        )
+
+    def summary(self, source: int) -> list[tuple[int, float, float]]:
+        """Source ``source``'s SpaceSaving entries: (key hash, count, error), largest count first."""
+        return self._summaries.entries(source)
+
+    def head(self, source: int) -> set[int]:
+        """Key hashes source ``source`` currently treats as head keys (count ≥ θ·m_s)."""
+        bar = self.theta * self._seen[source]
+        return {key for key, count, _ in self.summary(source) if count >= bar}
+
+    def head_size(self) -> int:
+        return len(set().union(*(self.head(s) for s in range(self.sources))))
+
+    def max_choices(self) -> int:
+        return self.workers if self.head_size() else min(2, self.workers)
+
+
+class DChoices(_HeadGrouping):
+    """D-Choices: head keys get d hash candidates from FindOptimalChoices (Proposition IV.1)."""
+
+    scheme = "dchoices"
+    _mode = D_CHOICES
+
+    @property
+    def d(self) -> IntArray:
+        """Each source's current d (0 before its first head tuple; n means all workers)."""
+        return self._d.copy()
+
+    def max_choices(self) -> int:
+        if not self.head_size():
+            return min(2, self.workers)
+        return int(max(2, self._d.max()))
+
+
+class WChoices(_HeadGrouping):
+    """W-Choices: head keys go to the least loaded of all n workers."""
+
+    scheme = "wchoices"
+    _mode = W_CHOICES
+
+
+class RoundRobinHead(_HeadGrouping):
+    """RR: head keys go to all n workers in turn (the paper's load-oblivious baseline)."""
+
+    scheme = "rr"
+    _mode = ROUND_ROBIN
