@@ -79,8 +79,14 @@ class SG(Reference):
 
 
 class PKG(Reference):
+    def __init__(self, n: int, sources: int, seed: int, choices: int = 2) -> None:
+        super().__init__(n, sources, seed)
+        self.choices = choices
+        self.sd = seeds(seed, max(2, choices))
+
     def one(self, k: int, s: int) -> int:
-        return least(self.loads[s], list(pkg_pair(k, self.sd, self.n)))
+        extra = [h(k, self.sd[j], self.n) for j in range(2, self.choices)]
+        return least(self.loads[s], [*pkg_pair(k, self.sd, self.n), *extra])
 
 
 class Sticky(Reference):

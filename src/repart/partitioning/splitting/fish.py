@@ -48,7 +48,7 @@ from repart.partitioning.splitting.spacesaving import Summaries, decay, offer
 EPOCH = 1000
 DECAY = 0.5
 SPREAD = 2.0
-TAIL_CHOICES = 2
+TAIL_CHOICES = 1
 VIRTUAL_NODES = 100
 CAPACITY_FACTOR = 10
 
@@ -63,7 +63,7 @@ def waiting_choice(candidates: npt.NDArray[np.int32], length: int, finish: Float
         wait = max(0.0, finish[c] - now)
         if wait < best_wait:
             best, best_wait = c, wait
-    return best
+    return int(best)
 
 
 @numba.njit(cache=True)
@@ -95,11 +95,11 @@ def _classify(
         return True
     if size[0] + hot > keys.size:
         return False
-    floor = max(2, int(math.ceil(n * hot_mass / hot)))
+    floor = max(2, (math.ceil(n * hot_mass / hot)))
     for e in range(ss_sizes[s]):
         if ss_counts[s, e] >= theta * total:
             share = ss_counts[s, e] / total
-            d = min(n, max(floor, int(math.ceil(spread * n * share))))
+            d = min(n, max(floor, (math.ceil(spread * n * share))))
             k = ss_keys[s, e]
             m = find_or_slot(index, keys, owners, k, s)
             if m < 0:

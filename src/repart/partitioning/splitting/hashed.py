@@ -5,8 +5,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from repart.partitioning.splitting.base import Grouping, IntArray, UIntArray
-from repart.partitioning.splitting.hashes import choice
+from repart.partitioning.splitting.base import Grouping, IntArray, UIntArray, check_count
+from repart.partitioning.splitting.hashes import choice, function_seeds
 
 
 @numba.njit(cache=True, inline="always")
@@ -45,12 +45,23 @@ def _sg_kernel(sources: IntArray, out: IntArray, loads: IntArray, sent: IntArray
 
 @numba.njit(cache=True)
 def _pkg_kernel(
-    key_hashes: UIntArray, sources: IntArray, out: IntArray, loads: IntArray, seeds: UIntArray, n: int
+    key_hashes: UIntArray,
+    sources: IntArray,
+    out: IntArray,
+    loads: IntArray,
+    seeds: UIntArray,
+    n: int,
+    choices: int,
 ) -> None:
     for i in range(key_hashes.size):
         s = sources[i]
-        first, second = pkg_pair(key_hashes[i], seeds, n)
+        k = key_hashes[i]
+        first, second = pkg_pair(k, seeds, n)
         w = second if loads[s, second] < loads[s, first] else first
+        for j in range(2, choices):
+            c = choice(k, seeds[j], n)
+            if loads[s, c] < loads[s, w]:
+                w = c
         loads[s, w] += 1
         out[i] = w
 
@@ -84,12 +95,21 @@ class ShuffleGrouping(Grouping):
 
 
 class PartialKeyGrouping(Grouping):
-    """PKG: the candidate of ``pkg_pair`` this source has sent fewer tuples to; ties to H_1 (§3)."""
+    """PKG: the candidate of ``pkg_pair`` this source has sent fewer tuples to; ties to H_1 (§3).
+
+    ``choices`` = d > 2 gives every key the Greedy-d process of §5 with candidates H_1 … H_d (the first
+    two as ``pkg_pair``, the rest independent, collisions allowed): the PKG paper's Q4 / Fig. 9.
+    """
 
     scheme = "pkg"
 
+    def __init__(self, workers: int, sources: int, *, choices: int = 2, seed: int = 0) -> None:
+        super().__init__(workers, sources, seed=seed)
+        self.choices = check_count("choices (d)", choices, minimum=2)
+        self._seeds = function_seeds(self.seed, max(2, self.choices))
+
     def _route(self, key_hashes: UIntArray, sources: IntArray, out: IntArray) -> None:
-        _pkg_kernel(key_hashes, sources, out, self._loads, self._seeds, self.workers)
+        _pkg_kernel(key_hashes, sources, out, self._loads, self._seeds, self.workers, self.choices)
 
     def max_choices(self) -> int:
-        return min(2, self.workers)
+        return min(self.choices, self.workers)

@@ -36,7 +36,7 @@ def mix64(x: np.uint64) -> np.uint64:
 @numba.njit(cache=True, inline="always")
 def choice(key_hash: np.uint64, seed: np.uint64, n: int) -> int:
     """``H_j(k) = mix64(h(k) XOR seed_j) mod n`` for the seed of function j."""
-    return np.int64(mix64(key_hash ^ seed) % np.uint64(n))
+    return int(np.int64(mix64(key_hash ^ seed) % np.uint64(n)))  # int64 in numba, not uint64
 
 
 def function_seeds(seed: int, count: int) -> UIntArray:

@@ -53,7 +53,7 @@ def optimal_choices(head: FloatArray, tail: float, n: int, epsilon: float) -> in
     """
     if head.size == 0:
         return 2
-    start = max(2, int(math.ceil(head[0] * n)))
+    start = max(2, math.ceil(head[0] * n))
     total = 0.0
     for i in range(head.size):
         total += head[i]

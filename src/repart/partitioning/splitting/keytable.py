@@ -21,7 +21,7 @@ UIntArray = npt.NDArray[np.uint64]
 
 @numba.njit(cache=True, inline="always")
 def _home(key: np.uint64, owner: int, mask: int) -> int:
-    return np.int64(mix64(key ^ (np.uint64(owner) * GOLDEN)) & np.uint64(mask))
+    return int(np.int64(mix64(key ^ (np.uint64(owner) * GOLDEN)) & np.uint64(mask)))
 
 
 @numba.njit(cache=True)
@@ -32,9 +32,9 @@ def find_or_slot(index: IntArray, keys: UIntArray, owners: IntArray, key: np.uin
     while True:
         e = index[p]
         if e < 0:
-            return -(p + 1)
+            return int(-(p + 1))
         if keys[e] == key and owners[e] == owner:
-            return e
+            return int(e)
         p = (p + 1) & mask
 
 
@@ -54,7 +54,7 @@ def append(
     owners[e] = owner
     index[position] = e
     size[0] = e + 1
-    return e
+    return int(e)
 
 
 @numba.njit(cache=True)
@@ -116,4 +116,5 @@ class KeyTable:
         numbers = np.arange(self.count, dtype=np.int64)
         if owner is None:
             return numbers
-        return numbers[self.owners[: self.count] == owner]
+        chosen: IntArray = numbers[self.owners[: self.count] == owner]
+        return chosen

@@ -104,7 +104,7 @@ def _sift_down(heap: IntArray, positions: IntArray, counts: FloatArray, size: in
 
 @numba.njit(cache=True, inline="always")
 def _home(key: np.uint64, mask: int) -> int:
-    return np.int64(mix64(key ^ _INDEX_SEED) & np.uint64(mask))
+    return int(np.int64(mix64(key ^ _INDEX_SEED) & np.uint64(mask)))
 
 
 @numba.njit(cache=True)
