@@ -11,6 +11,7 @@ from repart.cli.plans import plans_app
 from repart.cli.regions import region_app
 from repart.cli.run import run
 from repart.cli.simulate import simulate
+from repart.cli.simulate_grouping import simulate_grouping
 from repart.cli.snapshots import snapshot_app
 from repart.cli.status import status
 from repart.cli.tick import tick
@@ -23,6 +24,7 @@ app = typer.Typer(
 )
 app.command()(demo)
 app.command()(simulate)
+app.command("simulate-grouping")(simulate_grouping)
 app.command()(init)
 app.command()(status)
 app.command()(tick)

@@ -1,22 +1,33 @@
-"""Plots: simulation records (b and m against N per algorithm, cf. Gedik Fig. 6) and the demo's batches."""
+"""Plots: simulation records (b and m against N per algorithm, cf. Gedik Fig. 6), the demo's batches and
+the stream-grouping experiment (imbalance and memory against n per scheme).
+
+matplotlib is imported on first use, not with this module: the CLI imports it and must start fast.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
-
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-from matplotlib.ticker import MaxNLocator
 
 from repart.sim.experiment import Record, select
 
 
+def _pyplot() -> ModuleType:
+    """matplotlib.pyplot on the non-interactive Agg backend (imported here, on first use)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def plot_records(records: Sequence[Record], path: Path, title: str) -> None:
     """Two panels, relative imbalance b (with the lower bound b_lb) and relative migration m, vs N."""
+    plt = _pyplot()
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     variants = sorted({(str(r["algorithm"]), bool(r["tail_aware"])) for r in records})
     for algorithm, tail_aware in variants:
@@ -41,6 +52,9 @@ def plot_records(records: Sequence[Record], path: Path, title: str) -> None:
 
 def plot_demo(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> None:
     """Three panels per batch: channels N, b of repart vs plain hashing, migrated vs ideal fraction."""
+    plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     figure, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4.2))
     batches = [int(row["batch"]) for row in rows]
     left.step(batches, [int(row["N"]) for row in rows], where="mid", marker="o")
@@ -83,3 +97,65 @@ def plot_demo(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> None
     figure.tight_layout()
     figure.savefig(path, dpi=110, format="png")
     plt.close(figure)
+
+
+def plot_groupings(records: Sequence[Mapping[str, Any]], path: Path, title: str) -> None:
+    """Stream groupings: imbalance I(m)/m (log y, top row) and memory (bottom row) against n per scheme.
+
+    One column per z (a single one for workloads without z). An imbalance of exactly 0 cannot sit on a
+    log axis: it is drawn on the dotted floor line, 1/(2·n·m) for the largest n·m (a positive imbalance
+    is at least 1/(n·m)).
+    """
+    if not records:
+        raise ValueError("records must not be empty: there is nothing to plot")
+    plt = _pyplot()
+    from matplotlib.ticker import LogFormatter, NullLocator
+
+    z_values = list(dict.fromkeys(record["z"] for record in records))
+    schemes = list(dict.fromkeys(str(record["scheme"]) for record in records))
+    largest = max((int(r["n"]) * int(r["messages"]) for r in records), default=1)
+    floor = 0.5 / largest
+    n_values = sorted({int(record["n"]) for record in records})
+    figure, axes = plt.subplots(
+        2, len(z_values), figsize=(1.5 + 5.0 * len(z_values), 8.0), squeeze=False, sharex=True
+    )
+    for column, z in enumerate(z_values):
+        top, bottom = axes[0][column], axes[1][column]
+        for index, scheme in enumerate(schemes):
+            series = sorted(
+                (r for r in records if r["z"] == z and r["scheme"] == scheme), key=lambda r: int(r["n"])
+            )
+            if not series:
+                continue
+            n = [int(r["n"]) for r in series]
+            imbalance = [_finite(r["imbalance"]) for r in series]
+            shown = [floor if value <= 0 else value for value in imbalance]
+            style = {"marker": "os^vD<>ph*xP"[index % 12], "markersize": 4, "label": scheme}
+            style["linestyle"] = "-" if index < 10 else "--"  # the default color cycle has 10 colours
+            top.plot(n, shown, **style)
+            bottom.plot(n, [_finite(r["memory"]) for r in series], **style)
+        top.axhline(floor, color="k", linestyle=":", linewidth=0.8, label="0 (exact balance)")
+        heading = "" if z is None else f"z = {float(z):g}"
+        top.set(ylabel="imbalance I(m)/m", yscale="log", title=heading)
+        bottom.set(xlabel="workers n", ylabel="memory (workers per key)", yscale="log")
+        bottom.yaxis.set_major_formatter(LogFormatter())
+        bottom.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.4)))
+        for axis in (top, bottom):
+            axis.set_xscale("log")
+            axis.xaxis.set_minor_locator(NullLocator())
+            axis.set_xticks(n_values, [str(n) for n in n_values])
+            axis.grid(True, which="both", alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="center right", fontsize=8)
+    figure.suptitle(title)
+    figure.tight_layout(rect=(0.0, 0.0, 0.86, 1.0))
+    figure.savefig(path, dpi=110, format="png")
+    plt.close(figure)
+
+
+def _finite(value: object) -> float:
+    """A plotted value: None (a JSON null) and ±inf become NaN, which matplotlib leaves out."""
+    if value is None:
+        return math.nan
+    number = float(value)  # type: ignore[arg-type]
+    return number if math.isfinite(number) else math.nan

@@ -222,7 +222,7 @@ class Head(Reference):
             d = self.d[s]
         if d >= self.n:
             return least(loads, list(range(self.n)))
-        return least(loads, [h(k, self.sd[j], self.n) for j in range(d)])
+        return min({h(k, self.sd[j], self.n) for j in range(d)}, key=lambda c: (loads[c], c))
 
 
 def ring(n: int, virtual_nodes: int, seed: int) -> list[tuple[int, int]]:

@@ -42,7 +42,7 @@ from repart.partitioning.splitting.base import (
 )
 from repart.partitioning.splitting.keytable import KeyTable, append, find_or_slot
 from repart.partitioning.splitting.ring import build_ring, walk
-from repart.partitioning.splitting.spacesaving import Summaries, decay, offer
+from repart.partitioning.splitting.spacesaving import Summaries, admit, bump, decay, locate
 
 # Defaults chosen by measurement (docs/DECISIONS.md, benchmarks/grouping_targets.py --tune-fish).
 EPOCH = 1000
@@ -177,7 +177,11 @@ def _fish_kernel(
             in_epoch[s] = 0
         k = key_hashes[i]
         now = arrived[0] / arrival_rate
-        offer(ss_keys, ss_counts, ss_errors, ss_sizes, ss_heap, ss_positions, ss_index, s, k)
+        e = locate(ss_keys, ss_index, s, k)
+        if e >= 0:
+            bump(ss_counts, ss_heap, ss_positions, ss_sizes, s, e)
+        else:
+            admit(ss_keys, ss_counts, ss_errors, ss_sizes, ss_heap, ss_positions, ss_index, s, k, -e - 1)
         totals[s] += 1.0
         in_epoch[s] += 1
         count = tail_choices

@@ -7,7 +7,7 @@ PKG on the source's local loads. Head keys get:
 
 * **D-Choices**: d candidates H_1(k) … H_d(k) — independent hash functions, collisions allowed, the
   model behind b_h in Appendix A — where d comes from FindOptimalChoices (Proposition IV.1) on the
-  source's summary; the least loaded candidate wins, ties to the earliest. d ≥ n means all n workers.
+  source's summary; the least loaded candidate wins, ties to the lowest worker id. d ≥ n means all n.
 * **W-Choices**: the least loaded of all n workers (ties to the lowest id).
 * **RR**: all n workers in turn, load-oblivious (per-source round robin).
 """
@@ -31,7 +31,10 @@ from repart.partitioning.splitting.base import (
 )
 from repart.partitioning.splitting.hashed import pkg_pair
 from repart.partitioning.splitting.hashes import choice
-from repart.partitioning.splitting.spacesaving import Summaries, offer
+from repart.partitioning.splitting.minload import add_tuple, full_sets, least_loaded, least_loaded_of, words
+from repart.partitioning.splitting.spacesaving import Summaries, admit, bump, locate
+
+I32Array = npt.NDArray[np.int32]
 
 D_CHOICES, W_CHOICES, ROUND_ROBIN = 0, 1, 2
 
@@ -87,18 +90,19 @@ def _head_frequencies(counts: FloatArray, size: int, threshold: float, seen: flo
 
 
 @numba.njit(cache=True)
-def _candidates(key: np.uint64, d: int, seeds: UIntArray, n: int, line: npt.NDArray[np.int32]) -> int:
-    """H_1(k) … H_d(k) without repeats, first occurrences in order, into ``line``; returns how many."""
+def _cache_candidates(
+    key: np.uint64, d: int, seeds: UIntArray, n: int, lines: I32Array, masks: UIntArray, s: int, line: int
+) -> int:
+    """H_1(k) … H_d(k) without repeats into ``lines[s, line]`` and their bitset; returns how many."""
+    for j in range(masks.shape[2]):
+        masks[s, line, j] = 0
     length = 0
     for j in range(d):
         w = choice(key, seeds[j], n)
-        repeat = False
-        for q in range(length):
-            if line[q] == w:
-                repeat = True
-                break
-        if not repeat:
-            line[length] = w
+        bit = np.uint64(1) << np.uint64(w & 63)
+        if masks[s, line, w >> 6] & bit == 0:
+            masks[s, line, w >> 6] |= bit
+            lines[s, line, length] = w
             length += 1
     return length
 
@@ -113,6 +117,8 @@ def _head_kernel(
     epsilon: float,
     recompute_every: int,
     loads: IntArray,
+    minimum: IntArray,
+    at_minimum: UIntArray,
     seeds: UIntArray,
     n: int,
     seen: IntArray,
@@ -130,21 +136,27 @@ def _head_kernel(
     line_owner: IntArray,
     line_d: IntArray,
     line_length: IntArray,
-    lines: npt.NDArray[np.int32],
+    lines: I32Array,
+    line_masks: UIntArray,
     clock: IntArray,
 ) -> None:
     for i in range(key_hashes.size):
         s = sources[i]
         k = key_hashes[i]
-        e, replaced = offer(ss_keys, ss_counts, ss_errors, ss_sizes, ss_heap, ss_positions, ss_index, s, k)
-        if replaced and line_of[s, e] >= 0:
-            line_owner[s, line_of[s, e]] = -1
-            line_of[s, e] = -1
+        e = locate(ss_keys, ss_index, s, k)
+        if e >= 0:
+            bump(ss_counts, ss_heap, ss_positions, ss_sizes, s, e)
+        else:
+            e = admit(ss_keys, ss_counts, ss_errors, ss_sizes, ss_heap, ss_positions, ss_index, s, k, -e - 1)
+            if e < 0:  # it replaced another key: that key's cached candidates are void
+                e = -e - 1
+                if line_of[s, e] >= 0:
+                    line_owner[s, line_of[s, e]] = -1
+                    line_of[s, e] = -1
         seen[s] += 1
-        row = loads[s]
         if ss_counts[s, e] < theta * seen[s]:
             first, second = pkg_pair(k, seeds, n)
-            w = second if row[second] < row[first] else first
+            w = second if loads[s, second] < loads[s, first] else first
         elif mode == ROUND_ROBIN:
             w = (s + turn[s]) % n
             turn[s] += 1
@@ -158,29 +170,27 @@ def _head_kernel(
                     computed_at[s] = seen[s]
                 d = d_of[s]
             if d >= n:
-                w = 0
-                for c in range(1, n):
-                    if row[c] < row[w]:
-                        w = c
+                w = least_loaded(at_minimum, s)
             else:
-                slot = line_of[s, e]
-                if slot < 0 or line_d[s, slot] != d:
-                    if slot < 0:
-                        slot = clock[s]
-                        clock[s] = (slot + 1) % line_owner.shape[1]
-                        if line_owner[s, slot] >= 0:
-                            line_of[s, line_owner[s, slot]] = -1
-                        line_owner[s, slot] = e
-                        line_of[s, e] = slot
-                    line_d[s, slot] = d
-                    line_length[s, slot] = _candidates(k, d, seeds, n, lines[s, slot])
-                cached = lines[s, slot]
-                w = cached[0]
-                for q in range(1, line_length[s, slot]):
-                    c = cached[q]
-                    if row[c] < row[w]:
-                        w = c
-        row[w] += 1
+                line = line_of[s, e]
+                if line < 0 or line_d[s, line] != d:
+                    if line < 0:
+                        line = clock[s]
+                        clock[s] = (line + 1) % line_owner.shape[1]
+                        if line_owner[s, line] >= 0:
+                            line_of[s, line_owner[s, line]] = -1
+                        line_owner[s, line] = e
+                        line_of[s, e] = line
+                    line_d[s, line] = d
+                    line_length[s, line] = _cache_candidates(k, d, seeds, n, lines, line_masks, s, line)
+                w = least_loaded_of(at_minimum, s, line_masks, line)
+                if w < 0:  # no candidate at the source's minimum: scan them
+                    w = lines[s, line, 0]
+                    for q in range(1, line_length[s, line]):
+                        c = lines[s, line, q]
+                        if loads[s, c] < loads[s, w] or (loads[s, c] == loads[s, w] and c < w):
+                            w = c
+        add_tuple(loads, minimum, at_minimum, s, w)
         out[i] = w
 
 
@@ -220,7 +230,10 @@ class _HeadGrouping(Grouping):
         self._line_d = np.zeros((self.sources, lines), dtype=np.int64)
         self._line_length = np.zeros((self.sources, lines), dtype=np.int64)
         self._lines = np.zeros((self.sources, lines, width), dtype=np.int32)
+        self._line_masks = np.zeros((self.sources, lines, words(width)), dtype=np.uint64)
         self._clock = np.zeros(self.sources, dtype=np.int64)
+        self._minimum = np.zeros(self.sources, dtype=np.int64)
+        self._at_minimum = full_sets(self.sources, self.workers)
 
     def _route(self, key_hashes: UIntArray, sources: IntArray, out: IntArray) -> None:
         ss = self._summaries
@@ -233,6 +246,8 @@ class _HeadGrouping(Grouping):
             self.epsilon,
             self.recompute_every,
             self._loads,
+            self._minimum,
+            self._at_minimum,
             self._seeds,
             self.workers,
             self._seen,
@@ -251,6 +266,7 @@ class _HeadGrouping(Grouping):
             self._line_d,
             self._line_length,
             self._lines,
+            self._line_masks,
             self._clock,
         )
 

@@ -1,6 +1,6 @@
 """SpaceSaving (Metwally et al.), one summary per source, as arrays a kernel can update in O(log C).
 
-A summary holds at most C (key, count, error) entries. Offering a tracked key adds 1 to its count; an
+A summary holds at most C (key, count, error) entries. A tuple of a tracked key adds 1 to its count; an
 untracked key fills a free entry with count 1, or, when the summary is full, *replaces* the entry with
 the smallest count: the new key takes count min + 1 and error min (the replacement rule that NOTES.md
 and FISH §4.1.1 describe). ``count`` overestimates a key's true count by at most ``error``, and the
@@ -9,6 +9,9 @@ counts always sum to the tuples offered.
 Ties between smallest counts go to the lowest entry number, so the evicted entry is a function of the
 stream alone: a binary min-heap ordered by (count, entry) finds it, and a linear-probing index maps
 keys to entries. Counts are float64 so that FISH can decay them (integers stay exact below 2^53).
+
+Kernels inline the hot path — :func:`locate` then :func:`bump` — and call :func:`admit` only for an
+untracked key: a single call doing all three returned a tuple per tuple and cost 5–10× more (measured).
 """
 
 from __future__ import annotations
@@ -64,42 +67,42 @@ class Summaries:
 
 
 @numba.njit(cache=True, inline="always")
-def _before(counts: FloatArray, a: int, b: int) -> bool:
-    return counts[a] < counts[b] or (counts[a] == counts[b] and a < b)
+def _before(counts: FloatArray, s: int, a: int, b: int) -> bool:
+    return counts[s, a] < counts[s, b] or (counts[s, a] == counts[s, b] and a < b)
 
 
 @numba.njit(cache=True)
-def _sift_up(heap: IntArray, positions: IntArray, counts: FloatArray, p: int) -> None:
-    e = heap[p]
+def _sift_up(heap: IntArray, positions: IntArray, counts: FloatArray, s: int, p: int) -> None:
+    e = heap[s, p]
     while p > 0:
         parent = (p - 1) >> 1
-        other = heap[parent]
-        if not _before(counts, e, other):
+        other = heap[s, parent]
+        if not _before(counts, s, e, other):
             break
-        heap[p] = other
-        positions[other] = p
+        heap[s, p] = other
+        positions[s, other] = p
         p = parent
-    heap[p] = e
-    positions[e] = p
+    heap[s, p] = e
+    positions[s, e] = p
 
 
 @numba.njit(cache=True)
-def _sift_down(heap: IntArray, positions: IntArray, counts: FloatArray, size: int, p: int) -> None:
-    e = heap[p]
+def _sift_down(heap: IntArray, positions: IntArray, counts: FloatArray, s: int, size: int, p: int) -> None:
+    e = heap[s, p]
     while True:
         child = 2 * p + 1
         if child >= size:
             break
         right = child + 1
-        if right < size and _before(counts, heap[right], heap[child]):
+        if right < size and _before(counts, s, heap[s, right], heap[s, child]):
             child = right
-        if not _before(counts, heap[child], e):
+        if not _before(counts, s, heap[s, child], e):
             break
-        heap[p] = heap[child]
-        positions[heap[p]] = p
+        heap[s, p] = heap[s, child]
+        positions[s, heap[s, p]] = p
         p = child
-    heap[p] = e
-    positions[e] = p
+    heap[s, p] = e
+    positions[s, e] = p
 
 
 @numba.njit(cache=True, inline="always")
@@ -108,25 +111,47 @@ def _home(key: np.uint64, mask: int) -> int:
 
 
 @numba.njit(cache=True)
-def _forget(index: IntArray, keys: UIntArray, key: np.uint64) -> None:
-    """Remove ``key`` from a linear-probing index by backward-shift deletion."""
-    mask = index.size - 1
+def _forget(index: IntArray, keys: UIntArray, s: int, key: np.uint64) -> None:
+    """Remove ``key`` from source ``s``'s linear-probing index by backward-shift deletion."""
+    mask = index.shape[1] - 1
     p = _home(key, mask)
-    while keys[index[p]] != key:
+    while keys[s, index[s, p]] != key:
         p = (p + 1) & mask
-    index[p] = -1
+    index[s, p] = -1
     q = (p + 1) & mask
-    while index[q] >= 0:
-        home = _home(keys[index[q]], mask)
+    while index[s, q] >= 0:
+        home = _home(keys[s, index[s, q]], mask)
         if ((q - home) & mask) >= ((q - p) & mask):
-            index[p] = index[q]
-            index[q] = -1
+            index[s, p] = index[s, q]
+            index[s, q] = -1
             p = q
         q = (q + 1) & mask
 
 
+@numba.njit(cache=True, inline="always")
+def locate(keys: UIntArray, index: IntArray, s: int, key: np.uint64) -> int:
+    """The entry of ``key`` in source ``s``'s summary (≥ 0), or −(p + 1) for the free index position p."""
+    mask = index.shape[1] - 1
+    p = _home(key, mask)
+    while index[s, p] >= 0:
+        e = index[s, p]
+        if keys[s, e] == key:
+            return int(e)
+        p = (p + 1) & mask
+    return -(p + 1)
+
+
+@numba.njit(cache=True, inline="always")
+def bump(counts: FloatArray, heap: IntArray, positions: IntArray, sizes: IntArray, s: int, e: int) -> None:
+    """One more tuple of a tracked entry (a heap leaf, where hot keys sit, needs no sifting)."""
+    counts[s, e] += 1.0
+    p = positions[s, e]
+    if 2 * p + 1 < sizes[s]:
+        _sift_down(heap, positions, counts, s, sizes[s], p)
+
+
 @numba.njit(cache=True)
-def offer(
+def admit(
     keys: UIntArray,
     counts: FloatArray,
     errors: FloatArray,
@@ -136,41 +161,36 @@ def offer(
     index: IntArray,
     s: int,
     key: np.uint64,
-) -> tuple[int, bool]:
-    """Offer one tuple of ``key`` to source ``s``'s summary; returns (its entry, whether it replaced one)."""
-    row_keys, row_counts, row_index = keys[s], counts[s], index[s]
-    mask = row_index.size - 1
-    p = _home(key, mask)
-    while row_index[p] >= 0:
-        e = row_index[p]
-        if row_keys[e] == key:
-            row_counts[e] += 1.0
-            _sift_down(heap[s], positions[s], row_counts, sizes[s], positions[s, e])
-            return e, False
-        p = (p + 1) & mask
-    capacity = row_keys.size
+    position: int,
+) -> int:
+    """Start tracking an untracked ``key`` (``position`` from :func:`locate`).
+
+    Returns its entry, or −(entry + 1) when it replaced the entry with the smallest count.
+    """
+    capacity = keys.shape[1]
     if sizes[s] < capacity:
         e = sizes[s]
         sizes[s] = e + 1
-        row_keys[e] = key
-        row_counts[e] = 1.0
+        keys[s, e] = key
+        counts[s, e] = 1.0
         errors[s, e] = 0.0
-        row_index[p] = e
+        index[s, position] = e
         heap[s, e] = e
         positions[s, e] = e
-        _sift_up(heap[s], positions[s], row_counts, e)
-        return e, False
+        _sift_up(heap, positions, counts, s, e)
+        return int(e)
     e = heap[s, 0]
-    _forget(row_index, row_keys, row_keys[e])
+    _forget(index, keys, s, keys[s, e])
+    mask = index.shape[1] - 1
     p = _home(key, mask)
-    while row_index[p] >= 0:
+    while index[s, p] >= 0:
         p = (p + 1) & mask
-    row_index[p] = e
-    row_keys[e] = key
-    errors[s, e] = row_counts[e]
-    row_counts[e] += 1.0
-    _sift_down(heap[s], positions[s], row_counts, capacity, 0)
-    return e, True
+    index[s, p] = e
+    keys[s, e] = key
+    errors[s, e] = counts[s, e]
+    counts[s, e] += 1.0
+    _sift_down(heap, positions, counts, s, capacity, 0)
+    return int(-(e + 1))
 
 
 @numba.njit(cache=True)
@@ -192,4 +212,4 @@ def decay(
         heap[s, e] = e
         positions[s, e] = e
     for p in range(size // 2 - 1, -1, -1):
-        _sift_down(heap[s], positions[s], counts[s], size, p)
+        _sift_down(heap, positions, counts, s, size, p)

@@ -1,0 +1,333 @@
+"""The stream-grouping experiment: every scheme of the PKG family on one synthetic or real workload.
+
+For each run r (stream and grouping seed = ``seed`` + r) and each Zipf skew z (only the ``zipf`` and
+``drift`` workloads have one; the others give a single record with z = None), one stream of m tuples is
+generated; then for each worker count n and each scheme a fresh grouping routes the whole stream, in
+chunks of :data:`CHUNK` tuples (``route`` keeps its per-source state across calls), and the routed
+stream is scored with :func:`repart.partitioning.splitting.metrics.evaluate`: imbalance, memory cost,
+load spread, a queueing model's latency and the saturation throughput.
+
+Worker i serves at rate μ_i (``rates``, repeated cyclically to length n; all 1 by default) and tuples
+arrive at λ = ``utilization`` · Σμ. FISH is told μ and λ; Off-Greedy is told the whole stream's key
+counts (it is the offline reference). ``seconds`` is the time ``route`` took, nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from repart.partitioning.splitting import SCHEMES, Grouping, make_grouping
+from repart.partitioning.splitting.metrics import evaluate
+from repart.sim.streams import SOURCE_MODES, WORKLOADS, KeyStream, english_vocabulary_size, make_stream
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+IntArray = npt.NDArray[np.int64]
+UIntArray = npt.NDArray[np.uint64]
+FloatArray = npt.NDArray[np.float64]
+GroupingRecord = dict[str, Any]
+
+CHUNK = 1_000_000  # tuples handed to ``route`` at a time
+WARM_UP = 1_000  # tuples routed, unmeasured, before a scheme's first measurement (see warm_up)
+Z_WORKLOADS = ("zipf", "drift")  # the workloads that take a Zipf skew z
+DEFAULT_WORKERS = (5, 10, 50, 100)
+RECORD_FIELDS = (
+    "scheme",
+    "workload",
+    "z",
+    "n",
+    "sources",
+    "messages",
+    "imbalance",
+    "imbalance_avg",
+    "memory",
+    "load_std",
+    "head_size",
+    "d",
+    "latency_mean",
+    "latency_p99",
+    "saturation",
+    "seconds",
+)
+# Fields that identify a record; every other field is a measurement, averaged over the runs.
+KEY_FIELDS = ("scheme", "workload", "z", "n", "sources", "messages")
+COUNT_FIELDS = ("head_size", "d")  # integers for one run, averages (floats) for several
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
+
+
+def _as_tuple(value: object, name: str) -> tuple[Any, ...]:
+    if isinstance(value, str) or not isinstance(value, tuple | list):
+        raise ValueError(f"{name} must be a tuple, got {value!r}")
+    if not value:
+        raise ValueError(f"{name} must not be empty")
+    return tuple(dict.fromkeys(value))  # drop repeats, keep the order
+
+
+@dataclass(frozen=True)
+class GroupingConfig:
+    """Parameters of ``repart simulate-grouping``; every field is checked on construction.
+
+    ``zipf`` lists the z values (used by the zipf and drift workloads only); ``rates`` are the worker
+    speeds μ (None: all 1), repeated cyclically to length n; λ = ``utilization`` · Σμ. ``skew`` is the
+    DKG workload's top-key share; ``exact`` makes the zipf workload exact-count-then-shuffle.
+    """
+
+    schemes: tuple[str, ...] = SCHEMES
+    workers: tuple[int, ...] = DEFAULT_WORKERS
+    sources: int = 5
+    workload: str = "zipf"
+    zipf: tuple[float, ...] = (1.0,)
+    keys: int = 100_000
+    messages: int = 1_000_000
+    skew: float = 0.5
+    seed: int = 1
+    runs: int = 1
+    rates: tuple[float, ...] | None = None
+    utilization: float = 0.9
+    source_mode: str = "round_robin"
+    exact: bool = False
+
+    def __post_init__(self) -> None:
+        schemes = _as_tuple(self.schemes, "schemes")
+        unknown = [s for s in schemes if s not in SCHEMES]
+        if unknown:
+            raise ValueError(
+                f"schemes must come from {', '.join(SCHEMES)}; unknown: {', '.join(map(str, unknown))}"
+            )
+        workers = _as_tuple(self.workers, "workers (n)")
+        if not all(_is_int(n) and n >= 1 for n in workers):
+            raise ValueError(f"workers (n) must be integers >= 1, got {', '.join(map(str, workers))}")
+        if not _is_int(self.sources) or self.sources < 1:
+            raise ValueError(f"sources (S) must be an integer >= 1, got {self.sources!r}")
+        if self.workload not in WORKLOADS:
+            raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}, got {self.workload!r}")
+        zipf = _as_tuple(self.zipf, "zipf (z)")
+        if not all(_is_real(z) and math.isfinite(z) and z >= 0 for z in zipf):
+            raise ValueError(f"zipf (z) values must be finite numbers >= 0, got {', '.join(map(str, zipf))}")
+        least_keys = 2 if self.workload == "dkg" else 1
+        if not _is_int(self.keys) or self.keys < least_keys:
+            raise ValueError(
+                f"keys (K) must be an integer >= {least_keys} for {self.workload}, got {self.keys!r}"
+            )
+        if self.workload == "words" and self.keys > english_vocabulary_size():
+            raise ValueError(
+                f"keys (K) must be at most {english_vocabulary_size()} for words, got {self.keys!r}"
+            )
+        if not _is_int(self.messages) or self.messages < 1:
+            raise ValueError(f"messages (m) must be an integer >= 1, got {self.messages!r}")
+        if not _is_real(self.skew) or not 0 < self.skew < 1:  # also rejects NaN
+            raise ValueError(f"skew (DKG's top-key share) must be in (0, 1), got {self.skew!r}")
+        if not _is_int(self.seed) or self.seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
+        if not _is_int(self.runs) or self.runs < 1:
+            raise ValueError(f"runs must be an integer >= 1, got {self.runs!r}")
+        rates = None
+        if self.rates is not None:
+            if isinstance(self.rates, str) or not isinstance(self.rates, tuple | list) or not self.rates:
+                raise ValueError(f"rates (worker speeds μ) must be a non-empty tuple, got {self.rates!r}")
+            if not all(_is_real(r) and math.isfinite(r) and r > 0 for r in self.rates):
+                given = ", ".join(map(str, self.rates))
+                raise ValueError(f"rates (worker speeds μ) must be finite numbers > 0, got {given}")
+            rates = tuple(float(r) for r in self.rates)
+        if not _is_real(self.utilization) or not (math.isfinite(self.utilization) and self.utilization > 0):
+            raise ValueError(f"utilization (λ / Σμ) must be a finite number > 0, got {self.utilization!r}")
+        if self.source_mode not in SOURCE_MODES:
+            raise ValueError(
+                f"source_mode must be one of {', '.join(SOURCE_MODES)}, got {self.source_mode!r}"
+            )
+        if not isinstance(self.exact, bool | np.bool_):
+            raise ValueError(f"exact must be a bool, got {self.exact!r}")
+        object.__setattr__(self, "schemes", tuple(str(s) for s in schemes))
+        object.__setattr__(self, "workers", tuple(int(n) for n in workers))
+        object.__setattr__(self, "zipf", tuple(float(z) for z in zipf))
+        object.__setattr__(self, "rates", rates)
+
+    def z_values(self) -> tuple[float | None, ...]:
+        """The z of each stream: ``zipf`` for the zipf and drift workloads, a single None otherwise."""
+        return self.zipf if self.workload in Z_WORKLOADS else (None,)
+
+    def worker_rates(self, n: int) -> FloatArray:
+        """μ of the n workers: ``rates`` repeated cyclically to length n (all 1.0 when not given)."""
+        pattern = np.ones(1) if self.rates is None else np.asarray(self.rates, dtype=np.float64)
+        return np.resize(pattern, n).astype(np.float64)
+
+    def arrival_rate(self, n: int) -> float:
+        """λ = utilization · Σμ over the n workers."""
+        return float(self.utilization * self.worker_rates(n).sum())
+
+    def stream(self, z: float | None, run: int) -> KeyStream:
+        """The tuple stream of run ``run`` (seed + run) at skew z (None: the workload has no z)."""
+        return make_stream(
+            self.workload,
+            messages=self.messages,
+            sources=self.sources,
+            seed=self.seed + run,
+            z=1.0 if z is None else z,
+            keys=self.keys,
+            skew=self.skew,
+            exact=self.exact,
+            source_mode=self.source_mode,
+        )
+
+
+def steps(config: GroupingConfig) -> int:
+    """Progress units of :func:`run_grouping_experiment`: one per (run, z, n, scheme)."""
+    return config.runs * len(config.z_values()) * len(config.workers) * len(config.schemes)
+
+
+def stream_frequencies(stream: KeyStream) -> tuple[UIntArray, IntArray]:
+    """The distinct hashes of the keys that occur in ``stream`` and their tuple counts (for Off-Greedy)."""
+    hashes = np.zeros(stream.distinct, dtype=np.uint64)
+    hashes[stream.key_ids] = stream.key_hashes
+    counts = stream.counts
+    present = counts > 0
+    return hashes[present], counts[present]
+
+
+def build_grouping(scheme: str, n: int, stream: KeyStream, config: GroupingConfig, seed: int) -> Grouping:
+    """A fresh grouping of ``scheme`` for n workers: Off-Greedy sees the stream, FISH the rates and λ."""
+    params: dict[str, Any] = {}
+    if scheme == "off-greedy":
+        key_hashes, counts = stream_frequencies(stream)
+        params = {"key_hashes": key_hashes, "counts": counts}
+    elif scheme == "fish":
+        params = {"rates": config.worker_rates(n), "arrival_rate": config.arrival_rate(n)}
+    return make_grouping(scheme, n, stream.sources_count, seed=seed, **params)
+
+
+def route_stream(grouping: Grouping, stream: KeyStream, chunk: int = CHUNK) -> tuple[IntArray, float]:
+    """The worker of every tuple, routed ``chunk`` tuples at a time, and the seconds ``route`` took."""
+    if not _is_int(chunk) or chunk < 1:
+        raise ValueError(f"chunk must be an integer >= 1, got {chunk!r}")
+    workers = np.empty(stream.messages, dtype=np.int64)
+    seconds = 0.0
+    for start in range(0, stream.messages, chunk):
+        stop = min(start + chunk, stream.messages)
+        hashes, sources = stream.key_hashes[start:stop], stream.sources[start:stop]
+        began = time.perf_counter()
+        routed = grouping.route(hashes, sources)
+        seconds += time.perf_counter() - began
+        workers[start:stop] = routed
+    return workers, seconds
+
+
+def warm_up(scheme: str, n: int, stream: KeyStream, config: GroupingConfig) -> None:
+    """Route the first :data:`WARM_UP` tuples with a throwaway grouping of ``scheme``.
+
+    This loads (or compiles) the scheme's numba kernels, so that the first measured ``seconds`` of a
+    scheme is routing time like every other, not the kernel's loading time.
+    """
+    size = min(WARM_UP, stream.messages)
+    prefix = KeyStream(
+        workload=stream.workload,
+        key_ids=stream.key_ids[:size],
+        key_hashes=stream.key_hashes[:size],
+        sources=stream.sources[:size],
+        distinct=stream.distinct,
+        sources_count=stream.sources_count,
+    )
+    route_stream(build_grouping(scheme, n, prefix, config, config.seed), prefix)
+
+
+def measure(
+    scheme: str, n: int, z: float | None, stream: KeyStream, config: GroupingConfig, seed: int
+) -> GroupingRecord:
+    """One record: build the grouping, route the stream, evaluate (fields in :data:`RECORD_FIELDS` order)."""
+    grouping = build_grouping(scheme, n, stream, config, seed)
+    workers, seconds = route_stream(grouping, stream)
+    metrics = evaluate(
+        stream.key_ids, workers, n, stream.distinct, config.worker_rates(n), config.arrival_rate(n)
+    )
+    values = {f.name: getattr(metrics, f.name) for f in fields(metrics)}
+    record: GroupingRecord = {
+        "scheme": scheme,
+        "workload": config.workload,
+        "z": z,
+        "n": n,
+        "sources": config.sources,
+        "messages": stream.messages,
+        **{k: float(v) for k, v in values.items()},
+        "head_size": int(grouping.head_size()),
+        "d": int(grouping.max_choices()),
+        "seconds": seconds,
+    }
+    return {name: record[name] for name in RECORD_FIELDS}
+
+
+def run_grouping_experiment(config: GroupingConfig, progress: Progress | None = None) -> list[GroupingRecord]:
+    """One record per (z, n, scheme), averaged over ``config.runs`` runs; see the module docstring.
+
+    With a ``rich.progress.Progress``, one task of :func:`steps` units advances per (run, z, n, scheme).
+    """
+    task = None if progress is None else progress.add_task("simulate-grouping", total=steps(config))
+    warm: set[str] = set()
+    per_run: list[list[GroupingRecord]] = []
+    for run in range(config.runs):
+        seed = config.seed + run
+        records: list[GroupingRecord] = []
+        for z in config.z_values():
+            stream = config.stream(z, run)
+            for n in config.workers:
+                for scheme in config.schemes:
+                    if scheme not in warm:
+                        warm_up(scheme, n, stream, config)
+                        warm.add(scheme)
+                    records.append(measure(scheme, n, z, stream, config, seed))
+                    if progress is not None and task is not None:
+                        progress.advance(task)
+            del stream
+        per_run.append(records)
+    if config.runs == 1:
+        return per_run[0]
+    return [_average(group) for group in zip(*per_run, strict=True)]
+
+
+def _average(group: tuple[GroupingRecord, ...]) -> GroupingRecord:
+    """The mean of every measurement over the runs (records of one (z, n, scheme), in run order)."""
+    first = group[0]
+    averaged: GroupingRecord = {}
+    for name in RECORD_FIELDS:
+        if name in KEY_FIELDS:
+            averaged[name] = first[name]
+        else:
+            averaged[name] = float(np.mean([float(record[name]) for record in group]))
+    return averaged
+
+
+def select(records: list[GroupingRecord], **where: object) -> list[GroupingRecord]:
+    """Records whose fields equal the given values, in n order."""
+    chosen = [r for r in records if all(r[k] == v for k, v in where.items())]
+    return sorted(chosen, key=lambda r: int(r["n"]))
+
+
+__all__ = [
+    "CHUNK",
+    "DEFAULT_WORKERS",
+    "RECORD_FIELDS",
+    "WARM_UP",
+    "Z_WORKLOADS",
+    "GroupingConfig",
+    "GroupingRecord",
+    "build_grouping",
+    "measure",
+    "route_stream",
+    "run_grouping_experiment",
+    "select",
+    "steps",
+    "stream_frequencies",
+    "warm_up",
+]
