@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit clean
+.PHONY: demo test lint typecheck unit clean clean-kernels
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,5 +28,10 @@ unit: $(STAMP)
 
 test: lint typecheck unit
 
-clean:
+# numba keys a kernel's on-disk cache by its own file only: after editing a module whose functions
+# kernels inline (splitting/hashes.py, spacesaving.py, minload.py, …) drop the caches.
+clean-kernels:
+	find src -name '*.nbi' -delete -o -name '*.nbc' -delete
+
+clean: clean-kernels
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -25,7 +25,7 @@ def seeds(seed: int, count: int) -> list[int]:
 
 
 def h(key: int, seed_j: int, n: int) -> int:
-    return mix64(key ^ seed_j) % n
+    return ((mix64(key ^ seed_j) >> 32) * n) >> 32
 
 
 def pkg_pair(key: int, sd: list[int], n: int) -> tuple[int, int]:
@@ -314,49 +314,69 @@ class FISH(Reference):
 
 
 class DKG(Reference):
+    """Dynamic Key Grouping as §4 and Algorithms 1–6 describe it, one dict of key items per source."""
+
     def __init__(
-        self, n: int, sources: int, seed: int, *, expected_keys: int, cycle: int, old_every: int, warmup: int
+        self,
+        n: int,
+        sources: int,
+        seed: int,
+        *,
+        expected_keys: int,
+        cycle: int,
+        old_every: int,
+        warmup: int,
+        check_interval: int | None = None,
     ) -> None:
         super().__init__(n, sources, seed)
         self.cycle, self.old_every, self.warmup = cycle, old_every, warmup
+        self.check_interval = old_every * cycle if check_interval is None else check_interval
         self.old_cap, self.teen_cap = max(1, expected_keys // 10), max(1, 4 * expected_keys // 10)
+        self.baby_cap = max(1, expected_keys // 2)
         self.T = 100 / n + math.sqrt(100 / n)
-        self.items: list[dict[int, list[int]]] = [{} for _ in range(sources)]  # key -> [count, space, width]
+        # key -> [count, space (0 baby, 1 teenage, 2 old), last check]; widths live apart from items
+        self.items: list[dict[int, list[int]]] = [{} for _ in range(sources)]
+        self.width: list[dict[int, int]] = [{} for _ in range(sources)]
         self.seen = [0] * sources
 
     def pct(self, s: int, m: int, sent: int) -> float:
         return 100.0 * self.loads[s][m] / sent if sent > 0 else 0.0
 
-    def choose(self, s: int, k: int, item: list[int], sent: int) -> int:
+    def under(self, s: int, m: int, sent: int) -> bool:
+        """Load percentage below L_s, as 100·L < L_s·sent (the kernels' division-free form)."""
+        return sent == 0 or 100.0 * self.loads[s][m] < self.T * sent
+
+    def choose(self, s: int, k: int, item: list[int], sent: int, may_scale: bool) -> int:
         home = h(k, self.sd[0], self.n)
-        while True:
-            lowest, best, below = math.inf, -1, 0
-            for j in range(item[2]):
-                m = (home + j) % self.n
-                load = self.pct(s, m, sent)
-                if load < self.T:
-                    below += 1
-                if load < lowest:
-                    lowest, best = load, m
-            if self.seen[s] > self.warmup and lowest >= self.T and item[1] == 2:
-                extra = (home + item[2]) % self.n
-                if self.pct(s, extra, sent) < lowest:
-                    best = extra
-                    item[2] += 1
-                return best
-            if item[2] > 2 and below >= 2:
-                item[2] -= 1
-                continue
+        width = self.width[s].get(k, min(2, self.n))
+        lowest, best, below = math.inf, -1, 0
+        for j in range(width):
+            m = (home + j) % self.n
+            load = self.pct(s, m, sent)
+            if self.under(s, m, sent):
+                below += 1
+            if load < lowest:
+                lowest, best = load, m
+        if not may_scale:
             return best
+        if self.seen[s] > self.warmup and not self.under(s, best, sent) and item[1] == 2:
+            extra = (home + width) % self.n
+            if self.pct(s, extra, sent) < lowest:
+                best = extra
+                self.width[s][k] = width + 1
+            return best
+        if width > 2 and below >= 2:
+            self.width[s][k] = width - 1
+            return self.choose(s, k, item, sent, False)
+        return best
+
+    def ordered(self, s: int, space: int) -> list[int]:
+        items = self.items[s]
+        return sorted((k for k, it in items.items() if it[1] == space), key=lambda k: (-items[k][0], k))
 
     def promote(self, s: int, lower: int, upper: int, cap: int) -> None:
         items = self.items[s]
-
-        def ordered(space: int) -> list[int]:
-            keys = [k for k, it in items.items() if it[1] == space]
-            return sorted(keys, key=lambda k: (-items[k][0], k))
-
-        source, dest = ordered(lower), ordered(upper)[:cap]
+        source, dest = self.ordered(s, lower), self.ordered(s, upper)[:cap]
         dest += [None] * (cap - len(dest))  # type: ignore[list-item]
         j = cap - 1
         for fi in source:
@@ -372,23 +392,24 @@ class DKG(Reference):
             j -= 1
 
     def one(self, k: int, s: int) -> int:
-        item = self.items[s].setdefault(k, [0, 0, min(2, self.n)])
+        item = self.items[s].setdefault(k, [0, 0, -1])
         item[0] += 1
         sent = self.seen[s]
         self.seen[s] += 1
-        w = self.choose(s, k, item, sent)
-        if self.seen[s] % self.cycle == 0:
-            self._pending = s
-        return w
+        due = item[2] == -1 or self.seen[s] - item[2] > self.check_interval
+        if due:
+            item[2] = self.seen[s]
+        return self.choose(s, k, item, sent, due)
 
     def route(self, keys: list[int], sources: list[int]) -> list[int]:
         out = []
         for k, s in zip(keys, sources, strict=True):
-            self._pending = -1
             w = self.one(k, s)
             self.loads[s][w] += 1
             out.append(w)
-            if self._pending >= 0:
+            if self.seen[s] % self.cycle == 0:
+                for key in self.ordered(s, 0)[self.baby_cap :]:  # Algorithm 1: truncate Baby
+                    del self.items[s][key]
                 self.promote(s, 0, 1, self.teen_cap)
                 if (self.seen[s] // self.cycle) % self.old_every == 0:
                     self.promote(s, 1, 2, self.old_cap)

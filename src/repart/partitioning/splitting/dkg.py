@@ -1,23 +1,29 @@
 """Dynamic Key Grouping (Dalabasmaz & Can): key spaces, contiguous candidates, L_s thresholds.
 
-Each source keeps a *key item* per key (occurrences, its width w) in one of three key spaces (§4.1.2):
-Old (10 % of the expected key count E), Teenage (40 %) and Baby (unbounded); new keys enter Baby.
-Every promotion cycle (the paper's 15 s) Baby's most frequent items are promoted into Teenage, and every
-fourth cycle (60 s) Teenage's into Old (Algorithms 1–3: the source's items in decreasing occurrence are
-swapped with the destination's in increasing occurrence while the source's are at least as frequent;
-ties in occurrence go to the smaller key hash). Counts never decay.
+Each source keeps a *key item* per key (§4.1.1: occurrences, the last time scaling was checked for
+it, its width w) in one of three key spaces (§4.1.2): Old (10 % of the expected key count E), Teenage
+(40 %) and Baby; new keys enter Baby. Every promotion cycle (the paper's 15 s) Baby is sorted and
+truncated to its 50 %·E most frequent items — the others are forgotten, to re-enter Baby with a fresh
+count, "discarding quite new items" (Algorithm 1) — and its best are promoted into Teenage; every
+fourth cycle (60 s) Teenage's into Old (Algorithms 1–3: the lower space's items in decreasing
+occurrence are swapped with the upper's in increasing occurrence while the lower's are at least as
+frequent; ties in occurrence go to the smaller key hash). Counts never decay. A key's width outlives
+its key item, as the authors' code keeps widths in a map of their own.
 
 A key's candidates are contiguous (§4.4): home = H_1(k) mod n, then home + 1, … (mod n), w of them,
 w = 2 at first. ``chooseBestTask`` (Algorithm 4) picks the candidate with the least local load, as a
 percentage of what the source has sent (ties to the earliest), and counts the candidates below the
-threshold L_s = L_i + √L_i, L_i = 100/n (Eq. 3–4). It scales out (Algorithm 5) when the source is past
-its warm-up, the key is in Old and the least loaded candidate is at or above L_s: the next worker
-home + w becomes a candidate if it is lighter (and is chosen). Otherwise it scales down (Algorithm 6)
-when w > 2 and at least two candidates are below L_s, and chooses again.
+threshold L_s = L_i + √L_i, L_i = 100/n (Eq. 3–4). Scaling is considered at most once per
+``check_interval`` for each key item (the item's "last time Scale Out is checked", §4.1.1; 60 s in the
+authors' code), and a check allows one step. It scales out (Algorithm 5) when the source is past its
+warm-up, the key is in Old and the least loaded candidate is at or above L_s: the next worker home + w
+becomes a candidate if it is lighter (and is chosen). Otherwise it scales down (Algorithm 6) when
+w > 2 and at least two candidates are below L_s, and chooses again among the narrower range.
 
-Time-based periods become tuple counts per source (``cycle`` tuples per promotion cycle, ``warmup``
-tuples of cold start), since the simulator has no clock: at r tuples per second per source, the
-paper's 15 s are 15·r tuples.
+Time-based periods become tuple counts per source, since the simulator has no clock: at r tuples per
+second per source the paper's 15 s are 15·r tuples. The default r ≈ 1,333/s (a 20,000-tuple cycle)
+lies within the throughputs the paper measured on its 5-spout topology (2,739–9,511 records/s in all,
+Table 3, so 550–1,900 per source).
 """
 
 from __future__ import annotations
@@ -31,12 +37,14 @@ from repart.partitioning.splitting.base import Grouping, IntArray, UIntArray, ch
 from repart.partitioning.splitting.hashes import choice
 from repart.partitioning.splitting.keytable import KeyTable, append, find_or_slot
 
-BABY, TEENAGE, OLD = 0, 1, 2
+FORGOTTEN, BABY, TEENAGE, OLD = -1, 0, 1, 2
 _RUNNING, _GROW, _PROMOTE = 0, 1, 2
+NEVER = -1  # a key item not yet checked for scaling
 
-# Defaults (docs/DECISIONS.md): the paper's E = 100 expected keys, cycles of 10,000 tuples per source.
+# Defaults (docs/DECISIONS.md): the paper's E = 100 expected keys; a 15 s cycle of 20,000 tuples per
+# source; Teenage → Old and each key's scaling check every 4 cycles (60 s).
 EXPECTED_KEYS = 100
-CYCLE = 10_000
+CYCLE = 20_000
 OLD_EVERY = 4
 
 
@@ -48,41 +56,49 @@ def scale_threshold(n: int) -> float:
 
 @numba.njit(cache=True)
 def choose_best_task(
-    row: IntArray,
+    loads: IntArray,
+    s: int,
     sent: int,
     home: int,
     width: IntArray,
     e: int,
+    may_scale: bool,
     in_old: bool,
     warm: bool,
     threshold: float,
     n: int,
 ) -> int:
-    """Algorithm 4 (with 5 and 6) for one tuple; may change ``width[e]``; returns the worker."""
-    while True:
-        count = width[e]
-        lowest = np.inf
-        best = -1
-        below = 0
-        for j in range(count):
-            m = (home + j) % n
-            load = 100.0 * row[m] / sent if sent > 0 else 0.0
-            if load < threshold:
-                below += 1
-            if load < lowest:
-                lowest = load
-                best = m
-        if warm and lowest >= threshold and in_old:
-            extra = (home + count) % n
-            load = 100.0 * row[extra] / sent if sent > 0 else 0.0
-            if load < lowest:
-                best = extra
-                width[e] = count + 1
-            return best
-        if count > 2 and below >= 2:
-            width[e] = count - 1
-            continue
+    """Algorithm 4 (with 5 and 6) for one tuple of source ``s``; may change ``width[e]`` by one.
+
+    Loads are the source's percentages 100·L_i/sent; comparing them needs no division: a candidate
+    is lighter when its count is, and below L_s when 100·L_i < L_s·sent (every load is 0 % before
+    the source has sent anything). ``may_scale`` says whether the key item's check is due.
+    """
+    count = width[e]
+    best = home
+    below = 0
+    for j in range(count):
+        m = (home + j) % n
+        if sent == 0 or 100.0 * loads[s, m] < threshold * sent:
+            below += 1
+        if loads[s, m] < loads[s, best]:
+            best = m
+    if not may_scale:
         return best
+    if warm and in_old and not (sent == 0 or 100.0 * loads[s, best] < threshold * sent):
+        extra = (home + count) % n
+        if loads[s, extra] < loads[s, best]:
+            best = extra
+            width[e] = count + 1
+        return best
+    if count > 2 and below >= 2:
+        width[e] = count - 1  # and choose again, with the check spent: among the narrower range
+        best = home
+        for j in range(1, count - 1):
+            m = (home + j) % n
+            if loads[s, m] < loads[s, best]:
+                best = m
+    return best
 
 
 @numba.njit(cache=True)
@@ -96,6 +112,7 @@ def _dkg_kernel(
     threshold: float,
     warmup: int,
     cycle: int,
+    check_interval: int,
     loads: IntArray,
     seen: IntArray,
     seeds: UIntArray,
@@ -106,6 +123,7 @@ def _dkg_kernel(
     counts: IntArray,
     space: IntArray,
     width: IntArray,
+    checked: IntArray,
 ) -> int:
     """Route from ``start``; stops to let the caller grow the table or run a promotion cycle."""
     for i in range(start, key_hashes.size):
@@ -118,13 +136,21 @@ def _dkg_kernel(
                 return i
             e = append(index, keys, owners, size, -e - 1, k, s)
             counts[e] = 0
-            space[e] = BABY
+            space[e] = FORGOTTEN
             width[e] = min(2, n)
+        if space[e] == FORGOTTEN:  # a new key item (its width, if any, survives)
+            space[e] = BABY
+            checked[e] = NEVER
         counts[e] += 1
         sent = seen[s]
         seen[s] = sent + 1
+        due = checked[e] == NEVER or seen[s] - checked[e] > check_interval
+        if due:
+            checked[e] = seen[s]
         home = choice(k, seeds[0], n)
-        w = choose_best_task(loads[s], sent, home, width, e, space[e] == OLD, seen[s] > warmup, threshold, n)
+        w = choose_best_task(
+            loads, s, sent, home, width, e, due, space[e] == OLD, seen[s] > warmup, threshold, n
+        )
         loads[s, w] += 1
         out[i] = w
         if seen[s] % cycle == 0:
@@ -149,6 +175,7 @@ class DynamicKeyGrouping(Grouping):
         cycle: int = CYCLE,
         old_every: int = OLD_EVERY,
         warmup: int | None = None,
+        check_interval: int | None = None,
         seed: int = 0,
     ) -> None:
         super().__init__(workers, sources, seed=seed)
@@ -156,13 +183,24 @@ class DynamicKeyGrouping(Grouping):
         self.cycle = check_count("cycle", cycle)
         self.old_every = check_count("old_every", old_every)
         self.warmup = self.cycle if warmup is None else check_count("warmup", warmup, minimum=0)
+        self.check_interval = (
+            self.old_every * self.cycle
+            if check_interval is None
+            else check_count("check_interval", check_interval, minimum=0)
+        )
         self.old_capacity = max(1, self.expected_keys // 10)
         self.teenage_capacity = max(1, (4 * self.expected_keys) // 10)
+        self.baby_capacity = max(1, self.expected_keys // 2)
         self.threshold = scale_threshold(self.workers)
         self._seen = np.zeros(self.sources, dtype=np.int64)
         self._status = np.zeros(2, dtype=np.int64)
         self._table = KeyTable(
-            {"count": ((), np.int64, 0), "space": ((), np.int64, BABY), "width": ((), np.int64, 2)}
+            {
+                "count": ((), np.int64, 0),
+                "space": ((), np.int64, FORGOTTEN),
+                "width": ((), np.int64, 2),
+                "checked": ((), np.int64, NEVER),
+            }
         )
 
     def _route(self, key_hashes: UIntArray, sources: IntArray, out: IntArray) -> None:
@@ -179,6 +217,7 @@ class DynamicKeyGrouping(Grouping):
                 self.threshold,
                 self.warmup,
                 self.cycle,
+                self.check_interval,
                 self._loads,
                 self._seen,
                 self._seeds,
@@ -189,6 +228,7 @@ class DynamicKeyGrouping(Grouping):
                 t.columns["count"],
                 t.columns["space"],
                 t.columns["width"],
+                t.columns["checked"],
             )
             if self._status[0] == _GROW:
                 t.grow()
@@ -198,10 +238,24 @@ class DynamicKeyGrouping(Grouping):
                 return
 
     def _promote(self, source: int) -> None:
-        """One promotion cycle of ``source``: Baby → Teenage, and every ``old_every``-th Teenage → Old."""
+        """One promotion cycle of ``source`` (Algorithm 1, then 2 every ``old_every``-th cycle)."""
+        self._truncate_baby(source)
         self._promote_space(source, BABY, TEENAGE, self.teenage_capacity)
         if (self._seen[source] // self.cycle) % self.old_every == 0:
             self._promote_space(source, TEENAGE, OLD, self.old_capacity)
+
+    def _truncate_baby(self, source: int) -> None:
+        """Forget all but Baby's 50 %·E most frequent items (their counts; widths stay)."""
+        t = self._table
+        entries = t.entries(source)
+        baby = entries[t.columns["space"][entries] == BABY]
+        if baby.size <= self.baby_capacity:
+            return
+        kept = _by_occurrence(baby, t.columns["count"], t.keys, limit=self.baby_capacity)
+        dropped = np.setdiff1d(baby, kept)
+        t.columns["space"][dropped] = FORGOTTEN
+        t.columns["count"][dropped] = 0
+        t.columns["checked"][dropped] = NEVER
 
     def _promote_space(self, source: int, lower: int, upper: int, capacity: int) -> None:
         """Algorithm 3, promoteToNextSpace: swap while the lower space's best is ≥ the upper's worst."""

@@ -44,6 +44,8 @@ from repart.partitioning.splitting.keytable import KeyTable, append, find_or_slo
 from repart.partitioning.splitting.ring import build_ring, walk
 from repart.partitioning.splitting.spacesaving import Summaries, admit, bump, decay, locate
 
+I32Array = npt.NDArray[np.int32]
+
 # Defaults chosen by measurement (docs/DECISIONS.md, benchmarks/grouping_targets.py --tune-fish).
 EPOCH = 1000
 DECAY = 0.5
@@ -54,13 +56,16 @@ CAPACITY_FACTOR = 10
 
 
 @numba.njit(cache=True)
-def waiting_choice(candidates: npt.NDArray[np.int32], length: int, finish: FloatArray, now: float) -> int:
-    """The candidate with the least estimated wait max(0, F_i − now); ties to the earliest."""
-    best = candidates[0]
-    best_wait = max(0.0, finish[best] - now)
+def waiting_choice(
+    candidates: I32Array, row: int, length: int, finish: FloatArray, s: int, now: float
+) -> int:
+    """The candidate of ``candidates[row, :length]`` with the least estimated wait max(0, F_i − now)
+    at source ``s``; ties to the earliest."""
+    best = candidates[row, 0]
+    best_wait = max(0.0, finish[s, best] - now)
     for q in range(1, length):
-        c = candidates[q]
-        wait = max(0.0, finish[c] - now)
+        c = candidates[row, q]
+        wait = max(0.0, finish[s, c] - now)
         if wait < best_wait:
             best, best_wait = c, wait
     return int(best)
@@ -143,9 +148,12 @@ def _fish_kernel(
     size: IntArray,
     width: IntArray,
     hot_in: IntArray,
+    order: I32Array,
+    ordered: IntArray,
     ring_positions: UIntArray,
     ring_owners: IntArray,
-    scratch: npt.NDArray[np.int32],
+    ring_buckets: IntArray,
+    scratch: I32Array,
     seen: IntArray,
 ) -> int:
     """Route from ``start``; returns where it stopped (the key table must grow) or the length."""
@@ -184,13 +192,14 @@ def _fish_kernel(
             admit(ss_keys, ss_counts, ss_errors, ss_sizes, ss_heap, ss_positions, ss_index, s, k, -e - 1)
         totals[s] += 1.0
         in_epoch[s] += 1
-        count = tail_choices
         m = find_or_slot(index, keys, owners, k, s)
         if m >= 0 and hot_in[m] == epochs[s] and epochs[s] > 0:
-            count = width[m]
-        seen[n] += 1
-        length = walk(ring_positions, ring_owners, k, count, n, scratch, seen, seen[n])
-        w = waiting_choice(scratch, length, finish[s], now)
+            if ordered[m] == 0:  # a hot key's whole ring order, once: its M[k] candidates are a prefix
+                ordered[m] = walk(ring_positions, ring_owners, ring_buckets, k, n, order, m, seen)
+            w = waiting_choice(order, m, width[m], finish, s, now)
+        else:
+            length = walk(ring_positions, ring_owners, ring_buckets, k, tail_choices, scratch, 0, seen)
+            w = waiting_choice(scratch, 0, length, finish, s, now)
         finish[s, w] = max(finish[s, w], now) + S * costs[w]
         loads[s, w] += 1
         arrived[0] += 1
@@ -243,9 +252,16 @@ class Fish(Grouping):
         self._in_epoch = np.zeros(self.sources, dtype=np.int64)
         self._epochs = np.zeros(self.sources, dtype=np.int64)
         self._totals = np.zeros(self.sources, dtype=np.float64)
-        self._table = KeyTable({"width": ((), np.int64, 0), "hot_in": ((), np.int64, -1)})
+        self._table = KeyTable(
+            {
+                "width": ((), np.int64, 0),
+                "hot_in": ((), np.int64, -1),
+                "order": ((n,), np.int32, 0),
+                "ordered": ((), np.int64, 0),
+            }
+        )
         self._ring = build_ring(n, self.virtual_nodes, self.seed)
-        self._scratch = np.zeros(n, dtype=np.int32)
+        self._scratch = np.zeros((1, n), dtype=np.int32)
         self._seen = np.zeros(n + 1, dtype=np.int64)  # per-worker stamps, the last cell the stamp counter
 
     def _route(self, key_hashes: UIntArray, sources: IntArray, out: IntArray) -> None:
@@ -285,8 +301,11 @@ class Fish(Grouping):
                 t.size,
                 t.columns["width"],
                 t.columns["hot_in"],
+                t.columns["order"],
+                t.columns["ordered"],
                 self._ring[0],
                 self._ring[1],
+                self._ring[2],
                 self._scratch,
                 self._seen,
             )

@@ -3,9 +3,12 @@
 The papers assume "d independent hash functions H_1 … H_d : K → [n]" (PKG §5, D-Choices §III-B) and
 leave the family open; Storm uses Murmur3 with seeds 13 and 17, the D-Choices simulator seeds that are
 consecutive primes. repart routes on the key's XXH64 hash (DESIGN §2), so the j-th function is
-``H_j(k) = mix64(h(k) XOR seed_j) mod n`` with ``mix64`` the SplitMix64 finaliser (a bijection of
-64-bit integers with full avalanche) and ``seed_j = mix64(seed + j·φ)`` (φ = 2^64/golden ratio): one
-grouping seed gives every H_j, and H_1 … H_d are prefix-nested (a larger d only adds functions).
+``H_j(k) = ⌊(mix64(h(k) XOR seed_j) >> 32) · n / 2^32⌋`` with ``mix64`` the SplitMix64 finaliser (a
+bijection of 64-bit integers with full avalanche) and ``seed_j = mix64(seed + j·φ)`` (φ = 2^64/golden
+ratio): one grouping seed gives every H_j, and H_1 … H_d are prefix-nested (a larger d only adds
+functions). The multiply-shift reduction (Lemire's "fastrange") replaces ``mod n``: it maps the top
+32 bits onto [0, n) as evenly (bias below n/2^32) without a 64-bit division, which costs more than
+the rest of a PKG decision (measured: benchmarks/grouping_speed.py). n must stay below 2^32.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _S30 = np.uint64(30)
 _S27 = np.uint64(27)
 _S31 = np.uint64(31)
+_S32 = np.uint64(32)
 
 
 @numba.njit(cache=True, inline="always")
@@ -35,8 +39,8 @@ def mix64(x: np.uint64) -> np.uint64:
 
 @numba.njit(cache=True, inline="always")
 def choice(key_hash: np.uint64, seed: np.uint64, n: int) -> int:
-    """``H_j(k) = mix64(h(k) XOR seed_j) mod n`` for the seed of function j."""
-    return int(np.int64(mix64(key_hash ^ seed) % np.uint64(n)))  # int64 in numba, not uint64
+    """``H_j(k) = ⌊(mix64(h(k) XOR seed_j) >> 32) · n / 2^32⌋`` for the seed of function j."""
+    return int(np.int64(((mix64(key_hash ^ seed) >> _S32) * np.uint64(n)) >> _S32))  # int64, not uint64
 
 
 def function_seeds(seed: int, count: int) -> UIntArray:

@@ -15,19 +15,30 @@ from repart.partitioning.splitting.hashes import mix64
 
 IntArray = npt.NDArray[np.int64]
 UIntArray = npt.NDArray[np.uint64]
+I32Array = npt.NDArray[np.int32]
 
 _RING_SEED = np.uint64(0x0F15F15F15F15F15)
 _KEY_SEED = np.uint64(0x7E57AB1E5EED0001)
 
 
-def build_ring(workers: int, virtual_nodes: int, seed: int) -> tuple[UIntArray, IntArray]:
-    """Sorted virtual-node positions and the worker owning each."""
+BUCKET_BITS = 16
+
+
+def build_ring(workers: int, virtual_nodes: int, seed: int) -> tuple[UIntArray, IntArray, IntArray]:
+    """Sorted virtual-node positions, the worker owning each, and a jump table into them.
+
+    ``buckets[b]`` is the first virtual node at or after position b·2^48, so finding a key's successor
+    scans only the nodes of its bucket instead of binary-searching the whole ring.
+    """
     labels = np.arange(workers * virtual_nodes, dtype=np.uint64)
     salt = np.uint64(seed % 2**64) ^ _RING_SEED
     positions = _mix_all(labels ^ salt)
     order = np.argsort(positions, kind="stable")
     owners = (np.arange(workers * virtual_nodes, dtype=np.int64) // virtual_nodes)[order]
-    return positions[order], owners
+    sorted_positions = positions[order]
+    starts = np.arange(2**BUCKET_BITS, dtype=np.uint64) << np.uint64(64 - BUCKET_BITS)
+    buckets = np.searchsorted(sorted_positions, starts).astype(np.int64)
+    return sorted_positions, owners, buckets
 
 
 @numba.njit(cache=True)
@@ -42,28 +53,34 @@ def _mix_all(values: UIntArray) -> UIntArray:
 def walk(
     positions: UIntArray,
     owners: IntArray,
+    buckets: IntArray,
     key: np.uint64,
     count: int,
-    n: int,
-    out: npt.NDArray[np.int32],
-    seen: npt.NDArray[np.int64],
-    stamp: int,
+    out: I32Array,
+    row: int,
+    seen: IntArray,
 ) -> int:
-    """The first ``count`` distinct workers clockwise from the key's position into ``out``.
+    """The first ``count`` distinct workers clockwise from the key's position into ``out[row]``.
 
-    ``seen`` is a per-worker scratch array compared against ``stamp`` (a fresh number per call), so
-    no clearing is needed. Returns how many were written (min(count, n)).
+    ``seen`` is per-worker scratch whose last cell counts calls: a worker is new in this walk when its
+    cell differs from the call's number, so nothing needs clearing. Returns how many were written
+    (min(count, n)).
     """
+    n = seen.size - 1
+    seen[n] += 1
+    stamp = seen[n]
     point = mix64(key ^ _KEY_SEED)
-    p = np.searchsorted(positions, point)
-    found = 0
     size = positions.size
+    p = buckets[point >> np.uint64(64 - BUCKET_BITS)]
+    while p < size and positions[p] < point:
+        p += 1
+    found = 0
     limit = min(count, n)
     while found < limit:
         w = owners[p % size]
         if seen[w] != stamp:
             seen[w] = stamp
-            out[found] = w
+            out[row, found] = w
             found += 1
         p += 1
     return found
