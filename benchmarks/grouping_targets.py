@@ -82,7 +82,8 @@ def zipf_grid(messages: int) -> None:
                 verdict(
                     f"KG z={z} n={n}",
                     abs(kg - (p1 - 1 / n)) <= 0.1 * (p1 - 1 / n),
-                    f"{kg:.4f} vs p1 − 1/n = {p1 - 1 / n:.4f}",
+                    f"{kg:.4f} vs p1 − 1/n = {p1 - 1 / n:.4f} (counting the hot worker's share of the "
+                    f"other keys: p1·(1 − 1/n) = {p1 * (1 - 1 / n):.4f})",
                 )
                 verdict(
                     f"PKG z={z} n={n}",

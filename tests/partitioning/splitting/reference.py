@@ -46,7 +46,7 @@ def least(loads: list[int], candidates: list[int]) -> int:
 
 class Reference:
     def __init__(self, n: int, sources: int, seed: int) -> None:
-        self.n, self.S = n, sources
+        self.n, self.S, self.seed = n, sources, seed
         self.sd = seeds(seed, max(2, n))
         self.loads = [[0] * n for _ in range(sources)]
 
@@ -157,7 +157,7 @@ def find_optimal_choices(head: list[float], tail: float, n: int, epsilon: float)
     while d < n:
         ok = True
         for hh in range(1, len(head) + 1):
-            b = n - n * ((n - 1) / n) ** float(hh * d)
+            b = n - n * (1.0 - d / n) ** float(hh)  # d distinct workers per head key
             prefix = 0.0
             for p in head[:hh]:
                 prefix += p
@@ -201,7 +201,7 @@ class Head(Reference):
         self.seen[s] += 1
         count = self.ss[s].slots[e][1]
         loads = self.loads[s]
-        if count < self.theta * self.seen[s]:
+        if self.seen[s] < math.ceil(1 / self.theta) or count < self.theta * self.seen[s]:
             return least(loads, list(pkg_pair(k, self.sd, self.n)))
         if self.mode == "rr":
             w = (s + self.turn[s]) % self.n
@@ -222,7 +222,14 @@ class Head(Reference):
             d = self.d[s]
         if d >= self.n:
             return least(loads, list(range(self.n)))
-        return min({h(k, self.sd[j], self.n) for j in range(d)}, key=lambda c: (loads[c], c))
+        candidates: list[int] = []
+        j = 0
+        while len(candidates) < d:  # the first d distinct of H_1(k), H_2(k), …
+            w = h(k, mix64((self.seed + j * GOLDEN) & MASK), self.n)
+            if w not in candidates:
+                candidates.append(w)
+            j += 1
+        return min(candidates, key=lambda c: (loads[c], c))
 
 
 def ring(n: int, virtual_nodes: int, seed: int) -> list[tuple[int, int]]:

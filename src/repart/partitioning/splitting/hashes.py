@@ -43,6 +43,12 @@ def choice(key_hash: np.uint64, seed: np.uint64, n: int) -> int:
     return int(np.int64(((mix64(key_hash ^ seed) >> _S32) * np.uint64(n)) >> _S32))  # int64, not uint64
 
 
+@numba.njit(cache=True, inline="always")
+def function_seed(base: np.uint64, j: int) -> np.uint64:
+    """``seed_j = mix64(seed + j·φ)``, for kernels that need more functions than they hold seeds for."""
+    return mix64(base + np.uint64(j) * GOLDEN)
+
+
 def function_seeds(seed: int, count: int) -> UIntArray:
     """``seed_j = mix64(seed + j·φ)`` for j = 0 … count − 1 (seed taken modulo 2^64)."""
     base = np.uint64(seed % 2**64)

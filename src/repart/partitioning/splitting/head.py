@@ -2,12 +2,13 @@
 
 Every source runs SpaceSaving over the keys it forwards (the key is offered *before* it is routed, as
 the authors' simulator does) and treats a key as part of the head H when its estimated count reaches
-θ·m_s, m_s being the tuples this source has forwarded (§III-A; default θ = 1/(5n)). Tail keys follow
-PKG on the source's local loads. Head keys get:
+θ·m_s, m_s being the tuples this source has forwarded (§III-A; default θ = 1/(5n)), once m_s ≥ 1/θ:
+before that θ·m_s < 1 and every key would pass. Tail keys follow PKG on the source's local loads.
+Head keys get:
 
-* **D-Choices**: d candidates H_1(k) … H_d(k) — independent hash functions, collisions allowed, the
-  model behind b_h in Appendix A — where d comes from FindOptimalChoices (Proposition IV.1) on the
-  source's summary; the least loaded candidate wins, ties to the lowest worker id. d ≥ n means all n.
+* **D-Choices**: d distinct candidates — the first d distinct workers among H_1(k), H_2(k), … — where
+  d comes from FindOptimalChoices (Proposition IV.1) on the source's summary; the least loaded
+  candidate wins, ties to the lowest worker id. d ≥ n means all n workers.
 * **W-Choices**: the least loaded of all n workers (ties to the lowest id).
 * **RR**: all n workers in turn, load-oblivious (per-source round robin).
 """
@@ -30,8 +31,14 @@ from repart.partitioning.splitting.base import (
     check_positive,
 )
 from repart.partitioning.splitting.hashed import pkg_pair
-from repart.partitioning.splitting.hashes import choice
-from repart.partitioning.splitting.minload import add_tuple, full_sets, least_loaded, least_loaded_of, words
+from repart.partitioning.splitting.hashes import choice, function_seed
+from repart.partitioning.splitting.minload import (
+    add_tuple,
+    empty_levels,
+    least_loaded,
+    least_loaded_of,
+    words,
+)
 from repart.partitioning.splitting.spacesaving import Summaries, admit, bump, locate
 
 I32Array = npt.NDArray[np.int32]
@@ -51,8 +58,10 @@ def optimal_choices(head: FloatArray, tail: float, n: int, epsilon: float) -> in
     ``head`` holds the head keys' frequencies in decreasing order, ``tail`` the mass of the rest. For
     every prefix h of the head (Eq. 3):
     Σ_{i≤h} p_i + (b_h/n)^d Σ_{h<i≤|H|} p_i + (b_h/n)^2 Σ_{i>|H|} p_i ≤ b_h (1/n + ε),
-    b_h = n − n((n − 1)/n)^(h·d). d grows from the start until every prefix holds; reaching n means
-    "use W-Choices" (§IV-A), returned as n.
+    with b_h the expected number of workers of the first h head keys. Appendix A draws each key's d
+    choices with repeats (b_h = n − n((n − 1)/n)^(h·d)); repart gives a head key d *distinct*
+    workers, so b_h = n − n(1 − d/n)^h, the expected union of h random d-subsets (b_1 = d). d grows
+    from the start until every prefix holds; reaching n means "use W-Choices" (§IV-A), returned as n.
     """
     if head.size == 0:
         return 2
@@ -60,13 +69,13 @@ def optimal_choices(head: FloatArray, tail: float, n: int, epsilon: float) -> in
     total = 0.0
     for i in range(head.size):
         total += head[i]
-    ratio = (n - 1) / n
     for d in range(start, n):
         holds = True
         prefix = 0.0
+        missed = 1.0 - d / n
         for h in range(1, head.size + 1):
             prefix += head[h - 1]
-            b = n - n * ratio ** float(h * d)
+            b = n - n * missed ** float(h)
             share = b / n
             left = prefix + share ** float(d) * (total - prefix) + share**2.0 * tail
             if left > b * (1.0 / n + epsilon):
@@ -91,17 +100,23 @@ def _head_frequencies(counts: FloatArray, size: int, threshold: float, seen: flo
 
 @numba.njit(cache=True)
 def _cache_candidates(
-    key: np.uint64, d: int, seeds: UIntArray, n: int, lines: I32Array, masks: UIntArray, s: int, line: int
+    key: np.uint64, d: int, base: np.uint64, n: int, lines: I32Array, masks: UIntArray, s: int, line: int
 ) -> int:
-    """H_1(k) … H_d(k) without repeats into ``lines[s, line]`` and their bitset; returns how many."""
+    """The first d distinct workers among H_1(k), H_2(k), …: a bitset, and ``lines[s, line]`` by id."""
     for j in range(masks.shape[2]):
         masks[s, line, j] = 0
     length = 0
-    for j in range(d):
-        w = choice(key, seeds[j], n)
+    j = 0
+    while length < d:
+        w = choice(key, function_seed(base, j), n)
         bit = np.uint64(1) << np.uint64(w & 63)
         if masks[s, line, w >> 6] & bit == 0:
             masks[s, line, w >> 6] |= bit
+            length += 1
+        j += 1
+    length = 0  # listed in worker order, so that the first least loaded is the lowest id
+    for w in range(n):
+        if masks[s, line, w >> 6] & (np.uint64(1) << np.uint64(w & 63)) != 0:
             lines[s, line, length] = w
             length += 1
     return length
@@ -116,10 +131,12 @@ def _head_kernel(
     theta: float,
     epsilon: float,
     recompute_every: int,
+    warm: int,
     loads: IntArray,
     minimum: IntArray,
-    at_minimum: UIntArray,
+    levels: UIntArray,
     seeds: UIntArray,
+    base: np.uint64,
     n: int,
     seen: IntArray,
     d_of: IntArray,
@@ -154,7 +171,7 @@ def _head_kernel(
                     line_owner[s, line_of[s, e]] = -1
                     line_of[s, e] = -1
         seen[s] += 1
-        if ss_counts[s, e] < theta * seen[s]:
+        if seen[s] < warm or ss_counts[s, e] < theta * seen[s]:
             first, second = pkg_pair(k, seeds, n)
             w = second if loads[s, second] < loads[s, first] else first
         elif mode == ROUND_ROBIN:
@@ -170,7 +187,7 @@ def _head_kernel(
                     computed_at[s] = seen[s]
                 d = d_of[s]
             if d >= n:
-                w = least_loaded(at_minimum, s)
+                w = least_loaded(levels, minimum, s)
             else:
                 line = line_of[s, e]
                 if line < 0 or line_d[s, line] != d:
@@ -182,15 +199,15 @@ def _head_kernel(
                         line_owner[s, line] = e
                         line_of[s, e] = line
                     line_d[s, line] = d
-                    line_length[s, line] = _cache_candidates(k, d, seeds, n, lines, line_masks, s, line)
-                w = least_loaded_of(at_minimum, s, line_masks, line)
-                if w < 0:  # no candidate at the source's minimum: scan them
+                    line_length[s, line] = _cache_candidates(k, d, base, n, lines, line_masks, s, line)
+                w = least_loaded_of(levels, minimum, s, line_masks, line)
+                if w < 0:  # no candidate within the tracked load levels: scan them
                     w = lines[s, line, 0]
                     for q in range(1, line_length[s, line]):
                         c = lines[s, line, q]
-                        if loads[s, c] < loads[s, w] or (loads[s, c] == loads[s, w] and c < w):
+                        if loads[s, c] < loads[s, w]:
                             w = c
-        add_tuple(loads, minimum, at_minimum, s, w)
+        add_tuple(loads, minimum, levels, s, w)
         out[i] = w
 
 
@@ -233,7 +250,7 @@ class _HeadGrouping(Grouping):
         self._line_masks = np.zeros((self.sources, lines, words(width)), dtype=np.uint64)
         self._clock = np.zeros(self.sources, dtype=np.int64)
         self._minimum = np.zeros(self.sources, dtype=np.int64)
-        self._at_minimum = full_sets(self.sources, self.workers)
+        self._levels = empty_levels(self.sources, self.workers)
 
     def _route(self, key_hashes: UIntArray, sources: IntArray, out: IntArray) -> None:
         ss = self._summaries
@@ -245,10 +262,12 @@ class _HeadGrouping(Grouping):
             self.theta,
             self.epsilon,
             self.recompute_every,
+            math.ceil(1 / self.theta),
             self._loads,
             self._minimum,
-            self._at_minimum,
+            self._levels,
             self._seeds,
+            np.uint64(self.seed % 2**64),
             self.workers,
             self._seen,
             self._d,
@@ -275,7 +294,9 @@ class _HeadGrouping(Grouping):
         return self._summaries.entries(source)
 
     def head(self, source: int) -> set[int]:
-        """Key hashes source ``source`` currently treats as head keys (count ≥ θ·m_s)."""
+        """Key hashes source ``source`` currently treats as head keys (count ≥ θ·m_s, m_s ≥ 1/θ)."""
+        if self._seen[source] < math.ceil(1 / self.theta):
+            return set()
         bar = self.theta * self._seen[source]
         return {key for key, count, _ in self.summary(source) if count >= bar}
 
