@@ -23,13 +23,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) clean-kernels
 	$(BIN)/pytest -q
 
 test: lint typecheck unit
 
-# numba keys a kernel's on-disk cache by its own file only: after editing a module whose functions
-# kernels inline (splitting/hashes.py, spacesaving.py, minload.py, …) drop the caches.
+# numba keys a kernel's on-disk cache by its own file only, not by the files of the jitted functions it
+# calls (splitting/hashes.py, spacesaving.py, minload.py, …): the suite starts from fresh caches.
 clean-kernels:
 	find src -name '*.nbi' -delete -o -name '*.nbc' -delete
 

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.partitioning.splitting import reference as ref
 
-from repart.partitioning.splitting import make_grouping
+from repart.partitioning.splitting import dkg, fish, make_grouping
 from repart.sim.streams import zipf_stream
 
 N, SOURCES = 100, 5
@@ -53,14 +53,22 @@ def references() -> dict[str, object]:
             rates=[1.0] * N,
             arrival_rate=0.9 * N,
             theta=theta,
-            epoch=1000,
-            decay=0.5,
-            spread=2.0,
-            tail_choices=1,
+            epoch=fish.EPOCH,
+            decay=fish.DECAY,
+            spread=fish.SPREAD,
+            tail_choices=fish.TAIL_CHOICES,
             capacity=capacity,
-            virtual_nodes=100,
+            virtual_nodes=fish.VIRTUAL_NODES,
         ),
-        "dkg": ref.DKG(N, SOURCES, 1, expected_keys=100, cycle=10_000, old_every=4, warmup=10_000),
+        "dkg": ref.DKG(
+            N,
+            SOURCES,
+            1,
+            expected_keys=dkg.EXPECTED_KEYS,
+            cycle=dkg.CYCLE,
+            old_every=dkg.OLD_EVERY,
+            warmup=dkg.CYCLE,
+        ),
     }
 
 

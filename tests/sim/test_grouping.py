@@ -200,3 +200,13 @@ def test_repeated_entries_are_dropped_and_lists_become_tuples() -> None:
 def test_bad_config_names_the_field(changes: dict, field: str) -> None:
     with pytest.raises(ValueError, match=field):
         GroupingConfig(**changes)
+
+
+def test_keys_default_to_the_dkg_papers_204_for_the_dkg_workload() -> None:
+    assert GroupingConfig(workload="dkg").keys == 204
+    assert GroupingConfig(workload="zipf").keys == 100_000
+
+
+def test_more_rates_than_workers_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"^rates \(worker speeds μ\) must have at most n = 4 values"):
+        GroupingConfig(workers=(2, 4), rates=(1.0, 2.0, 1.0, 2.0, 3.0))

@@ -59,7 +59,10 @@ def simulate_grouping(
     zipf: Annotated[
         str, typer.Option(help="Comma-separated Zipf skews z >= 0 (zipf and drift workloads).")
     ] = "1.0",
-    keys: Annotated[int, typer.Option(help="Distinct keys K (zipf, drift, dkg, words).")] = 100_000,
+    keys: Annotated[
+        int | None,
+        typer.Option(help="Distinct keys K (zipf, drift, dkg, words) [default: 100000; 204 for dkg]."),
+    ] = None,
     messages: Annotated[int, typer.Option(help="Tuples m per stream.")] = 1_000_000,
     skew: Annotated[float, typer.Option(help="DKG workload: the top key's share, in (0, 1).")] = 0.5,
     seed: Annotated[int, typer.Option(help="Random seed (run r uses seed + r).")] = 1,

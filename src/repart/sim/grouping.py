@@ -24,7 +24,14 @@ import numpy.typing as npt
 
 from repart.partitioning.splitting import SCHEMES, Grouping, make_grouping
 from repart.partitioning.splitting.metrics import evaluate
-from repart.sim.streams import SOURCE_MODES, WORKLOADS, KeyStream, english_vocabulary_size, make_stream
+from repart.sim.streams import (
+    DKG_KEYS,
+    SOURCE_MODES,
+    WORKLOADS,
+    KeyStream,
+    english_vocabulary_size,
+    make_stream,
+)
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -38,6 +45,7 @@ CHUNK = 1_000_000  # tuples handed to ``route`` at a time
 WARM_UP = 1_000  # tuples routed, unmeasured, before a scheme's first measurement (see warm_up)
 Z_WORKLOADS = ("zipf", "drift")  # the workloads that take a Zipf skew z
 DEFAULT_WORKERS = (5, 10, 50, 100)
+DEFAULT_GROUPING_KEYS = 100_000
 RECORD_FIELDS = (
     "scheme",
     "workload",
@@ -58,7 +66,6 @@ RECORD_FIELDS = (
 )
 # Fields that identify a record; every other field is a measurement, averaged over the runs.
 KEY_FIELDS = ("scheme", "workload", "z", "n", "sources", "messages")
-COUNT_FIELDS = ("head_size", "d")  # integers for one run, averages (floats) for several
 
 
 def _is_int(value: object) -> bool:
@@ -91,7 +98,7 @@ class GroupingConfig:
     sources: int = 5
     workload: str = "zipf"
     zipf: tuple[float, ...] = (1.0,)
-    keys: int = 100_000
+    keys: int | None = None  # None: 100,000, or the DKG paper's 204 for the dkg workload
     messages: int = 1_000_000
     skew: float = 0.5
     seed: int = 1
@@ -118,12 +125,14 @@ class GroupingConfig:
         zipf = _as_tuple(self.zipf, "zipf (z)")
         if not all(_is_real(z) and math.isfinite(z) and z >= 0 for z in zipf):
             raise ValueError(f"zipf (z) values must be finite numbers >= 0, got {', '.join(map(str, zipf))}")
+        keys = self.keys
+        if keys is None:
+            keys = DKG_KEYS if self.workload == "dkg" else DEFAULT_GROUPING_KEYS
+            object.__setattr__(self, "keys", keys)
         least_keys = 2 if self.workload == "dkg" else 1
-        if not _is_int(self.keys) or self.keys < least_keys:
-            raise ValueError(
-                f"keys (K) must be an integer >= {least_keys} for {self.workload}, got {self.keys!r}"
-            )
-        if self.workload == "words" and self.keys > english_vocabulary_size():
+        if not _is_int(keys) or keys < least_keys:
+            raise ValueError(f"keys (K) must be an integer >= {least_keys} for {self.workload}, got {keys!r}")
+        if self.workload == "words" and keys > english_vocabulary_size():
             raise ValueError(
                 f"keys (K) must be at most {english_vocabulary_size()} for words, got {self.keys!r}"
             )
@@ -143,6 +152,10 @@ class GroupingConfig:
                 given = ", ".join(map(str, self.rates))
                 raise ValueError(f"rates (worker speeds μ) must be finite numbers > 0, got {given}")
             rates = tuple(float(r) for r in self.rates)
+            if len(rates) > max(workers):
+                raise ValueError(
+                    f"rates (worker speeds μ) must have at most n = {max(workers)} values, got {len(rates)}"
+                )
         if not _is_real(self.utilization) or not (math.isfinite(self.utilization) and self.utilization > 0):
             raise ValueError(f"utilization (λ / Σμ) must be a finite number > 0, got {self.utilization!r}")
         if self.source_mode not in SOURCE_MODES:

@@ -13,9 +13,9 @@ simulator reproduces:
 * ``drift`` — Zipf phases whose hot keys change: the time-evolving streams of Huang et al., "Efficient
   Time-Evolving Stream Processing at Scale" (FISH, arXiv:1806.00760; its recent-hot-key tracking is only
   exercised by a stream whose heavy hitters move).
-* ``dkg`` — the synthetic data of Rivetti et al., "Efficient Key Grouping for Near-Optimal Load
-  Balancing in Stream Processing Systems" (DEBS 2015, DKG): one top key with share ``skew``, the other
-  K − 1 keys (204 country names in the paper) sharing the rest equally.
+* ``dkg`` — the synthetic data of Dalabasmaz & Can, "Dynamic Key Grouping" (§5.1, Table 2: the
+  country-skew data sets): one top key with share ``skew``, the other K − 1 keys (204 country names in
+  the paper) sharing the rest equally.
 * ``words`` — English word frequencies from the ``wordfreq`` package, a stand-in for the PKG paper's
   word-count workloads (Wikipedia, Twitter).
 

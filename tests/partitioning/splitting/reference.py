@@ -28,11 +28,22 @@ def h(key: int, seed_j: int, n: int) -> int:
     return ((mix64(key ^ seed_j) >> 32) * n) >> 32
 
 
-def pkg_pair(key: int, sd: list[int], n: int) -> tuple[int, int]:
-    first, second = h(key, sd[0], n), h(key, sd[1], n)
-    if second == first and n > 1:
-        second = (first + 1) % n
-    return first, second
+def distinct_choices(key: int, seed: int, n: int, count: int) -> list[int]:
+    """The first ``count`` distinct workers among H_1(key), H_2(key), …"""
+    found: list[int] = []
+    j = 0
+    while len(found) < min(count, n):
+        w = h(key, mix64((seed + j * GOLDEN) & MASK), n)
+        if w not in found:
+            found.append(w)
+        j += 1
+    return found
+
+
+def pkg_pair(key: int, seed: int, n: int) -> list[int]:
+    if n == 1:
+        return [0, 0]
+    return distinct_choices(key, seed, n, 2)
 
 
 def least(loads: list[int], candidates: list[int]) -> int:
@@ -47,7 +58,7 @@ def least(loads: list[int], candidates: list[int]) -> int:
 class Reference:
     def __init__(self, n: int, sources: int, seed: int) -> None:
         self.n, self.S, self.seed = n, sources, seed
-        self.sd = seeds(seed, max(2, n))
+        self.sd = seeds(seed, 2)
         self.loads = [[0] * n for _ in range(sources)]
 
     def route(self, keys: list[int], sources: list[int]) -> list[int]:
@@ -82,11 +93,9 @@ class PKG(Reference):
     def __init__(self, n: int, sources: int, seed: int, choices: int = 2) -> None:
         super().__init__(n, sources, seed)
         self.choices = choices
-        self.sd = seeds(seed, max(2, choices))
 
     def one(self, k: int, s: int) -> int:
-        extra = [h(k, self.sd[j], self.n) for j in range(2, self.choices)]
-        return least(self.loads[s], [*pkg_pair(k, self.sd, self.n), *extra])
+        return least(self.loads[s], distinct_choices(k, self.seed, self.n, self.choices))
 
 
 class Sticky(Reference):
@@ -97,7 +106,7 @@ class Sticky(Reference):
     def one(self, k: int, s: int) -> int:
         if k not in self.table:
             if self.rule == "potc":
-                self.table[k] = least(self.total, list(pkg_pair(k, self.sd, self.n)))
+                self.table[k] = least(self.total, list(pkg_pair(k, self.seed, self.n)))
             else:
                 self.table[k] = least(self.total, list(range(self.n)))
         w = self.table[k]
@@ -202,7 +211,7 @@ class Head(Reference):
         count = self.ss[s].slots[e][1]
         loads = self.loads[s]
         if self.seen[s] < math.ceil(1 / self.theta) or count < self.theta * self.seen[s]:
-            return least(loads, list(pkg_pair(k, self.sd, self.n)))
+            return least(loads, list(pkg_pair(k, self.seed, self.n)))
         if self.mode == "rr":
             w = (s + self.turn[s]) % self.n
             self.turn[s] += 1
@@ -222,14 +231,7 @@ class Head(Reference):
             d = self.d[s]
         if d >= self.n:
             return least(loads, list(range(self.n)))
-        candidates: list[int] = []
-        j = 0
-        while len(candidates) < d:  # the first d distinct of H_1(k), H_2(k), …
-            w = h(k, mix64((self.seed + j * GOLDEN) & MASK), self.n)
-            if w not in candidates:
-                candidates.append(w)
-            j += 1
-        return min(candidates, key=lambda c: (loads[c], c))
+        return min(distinct_choices(k, self.seed, self.n, d), key=lambda c: (loads[c], c))
 
 
 def ring(n: int, virtual_nodes: int, seed: int) -> list[tuple[int, int]]:
@@ -283,7 +285,7 @@ class FISH(Reference):
         self.hot_in: list[dict[int, int]] = [{} for _ in range(sources)]
 
     def classify(self, s: int) -> None:
-        total = self.total[s] * self.decay
+        total = self.total[s]  # the epoch's frequencies; decaying both sides leaves them unchanged
         hot = [(key, c) for key, c, _ in self.ss[s].slots if c >= self.theta * total]
         if hot:
             mass = 0.0
@@ -307,7 +309,7 @@ class FISH(Reference):
         self.total[s] += 1.0
         self.in_epoch[s] += 1
         count = self.tail
-        if self.epochs[s] > 0 and self.hot_in[s].get(k) == self.epochs[s]:
+        if self.hot_in[s].get(k) == self.epochs[s]:
             count = self.width[s][k]
         candidates = ring_walk(self.nodes, k, count, self.n)
         finish = self.finish[s]

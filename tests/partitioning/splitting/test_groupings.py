@@ -28,7 +28,7 @@ def zipf_keys(rng: np.random.Generator, size: int, distinct: int, z: float) -> n
 
 @st.composite
 def streams(draw: st.DrawFn) -> tuple[int, int, int, np.ndarray, np.ndarray, list[int]]:
-    n = draw(st.sampled_from([1, 2, 3, 5, 8, 13]))
+    n = draw(st.sampled_from([1, 2, 3, 5, 8, 13, 65, 100]))  # 65 and 100: bitsets of two words
     sources = draw(st.integers(1, 4))
     seed = draw(st.integers(0, 2**32))
     size = draw(st.integers(1, 1500))
@@ -173,6 +173,36 @@ def test_table_growth_keeps_every_key() -> None:
     check(make_grouping("on-greedy", 7, 3, seed=1), ref.Sticky(7, 3, 1, "on-greedy"), keys, origins, [])
     params = dict(expected_keys=30, cycle=200, old_every=2, warmup=100)
     check(make_grouping("dkg", 7, 3, seed=1, **params), ref.DKG(7, 3, 1, **params), keys, origins, [1234])
+
+
+def test_fish_with_its_defaults_and_a_growing_key_table_equals_its_reference() -> None:
+    """Default θ and capacity, and more hot keys than the first key table holds (it grows mid-stream)."""
+    rng = np.random.default_rng(5)
+    keys = zipf_keys(rng, 30_000, 3000, 0.3)
+    origins = rng.integers(0, 2, keys.size)
+    params = dict(
+        rates=[1.0, 2.0, 1.5, 1.0], arrival_rate=4.0, theta=0.0005, epoch=50, capacity=4000, virtual_nodes=7
+    )
+    grouping = make_grouping("fish", 4, 2, seed=2, **params)
+    reference = ref.FISH(4, 2, 2, decay=0.8, spread=4.0, tail_choices=1, **params)
+    check(grouping, reference, keys, origins, [7_000])
+    assert sum(len(grouping.widths(s)) for s in range(2)) > 1024  # the table grew past its first size
+    defaults = make_grouping("fish", 6, 2, seed=3)
+    default_reference = ref.FISH(
+        6,
+        2,
+        3,
+        rates=[1.0] * 6,
+        arrival_rate=0.9 * 6,
+        theta=1 / 30,
+        epoch=100,
+        decay=0.8,
+        spread=4.0,
+        tail_choices=1,
+        capacity=300,
+        virtual_nodes=100,
+    )
+    check(defaults, default_reference, keys[:5000], origins[:5000], [])
 
 
 def test_optimal_choices_matches_the_reference_and_the_paper_start() -> None:

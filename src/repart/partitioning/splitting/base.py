@@ -22,39 +22,54 @@ UIntArray = npt.NDArray[np.uint64]
 FloatArray = npt.NDArray[np.float64]
 
 
-def check_count(name: str, value: object, minimum: int = 1) -> int:
-    """An integer ≥ ``minimum`` (bools are not integers here)."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+MAX_WORKERS = 2**31 - 1  # the hash family maps 32 bits onto the workers
 
 
-def check_fraction(name: str, value: object, *, closed_low: bool = False) -> float:
-    """A number in (0, 1] (or [0, 1] with ``closed_low``)."""
+def check_count(name: str, value: object, minimum: int = 1, maximum: int | None = None) -> int:
+    """An integer in [minimum, maximum] (bools are not integers here)."""
+    number = int(value) if isinstance(value, int | np.integer) and not isinstance(value, bool) else None
+    if number is None or number < minimum or (maximum is not None and number > maximum):
+        accepted = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise ValueError(f"{name} must be an integer {accepted}, got {value!r}")
+    return number
+
+
+def check_fraction(name: str, value: object) -> float:
+    """A number in (0, 1]."""
     ok = isinstance(value, int | float | np.floating) and not isinstance(value, bool)
     number = float(value) if ok else math.nan  # type: ignore[arg-type]
-    low_ok = number >= 0 if closed_low else number > 0
-    if not (math.isfinite(number) and low_ok and number <= 1):
-        accepted = "[0, 1]" if closed_low else "(0, 1]"
-        raise ValueError(f"{name} must be in {accepted}, got {value!r}")
+    if not (math.isfinite(number) and 0 < number <= 1):
+        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
     return number
+
+
+def default_theta(workers: int) -> float:
+    """The head threshold θ = 1/(5n) of D-Choices (§III-A), also FISH's."""
+    return 1 / (5 * workers)
 
 
 def check_positive(name: str, value: object) -> float:
     """A finite number > 0."""
-    ok = isinstance(value, int | float | np.floating) and not isinstance(value, bool)
+    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
     number = float(value) if ok else math.nan  # type: ignore[arg-type]
     if not (math.isfinite(number) and number > 0):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return number
 
 
-def check_rates(rates: object, workers: int) -> FloatArray:
-    """Worker service rates μ_i: ``workers`` finite numbers > 0."""
-    array = np.asarray(rates, dtype=np.float64) if not isinstance(rates, str) else np.empty(0)
-    if array.shape != (workers,) or not np.all(np.isfinite(array)) or not np.all(array > 0):
-        raise ValueError(f"rates must be {workers} finite numbers > 0 (one per worker), got {rates!r}")
-    return np.ascontiguousarray(array)
+def check_rates(rates: object, workers: int | None = None) -> FloatArray:
+    """Worker service rates μ_i: a non-empty 1-d array of finite numbers > 0 (``workers`` of them)."""
+    array = np.asarray(rates)
+    if array.dtype.kind not in "iuf":
+        raise ValueError(f"rates must be a real array (float64), got dtype {array.dtype}")
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError(f"rates must be a non-empty 1-d array, got shape {array.shape}")
+    if workers is not None and array.size != workers:
+        raise ValueError(f"rates must have length n={workers}, got {array.size}")
+    values = np.ascontiguousarray(array, dtype=np.float64)
+    if not np.all(np.isfinite(values)) or np.any(values <= 0):
+        raise ValueError("rates must be positive and finite (every μ_i in (0, inf), no NaN)")
+    return values
 
 
 class Grouping(ABC):
@@ -67,14 +82,14 @@ class Grouping(ABC):
     scheme: ClassVar[str]
 
     def __init__(self, workers: int, sources: int, *, seed: int = 0) -> None:
-        self.workers = check_count("workers (n)", workers)
+        self.workers = check_count("workers (n)", workers, maximum=MAX_WORKERS)
         self.sources = check_count("sources (S)", sources)
         if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
             raise ValueError(f"seed must be an integer, got {seed!r}")
         self.seed = int(seed)
         # Local load estimation (PKG §3.2): what each source has sent to each worker.
         self._loads = np.zeros((self.sources, self.workers), dtype=np.int64)
-        self._seeds = function_seeds(self.seed, max(2, self.workers))
+        self._seeds = function_seeds(self.seed, 2)  # H_1 and H_2; kernels compute further seeds
 
     @property
     def loads(self) -> IntArray:
@@ -94,11 +109,12 @@ class Grouping(ABC):
         """Write the worker of every tuple into ``out``, updating the grouping's state."""
 
     def head_size(self) -> int:
-        """Distinct keys some source currently treats as hot (0 for groupings without a head)."""
+        """Distinct keys some source treats specially now (its head, hot keys or widened keys; 0 if none)."""
         return 0
 
     def max_choices(self) -> int:
-        """The most workers any key may currently be sent to (1 for KG, 2 for PKG, n for SG)."""
+        """The most workers a key may be sent to: 1 for KG, 2 for PKG, n for SG; for D-Choices the
+        sources' d, for FISH and DKG the widest worker count any key has reached (FISH's never shrink)."""
         return 2
 
     def _check_stream(self, key_hashes: object, sources: npt.ArrayLike) -> tuple[UIntArray, IntArray]:

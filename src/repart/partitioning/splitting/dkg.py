@@ -13,11 +13,12 @@ its key item, as the authors' code keeps widths in a map of their own.
 A key's candidates are contiguous (§4.4): home = H_1(k) mod n, then home + 1, … (mod n), w of them,
 w = 2 at first. ``chooseBestTask`` (Algorithm 4) picks the candidate with the least local load, as a
 percentage of what the source has sent (ties to the earliest), and counts the candidates below the
-threshold L_s = L_i + √L_i, L_i = 100/n (Eq. 3–4). Scaling is considered at most once per
-``check_interval`` for each key item (the item's "last time Scale Out is checked", §4.1.1; 60 s in the
-authors' code), and a check allows one step. It scales out (Algorithm 5) when the source is past its
-warm-up, the key is in Old and the least loaded candidate is at or above L_s: the next worker home + w
-becomes a candidate if it is lighter (and is chosen). Otherwise it scales down (Algorithm 6) when
+threshold L_s = L_i + √L_i, L_i = 100/n (Eq. 3–4). Scaling is considered for a key item when more
+than ``check_interval`` of the source's tuples have passed since its last check (the item's "last time
+Scale Out is checked", §4.1.1; 60 s in the authors' code), and a check allows one step. It scales
+out (Algorithm 5) when the source is past its warm-up, the key is in Old and the least loaded
+candidate is at or above L_s: the next worker home + w becomes a candidate if it is lighter (and is
+chosen). Otherwise it scales down (Algorithm 6) when
 w > 2 and at least two candidates are below L_s, and chooses again among the narrower range.
 
 Time-based periods become tuple counts per source, since the simulator has no clock: at r tuples per

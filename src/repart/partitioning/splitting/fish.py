@@ -7,7 +7,7 @@ survives is the structure, implemented here with each lost formula a named param
    (capacity ``capacity``; a new key evicts the smallest counter and takes its count + 1, §4.1.1).
 2. **Decay**: at the end of an epoch every counter — and the source's total — is multiplied by
    ``decay`` (§4.1.1, "inter-epoch hotness decaying").
-3. **Classification** (CHK, Algorithm 2), at every epoch end: f_k = count_k / decayed total; key k is
+3. **Classification** (CHK, Algorithm 2), at every epoch end: f_k = count_k / total, both decayed; key k is
    hot when f_k ≥ ``theta``. A hot key's worker count is d_k = min(n, max(d_min, ⌈spread·n·f_k⌉))
    — more workers for hotter keys — with the floor d_min = max(2, ⌈n·F_H/|H|⌉) tied to the hot mass F_H
    of the |H| hot keys, and it never shrinks: M[k] = max(M[k], d_k).
@@ -39,20 +39,21 @@ from repart.partitioning.splitting.base import (
     check_fraction,
     check_positive,
     check_rates,
+    default_theta,
 )
 from repart.partitioning.splitting.keytable import KeyTable, append, find_or_slot
 from repart.partitioning.splitting.ring import build_ring, walk
-from repart.partitioning.splitting.spacesaving import Summaries, admit, bump, decay, locate
+from repart.partitioning.splitting.spacesaving import Summaries, admit, bump, decay, default_capacity, locate
 
 I32Array = npt.NDArray[np.int32]
 
-# Defaults chosen by measurement (docs/DECISIONS.md, benchmarks/grouping_targets.py --tune-fish).
-EPOCH = 1000
-DECAY = 0.5
-SPREAD = 2.0
+# Defaults chosen by measurement: docs/DECISIONS.md, from
+# `benchmarks/grouping_targets.py --sections fish-tuning` (docs/results/fish-tuning.txt).
+EPOCH = 100
+DECAY = 0.8
+SPREAD = 4.0
 TAIL_CHOICES = 1
 VIRTUAL_NODES = 100
-CAPACITY_FACTOR = 10
 
 
 @numba.njit(cache=True)
@@ -154,20 +155,21 @@ def _fish_kernel(
     ring_owners: IntArray,
     ring_buckets: IntArray,
     scratch: I32Array,
-    seen: IntArray,
+    stamps: IntArray,
 ) -> int:
     """Route from ``start``; returns where it stopped (the key table must grow) or the length."""
     for i in range(start, key_hashes.size):
         s = sources[i]
         if in_epoch[s] == epoch:
-            # The previous tuple closed this source's epoch: decay, then classify.
+            # The previous tuple closed this source's epoch: classify on its frequencies (decay scales
+            # counts and total alike), then decay.
             if not _classify(
                 s,
                 theta,
                 spread,
                 n,
                 epochs[s] + 1,
-                totals[s] * decay_factor,
+                totals[s],
                 ss_keys,
                 ss_counts,
                 ss_sizes,
@@ -193,12 +195,12 @@ def _fish_kernel(
         totals[s] += 1.0
         in_epoch[s] += 1
         m = find_or_slot(index, keys, owners, k, s)
-        if m >= 0 and hot_in[m] == epochs[s] and epochs[s] > 0:
+        if m >= 0 and hot_in[m] == epochs[s]:
             if ordered[m] == 0:  # a hot key's whole ring order, once: its M[k] candidates are a prefix
-                ordered[m] = walk(ring_positions, ring_owners, ring_buckets, k, n, order, m, seen)
+                ordered[m] = walk(ring_positions, ring_owners, ring_buckets, k, n, order, m, stamps)
             w = waiting_choice(order, m, width[m], finish, s, now)
         else:
-            length = walk(ring_positions, ring_owners, ring_buckets, k, tail_choices, scratch, 0, seen)
+            length = walk(ring_positions, ring_owners, ring_buckets, k, tail_choices, scratch, 0, stamps)
             w = waiting_choice(scratch, 0, length, finish, s, now)
         finish[s, w] = max(finish[s, w], now) + S * costs[w]
         loads[s, w] += 1
@@ -236,13 +238,13 @@ class Fish(Grouping):
             if arrival_rate is None
             else check_positive("arrival_rate", arrival_rate)
         )
-        self.theta = 1 / (5 * n) if theta is None else check_fraction("theta (θ)", theta)
+        self.theta = default_theta(n) if theta is None else check_fraction("theta (θ)", theta)
         self.epoch = check_count("epoch", epoch)
         self.decay = check_fraction("decay", decay)
         self.spread = check_positive("spread", spread)
         self.tail_choices = min(n, check_count("tail_choices", tail_choices))
         self.capacity = (
-            math.ceil(CAPACITY_FACTOR / self.theta) if capacity is None else check_count("capacity", capacity)
+            default_capacity(self.theta) if capacity is None else check_count("capacity", capacity)
         )
         self.virtual_nodes = check_count("virtual_nodes", virtual_nodes)
         self._costs = 1.0 / self.rates
@@ -262,7 +264,9 @@ class Fish(Grouping):
         )
         self._ring = build_ring(n, self.virtual_nodes, self.seed)
         self._scratch = np.zeros((1, n), dtype=np.int32)
-        self._seen = np.zeros(n + 1, dtype=np.int64)  # per-worker stamps, the last cell the stamp counter
+        self._stamps = np.zeros(
+            n + 1, dtype=np.int64
+        )  # per-worker stamps of ring walks, the last cell counts walks
 
     def _route(self, key_hashes: UIntArray, sources: IntArray, out: IntArray) -> None:
         ss, t = self._summaries, self._table
@@ -307,7 +311,7 @@ class Fish(Grouping):
                 self._ring[1],
                 self._ring[2],
                 self._scratch,
-                self._seen,
+                self._stamps,
             )
             if done == key_hashes.size:
                 return
@@ -328,7 +332,7 @@ class Fish(Grouping):
         t = self._table
         chosen = t.entries(source)
         current = t.columns["hot_in"][chosen] == self._epochs[source]
-        return set(t.keys[chosen][current & (self._epochs[source] > 0)].tolist())
+        return set(t.keys[chosen][current].tolist())
 
     def head_size(self) -> int:
         return len(set().union(*(self.hot(s) for s in range(self.sources))))

@@ -12,6 +12,7 @@ import numpy.typing as npt
 
 from repart.partitioning.splitting.base import Grouping, IntArray, UIntArray
 from repart.partitioning.splitting.hashed import pkg_pair
+from repart.partitioning.splitting.hashes import seed_base
 from repart.partitioning.splitting.keytable import KeyTable, append, find_or_slot
 
 _POTC = 0
@@ -42,6 +43,7 @@ def _sticky_kernel(
     loads: IntArray,
     total: IntArray,
     seeds: UIntArray,
+    base: np.uint64,
     n: int,
 ) -> int:
     """Route from ``start``; a new key is placed once by ``rule`` and sticks. Returns where it stopped."""
@@ -52,7 +54,7 @@ def _sticky_kernel(
             if size[0] == keys.size:
                 return i
             if rule == _POTC:
-                first, second = pkg_pair(k, seeds, n)
+                first, second = pkg_pair(k, seeds, base, n)
                 w = second if total[second] < total[first] else first
             else:
                 w = _least_loaded(total)
@@ -114,6 +116,7 @@ class _StickyGrouping(Grouping):
                 self._loads,
                 self._total,
                 self._seeds,
+                seed_base(self.seed),
                 self.workers,
             )
 

@@ -6,20 +6,30 @@ import numba
 import numpy as np
 
 from repart.partitioning.splitting.base import Grouping, IntArray, UIntArray, check_count
-from repart.partitioning.splitting.hashes import choice, function_seeds
+from repart.partitioning.splitting.hashes import choice, function_seed, function_seeds, seed_base
 
 
 @numba.njit(cache=True, inline="always")
-def pkg_pair(key_hash: np.uint64, seeds: UIntArray, n: int) -> tuple[int, int]:
-    """PKG's two candidates H_1(k) ≠ H_2(k): a collision moves the second to the next worker.
+def seed_of(seeds: UIntArray, base: np.uint64, j: int) -> np.uint64:
+    """``seed_j``: kept for the first functions, computed for the rest."""
+    return seeds[j] if j < seeds.size else function_seed(base, j)
 
-    Storm 2.x's rule; with the Storm 1.x rule (collisions allowed) a key whose two hashes agree has
-    one worker, which on its own breaks the p1/2 − 1/n bound for the hottest key.
+
+@numba.njit(cache=True, inline="always")
+def pkg_pair(key_hash: np.uint64, seeds: UIntArray, base: np.uint64, n: int) -> tuple[int, int]:
+    """PKG's two candidates: the first two distinct workers among H_1(k), H_2(k), ….
+
+    Storm 2.x also makes them distinct (it moves a colliding second to the next worker); with Storm
+    1.x's collisions a key whose two hashes agree has one worker, which on its own breaks the
+    p1/2 − 1/n bound for the hottest key. "The first d distinct" is also D-Choices' rule, so a head
+    key's candidates extend its PKG pair.
     """
     first = choice(key_hash, seeds[0], n)
     second = choice(key_hash, seeds[1], n)
-    if second == first and n > 1:
-        second = (first + 1) % n
+    j = 2
+    while second == first and n > 1:
+        second = choice(key_hash, seed_of(seeds, base, j), n)
+        j += 1
     return first, second
 
 
@@ -50,18 +60,33 @@ def _pkg_kernel(
     out: IntArray,
     loads: IntArray,
     seeds: UIntArray,
+    base: np.uint64,
     n: int,
     choices: int,
+    scratch: IntArray,
 ) -> None:
     for i in range(key_hashes.size):
         s = sources[i]
         k = key_hashes[i]
-        first, second = pkg_pair(k, seeds, n)
+        first, second = pkg_pair(k, seeds, base, n)
         w = second if loads[s, second] < loads[s, first] else first
-        for j in range(2, choices):
-            c = choice(k, seeds[j], n)
-            if loads[s, c] < loads[s, w]:
-                w = c
+        if choices > 2:  # Greedy-d: the first d distinct workers among H_1(k), H_2(k), …
+            scratch[0], scratch[1] = first, second
+            found = 2
+            j = 0
+            while found < min(choices, n):
+                c = choice(k, seed_of(seeds, base, j), n)
+                j += 1
+                new = True
+                for q in range(found):
+                    if scratch[q] == c:
+                        new = False
+                        break
+                if new:
+                    scratch[found] = c
+                    found += 1
+                    if loads[s, c] < loads[s, w]:
+                        w = c
         loads[s, w] += 1
         out[i] = w
 
@@ -97,8 +122,8 @@ class ShuffleGrouping(Grouping):
 class PartialKeyGrouping(Grouping):
     """PKG: the candidate of ``pkg_pair`` this source has sent fewer tuples to; ties to H_1 (§3).
 
-    ``choices`` = d > 2 gives every key the Greedy-d process of §5 with candidates H_1 … H_d (the first
-    two as ``pkg_pair``, the rest independent, collisions allowed): the PKG paper's Q4 / Fig. 9.
+    ``choices`` = d > 2 gives every key the Greedy-d process of §5 over its first d distinct workers
+    among H_1(k), H_2(k), … (the PKG paper's Q4, Fig. 9).
     """
 
     scheme = "pkg"
@@ -106,10 +131,21 @@ class PartialKeyGrouping(Grouping):
     def __init__(self, workers: int, sources: int, *, choices: int = 2, seed: int = 0) -> None:
         super().__init__(workers, sources, seed=seed)
         self.choices = check_count("choices (d)", choices, minimum=2)
-        self._seeds = function_seeds(self.seed, max(2, self.choices))
+        self._seeds = function_seeds(self.seed, 2 * self.choices)
+        self._scratch = np.zeros(self.choices, dtype=np.int64)
 
     def _route(self, key_hashes: UIntArray, sources: IntArray, out: IntArray) -> None:
-        _pkg_kernel(key_hashes, sources, out, self._loads, self._seeds, self.workers, self.choices)
+        _pkg_kernel(
+            key_hashes,
+            sources,
+            out,
+            self._loads,
+            self._seeds,
+            seed_base(self.seed),
+            self.workers,
+            self.choices,
+            self._scratch,
+        )
 
     def max_choices(self) -> int:
         return min(self.choices, self.workers)

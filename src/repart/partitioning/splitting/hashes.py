@@ -7,8 +7,8 @@ consecutive primes. repart routes on the key's XXH64 hash (DESIGN §2), so the j
 bijection of 64-bit integers with full avalanche) and ``seed_j = mix64(seed + j·φ)`` (φ = 2^64/golden
 ratio): one grouping seed gives every H_j, and H_1 … H_d are prefix-nested (a larger d only adds
 functions). The multiply-shift reduction (Lemire's "fastrange") replaces ``mod n``: it maps the top
-32 bits onto [0, n) as evenly (bias below n/2^32) without a 64-bit division, which costs more than
-the rest of a PKG decision (measured: benchmarks/grouping_speed.py). n must stay below 2^32.
+32 bits onto [0, n) as evenly (bias below n/2^32) without a 64-bit division, the costliest step of
+a PKG decision. Groupings take n < 2^31.
 """
 
 from __future__ import annotations
@@ -49,16 +49,27 @@ def function_seed(base: np.uint64, j: int) -> np.uint64:
     return mix64(base + np.uint64(j) * GOLDEN)
 
 
+def seed_base(seed: int) -> np.uint64:
+    """The grouping seed as the 64-bit base of the ``seed_j``."""
+    return np.uint64(seed % 2**64)
+
+
 def function_seeds(seed: int, count: int) -> UIntArray:
-    """``seed_j = mix64(seed + j·φ)`` for j = 0 … count − 1 (seed taken modulo 2^64)."""
-    base = np.uint64(seed % 2**64)
-    with np.errstate(over="ignore"):
-        raw = base + np.arange(count, dtype=np.uint64) * GOLDEN
-    return _mix_array(raw)
+    """``seed_j`` for j = 0 … count − 1, kept by kernels for their first functions."""
+    return _seed_array(seed_base(seed), count)
 
 
 @numba.njit(cache=True)
-def _mix_array(values: UIntArray) -> UIntArray:
+def _seed_array(base: np.uint64, count: int) -> UIntArray:
+    out = np.empty(count, dtype=np.uint64)
+    for j in range(count):
+        out[j] = function_seed(base, j)
+    return out
+
+
+@numba.njit(cache=True)
+def mix_array(values: UIntArray) -> UIntArray:
+    """``mix64`` of every value."""
     out = np.empty_like(values)
     for i in range(values.size):
         out[i] = mix64(values[i])

@@ -29,25 +29,24 @@ from repart.partitioning.splitting.base import (
     check_count,
     check_fraction,
     check_positive,
+    default_theta,
 )
-from repart.partitioning.splitting.hashed import pkg_pair
-from repart.partitioning.splitting.hashes import choice, function_seed
+from repart.partitioning.splitting.hashed import pkg_pair, seed_of
+from repart.partitioning.splitting.hashes import choice, seed_base
 from repart.partitioning.splitting.minload import (
     add_tuple,
-    empty_levels,
+    full_sets,
     least_loaded,
     least_loaded_of,
     words,
 )
-from repart.partitioning.splitting.spacesaving import Summaries, admit, bump, locate
+from repart.partitioning.splitting.spacesaving import Summaries, admit, bump, default_capacity, locate
 
 I32Array = npt.NDArray[np.int32]
 
 D_CHOICES, W_CHOICES, ROUND_ROBIN = 0, 1, 2
 
-#: SpaceSaving entries per source, as a multiple of 1/θ (measured: docs/DECISIONS.md).
-CAPACITY_FACTOR = 10
-#: D-Choices recomputes d after this many tuples of a source (measured: docs/DECISIONS.md).
+#: D-Choices recomputes d after this many tuples of a source (docs/DECISIONS.md: 1 … 10,000 route alike).
 RECOMPUTE_EVERY = 1000
 
 
@@ -100,7 +99,15 @@ def _head_frequencies(counts: FloatArray, size: int, threshold: float, seen: flo
 
 @numba.njit(cache=True)
 def _cache_candidates(
-    key: np.uint64, d: int, base: np.uint64, n: int, lines: I32Array, masks: UIntArray, s: int, line: int
+    key: np.uint64,
+    d: int,
+    seeds: UIntArray,
+    base: np.uint64,
+    n: int,
+    lines: I32Array,
+    masks: UIntArray,
+    s: int,
+    line: int,
 ) -> int:
     """The first d distinct workers among H_1(k), H_2(k), …: a bitset, and ``lines[s, line]`` by id."""
     for j in range(masks.shape[2]):
@@ -108,7 +115,7 @@ def _cache_candidates(
     length = 0
     j = 0
     while length < d:
-        w = choice(key, function_seed(base, j), n)
+        w = choice(key, seed_of(seeds, base, j), n)
         bit = np.uint64(1) << np.uint64(w & 63)
         if masks[s, line, w >> 6] & bit == 0:
             masks[s, line, w >> 6] |= bit
@@ -134,7 +141,7 @@ def _head_kernel(
     warm: int,
     loads: IntArray,
     minimum: IntArray,
-    levels: UIntArray,
+    at_minimum: UIntArray,
     seeds: UIntArray,
     base: np.uint64,
     n: int,
@@ -172,11 +179,11 @@ def _head_kernel(
                     line_of[s, e] = -1
         seen[s] += 1
         if seen[s] < warm or ss_counts[s, e] < theta * seen[s]:
-            first, second = pkg_pair(k, seeds, n)
+            first, second = pkg_pair(k, seeds, base, n)
             w = second if loads[s, second] < loads[s, first] else first
-        elif mode == ROUND_ROBIN:
-            w = (s + turn[s]) % n
-            turn[s] += 1
+        elif mode == ROUND_ROBIN:  # worker (s + j) mod n for the source's j-th head tuple
+            w = turn[s]
+            turn[s] = w + 1 if w + 1 < n else 0
         else:
             d = n
             if mode == D_CHOICES:
@@ -187,7 +194,7 @@ def _head_kernel(
                     computed_at[s] = seen[s]
                 d = d_of[s]
             if d >= n:
-                w = least_loaded(levels, minimum, s)
+                w = least_loaded(at_minimum, s)
             else:
                 line = line_of[s, e]
                 if line < 0 or line_d[s, line] != d:
@@ -199,15 +206,18 @@ def _head_kernel(
                         line_owner[s, line] = e
                         line_of[s, e] = line
                     line_d[s, line] = d
-                    line_length[s, line] = _cache_candidates(k, d, base, n, lines, line_masks, s, line)
-                w = least_loaded_of(levels, minimum, s, line_masks, line)
-                if w < 0:  # no candidate within the tracked load levels: scan them
+                    line_length[s, line] = _cache_candidates(k, d, seeds, base, n, lines, line_masks, s, line)
+                w = least_loaded_of(at_minimum, s, line_masks, line)
+                if w < 0:  # no candidate at the source's minimum: scan them
                     w = lines[s, line, 0]
                     for q in range(1, line_length[s, line]):
                         c = lines[s, line, q]
                         if loads[s, c] < loads[s, w]:
                             w = c
-        add_tuple(loads, minimum, levels, s, w)
+        if mode == ROUND_ROBIN:  # needs no least loaded worker
+            loads[s, w] += 1
+        else:
+            add_tuple(loads, minimum, at_minimum, s, w)
         out[i] = w
 
 
@@ -228,20 +238,23 @@ class _HeadGrouping(Grouping):
         seed: int = 0,
     ) -> None:
         super().__init__(workers, sources, seed=seed)
-        self.theta = 1 / (5 * self.workers) if theta is None else check_fraction("theta (θ)", theta)
-        default_capacity = math.ceil(CAPACITY_FACTOR / self.theta)
-        self.capacity = default_capacity if capacity is None else check_count("capacity", capacity)
+        self.theta = default_theta(self.workers) if theta is None else check_fraction("theta (θ)", theta)
+        self.capacity = (
+            default_capacity(self.theta) if capacity is None else check_count("capacity", capacity)
+        )
         self.epsilon = check_positive("epsilon (ε)", epsilon)
         self.recompute_every = check_count("recompute_every", recompute_every)
         self._summaries = Summaries.empty(self.sources, self.capacity)
         self._seen = np.zeros(self.sources, dtype=np.int64)
         self._d = np.zeros(self.sources, dtype=np.int64)
         self._computed_at = np.zeros(self.sources, dtype=np.int64)
-        self._turn = np.zeros(self.sources, dtype=np.int64)
-        # Candidate lists of head keys, cached per summary entry: at most ⌊1/θ⌋ keys are ever in the head
-        # at once (the counts sum to m_s), so that many lines per source suffice; lines are reused in turn.
-        lines = math.floor(1 / self.theta) + 1
-        width = self.workers if self._mode == D_CHOICES else 1
+        self._turn = np.arange(self.sources, dtype=np.int64) % self.workers
+        # D-Choices caches its head keys' candidate lists per summary entry: at most ⌊1/θ⌋ keys are in the
+        # head at once (the counts sum to m_s), so that many lines per source suffice, reused in turn.
+        # The other modes never touch them.
+        d_choices = self._mode == D_CHOICES
+        lines = math.floor(1 / self.theta) + 1 if d_choices else 1
+        width = self.workers if d_choices else 1
         self._line_of = np.full((self.sources, self.capacity), -1, dtype=np.int64)
         self._line_owner = np.full((self.sources, lines), -1, dtype=np.int64)
         self._line_d = np.zeros((self.sources, lines), dtype=np.int64)
@@ -250,7 +263,7 @@ class _HeadGrouping(Grouping):
         self._line_masks = np.zeros((self.sources, lines, words(width)), dtype=np.uint64)
         self._clock = np.zeros(self.sources, dtype=np.int64)
         self._minimum = np.zeros(self.sources, dtype=np.int64)
-        self._levels = empty_levels(self.sources, self.workers)
+        self._at_minimum = full_sets(self.sources, self.workers)
 
     def _route(self, key_hashes: UIntArray, sources: IntArray, out: IntArray) -> None:
         ss = self._summaries
@@ -265,9 +278,9 @@ class _HeadGrouping(Grouping):
             math.ceil(1 / self.theta),
             self._loads,
             self._minimum,
-            self._levels,
+            self._at_minimum,
             self._seeds,
-            np.uint64(self.seed % 2**64),
+            seed_base(self.seed),
             self.workers,
             self._seen,
             self._d,

@@ -16,7 +16,6 @@ tuples to n workers. The simulator hands over, in stream order, the worker of ev
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -24,6 +23,8 @@ from typing import Any, cast
 import numba
 import numpy as np
 import numpy.typing as npt
+
+from repart.partitioning.splitting.base import check_count, check_positive, check_rates
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -87,12 +88,6 @@ def _latency_kernel(workers: IntArray, service: FloatArray, arrival_rate: float)
     return out
 
 
-def _check_count(value: int, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return int(value)
-
-
 def _check_ids(values: IntArray, name: str, bound: int, bound_name: str) -> IntArray:
     """A non-empty 1-d integer array with every entry in [0, bound), as int64."""
     a = np.asarray(values)
@@ -103,30 +98,6 @@ def _check_ids(values: IntArray, name: str, bound: int, bound_name: str) -> IntA
     if int(a.min()) < 0 or int(a.max()) >= bound:
         raise ValueError(f"{name} must hold ids in [0, {bound_name}={bound})")
     return np.ascontiguousarray(a, dtype=np.int64)
-
-
-def _check_rates(rates: FloatArray, n: int | None = None) -> FloatArray:
-    """A non-empty 1-d array of positive, finite service rates μ, as float64 (of length n if given)."""
-    a = np.asarray(rates)
-    if a.dtype.kind not in "iuf":
-        raise ValueError(f"rates must be a real array (float64), got dtype {a.dtype}")
-    if a.ndim != 1 or a.size == 0:
-        raise ValueError(f"rates must be a non-empty 1-d array, got shape {a.shape}")
-    if n is not None and a.size != n:
-        raise ValueError(f"rates must have length n={n}, got {a.size}")
-    r = np.ascontiguousarray(a, dtype=np.float64)
-    if not np.all(np.isfinite(r)) or np.any(r <= 0):
-        raise ValueError("rates must be positive and finite (every μ_i in (0, inf), no NaN)")
-    return r
-
-
-def _check_arrival_rate(arrival_rate: float) -> float:
-    if isinstance(arrival_rate, bool) or not isinstance(arrival_rate, int | float | np.integer | np.floating):
-        raise ValueError(f"arrival_rate must be a number > 0, got {arrival_rate!r}")
-    value = float(arrival_rate)
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"arrival_rate must be > 0 and finite, got {arrival_rate!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -144,7 +115,7 @@ def imbalance(workers: IntArray, n: int) -> Imbalance:
     imbalance". Computed exactly over every t: Σ_t max_i L_i(t) is an integer and Σ_t t/n =
     m(m+1)/(2n), so both values are exact ratios of integers rounded once.
     """
-    count = _check_count(n, "n")
+    count = check_count("n", n)
     w = _check_ids(workers, "workers", count, "n")
     m = int(w.size)
     top, total = _imbalance_kernel(w, count)
@@ -159,8 +130,8 @@ def memory(key_ids: IntArray, workers: IntArray, n: int, distinct: int) -> float
     1 for key grouping, up to n for shuffle grouping. Distinct (key, worker) pairs are marked in a
     bitmap of distinct·n bits (sorted pair codes instead when that bitmap would exceed 256 MiB).
     """
-    count = _check_count(n, "n")
-    keys_bound = _check_count(distinct, "distinct")
+    count = check_count("n", n)
+    keys_bound = check_count("distinct", distinct)
     w = _check_ids(workers, "workers", count, "n")
     k = _check_ids(key_ids, "key_ids", keys_bound, "distinct")
     if k.size != w.size:
@@ -178,7 +149,7 @@ def load_std(workers: IntArray, n: int) -> float:
 
     A worker that receives no tuple counts as 0 %.
     """
-    count = _check_count(n, "n")
+    count = check_count("n", n)
     w = _check_ids(workers, "workers", count, "n")
     percent = 100.0 * np.bincount(w, minlength=count) / w.size
     return float(np.std(percent))
@@ -199,8 +170,8 @@ def latency(workers: IntArray, rates: FloatArray, arrival_rate: float) -> Latenc
     time in deterministic time 1/μ_i (μ = ``rates``). Its latency (waiting + service) follows Lindley's
     recursion finish_i = max(finish_i, t/λ) + 1/μ_i, latency = finish_i − t/λ.
     """
-    r = _check_rates(rates)
-    lam = _check_arrival_rate(arrival_rate)
+    r = check_rates(rates)
+    lam = check_positive("arrival_rate", arrival_rate)
     w = _check_ids(workers, "workers", int(r.size), "n")
     values = cast(FloatArray, _latency_kernel(w, 1.0 / r, lam))
     return Latency(mean=float(values.mean()), p99=float(np.percentile(values, 99.0)))
@@ -212,7 +183,7 @@ def saturation(workers: IntArray, rates: FloatArray) -> float:
     With routing fractions L_i/m, worker i receives λ·L_i/m tuples per unit time and keeps up while that
     stays below μ_i; the result is the throughput of the grouping in tuples per unit time.
     """
-    r = _check_rates(rates)
+    r = check_rates(rates)
     w = _check_ids(workers, "workers", int(r.size), "n")
     loads = np.bincount(w, minlength=r.size)
     used = loads > 0
@@ -241,9 +212,9 @@ def evaluate(
     arrival_rate: float,
 ) -> GroupingMetrics:
     """imbalance, memory, load_std, latency and saturation of one stream; ``rates`` must have length n."""
-    count = _check_count(n, "n")
-    r = _check_rates(rates, count)
-    lam = _check_arrival_rate(arrival_rate)
+    count = check_count("n", n)
+    r = check_rates(rates, count)
+    lam = check_positive("arrival_rate", arrival_rate)
     w = _check_ids(workers, "workers", count, "n")
     imb = imbalance(w, count)
     lat = latency(w, r, lam)

@@ -1,13 +1,12 @@
-"""A source's least loaded worker in O(1): bitsets of the workers at the lowest load levels.
+"""A source's least loaded worker in O(1): the bitset of the workers at its minimum load.
 
-Loads only ever grow by one. A source keeps its minimum load and, for each of the ``LEVELS`` load
-values from the minimum up, a bitset of the workers at that load (workers further up are in none).
-The least loaded worker with the lowest id is the lowest set bit of the minimum's level; the least
-loaded of a candidate set is the lowest bit of the first level that meets the set's mask — when no
-level does, the caller scans its candidates. An increment moves one bit up a level; when the minimum's
-level empties the window slides up by one and the workers that enter it at the top are found by a scan
-of the loads: after at least as many increments as that level had members, so O(1) per tuple
-amortised in a balanced system (W-Choices sends every head tuple to a worker at the minimum).
+Loads only ever grow by one. A source keeps its minimum load and a bitset of the workers at it; the
+least loaded worker with the lowest id is the lowest set bit, and the least loaded of a candidate set
+is the lowest bit of (bitset AND the set's mask) when they meet (the caller scans its candidates when
+they do not). When the last worker at the minimum is incremented, the minimum and its bitset are
+rebuilt from the loads: after at least as many increments as the bitset had members, so O(1) per
+tuple amortised in a balanced system — W-Choices sends every head tuple to a worker at the minimum.
+An increment of any other worker costs one comparison.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import numpy.typing as npt
 IntArray = npt.NDArray[np.int64]
 UIntArray = npt.NDArray[np.uint64]
 
-LEVELS = 16
 _DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)
 _SHIFT = np.uint64(58)
 _ONE = np.uint64(1)
@@ -33,12 +31,12 @@ def words(workers: int) -> int:
     return (workers + 63) // 64
 
 
-def empty_levels(sources: int, workers: int) -> UIntArray:
-    """Level bitsets with every worker at load 0, the minimum, for each source."""
-    levels = np.zeros((sources, LEVELS, words(workers)), dtype=np.uint64)
+def full_sets(sources: int, workers: int) -> UIntArray:
+    """Every worker at the minimum (all loads 0), for each source."""
+    bits = np.zeros((sources, words(workers)), dtype=np.uint64)
     for w in range(workers):
-        levels[:, 0, w // 64] |= np.uint64(1) << np.uint64(w % 64)
-    return levels
+        bits[:, w // 64] |= np.uint64(1) << np.uint64(w % 64)
+    return bits
 
 
 @numba.njit(cache=True, inline="always")
@@ -49,52 +47,43 @@ def lowest_bit(x: np.uint64) -> int:
 
 
 @numba.njit(cache=True, inline="always")
-def least_loaded(levels: UIntArray, minimum: IntArray, s: int) -> int:
+def least_loaded(at_minimum: UIntArray, s: int) -> int:
     """The lowest-id worker at source ``s``'s minimum load."""
-    level = minimum[s] % LEVELS
-    for j in range(levels.shape[2]):
-        if levels[s, level, j] != 0:
-            return 64 * j + lowest_bit(levels[s, level, j])
+    for j in range(at_minimum.shape[1]):
+        if at_minimum[s, j] != 0:
+            return 64 * j + lowest_bit(at_minimum[s, j])
     return -1
 
 
 @numba.njit(cache=True, inline="always")
-def least_loaded_of(levels: UIntArray, minimum: IntArray, s: int, masks: UIntArray, line: int) -> int:
-    """The lowest-id least loaded candidate of ``masks[s, line]``, or −1 if none is within the levels."""
-    for up in range(LEVELS):
-        level = (minimum[s] + up) % LEVELS
-        for j in range(levels.shape[2]):
-            both = levels[s, level, j] & masks[s, line, j]
-            if both != 0:
-                return 64 * j + lowest_bit(both)
+def least_loaded_of(at_minimum: UIntArray, s: int, masks: UIntArray, line: int) -> int:
+    """The lowest-id candidate of ``masks[s, line]`` at source ``s``'s minimum load, or −1 if none is."""
+    for j in range(at_minimum.shape[1]):
+        both = at_minimum[s, j] & masks[s, line, j]
+        if both != 0:
+            return 64 * j + lowest_bit(both)
     return -1
 
 
 @numba.njit(cache=True)
-def _slide(loads: IntArray, minimum: IntArray, levels: UIntArray, s: int) -> None:
-    """The minimum's level is empty: move the window up one load and add the workers entering it."""
-    minimum[s] += 1
-    top = minimum[s] + LEVELS - 1
-    level = top % LEVELS
+def _rebuild(loads: IntArray, minimum: IntArray, at_minimum: UIntArray, s: int) -> None:
+    low = loads[s, 0]
+    for w in range(1, loads.shape[1]):
+        if loads[s, w] < low:
+            low = loads[s, w]
+    minimum[s] = low
     for w in range(loads.shape[1]):
-        if loads[s, w] == top:
-            levels[s, level, w >> 6] |= _ONE << np.uint64(w & 63)
+        if loads[s, w] == low:
+            at_minimum[s, w >> 6] |= _ONE << np.uint64(w & 63)
 
 
 @numba.njit(cache=True, inline="always")
-def add_tuple(loads: IntArray, minimum: IntArray, levels: UIntArray, s: int, w: int) -> None:
-    """One more tuple from source ``s`` to worker ``w``, keeping the level bitsets."""
-    load = loads[s, w]
-    loads[s, w] = load + 1
-    bit = _ONE << np.uint64(w & 63)
-    j = w >> 6
-    if load - minimum[s] < LEVELS:
-        levels[s, load % LEVELS, j] &= ~bit
-    if load + 1 - minimum[s] < LEVELS:
-        levels[s, (load + 1) % LEVELS, j] |= bit
-    if load == minimum[s]:
-        level = load % LEVELS
-        for q in range(levels.shape[2]):
-            if levels[s, level, q] != 0:
+def add_tuple(loads: IntArray, minimum: IntArray, at_minimum: UIntArray, s: int, w: int) -> None:
+    """One more tuple from source ``s`` to worker ``w``, keeping the minimum's bitset."""
+    loads[s, w] += 1
+    if loads[s, w] == minimum[s] + 1:
+        at_minimum[s, w >> 6] &= ~(_ONE << np.uint64(w & 63))
+        for j in range(at_minimum.shape[1]):
+            if at_minimum[s, j] != 0:
                 return
-        _slide(loads, minimum, levels, s)
+        _rebuild(loads, minimum, at_minimum, s)

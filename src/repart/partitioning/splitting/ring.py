@@ -11,7 +11,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from repart.partitioning.splitting.hashes import mix64
+from repart.partitioning.splitting.hashes import mix64, mix_array
 
 IntArray = npt.NDArray[np.int64]
 UIntArray = npt.NDArray[np.uint64]
@@ -32,21 +32,13 @@ def build_ring(workers: int, virtual_nodes: int, seed: int) -> tuple[UIntArray, 
     """
     labels = np.arange(workers * virtual_nodes, dtype=np.uint64)
     salt = np.uint64(seed % 2**64) ^ _RING_SEED
-    positions = _mix_all(labels ^ salt)
+    positions = mix_array(labels ^ salt)
     order = np.argsort(positions, kind="stable")
     owners = (np.arange(workers * virtual_nodes, dtype=np.int64) // virtual_nodes)[order]
     sorted_positions = positions[order]
     starts = np.arange(2**BUCKET_BITS, dtype=np.uint64) << np.uint64(64 - BUCKET_BITS)
     buckets = np.searchsorted(sorted_positions, starts).astype(np.int64)
     return sorted_positions, owners, buckets
-
-
-@numba.njit(cache=True)
-def _mix_all(values: UIntArray) -> UIntArray:
-    out = np.empty_like(values)
-    for i in range(values.size):
-        out[i] = mix64(values[i])
-    return out
 
 
 @numba.njit(cache=True)
@@ -58,17 +50,17 @@ def walk(
     count: int,
     out: I32Array,
     row: int,
-    seen: IntArray,
+    stamps: IntArray,
 ) -> int:
     """The first ``count`` distinct workers clockwise from the key's position into ``out[row]``.
 
-    ``seen`` is per-worker scratch whose last cell counts calls: a worker is new in this walk when its
+    ``stamps`` is per-worker scratch whose last cell counts calls: a worker is new in this walk when its
     cell differs from the call's number, so nothing needs clearing. Returns how many were written
     (min(count, n)).
     """
-    n = seen.size - 1
-    seen[n] += 1
-    stamp = seen[n]
+    n = stamps.size - 1
+    stamps[n] += 1
+    stamp = stamps[n]
     point = mix64(key ^ _KEY_SEED)
     size = positions.size
     p = buckets[point >> np.uint64(64 - BUCKET_BITS)]
@@ -78,8 +70,8 @@ def walk(
     limit = min(count, n)
     while found < limit:
         w = owners[p % size]
-        if seen[w] != stamp:
-            seen[w] = stamp
+        if stamps[w] != stamp:
+            stamps[w] = stamp
             out[row, found] = w
             found += 1
         p += 1

@@ -11,11 +11,12 @@ stream alone: a binary min-heap ordered by (count, entry) finds it, and a linear
 keys to entries. Counts are float64 so that FISH can decay them (integers stay exact below 2^53).
 
 Kernels inline the hot path — :func:`locate` then :func:`bump` — and call :func:`admit` only for an
-untracked key: a single call doing all three returned a tuple per tuple and cost 5–10× more (measured).
+untracked key.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numba
@@ -29,6 +30,12 @@ UIntArray = npt.NDArray[np.uint64]
 FloatArray = npt.NDArray[np.float64]
 
 _INDEX_SEED = np.uint64(0x51ACE5A71C0FFEE5)
+
+
+def default_capacity(theta: float) -> int:
+    """⌈10/θ⌉ entries: a newcomer's count min + 1 then stays below θ·m_s, so it is not taken for a
+    hot key (docs/DECISIONS.md)."""
+    return math.ceil(10 / theta)
 
 
 @dataclass
