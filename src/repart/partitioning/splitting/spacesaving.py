@@ -210,13 +210,18 @@ def decay(
     s: int,
     factor: float,
 ) -> None:
-    """Multiply every count and error of source ``s`` by ``factor`` and restore the heap order."""
+    """Multiply every count and error of source ``s`` by ``factor`` and restore the heap order.
+
+    Scaling by one factor keeps the order of distinct counts, so the heap stays valid unless rounding
+    made two counts equal whose entries are in the wrong order for the tie rule: only then is it
+    rebuilt.
+    """
     size = sizes[s]
     for e in range(size):
         counts[s, e] *= factor
         errors[s, e] *= factor
-    for e in range(size):
-        heap[s, e] = e
-        positions[s, e] = e
-    for p in range(size // 2 - 1, -1, -1):
-        _sift_down(heap, positions, counts, s, size, p)
+    for p in range(1, size):
+        if _before(counts, s, heap[s, p], heap[s, (p - 1) >> 1]):
+            for q in range(size // 2 - 1, -1, -1):
+                _sift_down(heap, positions, counts, s, size, q)
+            return
