@@ -89,29 +89,32 @@ def _classify(
     size: IntArray,
     width: IntArray,
     hot_in: IntArray,
+    hot_entries: IntArray,
 ) -> bool:
     """CHK at an epoch end; returns False (changing nothing) when the key table needs to grow first."""
+    bar = theta * total
     hot_mass = 0.0
     hot = 0
     for e in range(ss_sizes[s]):
-        if ss_counts[s, e] >= theta * total:
+        if ss_counts[s, e] >= bar:
             hot_mass += ss_counts[s, e] / total
+            hot_entries[hot] = e
             hot += 1
     if hot == 0:
         return True
     if size[0] + hot > keys.size:
         return False
     floor = max(2, (math.ceil(n * hot_mass / hot)))
-    for e in range(ss_sizes[s]):
-        if ss_counts[s, e] >= theta * total:
-            share = ss_counts[s, e] / total
-            d = min(n, max(floor, (math.ceil(spread * n * share))))
-            k = ss_keys[s, e]
-            m = find_or_slot(index, keys, owners, k, s)
-            if m < 0:
-                m = append(index, keys, owners, size, -m - 1, k, s)
-            width[m] = max(width[m], d)
-            hot_in[m] = epoch_number
+    for q in range(hot):
+        e = hot_entries[q]
+        share = ss_counts[s, e] / total
+        d = min(n, max(floor, (math.ceil(spread * n * share))))
+        k = ss_keys[s, e]
+        m = find_or_slot(index, keys, owners, k, s)
+        if m < 0:
+            m = append(index, keys, owners, size, -m - 1, k, s)
+        width[m] = max(width[m], d)
+        hot_in[m] = epoch_number
     return True
 
 
@@ -156,6 +159,7 @@ def _fish_kernel(
     ring_buckets: IntArray,
     scratch: I32Array,
     stamps: IntArray,
+    hot_entries: IntArray,
 ) -> int:
     """Route from ``start``; returns where it stopped (the key table must grow) or the length."""
     for i in range(start, key_hashes.size):
@@ -179,6 +183,7 @@ def _fish_kernel(
                 size,
                 width,
                 hot_in,
+                hot_entries,
             ):
                 return i
             decay(ss_counts, ss_errors, ss_sizes, ss_heap, ss_positions, s, decay_factor)
@@ -264,9 +269,9 @@ class Fish(Grouping):
         )
         self._ring = build_ring(n, self.virtual_nodes, self.seed)
         self._scratch = np.zeros((1, n), dtype=np.int32)
-        self._stamps = np.zeros(
-            n + 1, dtype=np.int64
-        )  # per-worker stamps of ring walks, the last cell counts walks
+        # Per-worker stamps of ring walks, the last cell counting walks; and the classification's scratch.
+        self._stamps = np.zeros(n + 1, dtype=np.int64)
+        self._hot_entries = np.zeros(self.capacity, dtype=np.int64)
 
     def _route(self, key_hashes: UIntArray, sources: IntArray, out: IntArray) -> None:
         ss, t = self._summaries, self._table
@@ -312,6 +317,7 @@ class Fish(Grouping):
                 self._ring[2],
                 self._scratch,
                 self._stamps,
+                self._hot_entries,
             )
             if done == key_hashes.size:
                 return
