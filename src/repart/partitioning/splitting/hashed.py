@@ -33,6 +33,15 @@ def pkg_pair(key_hash: np.uint64, seeds: UIntArray, base: np.uint64, n: int) -> 
     return first, second
 
 
+@numba.njit(cache=True, inline="always")
+def pkg_choice(
+    loads: IntArray, s: int, key_hash: np.uint64, seeds: UIntArray, base: np.uint64, n: int
+) -> int:
+    """PKG's decision (§3): the candidate of ``pkg_pair`` source ``s`` sent fewer tuples to; ties to H_1."""
+    first, second = pkg_pair(key_hash, seeds, base, n)
+    return second if loads[s, second] < loads[s, first] else first
+
+
 @numba.njit(cache=True)
 def _kg_kernel(
     key_hashes: UIntArray, sources: IntArray, out: IntArray, loads: IntArray, seeds: UIntArray, n: int
@@ -68,9 +77,9 @@ def _pkg_kernel(
     for i in range(key_hashes.size):
         s = sources[i]
         k = key_hashes[i]
-        first, second = pkg_pair(k, seeds, base, n)
-        w = second if loads[s, second] < loads[s, first] else first
+        w = pkg_choice(loads, s, k, seeds, base, n)
         if choices > 2:  # Greedy-d: the first d distinct workers among H_1(k), H_2(k), …
+            first, second = pkg_pair(k, seeds, base, n)
             scratch[0], scratch[1] = first, second
             found = 2
             j = 0

@@ -31,7 +31,7 @@ from repart.partitioning.splitting.base import (
     check_positive,
     default_theta,
 )
-from repart.partitioning.splitting.hashed import pkg_pair, seed_of
+from repart.partitioning.splitting.hashed import pkg_choice, seed_of
 from repart.partitioning.splitting.hashes import choice, seed_base
 from repart.partitioning.splitting.minload import (
     add_tuple,
@@ -179,8 +179,7 @@ def _head_kernel(
                     line_of[s, e] = -1
         seen[s] += 1
         if seen[s] < warm or ss_counts[s, e] < theta * seen[s]:
-            first, second = pkg_pair(k, seeds, base, n)
-            w = second if loads[s, second] < loads[s, first] else first
+            w = pkg_choice(loads, s, k, seeds, base, n)
         elif mode == ROUND_ROBIN:  # worker (s + j) mod n for the source's j-th head tuple
             w = turn[s]
             turn[s] = w + 1 if w + 1 < n else 0
