@@ -23,12 +23,14 @@ import numpy as np
 import numpy.typing as npt
 
 from repart.partitioning.splitting import SCHEMES, Grouping, make_grouping
+from repart.partitioning.splitting.base import MAX_WORKERS, check_count, check_positive
 from repart.partitioning.splitting.metrics import evaluate
 from repart.sim.streams import (
     DKG_KEYS,
-    SOURCE_MODES,
     WORKLOADS,
     KeyStream,
+    check_skew,
+    check_source_mode,
     english_vocabulary_size,
     make_stream,
 )
@@ -68,20 +70,17 @@ RECORD_FIELDS = (
 KEY_FIELDS = ("scheme", "workload", "z", "n", "sources", "messages")
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
-
-
 def _is_real(value: object) -> bool:
     return isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
 
 
-def _as_tuple(value: object, name: str) -> tuple[Any, ...]:
+def _as_tuple(value: object, name: str, *, distinct: bool = True) -> tuple[Any, ...]:
+    """A non-empty tuple or list as a tuple; with ``distinct``, repeats dropped (order kept)."""
     if isinstance(value, str) or not isinstance(value, tuple | list):
         raise ValueError(f"{name} must be a tuple, got {value!r}")
     if not value:
         raise ValueError(f"{name} must not be empty")
-    return tuple(dict.fromkeys(value))  # drop repeats, keep the order
+    return tuple(dict.fromkeys(value)) if distinct else tuple(value)
 
 
 @dataclass(frozen=True)
@@ -115,11 +114,10 @@ class GroupingConfig:
             raise ValueError(
                 f"schemes must come from {', '.join(SCHEMES)}; unknown: {', '.join(map(str, unknown))}"
             )
-        workers = _as_tuple(self.workers, "workers (n)")
-        if not all(_is_int(n) and n >= 1 for n in workers):
-            raise ValueError(f"workers (n) must be integers >= 1, got {', '.join(map(str, workers))}")
-        if not _is_int(self.sources) or self.sources < 1:
-            raise ValueError(f"sources (S) must be an integer >= 1, got {self.sources!r}")
+        workers = tuple(
+            check_count("workers (n)", n, maximum=MAX_WORKERS) for n in _as_tuple(self.workers, "workers (n)")
+        )
+        check_count("sources (S)", self.sources)
         if self.workload not in WORKLOADS:
             raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}, got {self.workload!r}")
         zipf = _as_tuple(self.zipf, "zipf (z)")
@@ -129,43 +127,27 @@ class GroupingConfig:
         if keys is None:
             keys = DKG_KEYS if self.workload == "dkg" else DEFAULT_GROUPING_KEYS
             object.__setattr__(self, "keys", keys)
-        least_keys = 2 if self.workload == "dkg" else 1
-        if not _is_int(keys) or keys < least_keys:
-            raise ValueError(f"keys (K) must be an integer >= {least_keys} for {self.workload}, got {keys!r}")
-        if self.workload == "words" and keys > english_vocabulary_size():
-            raise ValueError(
-                f"keys (K) must be at most {english_vocabulary_size()} for words, got {self.keys!r}"
-            )
-        if not _is_int(self.messages) or self.messages < 1:
-            raise ValueError(f"messages (m) must be an integer >= 1, got {self.messages!r}")
-        if not _is_real(self.skew) or not 0 < self.skew < 1:  # also rejects NaN
-            raise ValueError(f"skew (DKG's top-key share) must be in (0, 1), got {self.skew!r}")
-        if not _is_int(self.seed) or self.seed < 0:
-            raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
-        if not _is_int(self.runs) or self.runs < 1:
-            raise ValueError(f"runs must be an integer >= 1, got {self.runs!r}")
+        check_count("keys (K)", keys, minimum=2 if self.workload == "dkg" else 1)
+        if self.workload == "words":
+            check_count("keys (K)", keys, maximum=english_vocabulary_size())
+        check_count("messages (m)", self.messages)
+        check_skew(self.skew)
+        check_count("seed", self.seed, minimum=0)
+        check_count("runs", self.runs)
         rates = None
         if self.rates is not None:
-            if isinstance(self.rates, str) or not isinstance(self.rates, tuple | list) or not self.rates:
-                raise ValueError(f"rates (worker speeds μ) must be a non-empty tuple, got {self.rates!r}")
-            if not all(_is_real(r) and math.isfinite(r) and r > 0 for r in self.rates):
-                given = ", ".join(map(str, self.rates))
-                raise ValueError(f"rates (worker speeds μ) must be finite numbers > 0, got {given}")
-            rates = tuple(float(r) for r in self.rates)
+            given = _as_tuple(self.rates, "rates (worker speeds μ)", distinct=False)
+            rates = tuple(check_positive("rates (worker speeds μ)", r) for r in given)
             if len(rates) > max(workers):
                 raise ValueError(
                     f"rates (worker speeds μ) must have at most n = {max(workers)} values, got {len(rates)}"
                 )
-        if not _is_real(self.utilization) or not (math.isfinite(self.utilization) and self.utilization > 0):
-            raise ValueError(f"utilization (λ / Σμ) must be a finite number > 0, got {self.utilization!r}")
-        if self.source_mode not in SOURCE_MODES:
-            raise ValueError(
-                f"source_mode must be one of {', '.join(SOURCE_MODES)}, got {self.source_mode!r}"
-            )
+        check_positive("utilization (λ / Σμ)", self.utilization)
+        check_source_mode(self.source_mode)
         if not isinstance(self.exact, bool | np.bool_):
             raise ValueError(f"exact must be a bool, got {self.exact!r}")
         object.__setattr__(self, "schemes", tuple(str(s) for s in schemes))
-        object.__setattr__(self, "workers", tuple(int(n) for n in workers))
+        object.__setattr__(self, "workers", workers)
         object.__setattr__(self, "zipf", tuple(float(z) for z in zipf))
         object.__setattr__(self, "rates", rates)
 
@@ -224,8 +206,7 @@ def build_grouping(scheme: str, n: int, stream: KeyStream, config: GroupingConfi
 
 def route_stream(grouping: Grouping, stream: KeyStream, chunk: int = CHUNK) -> tuple[IntArray, float]:
     """The worker of every tuple, routed ``chunk`` tuples at a time, and the seconds ``route`` took."""
-    if not _is_int(chunk) or chunk < 1:
-        raise ValueError(f"chunk must be an integer >= 1, got {chunk!r}")
+    check_count("chunk", chunk)
     workers = np.empty(stream.messages, dtype=np.int64)
     seconds = 0.0
     for start in range(0, stream.messages, chunk):

@@ -36,6 +36,7 @@ import numpy.typing as npt
 import wordfreq
 
 from repart.partitioning.hashing import hash_int64_array, hash_str_keys
+from repart.partitioning.splitting.base import check_count
 from repart.sim.workload import ZipfWorkload
 
 FloatArray = npt.NDArray[np.float64]
@@ -109,13 +110,6 @@ class KeyStream:
 # --- parameter checks --------------------------------------------------------------------------------
 
 
-def _check_int(value: object, name: str, minimum: int) -> int:
-    """``value`` as an int if it is an integer (not a bool) >= ``minimum``, else ValueError naming it."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or int(value) < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
 def _check_z(z: object) -> float:
     if not isinstance(z, int | float | np.integer | np.floating) or isinstance(z, bool):
         raise ValueError(f"z (Zipf skew) must be a finite number >= 0, got {z!r}")
@@ -125,7 +119,7 @@ def _check_z(z: object) -> float:
     return value
 
 
-def _check_skew(skew: object) -> float:
+def check_skew(skew: object) -> float:
     if not isinstance(skew, int | float | np.integer | np.floating) or isinstance(skew, bool):
         raise ValueError(f"skew (share of the top key) must be a number in (0, 1), got {skew!r}")
     value = float(skew)
@@ -134,17 +128,17 @@ def _check_skew(skew: object) -> float:
     return value
 
 
-def _check_source_mode(source_mode: object) -> str:
+def check_source_mode(source_mode: object) -> str:
     if source_mode not in SOURCE_MODES:
         raise ValueError(f"source_mode must be one of {', '.join(SOURCE_MODES)}, got {source_mode!r}")
     return str(source_mode)
 
 
 def _check_common(messages: object, sources: object, seed: object, source_mode: object) -> tuple[int, int]:
-    m = _check_int(messages, "messages (m)", 1)
-    s = _check_int(sources, "sources (S)", 1)
-    _check_int(seed, "seed", 0)
-    _check_source_mode(source_mode)
+    m = check_count("messages (m)", messages, 1)
+    s = check_count("sources (S)", sources, 1)
+    check_count("seed", seed, 0)
+    check_source_mode(source_mode)
     return m, s
 
 
@@ -157,7 +151,7 @@ def largest_remainder_counts(shares: FloatArray, total: int) -> IntArray:
     Each entry gets ⌊share · total⌋ (shares are normalised first); the units left over go, one each, to
     the entries with the largest fractional remainders, ties to the lower index.
     """
-    total = _check_int(total, "total", 0)
+    total = check_count("total", total, 0)
     weights = np.asarray(shares, dtype=np.float64)
     if weights.ndim != 1 or weights.size == 0 or not np.all(np.isfinite(weights)) or np.any(weights < 0):
         raise ValueError("shares must be a non-empty 1-D array of finite numbers >= 0")
@@ -182,7 +176,7 @@ def skewed_sources(key_hashes: HashArray, sources: int) -> IntArray:
     Generators", OOPSLA 2014) decorrelate the source from the downstream groupings, which use the key
     hash itself.
     """
-    s = _check_int(sources, "sources (S)", 1)
+    s = check_count("sources (S)", sources, 1)
     x = np.asarray(key_hashes, dtype=np.uint64) ^ np.uint64(SOURCE_SALT)
     x = (x ^ (x >> np.uint64(30))) * _SPLITMIX_M1
     x = (x ^ (x >> np.uint64(27))) * _SPLITMIX_M2
@@ -243,7 +237,7 @@ def zipf_stream(
     the sequence is shuffled.
     """
     z = _check_z(z)
-    k = _check_int(keys, "keys (K)", 1)
+    k = check_count("keys (K)", keys, 1)
     m, s = _check_common(messages, sources, seed, source_mode)
     if not isinstance(exact, bool | np.bool_):
         raise ValueError(f"exact must be a bool, got {exact!r}")
@@ -266,8 +260,8 @@ def lognormal_values(which: str, messages: int, seed: int) -> IntArray:
     """
     if which not in LOGNORMAL_PARAMETERS:
         raise ValueError(f"which must be one of {', '.join(LOGNORMAL_PARAMETERS)}, got {which!r}")
-    m = _check_int(messages, "messages (m)", 1)
-    _check_int(seed, "seed", 0)
+    m = check_count("messages (m)", messages, 1)
+    check_count("seed", seed, 0)
     mu, sigma = LOGNORMAL_PARAMETERS[which]
     normal = np.random.default_rng(seed).standard_normal(m)
     values = np.rint(np.exp(mu + sigma * normal))
@@ -304,8 +298,8 @@ def lognormal_stream(
 
 def drift_phase_starts(messages: int, phases: int) -> IntArray:
     """The first tuple of each phase: ``phases`` equal segments of m, the last one taking the rest."""
-    m = _check_int(messages, "messages (m)", 1)
-    p = _check_int(phases, "phases", 1)
+    m = check_count("messages (m)", messages, 1)
+    p = check_count("phases", phases, 1)
     if p > m:
         raise ValueError(f"phases must be an integer in [1, messages = {m}], got {phases!r}")
     return np.arange(p, dtype=np.int64) * (m // p)
@@ -327,7 +321,7 @@ def drift_stream(
     Zipf(z) over the same K keys with its own random rank → key permutation.
     """
     z = _check_z(z)
-    k = _check_int(keys, "keys (K)", 1)
+    k = check_count("keys (K)", keys, 1)
     m, s = _check_common(messages, sources, seed, source_mode)
     starts = drift_phase_starts(m, phases)
     rng = np.random.default_rng(seed)
@@ -341,8 +335,8 @@ def drift_stream(
 
 def dkg_shares(skew: float, keys: int) -> FloatArray:
     """The DKG synthetic distribution by rank: ``skew`` for the top key, (1 − skew)/(K − 1) for each other."""
-    share = _check_skew(skew)
-    k = _check_int(keys, "keys (K)", 2)
+    share = check_skew(skew)
+    k = check_count("keys (K)", keys, 2)
     shares = np.full(k, (1.0 - share) / (k - 1), dtype=np.float64)
     shares[0] = share
     return shares
@@ -383,7 +377,7 @@ def _english_vocabulary(keys: int) -> tuple[tuple[str, ...], FloatArray, HashArr
 
 
 def _check_word_keys(keys: object) -> int:
-    k = _check_int(keys, "keys (K)", 1)
+    k = check_count("keys (K)", keys, 1)
     size = english_vocabulary_size()
     if k > size:
         raise ValueError(f"keys (K) must be an integer in [1, {size}] for words, got {keys!r}")
