@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -21,7 +22,8 @@ from repart.sim.plot import plot_records
 STDOUT = Path("-")
 
 
-def _split(text: str) -> tuple[str, ...]:
+def split_list(text: str) -> tuple[str, ...]:
+    """The non-empty, stripped items of a comma-separated option."""
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
@@ -62,7 +64,7 @@ def simulate(
     """Reproduce Gedik §5: grow N one channel at a time and report b, b_k, b_lb, m, sizes and build time."""
     config = ExperimentConfig(
         channels=channels,
-        algorithms=_split(algorithms),
+        algorithms=split_list(algorithms),
         resources=resources,
         alpha=alpha,
         sigma=sigma,
@@ -88,17 +90,40 @@ def simulate(
     ) as bar:
         task = bar.add_task("steps", total=steps(config))
         records = run_experiment(config, progress=lambda k: bar.advance(task, k))
+    write_results(
+        records,
+        console,
+        json_path,
+        plot,
+        table=lambda: results_table(records, config, every),
+        draw=lambda path: plot_records(records, path, title=_title(config)),
+    )
+
+
+def write_results(
+    records: Sequence[Mapping[str, Any]],
+    console: Console,
+    json_path: Path | None,
+    plot: Path | None,
+    *,
+    table: Callable[[], Table],
+    draw: Callable[[Path], None],
+) -> None:
+    """The table (or, with ``--json -``, the JSON alone on stdout), then the JSON and plot files.
+
+    Files are written atomically; the paths were checked by :func:`check_output_path` beforehand.
+    """
     if json_path == STDOUT:
         sys.stdout.write(records_json(records) + "\n")
     else:
-        console.print(results_table(records, config, every))
+        console.print(table())
     if json_path is not None and json_path != STDOUT:
         with atomic_output(json_path) as temporary:
             temporary.write_text(records_json(records))
         console.print(f"wrote {len(records)} records to {json_path}")
     if plot is not None:
         with atomic_output(plot) as temporary:
-            plot_records(records, temporary, title=_title(config))
+            draw(temporary)
         console.print(f"wrote plot to {plot}")
 
 
@@ -114,7 +139,7 @@ def check_output_path(path: Path | None, option: str, allow_stdout: bool) -> Non
         raise ValueError(f"{option}: directory {path.parent} does not exist")
 
 
-def records_json(records: list[Record]) -> str:
+def records_json(records: Sequence[Mapping[str, Any]]) -> str:
     """Strict JSON: an infinite ratio (a channel with no load, so r = max/min = ∞) becomes null."""
     clean = [
         {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}

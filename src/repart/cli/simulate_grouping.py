@@ -17,8 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from repart.cli.errors import reports_bad_input
-from repart.cli.files import atomic_output
-from repart.cli.simulate import STDOUT, check_output_path, records_json
+from repart.cli.simulate import STDOUT, check_output_path, split_list, write_results
 
 if TYPE_CHECKING:
     from repart.sim.grouping import GroupingConfig
@@ -28,13 +27,9 @@ ALL_SCHEMES = "kg,sg,pkg,potc,on-greedy,off-greedy,dchoices,wchoices,rr,fish,dkg
 ALL_WORKLOADS = "zipf, ln1, ln2, drift, dkg, words"
 
 
-def _split(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
 def _numbers(text: str, name: str, kind: type[int] | type[float]) -> tuple[Any, ...]:
     """The comma-separated numbers of option ``name`` (ValueError naming it otherwise)."""
-    parts = _split(text)
+    parts = split_list(text)
     if not parts:
         raise ValueError(f"{name} must be a non-empty comma-separated list, got {text!r}")
     try:
@@ -90,7 +85,7 @@ def simulate_grouping(
     from repart.sim.grouping import GroupingConfig, run_grouping_experiment
 
     config = GroupingConfig(
-        schemes=tuple(_split(schemes)),
+        schemes=split_list(schemes),
         workers=_numbers(workers, "workers", int),
         sources=sources,
         workload=workload,
@@ -118,20 +113,13 @@ def simulate_grouping(
         transient=True,
     ) as bar:
         records = run_grouping_experiment(config, progress=bar)
-    if json_path == STDOUT:
-        sys.stdout.write(records_json(records) + "\n")
-    else:
-        console.print(results_table(records, config))
-    if json_path is not None and json_path != STDOUT:
-        with atomic_output(json_path) as temporary:
-            temporary.write_text(records_json(records))
-        console.print(f"wrote {len(records)} records to {json_path}")
-    if plot is not None:
+
+    def draw(path: Path) -> None:
         from repart.sim.plot import plot_groupings
 
-        with atomic_output(plot) as temporary:
-            plot_groupings(records, temporary, title=title(config))
-        console.print(f"wrote plot to {plot}")
+        plot_groupings(records, path, title=title(config))
+
+    write_results(records, console, json_path, plot, table=lambda: results_table(records, config), draw=draw)
 
 
 def title(config: GroupingConfig) -> str:
