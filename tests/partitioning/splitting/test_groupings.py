@@ -77,13 +77,9 @@ def test_hashed_groupings_equal_their_references(stream) -> None:  # type: ignor
 def test_key_preserving_baselines_equal_their_references(stream) -> None:  # type: ignore[no-untyped-def]
     n, sources, seed, keys, origins, cuts = stream
     for rule in ("potc", "on-greedy"):
-        check(
-            make_grouping(rule, n, sources, seed=seed),
-            ref.Sticky(n, sources, seed, rule),
-            keys,
-            origins,
-            cuts,
-        )
+        sticky, reference = make_grouping(rule, n, sources, seed=seed), ref.Sticky(n, sources, seed, rule)
+        check(sticky, reference, keys, origins, cuts)
+        assert sticky.assignment() == reference.table
     distinct, counts = np.unique(keys, return_counts=True)
     check(
         make_grouping("off-greedy", n, sources, seed=seed, key_hashes=distinct, counts=counts),
