@@ -77,11 +77,11 @@ def _pkg_kernel(
     for i in range(key_hashes.size):
         s = sources[i]
         k = key_hashes[i]
-        w = pkg_choice(loads, s, k, seeds, base, n)
-        if choices > 2:  # Greedy-d: the first d distinct workers among H_1(k), H_2(k), …
-            first, second = pkg_pair(k, seeds, base, n)
-            scratch[0], scratch[1] = first, second
-            found = 2
+        if choices == 2:
+            w = pkg_choice(loads, s, k, seeds, base, n)
+        else:  # Greedy-d over the first d distinct workers among H_1(k), H_2(k), … (ties to the earliest)
+            w = -1
+            found = 0
             j = 0
             while found < min(choices, n):
                 c = choice(k, seed_of(seeds, base, j), n)
@@ -94,7 +94,7 @@ def _pkg_kernel(
                 if new:
                     scratch[found] = c
                     found += 1
-                    if loads[s, c] < loads[s, w]:
+                    if w < 0 or loads[s, c] < loads[s, w]:
                         w = c
         loads[s, w] += 1
         out[i] = w
