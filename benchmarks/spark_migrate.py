@@ -36,8 +36,8 @@ import pyarrow as pa
 
 from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning import PartitionFunction, initial_function
-from repart.spark.state import ApplyResult, FileEntry, StateStore, write_channel_files
-from repart.spark.state_files import read_verified
+from repart.state.files import read_verified
+from repart.state.store import ApplyResult, FileEntry, StateStore, write_channel_files
 
 N_CHANNELS = 32
 SLOT_BITS = 16

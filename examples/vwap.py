@@ -12,7 +12,7 @@ driver, and the state directory from every executor, e.g. a shared filesystem):
 
 Each batch applies the controller's pending plan to the state, partitions the trades with the applied
 version, folds them into the per-ticker sums on the channel's executor, observes the key frequencies
-for the controller and reports the batch (``repart.spark.vwap``). Between batches this script runs one
+for the controller and reports the batch (``repart.demo.vwap``). Between batches this script runs one
 controller tick (``--tick``, the default; like a cron job), or leaves deciding to a ``repart run``
 daemon on the same database (``--no-tick``). It prints a JSON line per batch and, at the end, the
 state's and the input's totals.
@@ -29,11 +29,11 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from repart.controller.tick import tick
+from repart.demo.vwap import VwapPipeline, totals
+from repart.errors import NotFound
 from repart.sim.trades import TradeStream
 from repart.spark.session import spark_session
-from repart.spark.vwap import VwapPipeline, totals
 from repart.storage import (
-    NotFoundError,
     RegionConfig,
     create_region,
     make_engine,
@@ -49,7 +49,7 @@ def ensure_region(engine: Engine, region: str, channels: int) -> None:
     def work(session: Session) -> None:
         try:
             region_by_name(session, region)
-        except NotFoundError:
+        except NotFound:
             config = RegionConfig(key_type="str", n_channels_initial=channels, policy="target-utilization")
             create_region(session, region, config)
 

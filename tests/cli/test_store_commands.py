@@ -114,7 +114,7 @@ def test_region_update_rejects_bad_options_and_unknown_regions(db: str) -> None:
 def test_region_create_refuses_a_duplicate_name(db: str) -> None:
     create_trades(db)
     result = repart(db, "region", "create", "trades", "--key-type", "int")
-    assert result.exit_code == 2
+    assert result.exit_code == 3  # Conflict
     assert "already exists" in result.stderr
 
 
@@ -277,7 +277,7 @@ def test_plans_report_applied_then_errors(db: str) -> None:
     assert statuses == ["superseded", "applied"]
 
     again = repart(db, "plans", "report", "trades", plan_id, "--state", "failed")
-    assert again.exit_code == 2
+    assert again.exit_code == 3  # Conflict
     assert "cannot go from 'applied'" in again.stderr
 
 

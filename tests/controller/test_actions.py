@@ -14,14 +14,10 @@ from sqlalchemy import Engine
 
 from repart.controller.actions import ActionResult, explain, rollback, scale
 from repart.controller.tick import tick
+from repart.errors import Conflict, NotFound
 from repart.migration import MigrationPlan
 from repart.partitioning import ConsistentSpec, initial_function
-from repart.storage import (
-    ConflictError,
-    NotFoundError,
-    run_in_transaction,
-    set_plan_status,
-)
+from repart.storage import run_in_transaction, set_plan_status
 from repart.storage.jsontext import load_object
 from tests.controller.test_tick import (
     REGION,
@@ -88,7 +84,7 @@ def test_rollback_refusals_name_the_parameter_and_write_nothing(db: Engine) -> N
     rebalanced_and_applied(db)
     before = row_counts(db)
 
-    with pytest.raises(NotFoundError, match=r"--to: .* no version 7; its versions are 1, 2"):
+    with pytest.raises(NotFound, match=r"--to: .* no version 7; its versions are 1, 2"):
         rollback(db, REGION, 7)
     with pytest.raises(ValueError, match="--to: version 2 has the function of the applied version 2"):
         rollback(db, REGION, 2)
@@ -99,7 +95,7 @@ def test_rollback_refusals_name_the_parameter_and_write_nothing(db: Engine) -> N
     assert plan_id is not None
     run_in_transaction(db, lambda session: set_plan_status(session, plan_id, "applying"))
     applying = row_counts(db)
-    with pytest.raises(ConflictError, match=f"plan {plan_id} .* is being applied"):
+    with pytest.raises(Conflict, match=f"plan {plan_id} .* is being applied"):
         rollback(db, REGION, 1)
     assert row_counts(db) == applying
 
@@ -156,7 +152,7 @@ def test_scale_refuses_n_outside_the_bounds_or_unchanged_and_writes_nothing(db: 
 
 def test_explain_shows_the_last_decision_with_every_auto_candidate(db: Engine) -> None:
     make_region(db, n_channels_initial=4, algorithm="auto")
-    with pytest.raises(NotFoundError, match="no decision to explain"):
+    with pytest.raises(NotFound, match="no decision to explain"):
         run_in_transaction(db, lambda session: explain(session, REGION))
     tick(db, REGION)
     ingest(db, snapshot_document(1, n_channels=4, demand=4, exponent=1.3))

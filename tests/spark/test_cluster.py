@@ -20,8 +20,8 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from repart.spark.state import StateStore
-from repart.spark.vwap import totals
+from repart.demo.vwap import totals
+from repart.state.store import StateStore
 
 ROOT = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).parent

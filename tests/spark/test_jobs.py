@@ -8,10 +8,11 @@ import pytest
 from sqlalchemy import Engine
 
 from repart.controller.tick import last_considered_seq, tick
+from repart.errors import NotFound
 from repart.migration import MigrationPlan
 from repart.spark.errors import StateStoreError
 from repart.spark.jobs import applied_function, apply_next_plan, next_plan
-from repart.storage import NotFoundError, run_in_transaction, set_plan_status
+from repart.storage import run_in_transaction, set_plan_status
 from tests.controller.test_tick import REGION, ingest, make_region, plans, snapshot_document
 
 
@@ -54,7 +55,7 @@ def planned(engine: Engine) -> int:
 
 def test_before_the_first_tick_there_is_no_function_and_nothing_to_apply(db: Engine) -> None:
     make_region(db, n_channels_initial=4)
-    with pytest.raises(NotFoundError, match="no applied version yet"):
+    with pytest.raises(NotFound, match="no applied version yet"):
         applied_function(db, REGION)
     assert apply_next_plan(db, REGION, FakeStore()) is None
 

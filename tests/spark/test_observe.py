@@ -24,19 +24,12 @@ from pyspark.sql import DataFrame, SparkSession
 from sqlalchemy import Engine
 
 from repart.controller.spool import ingest_spool
+from repart.errors import Conflict, NotFound
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.spark.errors import JobInputError
 from repart.spark.observe import Observation, Window, observe
 from repart.spark.sinks import DatabaseSink, SpoolSink
-from repart.storage import (
-    ConflictError,
-    NotFoundError,
-    SnapshotError,
-    get_snapshot,
-    make_engine,
-    parse_snapshot,
-    run_in_transaction,
-)
+from repart.storage import SnapshotError, get_snapshot, make_engine, parse_snapshot, run_in_transaction
 from tests.storage.helpers import add_region, row_counts
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -216,9 +209,9 @@ def test_database_sink_stores_a_readable_snapshot(spark: SparkSession, sqlite_en
     assert stored.window_start == START and stored.distinct_estimate >= len(exact)
 
     before = row_counts(sqlite_engine)
-    with pytest.raises(ConflictError, match=r"window.seq 7 was already ingested"):
+    with pytest.raises(Conflict, match=r"window.seq 7 was already ingested"):
         observe(df, "k", "trades", WINDOW, DatabaseSink(sqlite_engine), epsilon=0.01)
-    with pytest.raises(NotFoundError, match="nowhere"):
+    with pytest.raises(NotFound, match="nowhere"):
         observe(df, "k", "nowhere", WINDOW, DatabaseSink(sqlite_engine), epsilon=0.01)
     with pytest.raises(SnapshotError, match="key_type must be the region's 'int'"):
         observe(df, "k", "ids", WINDOW, DatabaseSink(sqlite_engine), epsilon=0.01, slot_bits=12)

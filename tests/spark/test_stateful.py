@@ -12,8 +12,8 @@ from pyspark.sql import SparkSession
 from repart.partitioning import BuildParams, FrequencyEstimate, PartitionFunction, build, initial_function
 from repart.spark.errors import StateStoreError
 from repart.spark.route import partition
-from repart.spark.state import StateStore
 from repart.spark.stateful import update_state
+from repart.state.store import StateStore
 
 SCHEMA = pa.schema([("k", pa.string()), ("n", pa.int64()), ("total", pa.int64())])
 

@@ -11,16 +11,13 @@ import pytest
 from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session
 
+from repart.errors import Conflict, NotFound
 from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning.function import PartitionFunction
 from repart.storage import (
-    ConflictError,
-    ImmutableVersionError,
     NewEvent,
     NewVersion,
-    NotFoundError,
     StorageError,
-    TransitionError,
     activate,
     applied_version,
     get_plan,
@@ -199,7 +196,7 @@ def test_illegal_plan_transitions_are_refused(
     for step in path:
         run_in_transaction(region, lambda s, step=step: set_plan_status(s, plan_id, step))
     before = _status(region)
-    with pytest.raises(TransitionError, match=message):
+    with pytest.raises(Conflict, match=message):
         run_in_transaction(region, lambda s: set_plan_status(s, plan_id, status))
     assert _status(region) == before
 
@@ -208,7 +205,7 @@ def test_unknown_status_and_unknown_plan_are_errors(region: Engine) -> None:
     plan_id = _activate_v2(region).plan_id
     with pytest.raises(StorageError, match="status must be one of"):
         run_in_transaction(region, lambda s: set_plan_status(s, plan_id, "done"))
-    with pytest.raises(NotFoundError, match="plan 999 does not exist"):
+    with pytest.raises(NotFound, match="plan 999 does not exist"):
         run_in_transaction(region, lambda s: set_plan_status(s, 999, "applying"))
     with pytest.raises(StorageError, match="recorded when a plan is applied"):
         run_in_transaction(region, lambda s: set_plan_status(s, plan_id, "applying", moved_rows=3))
@@ -223,7 +220,7 @@ def test_version_content_is_immutable(region: Engine, field: str) -> None:
         setattr(version, field, 7 if field in ("n_channels", "number") else "changed")
         session.flush()
 
-    with pytest.raises(ImmutableVersionError, match=f"only status may change, not {field}"):
+    with pytest.raises(Conflict, match=f"only status may change, not {field}"):
         run_in_transaction(region, change)
     assert run_in_transaction(region, lambda s: get_version(s, "trades", 1).digest) == V1.digest
 
@@ -238,7 +235,7 @@ def test_versions_and_their_entries_cannot_be_deleted_or_edited(region: Engine) 
         session.flush()
 
     for work in (delete_version, edit_entry):
-        with pytest.raises(ImmutableVersionError):
+        with pytest.raises(Conflict):
             run_in_transaction(region, work)
     assert row_counts(region)["version_explicit"] == 2
 
@@ -275,7 +272,7 @@ def test_activation_is_atomic_when_a_duplicate_version_number_collides(
 
     monkeypatch.setattr(activation, "func", _MaxIsZero())
     before = row_counts(region)
-    with pytest.raises(ConflictError, match="conflicts with a stored record"):
+    with pytest.raises(Conflict, match="conflicts with a stored record"):
         _activate_v2(region)
     assert row_counts(region) == before
 
@@ -345,7 +342,7 @@ BAD_ACTIVATIONS: list[tuple[str, NewVersion, Any, type[Exception], str]] = [
         StorageError,
         "slot_bits must be the region's 16",
     ),
-    ("parent", new_version(V2, parent=9), PLAN_1_2, NotFoundError, "has no version 9"),
+    ("parent", new_version(V2, parent=9), PLAN_1_2, NotFound, "has no version 9"),
     ("no plan", new_version(V2), None, StorageError, "a plan is required"),
     (
         "plan source digest",
@@ -491,5 +488,5 @@ def test_a_first_version_needs_no_plan_and_refuses_one(engine: Engine) -> None:
 def test_activation_waits_for_a_plan_being_applied(region: Engine) -> None:
     plan_id = _activate_v2(region).plan_id
     run_in_transaction(region, lambda s: set_plan_status(s, plan_id, "applying"))
-    with pytest.raises(ConflictError, match="is being applied"):
+    with pytest.raises(Conflict, match="is being applied"):
         _activate_v2(region)

@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine
 
-from repart.storage import NotFoundError, acquire_lease, current_lease, release_lease, run_in_transaction
+from repart.errors import NotFound
+from repart.storage import acquire_lease, current_lease, release_lease, run_in_transaction
 
 from .helpers import add_region
 
@@ -44,9 +45,9 @@ def test_release(engine: Engine) -> None:
 
 def test_unknown_region_and_bad_arguments(engine: Engine) -> None:
     add_region(engine)
-    with pytest.raises(NotFoundError, match="unknown region 'nope'"):
+    with pytest.raises(NotFound, match="unknown region 'nope'"):
         _acquire(engine, "a", T0, region="nope")
-    with pytest.raises(NotFoundError, match="unknown region 'nope'"):
+    with pytest.raises(NotFound, match="unknown region 'nope'"):
         run_in_transaction(engine, lambda s: release_lease(s, "nope", "a"))
     with pytest.raises(ValueError, match="ttl_seconds must be in"):
         _acquire(engine, "a", T0, ttl=0)

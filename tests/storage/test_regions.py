@@ -7,10 +7,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
+from repart.errors import Conflict, NotFound
 from repart.storage import (
-    ConflictError,
     NewEvent,
-    NotFoundError,
     RegionConfig,
     create_region,
     delete_region,
@@ -36,7 +35,7 @@ def test_create_read_update_delete(engine: Engine) -> None:
     assert (row.alpha, row.max_channels) == (1.5, 32) and row.updated_at >= row.created_at
     assert run_in_transaction(engine, lambda s: [r.name for r in list_regions(s)]) == ["clicks", "trades"]
     run_in_transaction(engine, lambda s: delete_region(s, "clicks"))
-    with pytest.raises(NotFoundError, match="unknown region 'clicks'; known regions: trades"):
+    with pytest.raises(NotFound, match="unknown region 'clicks'; known regions: trades"):
         run_in_transaction(engine, lambda s: region_by_name(s, "clicks"))
 
 
@@ -53,7 +52,7 @@ def test_delete_cascades_but_keeps_the_audit_log(engine: Engine) -> None:
 
 def test_duplicate_names_and_bad_names_are_refused(engine: Engine) -> None:
     add_region(engine)
-    with pytest.raises(ConflictError, match="region 'trades' already exists"):
+    with pytest.raises(Conflict, match="region 'trades' already exists"):
         add_region(engine)
     for name in ("", "-x", "a b", "x" * 129, "nul\x00"):
         with pytest.raises(ValueError, match="region name must be"):
@@ -66,7 +65,7 @@ def test_key_type_and_slot_bits_are_fixed_once_used(engine: Engine) -> None:
     run_in_transaction(engine, lambda s: update_region(s, "trades", slot_bits=12))
     run_in_transaction(engine, lambda s: update_region(s, "trades", slot_bits=16))
     run_in_transaction(engine, lambda s: ingest_snapshot(s, parse_snapshot(document())))
-    with pytest.raises(ConflictError, match="slot_bits can no longer change"):
+    with pytest.raises(Conflict, match="slot_bits can no longer change"):
         run_in_transaction(engine, lambda s: update_region(s, "trades", slot_bits=12))
     with pytest.raises(ValueError, match="unknown region field"):
         run_in_transaction(engine, lambda s: update_region(s, "trades", colour="red"))

@@ -12,10 +12,9 @@ import pytest
 from sqlalchemy import Engine
 
 import repart.storage
+from repart.errors import Conflict, NotFound
 from repart.partitioning.frequency import LossyCounter
 from repart.storage import (
-    ConflictError,
-    NotFoundError,
     SnapshotError,
     get_snapshot,
     ingest_snapshot,
@@ -209,17 +208,17 @@ def _ingested(engine: Engine) -> None:
 
 
 REGION_MISMATCHES: list[tuple[str, dict[str, Any], type[Exception], str]] = [
-    ("unknown region", {"region": "nope"}, NotFoundError, "unknown region 'nope'; known regions: trades"),
+    ("unknown region", {"region": "nope"}, NotFound, "unknown region 'nope'; known regions: trades"),
     (
         "seq already ingested",
         {"window": _window(1, "2026-02-01T00:00:00Z", "2026-02-01T00:01:00Z")},
-        ConflictError,
+        Conflict,
         "window.seq 1 was already ingested",
     ),
     (
         "overlapping window",
         {"window": _window(2, "2026-01-01T00:00:30Z", "2026-01-01T00:02:00Z")},
-        ConflictError,
+        Conflict,
         "overlaps window seq 1",
     ),
     (

@@ -17,7 +17,7 @@ from repart.cli.simulate import STDOUT, check_output_path
 from repart.sim.plot import plot_demo
 
 if TYPE_CHECKING:
-    from repart.spark.demo import DemoRow
+    from repart.demo.run import DemoRow
 
 _HEADER = (
     f"{'batch':>5} {'N':>3} {'version':>7} {'b':>7} {'b_hash':>7} {'migrated':>9} {'ideal':>7} {'seconds':>8}"
@@ -64,7 +64,7 @@ def demo(
     from repart.sim.trades import TradeStream
 
     try:
-        from repart.spark.demo import DemoConfig, run_demo
+        from repart.demo.run import DemoConfig, run_demo
     except ModuleNotFoundError as missing:
         raise ValueError(
             f"repart demo needs the Spark extra ({missing.name} is not installed): "

@@ -16,8 +16,9 @@ from sqlalchemy.orm import Session
 from repart.cli.database import DbOption, JsonOption, console, number, print_json, query, timestamp
 from repart.cli.errors import reports_bad_input
 from repart.cli.versions import plan_dict, print_plan
+from repart.errors import NotFound
 from repart.migration import MigrationPlan
-from repart.storage import NotFoundError, get_plan, list_plans, region_by_name, set_plan_status
+from repart.storage import get_plan, list_plans, region_by_name, set_plan_status
 from repart.storage.models import Plan
 
 plans_app = typer.Typer(no_args_is_help=True, help="List and show migration plans; report their outcome.")
@@ -53,11 +54,11 @@ def plan_summary(row: Plan) -> dict[str, Any]:
 
 
 def plan_of_region(session: Session, region: str, plan_id: int) -> Plan:
-    """Plan ``plan_id``, which must belong to ``region`` (NotFoundError otherwise)."""
+    """Plan ``plan_id``, which must belong to ``region`` (NotFound otherwise)."""
     region_id = region_by_name(session, region).id
     row = get_plan(session, plan_id)
     if row.region_id != region_id:
-        raise NotFoundError(f"plan {plan_id} is not a plan of region {region!r}")
+        raise NotFound(f"plan {plan_id} is not a plan of region {region!r}")
     return row
 
 

@@ -33,16 +33,15 @@ from sqlalchemy.orm import Session
 from repart.controller.settings import ControllerSettings
 from repart.controller.tick import aware_now, finite_or_none, report_json
 from repart.controller.window import merge_snapshots, window_size
+from repart.errors import Conflict, NotFound
 from repart.migration import plan_migration
 from repart.partitioning import PartitionFunction, build, initial_function
 from repart.partitioning.algorithms.builder import predict
 from repart.partitioning.documents import require_int
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.storage import (
-    ConflictError,
     NewEvent,
     NewVersion,
-    NotFoundError,
     RegionConfig,
     StorageError,
     activate,
@@ -101,8 +100,8 @@ def rollback(engine: Engine, region: str, to_version: int, *, now: datetime | No
 
     The plan goes from the applied version and is weighed by the latest merged window when there are
     snapshots. ``now`` (timezone-aware; default: the current time) is the event's time. Raises
-    NotFoundError naming ``--to`` and the existing versions for an unknown version, StorageError when
-    the version's function is the applied one, ConflictError while a plan is being applied; nothing
+    NotFound naming ``--to`` and the existing versions for an unknown version, StorageError when
+    the version's function is the applied one, Conflict while a plan is being applied; nothing
     is written then.
     """
     moment = aware_now(now)
@@ -115,7 +114,7 @@ def scale(engine: Engine, region: str, n_channels: int, *, now: datetime | None 
     Built from the applied version with the region's algorithm and parameters on the latest merged
     window; without snapshots, the consistent hash alone on N with the applied function's consistent
     spec. ``now`` as for ``rollback``. Raises ValueError naming ``--channels`` and the region's channel
-    bounds for N outside them or equal to the applied N, ConflictError while a plan is being applied;
+    bounds for N outside them or equal to the applied N, Conflict while a plan is being applied;
     nothing is written then.
     """
     moment = aware_now(now)
@@ -129,7 +128,7 @@ def explain(session: Session, region: str) -> dict[str, Any]:
     ``initialized``. Besides its kind, rule, message, time and full ``data``, the numbers tick records
     are lifted out: the policy and its numbers, N before and next, b before (and the threshold), the
     predicted b and m, the plan's m, and for ``auto`` every candidate algorithm's predicted b, m and
-    objective. NotFoundError when the region has no such event yet.
+    objective. NotFound when the region has no such event yet.
     """
     region_id = region_by_name(session, region).id
     event = session.scalar(
@@ -139,7 +138,7 @@ def explain(session: Session, region: str) -> dict[str, Any]:
         .limit(1)
     )
     if event is None:
-        raise NotFoundError(f"region {region!r} has no decision to explain yet; run `repart tick` first")
+        raise NotFound(f"region {region!r} has no decision to explain yet; run `repart tick` first")
     data = load_object(event.data_json)
     lifted = (
         "policy",
@@ -178,9 +177,7 @@ def _rollback(session: Session, region: str, to_version: int, moment: datetime) 
     target_row = next((row for row in rows if row.number == to_version), None)
     if target_row is None:
         numbers = ", ".join(str(row.number) for row in rows)
-        raise NotFoundError(
-            f"--to: region {region!r} has no version {to_version}; its versions are {numbers}"
-        )
+        raise NotFound(f"--to: region {region!r} has no version {to_version}; its versions are {numbers}")
     if target_row.digest == applied.digest:
         raise StorageError(
             f"--to: version {to_version} has the function of the applied version {applied.number} of "
@@ -241,7 +238,7 @@ def _context(session: Session, region: str) -> _Context:
         )
     applying = list_plans(session, region, "applying")
     if applying:
-        raise ConflictError(
+        raise Conflict(
             f"plan {applying[0].id} of region {region!r} is being applied; try again once it is applied "
             "or failed"
         )

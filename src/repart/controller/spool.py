@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from sqlalchemy import Engine
 
+from repart.errors import ReparError
 from repart.storage import ingest_snapshot, parse_snapshot, run_in_transaction
 
 DONE = "done"
@@ -77,7 +78,7 @@ def ingest_file(engine: Engine, path: Path) -> IngestOutcome:
         return IngestOutcome(str(path), "rejected", seq, region, f"cannot read the file: {error}")
     except json.JSONDecodeError as error:
         return IngestOutcome(str(path), "rejected", seq, region, f"not JSON: {error}")
-    except ValueError as error:
+    except (ReparError, ValueError) as error:
         return IngestOutcome(str(path), "rejected", seq, region, str(error))
     return IngestOutcome(str(path), "ingested", seq, region, None)
 

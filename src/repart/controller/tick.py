@@ -41,12 +41,12 @@ from sqlalchemy.orm import Session
 from repart.controller.policy import Decision, RebalanceDecision, WindowLoad, needs_rebalance
 from repart.controller.settings import ControllerSettings
 from repart.controller.window import merge_snapshots, window_size
+from repart.errors import Conflict
 from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning import BuildReport, ConsistentSpec, PartitionFunction, build, initial_function
 from repart.partitioning.algorithms.builder import predict
 from repart.partitioning.consistent import ConsistentMethod
 from repart.storage import (
-    ConflictError,
     NewEvent,
     NewVersion,
     RegionConfig,
@@ -121,7 +121,7 @@ def tick(engine: Engine, region: str, *, now: datetime | None = None) -> TickRes
     """Run one measure → analyze → plan → activate iteration for ``region`` (see the module docstring).
 
     ``now`` (timezone-aware; default: the current time) is the time the channel-count policy's
-    cooldown is measured to. Raises NotFoundError for an unknown region and ValueError naming the
+    cooldown is measured to. Raises NotFound for an unknown region and ValueError naming the
     field for a region configuration the controller cannot act on (DESIGN §10); nothing is written
     then.
     """
@@ -262,7 +262,7 @@ def _activate(
             plan,
             NewEvent("activated", _rule(decision, rebalance), reason, event_data),
         )
-    except ConflictError as error:
+    except Conflict as error:
         return _Outcome("blocked", str(error), applied.n_channels)
     return _Outcome("activated", reason, function.n_channels, activation.version_number, activation.plan_id)
 

@@ -15,11 +15,11 @@ from typing import Protocol
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from repart.errors import NotFound
 from repart.migration import MigrationPlan
 from repart.partitioning import PartitionFunction
 from repart.spark.errors import StateStoreError
 from repart.storage import (
-    NotFoundError,
     applied_version,
     list_plans,
     models,
@@ -45,7 +45,7 @@ class PlanToApply:
 
 
 class AppliedMigration(Protocol):
-    """What applying a plan to the state store reports (``repart.spark.state.ApplyResult``)."""
+    """What applying a plan to the state store reports (``repart.state.store.ApplyResult``)."""
 
     @property
     def moved_rows(self) -> int: ...
@@ -58,7 +58,7 @@ class AppliedMigration(Protocol):
 
 
 class PlanApplier(Protocol):
-    """A state store that can apply a migration plan (``repart.spark.state.StateStore``)."""
+    """A state store that can apply a migration plan (``repart.state.store.StateStore``)."""
 
     def apply(
         self, plan: MigrationPlan, *, plan_id: int, region: str, from_version: int, to_version: int
@@ -66,12 +66,12 @@ class PlanApplier(Protocol):
 
 
 def applied_function(engine: Engine, region: str) -> tuple[int, PartitionFunction]:
-    """The number and function of ``region``'s applied version; NotFoundError before the first tick."""
+    """The number and function of ``region``'s applied version; NotFound before the first tick."""
 
     def work(session: Session) -> tuple[int, PartitionFunction]:
         row = applied_version(session, region)
         if row is None:
-            raise NotFoundError(
+            raise NotFound(
                 f"region {region!r} has no applied version yet; "
                 f"run `repart tick {region}` (or the daemon) first"
             )

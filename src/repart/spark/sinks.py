@@ -47,7 +47,7 @@ class DatabaseSink:
     def write(self, document: Mapping[str, Any]) -> str:
         """Parse and ingest ``document`` in one transaction; returns ``<url>#snapshot/<row id>``.
 
-        Raises SnapshotError for an invalid document, and NotFoundError, SnapshotError or ConflictError
+        Raises SnapshotError for an invalid document, and NotFound, SnapshotError or Conflict
         (all ValueErrors) when the region rejects it: unknown region, other key type or slot bits, a
         seq already ingested or an overlapping window. Nothing is stored then.
         """

@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame
 
 from repart.partitioning import PartitionFunction
 from repart.spark.errors import JobInputError, StateStoreError
-from repart.spark.state import FileEntry, StateStore, write_channel_files
+from repart.state.store import FileEntry, StateStore, write_channel_files
 
 Combine = Callable[[pa.Table, pa.Table], pa.Table]
 _REPORT_SCHEMA = "channel int, input_rows long, busy_seconds double, entries string"

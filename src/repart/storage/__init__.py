@@ -9,14 +9,7 @@ subclass from ``errors`` naming the field and leaves the database unchanged (DES
 
 from repart.storage.activation import Activation, NewVersion, activate
 from repart.storage.engine import database_url, is_retryable, make_engine, run_in_transaction
-from repart.storage.errors import (
-    ConflictError,
-    ImmutableVersionError,
-    NotFoundError,
-    SnapshotError,
-    StorageError,
-    TransitionError,
-)
+from repart.storage.errors import SnapshotError, StorageError
 from repart.storage.events import NewEvent, list_events, record_batch_report, record_event
 from repart.storage.leases import acquire_lease, current_lease, release_lease
 from repart.storage.plans import get_plan, list_plans, set_plan_status
@@ -43,17 +36,13 @@ from repart.storage.versions import applied_version, get_version, list_versions,
 __all__ = [
     "Activation",
     "ChannelMeasurement",
-    "ConflictError",
     "CounterEntry",
-    "ImmutableVersionError",
     "NewEvent",
     "NewVersion",
-    "NotFoundError",
     "RegionConfig",
     "Snapshot",
     "SnapshotError",
     "StorageError",
-    "TransitionError",
     "acquire_lease",
     "activate",
     "applied_version",

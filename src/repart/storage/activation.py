@@ -19,11 +19,12 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from repart.errors import Conflict, NotFound
 from repart.migration import MigrationPlan
 from repart.partitioning.algorithms.builder import check_algorithm
 from repart.partitioning.function import PartitionFunction
 from repart.storage import models
-from repart.storage.errors import ConflictError, NotFoundError, StorageError
+from repart.storage.errors import StorageError
 from repart.storage.events import NewEvent
 from repart.storage.jsontext import dump_object
 from repart.storage.keys import key_columns
@@ -70,7 +71,7 @@ def activate(
     ``source_digest`` is the applied version's digest, ``target_digest`` the new version's, and whose
     key type, slot bits and channel counts are theirs. The version is ``planned`` and its plan
     ``pending`` until a job applies it, and pending plans of the region are superseded. Activation is
-    refused while a plan is being applied (ConflictError). The event's data is stored with
+    refused while a plan is being applied (Conflict). The event's data is stored with
     ``activated_version`` and ``plan_id`` added. Concurrent activations of one region are serialized
     by locking the region row (PostgreSQL) or the database (SQLite).
     """
@@ -80,7 +81,7 @@ def activate(
     check_algorithm(version.algorithm)
     report_json = dump_object(version.report, "report")
     if version.parent_number is not None and _version(session, row.id, version.parent_number) is None:
-        raise NotFoundError(f"parent_number: region {region!r} has no version {version.parent_number}")
+        raise NotFound(f"parent_number: region {region!r} has no version {version.parent_number}")
     applied = session.scalar(
         select(models.Version).where(models.Version.region_id == row.id, models.Version.status == "applied")
     )
@@ -129,7 +130,7 @@ def activate(
             session.add(event_row)
             session.flush()
     except IntegrityError as error:
-        raise ConflictError(
+        raise Conflict(
             f"activation of region {region!r} conflicts with a stored record: {error.orig}"
         ) from None
     return Activation(number, version_row.id, plan_id, event_row.id, superseded)
@@ -179,7 +180,7 @@ def _check_not_applying(session: Session, region: models.Region) -> None:
         select(models.Plan.id).where(models.Plan.region_id == region.id, models.Plan.status == "applying")
     )
     if applying is not None:
-        raise ConflictError(
+        raise Conflict(
             f"plan {applying} of region {region.name!r} is being applied; activate again once it is "
             "applied or failed"
         )

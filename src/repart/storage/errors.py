@@ -1,32 +1,19 @@
-"""Errors raised by the storage layer (DESIGN §10).
+"""Storage errors that do not yet name their field (DESIGN §12.4 migration in progress).
 
-Every error is a ``ValueError``: bad input that the CLI prints without a traceback (exit code 2). Each
-message names the field or record and the accepted values. Nothing half-written remains when one is
-raised: the operation that raised it wrote nothing.
+``StorageError`` and ``SnapshotError`` are ``InvalidInput``-like errors whose message names the field
+in its text; they are being replaced by ``repart.errors.InvalidInput(field, requirement)``.
 """
 
 from __future__ import annotations
 
+from repart.errors import ReparError
 
-class StorageError(ValueError):
-    """Base class of every storage error."""
+
+class StorageError(ReparError, ValueError):
+    """Bad input to the storage layer, named in the message (exit code 2)."""
+
+    exit_code = 2
 
 
 class SnapshotError(StorageError):
     """A snapshot document is malformed or does not fit its region (DESIGN §3)."""
-
-
-class NotFoundError(StorageError):
-    """A region, version or plan that does not exist."""
-
-
-class ConflictError(StorageError):
-    """A record that clashes with one already stored (duplicate name, window or version number)."""
-
-
-class TransitionError(StorageError):
-    """A status change that the life cycle of a plan or version does not allow (DESIGN §7)."""
-
-
-class ImmutableVersionError(StorageError):
-    """An attempt to change the content of a version, which is immutable once written (DESIGN §7)."""

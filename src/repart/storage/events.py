@@ -17,9 +17,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from repart.errors import NotFound
 from repart.partitioning.documents import require_int
 from repart.storage import models
-from repart.storage.errors import NotFoundError, StorageError
+from repart.storage.errors import StorageError
 from repart.storage.jsontext import dump_object
 from repart.storage.regions import region_by_name
 
@@ -77,7 +78,7 @@ def record_batch_report(
     if plan_id is not None:
         owner = session.scalar(select(models.Plan.region_id).where(models.Plan.id == plan_id))
         if owner != region_id:
-            raise NotFoundError(f"plan {plan_id} is not a plan of region {region!r}")
+            raise NotFound(f"plan {plan_id} is not a plan of region {region!r}")
     row = models.BatchReport(
         region_id=region_id,
         plan_id=plan_id,

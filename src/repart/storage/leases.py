@@ -44,7 +44,7 @@ def acquire_lease(session: Session, region: str, holder: str, ttl_seconds: float
 
     True if ``holder`` holds the lease afterwards: it was free, expired (``expires_at <= now``) or
     already ``holder``'s (a renewal keeps ``acquired_at``). False if another holder's lease is still
-    valid. NotFoundError for an unknown region.
+    valid. NotFound for an unknown region.
     """
     if not isinstance(holder, str) or not 1 <= len(holder) <= 200:
         raise StorageError(f"holder must be a string of 1-200 characters, got {holder!r}")
@@ -77,7 +77,7 @@ def acquire_lease(session: Session, region: str, holder: str, ttl_seconds: float
     )
     if inserted == 1:
         return True
-    region_by_name(session, region)  # NotFoundError if no lease row could exist for it
+    region_by_name(session, region)  # NotFound if no lease row could exist for it
     return False
 
 

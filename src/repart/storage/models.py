@@ -38,7 +38,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, Mapper, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
-from repart.storage.errors import ImmutableVersionError
+from repart.errors import Conflict
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -366,7 +366,7 @@ def _refuse_version_change(_mapper: Mapper[Any], _connection: Any, target: Versi
     state = inspect(target)
     changed = [name for name in VERSION_CONTENT if state.attrs[name].history.has_changes()]
     if changed:
-        raise ImmutableVersionError(
+        raise Conflict(
             f"version {target.number} is immutable once written; only status may change, "
             f"not {', '.join(changed)}"
         )
@@ -374,10 +374,10 @@ def _refuse_version_change(_mapper: Mapper[Any], _connection: Any, target: Versi
 
 @event.listens_for(Version, "before_delete")
 def _refuse_version_delete(_mapper: Mapper[Any], _connection: Any, target: Version) -> None:
-    raise ImmutableVersionError(f"version {target.number} is immutable once written; it cannot be deleted")
+    raise Conflict(f"version {target.number} is immutable once written; it cannot be deleted")
 
 
 @event.listens_for(VersionExplicit, "before_update")
 @event.listens_for(VersionExplicit, "before_delete")
 def _refuse_explicit_change(_mapper: Mapper[Any], _connection: Any, target: VersionExplicit) -> None:
-    raise ImmutableVersionError("the explicit entries of a version are immutable once written")
+    raise Conflict("the explicit entries of a version are immutable once written")

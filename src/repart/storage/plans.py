@@ -8,7 +8,7 @@ target)``, as ``plan_moves`` rows, so a job can read the moves of its channels. 
 
 (a new plan supersedes a pending one that no job has started, DESIGN §8). When a plan is applied its
 target version becomes ``applied`` and the previously applied version ``superseded``; when it fails or
-is superseded its target version is ``abandoned``. Illegal changes raise TransitionError naming both
+is superseded its target version is ``abandoned``. Illegal changes raise Conflict naming both
 states.
 """
 
@@ -19,10 +19,11 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from repart.errors import Conflict, NotFound
 from repart.migration import MigrationPlan
 from repart.partitioning.documents import require_int
 from repart.storage import models
-from repart.storage.errors import NotFoundError, StorageError, TransitionError
+from repart.storage.errors import StorageError
 from repart.storage.keys import key_columns
 from repart.storage.regions import region_by_name
 from repart.storage.versions import transition_version
@@ -70,7 +71,7 @@ def set_plan_status(
     """
     plan = session.scalar(select(models.Plan).where(models.Plan.id == plan_id).with_for_update())
     if plan is None:
-        raise NotFoundError(f"plan {plan_id} does not exist")
+        raise NotFound(f"plan {plan_id} does not exist")
     if (moved_rows is not None or moved_bytes is not None) and status != "applied":
         raise StorageError(f"moved_rows and moved_bytes are recorded when a plan is applied, not {status!r}")
     rows = None if moved_rows is None else require_int(moved_rows, "moved_rows", error=StorageError)
@@ -85,13 +86,13 @@ def set_plan_status(
 
 
 def transition_plan(session: Session, plan: models.Plan, status: str) -> None:
-    """Move ``plan`` to ``status`` and its versions along; TransitionError naming both states if the
+    """Move ``plan`` to ``status`` and its versions along; Conflict naming both states if the
     change is not allowed."""
     if status not in PLAN_TRANSITIONS:
         raise StorageError(f"status must be one of {', '.join(PLAN_TRANSITIONS)}, got {status!r}")
     allowed = PLAN_TRANSITIONS[plan.status]
     if status not in allowed:
-        raise TransitionError(
+        raise Conflict(
             f"plan {plan.id} cannot go from {plan.status!r} to {status!r}; "
             f"allowed from {plan.status!r}: {', '.join(sorted(allowed)) or '(none)'}"
         )
@@ -118,12 +119,12 @@ def _move_versions(session: Session, plan: models.Plan, status: str) -> None:
 
 
 def get_plan(session: Session, plan_id: int) -> models.Plan:
-    """Plan ``plan_id`` with its moves; NotFoundError if it does not exist."""
+    """Plan ``plan_id`` with its moves; NotFound if it does not exist."""
     plan = session.scalar(
         select(models.Plan).where(models.Plan.id == plan_id).options(selectinload(models.Plan.moves))
     )
     if plan is None:
-        raise NotFoundError(f"plan {plan_id} does not exist")
+        raise NotFound(f"plan {plan_id} does not exist")
     return plan
 
 

@@ -18,6 +18,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from repart.errors import Conflict, NotFound
 from repart.partitioning.algorithms.builder import check_algorithm
 from repart.partitioning.consistent import DEFAULT_METHOD, MAX_CHANNELS, METHODS
 from repart.partitioning.documents import require_int
@@ -25,7 +26,7 @@ from repart.partitioning.hashing import DEFAULT_SLOT_BITS, KeyType, check_slot_b
 from repart.partitioning.resources import RESOURCE_CODES, check_alpha, check_sigma
 from repart.partitioning.utility import check_utility
 from repart.storage import models
-from repart.storage.errors import ConflictError, NotFoundError, StorageError
+from repart.storage.errors import StorageError
 from repart.storage.jsontext import dump_object, load_object
 
 POLICIES = ("fixed", "target-utilization")
@@ -109,25 +110,25 @@ def check_region_name(name: object) -> str:
 
 
 def create_region(session: Session, name: str, config: RegionConfig) -> models.Region:
-    """Add a region; ConflictError if the name is taken."""
+    """Add a region; Conflict if the name is taken."""
     check_region_name(name)
     if session.scalar(select(models.Region.id).where(models.Region.name == name)) is not None:
-        raise ConflictError(f"region {name!r} already exists")
+        raise Conflict(f"region {name!r} already exists")
     row = models.Region(name=name, **config.columns())
     try:
         with session.begin_nested():
             session.add(row)
     except IntegrityError:
-        raise ConflictError(f"region {name!r} already exists (created concurrently)") from None
+        raise Conflict(f"region {name!r} already exists (created concurrently)") from None
     return row
 
 
 def region_by_name(session: Session, name: str) -> models.Region:
-    """The region called ``name``; NotFoundError naming the known regions if there is none."""
+    """The region called ``name``; NotFound naming the known regions if there is none."""
     row = session.scalar(select(models.Region).where(models.Region.name == name))
     if row is None:
         known = session.scalars(select(models.Region.name).order_by(models.Region.name).limit(20)).all()
-        raise NotFoundError(f"unknown region {name!r}; known regions: {', '.join(known) or '(none)'}")
+        raise NotFound(f"unknown region {name!r}; known regions: {', '.join(known) or '(none)'}")
     return row
 
 
@@ -140,7 +141,7 @@ def update_region(session: Session, name: str, **changes: Any) -> models.Region:
     """Change fields of a region's configuration (validated as a whole).
 
     ``key_type`` and ``slot_bits`` cannot change once the region has snapshots or versions
-    (ConflictError): the stored keys and slot counts would no longer fit it.
+    (Conflict): the stored keys and slot counts would no longer fit it.
     """
     row = region_by_name(session, name)
     unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(RegionConfig)})
@@ -150,9 +151,7 @@ def update_region(session: Session, name: str, **changes: Any) -> models.Region:
     new = dataclasses.replace(old, **changes)
     fixed = [f for f in _FIXED_ONCE_USED if getattr(new, f) != getattr(old, f)]
     if fixed and _has_data(session, row.id):
-        raise ConflictError(
-            f"region {name!r} has snapshots or versions; {', '.join(fixed)} can no longer change"
-        )
+        raise Conflict(f"region {name!r} has snapshots or versions; {', '.join(fixed)} can no longer change")
     for column, value in new.columns().items():
         setattr(row, column, value)
     session.flush()

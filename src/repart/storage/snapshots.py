@@ -32,6 +32,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from repart.errors import Conflict, NotFound
 from repart.partitioning.documents import (
     require_format,
     require_int,
@@ -46,7 +47,7 @@ from repart.partitioning.documents import (
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.hashing import Key, KeyType, check_slot_bits
 from repart.storage import models
-from repart.storage.errors import ConflictError, NotFoundError, SnapshotError, StorageError
+from repart.storage.errors import SnapshotError, StorageError
 from repart.storage.keys import key_columns, key_from_columns
 from repart.storage.regions import region_by_name
 
@@ -261,10 +262,10 @@ def _channels(value: object) -> tuple[ChannelMeasurement, ...]:
 def ingest_snapshot(session: Session, snapshot: Snapshot, *, source: str | None = None) -> int:
     """Store ``snapshot`` for its region and return its row id; nothing is written if it is rejected.
 
-    Checks against the region: it exists (NotFoundError), the key type and slot bits are the region's,
+    Checks against the region: it exists (NotFound), the key type and slot bits are the region's,
     every channel is below the region's ``max_channels`` and the version, if given, exists
     (SnapshotError); the window's ``seq`` is new and its time range overlaps no window already ingested
-    (ConflictError). ``source`` records where the snapshot came from (a spool file, a job id).
+    (Conflict). ``source`` records where the snapshot came from (a spool file, a job id).
     """
     region = region_by_name(session, snapshot.region)
     if snapshot.key_type != region.key_type:
@@ -298,7 +299,7 @@ def ingest_snapshot(session: Session, snapshot: Snapshot, *, source: str | None 
             session.flush()
             _insert_children(session, row.id, snapshot)
     except IntegrityError:
-        raise ConflictError(
+        raise Conflict(
             f"window.seq {snapshot.seq} was already ingested for region {region.name!r} (concurrently)"
         ) from None
     return row.id
@@ -314,7 +315,7 @@ def _version_exists(session: Session, region_id: int, number: int) -> bool:
 def _check_new_window(session: Session, region_id: int, snapshot: Snapshot) -> None:
     table = models.Snapshot
     if session.scalar(select(table.id).where(table.region_id == region_id, table.seq == snapshot.seq)):
-        raise ConflictError(f"window.seq {snapshot.seq} was already ingested for region {snapshot.region!r}")
+        raise Conflict(f"window.seq {snapshot.seq} was already ingested for region {snapshot.region!r}")
     overlapping = session.scalars(
         select(table)
         .where(
@@ -325,7 +326,7 @@ def _check_new_window(session: Session, region_id: int, snapshot: Snapshot) -> N
         .limit(1)
     ).first()
     if overlapping is not None:
-        raise ConflictError(
+        raise Conflict(
             f"window {snapshot.window_start.isoformat()} .. {snapshot.window_end.isoformat()} overlaps "
             f"window seq {overlapping.seq} ({overlapping.window_start.isoformat()} .. "
             f"{overlapping.window_end.isoformat()}) already ingested for region {snapshot.region!r}"
@@ -360,10 +361,10 @@ def _insert_children(session: Session, snapshot_id: int, snapshot: Snapshot) -> 
 
 
 def get_snapshot(session: Session, region: str, seq: int) -> Snapshot:
-    """The snapshot of window ``seq`` of ``region``; NotFoundError if there is none."""
+    """The snapshot of window ``seq`` of ``region``; NotFound if there is none."""
     snapshots = _load(session, region, seq=seq)
     if not snapshots:
-        raise NotFoundError(f"region {region!r} has no snapshot with window.seq {seq}")
+        raise NotFound(f"region {region!r} has no snapshot with window.seq {seq}")
     return snapshots[0]
 
 

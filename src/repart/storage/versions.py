@@ -11,9 +11,9 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from repart.errors import Conflict, NotFound
 from repart.partitioning.function import PartitionFunction
 from repart.storage import models
-from repart.storage.errors import NotFoundError, TransitionError
 from repart.storage.regions import region_by_name
 
 VERSION_TRANSITIONS: dict[str, frozenset[str]] = {
@@ -25,10 +25,10 @@ VERSION_TRANSITIONS: dict[str, frozenset[str]] = {
 
 
 def transition_version(version: models.Version, status: str) -> None:
-    """Move ``version`` to ``status``; TransitionError naming both states if that is not allowed."""
+    """Move ``version`` to ``status``; Conflict naming both states if that is not allowed."""
     allowed = VERSION_TRANSITIONS.get(version.status, frozenset())
     if status not in allowed:
-        raise TransitionError(
+        raise Conflict(
             f"version {version.number} cannot go from {version.status!r} to {status!r}; "
             f"allowed from {version.status!r}: {', '.join(sorted(allowed)) or '(none)'}"
         )
@@ -36,7 +36,7 @@ def transition_version(version: models.Version, status: str) -> None:
 
 
 def get_version(session: Session, region: str, number: int) -> models.Version:
-    """Version ``number`` of ``region`` with its explicit entries; NotFoundError if it does not exist."""
+    """Version ``number`` of ``region`` with its explicit entries; NotFound if it does not exist."""
     region_id = region_by_name(session, region).id
     row = session.scalar(
         select(models.Version)
@@ -44,7 +44,7 @@ def get_version(session: Session, region: str, number: int) -> models.Version:
         .options(selectinload(models.Version.explicit))
     )
     if row is None:
-        raise NotFoundError(f"region {region!r} has no version {number}")
+        raise NotFound(f"region {region!r} has no version {number}")
     return row
 
 

@@ -2,7 +2,7 @@
 
 On disk, under ``ROOT``:
 
-- ``channel=<c>/<uuid>.parquet``: immutable data files (``repart.spark.state_files``), one channel and
+- ``channel=<c>/<uuid>.parquet``: immutable data files (``repart.state.files``), one channel and
   one slot group each, sorted by slot, with a ``_slot`` column;
 - ``generations/<gen:08d>.json``: a generation: the files it consists of (path, channel, slot group,
   rows, bytes, checksum) and the layout they are in: region, version number, function digest, channel
@@ -17,7 +17,7 @@ what no recent generation lists, including the leftovers of an apply that was ki
 
 Writers (``commit``, ``apply``, ``vacuum``) hold an exclusive lock on ``ROOT/.lock``. ``apply`` takes a
 migration plan (DESIGN §6) from the version the store holds to the next one, moving only the rows
-that change channel (``repart.spark.migrate``), and records the plan's id: applying it again is a
+that change channel (``repart.state.migrate``), and records the plan's id: applying it again is a
 no-op. A job writes a channel's state with ``write_channel_files`` (on executors) and ``commit``; a
 commit under a version other than the store's is refused, so no state is ever written in a layout
 the store is not in. Errors are ``StateStoreError`` naming the file, field or plan at fault (§10).
@@ -54,10 +54,9 @@ from repart.partitioning.documents import (
     sha256_hex,
 )
 from repart.partitioning.hashing import KeyType
-from repart.spark.checksum import add_checksums
 from repart.spark.errors import StateStoreError
-from repart.spark.migrate import migrate_files
-from repart.spark.state_files import (
+from repart.state.checksum import add_checksums
+from repart.state.files import (
     CHANNEL_COLUMN,
     FileEntry,
     Layout,
@@ -68,6 +67,7 @@ from repart.spark.state_files import (
     write_channel_files,
     write_durably,
 )
+from repart.state.migrate import migrate_files
 
 __all__ = ["ApplyResult", "FileEntry", "StateStore", "write_channel_files"]
 
@@ -340,7 +340,7 @@ class StateStore:
         return sum(entry.rows for entry in self._current.files)
 
     def checksum(self) -> int:
-        """The order-independent checksum of the whole state (``repart.spark.checksum``), from the
+        """The order-independent checksum of the whole state (``repart.state.checksum``), from the
         generation's entries; ``verify`` recomputes it from the data."""
         total = 0
         for entry in self._current.files:

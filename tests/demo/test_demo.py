@@ -9,9 +9,9 @@ from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
 from repart.cli.app import app
+from repart.demo.run import DemoConfig, run_demo
 from repart.sim.trades import TradeStream
-from repart.spark.demo import DemoConfig, run_demo
-from repart.spark.state import StateStore
+from repart.state.store import StateStore
 from repart.storage import list_plans, list_versions, make_engine, run_in_transaction
 
 FIELDS = {"batch", "N", "version", "b", "b_hash", "migrated_fraction", "ideal_fraction", "seconds"}

@@ -29,12 +29,12 @@ from sqlalchemy import Engine
 
 from repart.controller.daemon import Daemon, DaemonConfig
 from repart.controller.tick import last_considered_seq, tick
+from repart.demo.vwap import BatchOutcome, VwapPipeline, totals
 from repart.partitioning import ConsistentSpec, PartitionFunction, initial_function
 from repart.partitioning.metrics import channel_loads, imbalance
 from repart.partitioning.resources import Resources
 from repart.sim.trades import Trades, TradeStream
 from repart.spark.session import DEFAULT_MASTER, spark_session
-from repart.spark.vwap import BatchOutcome, VwapPipeline, totals
 from repart.storage import RegionConfig, create_region, make_engine, run_in_transaction, upgrade
 
 REGION = "trades"

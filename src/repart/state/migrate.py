@@ -37,9 +37,9 @@ import pyarrow.compute as pc
 
 from repart.migration.plan import MigrationPlan
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
-from repart.spark.checksum import U64, add_checksums, checksum
 from repart.spark.errors import StateStoreError
-from repart.spark.state_files import (
+from repart.state.checksum import U64, add_checksums, checksum
+from repart.state.files import (
     SLOT_COLUMN,
     FileEntry,
     Layout,

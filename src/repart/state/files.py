@@ -4,7 +4,7 @@ A state file is ``ROOT/channel=<c>/<uuid>.parquet``, immutable once written. It 
 channel and one **slot group** (``slot_groups`` contiguous ranges of ``2^slot_bits / slot_groups``
 slots, like Flink's key groups), sorted by slot, with the user's columns and an int32 column ``_slot``
 so that a migration never rehashes to find a row's slot. A generation lists its files as
-``FileEntry``s with their row count, size and checksum (``repart.spark.checksum``).
+``FileEntry``s with their row count, size and checksum (``repart.state.checksum``).
 
 ``write_channel_files`` runs on Spark executors: module-level, picklable arguments, pyarrow + numpy
 only. Every file is written with exclusive creation and made durable (file and directory ``fsync``)
@@ -30,8 +30,8 @@ import pyarrow.parquet as pq
 
 from repart.partitioning.documents import KEY_TYPES, require_int, require_object
 from repart.partitioning.hashing import KeyType, check_slot_bits, slots_of_hashes
-from repart.spark.checksum import U64, checksum, is_bytes_like, is_hashable_type, key_hashes, row_hashes
 from repart.spark.errors import StateStoreError
+from repart.state.checksum import U64, checksum, is_bytes_like, is_hashable_type, key_hashes, row_hashes
 
 SLOT_COLUMN = "_slot"
 CHANNEL_COLUMN = "channel"

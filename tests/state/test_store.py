@@ -16,12 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import repart.spark.migrate as migrate_module
+import repart.state.migrate as migrate_module
 from repart.migration import plan_migration
 from repart.partitioning import ConsistentSpec, PartitionFunction, initial_function
 from repart.partitioning.hashing import KeyType, hash_keys, slots_of_hashes
 from repart.spark.errors import StateStoreError
-from repart.spark.state import FileEntry, StateStore, write_channel_files
+from repart.state.store import FileEntry, StateStore, write_channel_files
 
 BITS = 10
 REGION = "trades"

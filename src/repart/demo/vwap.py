@@ -34,8 +34,8 @@ from repart.spark.jobs import applied_function, apply_next_plan
 from repart.spark.observe import Observation, Window, observe
 from repart.spark.route import partition
 from repart.spark.sinks import DatabaseSink
-from repart.spark.state import StateStore
 from repart.spark.stateful import ChannelUpdate, update_state
+from repart.state.store import StateStore
 from repart.storage import record_batch_report, run_in_transaction
 
 KEY = "ticker"

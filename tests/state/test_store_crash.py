@@ -15,8 +15,8 @@ import pytest
 
 from repart.migration import plan_migration
 from repart.partitioning import PartitionFunction, initial_function
-from repart.spark.state import StateStore
-from tests.spark.test_state import BITS, REGION, all_files, check_oracle, new_store, state_table
+from repart.state.store import StateStore
+from tests.state.test_store import BITS, REGION, all_files, check_oracle, new_store, state_table
 
 TRIALS = 10
 ROWS = 200_000
@@ -24,7 +24,7 @@ ROWS = 200_000
 APPLY = """
 import sys
 from repart.migration import MigrationPlan
-from repart.spark.state import StateStore
+from repart.state.store import StateStore
 plan = MigrationPlan.from_json(open(sys.argv[2]).read())
 store = StateStore.open(sys.argv[1])
 print("start", flush=True)
@@ -106,7 +106,7 @@ def test_vacuum_after_a_crash_removes_orphans(tmp_path: Path) -> None:
     plan_file.write_text(plan_migration(a, b).to_json())
     script = APPLY.replace(
         "store.apply(",
-        "import repart.spark.state as m, os\n"
+        "import repart.state.store as m, os\n"
         "m.write_durably = lambda path, text: (path.write_text(text), os.kill(os.getpid(), 9))\n"
         "store.apply(",
     )

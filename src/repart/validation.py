@@ -1,0 +1,141 @@
+"""One declarative vocabulary for parameter checks (DESIGN §12.4), in the style of scikit-learn's
+``_param_validation``: a parameter's accepted values are written down as constraints, and ``check``
+compares a value with them and raises ``InvalidInput`` naming the field. Every message has the same
+shape, ``"<field> must be <constraint> [or <constraint>], got <value>"``.
+
+>>> check("alpha", 1.5, Interval(float, 1, None))
+1.5
+>>> check("n", 0, Interval(int, 1, None))
+Traceback (most recent call last):
+...
+repart.errors.InvalidInput: n must be an integer in [1, inf), got 0
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from repart.errors import InvalidInput
+
+Closed = Literal["both", "left", "right", "neither"]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Numbers of ``kind`` (``int``: integers, never bools; ``float``: any real, finite unless a bound
+    is infinite) between ``low`` and ``high`` (None: unbounded), ``closed`` on the named sides."""
+
+    kind: type[int] | type[float]
+    low: float | None
+    high: float | None
+    closed: Closed = "both"
+
+    def accepts(self, value: object) -> bool:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return False
+        if self.kind is int and not isinstance(value, numbers.Integral):
+            return False
+        number = int(value) if self.kind is int else float(value)
+        if number != number:  # NaN
+            return False
+        above = (
+            self.low is None or number > self.low or (number == self.low and self.closed in ("both", "left"))
+        )
+        below = (
+            self.high is None
+            or number < self.high
+            or (number == self.high and self.closed in ("both", "right"))
+        )
+        # An infinity is accepted only where a bound is that infinity, closed.
+        return above and below and (math.isfinite(number) or number in (self.low, self.high))
+
+    def convert(self, value: Any) -> Any:
+        return int(value) if self.kind is int else float(value)
+
+    def __str__(self) -> str:
+        noun = "an integer" if self.kind is int else "a number"
+        left = "[" if self.closed in ("both", "left") and self.low is not None else "("
+        right = "]" if self.closed in ("both", "right") and self.high is not None else ")"
+        low = "-inf" if self.low is None else _number(self.low)
+        high = "inf" if self.high is None else _number(self.high)
+        return f"{noun} in {left}{low}, {high}{right}"
+
+
+@dataclass(frozen=True)
+class Options:
+    """Exactly one of ``values`` (compared by equality and type: ``1`` is not ``True`` or ``1.0``)."""
+
+    values: tuple[object, ...]
+
+    def accepts(self, value: object) -> bool:
+        return any(type(value) is type(option) and value == option for option in self.values)
+
+    def convert(self, value: Any) -> Any:
+        return value
+
+    def __str__(self) -> str:
+        return "one of " + ", ".join(repr(option) for option in self.values)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """An instance of ``kind`` (``str``, ``bool``, ``dict``, …); ``None`` accepts only None."""
+
+    kind: type | None
+    name: str
+
+    def accepts(self, value: object) -> bool:
+        if self.kind is None:
+            return value is None
+        return isinstance(value, self.kind)
+
+    def convert(self, value: Any) -> Any:
+        return value
+
+    def __str__(self) -> str:
+        return self.name
+
+
+Constraint = Interval | Options | Kind
+
+NONE = Kind(None, "None")
+STRING = Kind(str, "a string")
+BOOLEAN = Kind(bool, "true or false")
+POSITIVE_INT = Interval(int, 1, None)
+NON_NEGATIVE_INT = Interval(int, 0, None)
+POSITIVE = Interval(float, 0, None, closed="neither")
+NON_NEGATIVE = Interval(float, 0, None)
+FRACTION = Interval(float, 0, 1, closed="right")
+PROBABILITY = Interval(float, 0, 1)
+
+
+def check(field: str, value: Any, *constraints: Constraint) -> Any:
+    """``value`` (an integer as ``int``, a real as ``float``) if one of ``constraints`` accepts it;
+    ``InvalidInput(field)`` saying what is accepted otherwise."""
+    for constraint in constraints:
+        if constraint.accepts(value):
+            return constraint.convert(value)
+    raise InvalidInput(field, f"must be {' or '.join(str(c) for c in constraints)}, got {shown(value)}")
+
+
+def check_all(values: Mapping[str, Any], spec: Mapping[str, tuple[Constraint, ...]]) -> dict[str, Any]:
+    """Every field of ``values`` checked against its constraints in ``spec`` (fields ``spec`` does not
+    name are refused), in ``spec``'s order."""
+    unknown = sorted(set(values) - set(spec))
+    if unknown:
+        raise InvalidInput(unknown[0], f"is not a parameter here; accepted: {', '.join(spec)}")
+    return {field: check(field, values[field], *spec[field]) for field in spec if field in values}
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """``value``'s repr, cut to ``limit`` characters, for error messages."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _number(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() and abs(bound) < 2**63 else repr(bound)
