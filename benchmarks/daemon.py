@@ -1,4 +1,4 @@
-"""The daemon under load (issue #3 target): 200 regions ticking every 10 s against SQLite for 2 minutes.
+"""The daemon under load: 200 regions every 10 s on SQLite (issue #3), 1,000 on PostgreSQL (issue #9).
 
 Setup (not timed): a fresh SQLite database with ``--regions`` regions (str keys, fixed policy on
 N = 4 channels, algorithm ``redist``, 2^10 slots, x = 3 counters, rebalance threshold 10^-6 so that
@@ -6,10 +6,15 @@ every decision rebuilds) and two snapshot windows per region. A window is a loss
 (ε = 10^-3) over 5,000 tuples of a Zipf(1) stream over 500 string keys, with its slot counts; a pool
 of 16 distinct streams is reused across regions and windows.
 
+``--backend postgresql`` runs the same against a throwaway PostgreSQL 15 server started for the run
+(``initdb`` and ``pg_ctl`` from /usr/lib/postgresql/15/bin as the ``postgres`` user, in a temporary
+directory, on a free loopback port, as tests/conftest.py does).
+
 Timed run: one ``Daemon`` (interval ``--interval``, lease TTL 3 × interval) runs for ``--duration``
-seconds. Each region's first tick activates p^(0); every later tick decides on new data, because a
-feeder thread ingests one new window per region every interval, half an interval after the ticks are
-due. The daemon's ticker is wrapped to record each tick's region, start and end; the runs APScheduler
+seconds. Each region's first tick activates p^(0). A feeder thread ingests new windows half an interval
+after the ticks are due: in each round, to every ``--feed-every``-th region (in turn), so that a region
+gets a new window every ``--feed-every`` intervals; a tick with a new window decides on it, the others
+are idle (the status check alone: DESIGN §12.2). The daemon's ticker is wrapped to record each tick's region, start and end; the runs APScheduler
 drops are counted from its events: "late" (started more than its misfire grace time, 1 s by default,
 after they were due) or "still running" (the region's previous run had not finished).
 
@@ -19,7 +24,12 @@ later one: behind the previous start plus the interval); tick durations; and int
 database: every region's versions are 1..k without gaps or duplicates, every version after the first
 has exactly one plan and one ``activated`` event, and no region was ticked concurrently with itself.
 
+Windows: every region's decisions considered increasing window seqs, each once (no window decided on
+twice, no stale decision after a newer one), and the last one considered is the newest ingested
+before the region's last tick.
+
     .venv/bin/python benchmarks/daemon.py [--regions 200] [--interval 10] [--duration 120] [--db-dir /tmp]
+    .venv/bin/python benchmarks/daemon.py --backend postgresql --regions 1000 --feed-every 5
 """
 
 from __future__ import annotations
@@ -28,10 +38,15 @@ import argparse
 import json
 import logging
 import math
+import shutil
+import socket
+import subprocess
 import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
@@ -45,13 +60,13 @@ from repart.controller.daemon import Daemon, DaemonConfig
 from repart.controller.tick import TickResult, tick
 from repart.partitioning import LossyCounter
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
+from repart.protocol.snapshot import Snapshot
 from repart.storage import (
     RegionConfig,
     create_region,
     ingest_snapshot,
     make_engine,
     models,
-    parse_snapshot,
     run_in_transaction,
     upgrade,
 )
@@ -89,18 +104,58 @@ def stream_template(seed: int) -> dict[str, Any]:
     }
 
 
-class Feeder:
-    """Ingests window ``seq`` of every region; windows of one region cycle through the stream pool."""
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
 
-    def __init__(self, engine: Engine, regions: list[str], templates: list[dict[str, Any]]):
+
+def _as_postgres(*args: str) -> None:
+    subprocess.run(["runuser", "-u", "postgres", "--", *args], check=True, capture_output=True)
+
+
+@contextmanager
+def database(backend: str, directory: Path) -> Iterator[str]:
+    """The URL of a fresh database: an SQLite file in ``directory``, or a database on a throwaway
+    PostgreSQL 15 server (without fsync, as the tests run it) that is stopped afterwards."""
+    if backend == "sqlite":
+        yield f"sqlite:///{directory / 'daemon.db'}"
+        return
+    root = Path(tempfile.mkdtemp(prefix="repart-bench-pg-"))
+    data, sockets = root / "data", root / "sockets"
+    sockets.mkdir()
+    shutil.chown(root, "postgres")
+    shutil.chown(sockets, "postgres")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    _as_postgres(str(PG_BIN / "initdb"), "-A", "trust", "-U", "postgres", "-D", str(data))
+    options = f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100"
+    _as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "start")
+    try:
+        _as_postgres(str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "repart")
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/repart"
+    finally:
+        _as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+class Feeder:
+    """Ingests window ``seq`` of every ``feed_every``-th region (in turn: region i in the rounds where
+    ``(i + seq) % feed_every == 0``); windows of one region cycle through the stream pool."""
+
+    def __init__(
+        self, engine: Engine, regions: list[str], templates: list[dict[str, Any]], feed_every: int = 1
+    ):
         self.engine = engine
         self.regions = regions
         self.templates = templates
+        self.feed_every = feed_every
         self.round_seconds: list[float] = []
+        self.newest: dict[str, list[tuple[float, int]]] = defaultdict(list)  # (ingested at, seq)
 
-    def ingest_round(self, seq: int) -> None:
+    def ingest_round(self, seq: int, every_region: bool = False) -> None:
         started = time.perf_counter()
         for index, region in enumerate(self.regions):
+            if not every_region and (index + seq) % self.feed_every:
+                continue
             document = self.templates[(index + seq) % len(self.templates)] | {
                 "region": region,
                 "window": {
@@ -109,8 +164,9 @@ class Feeder:
                     "end": (START + timedelta(minutes=seq + 1)).isoformat(),
                 },
             }
-            snapshot = parse_snapshot(document)
+            snapshot = Snapshot.from_document(document)
             run_in_transaction(self.engine, lambda session, s=snapshot: ingest_snapshot(session, s))
+            self.newest[region].append((time.monotonic(), seq))
         self.round_seconds.append(time.perf_counter() - started)
 
     def run(self, first_seq: int, origin: float, interval: float, stop: threading.Event) -> None:
@@ -137,7 +193,7 @@ def setup(engine: Engine, regions: list[str], feeder: Feeder) -> None:
 
     run_in_transaction(engine, create_all)
     for seq in range(1, PRELOADED + 1):
-        feeder.ingest_round(seq)
+        feeder.ingest_round(seq, every_region=True)
 
 
 class Recorder:

@@ -15,7 +15,9 @@ version, folds them into the per-ticker sums on the channel's executor, observes
 for the controller and reports the batch (``repart.demo.vwap``). Between batches this script runs one
 controller tick (``--tick``, the default; like a cron job), or leaves deciding to a ``repart run``
 daemon on the same database (``--no-tick``). It prints a JSON line per batch and, at the end, the
-state's and the input's totals.
+state's and the input's totals. A batch is processed exactly once: after a crash, run the script again
+from the batch it was on (``--first-batch``), and whatever step the crash struck, that batch is counted
+once in the state, the snapshots and the reports.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from repart.storage import (
     run_in_transaction,
     upgrade,
 )
+from repart.storage.client import SqlControllerClient
 
 
 def ensure_region(engine: Engine, region: str, channels: int) -> None:
@@ -80,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     ensure_region(engine, args.region, args.channels)
     tick(engine, args.region)  # activates p^(0) for a new region; decides on earlier windows otherwise
     spark = spark_session(args.master, "repart-vwap")
-    pipeline = VwapPipeline(spark, engine, args.region, args.state, channel_rate=args.channel_rate)
+    client = SqlControllerClient(engine, source="examples/vwap.py")
+    pipeline = VwapPipeline(spark, client, args.region, args.state, channel_rate=args.channel_rate)
     stream = TradeStream()
     for seq in range(args.first_batch, args.first_batch + args.batches):
         trades = stream.batch(seq)

@@ -17,7 +17,7 @@ import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from repart.errors import InvalidInput
 
@@ -39,7 +39,10 @@ class Interval:
             return False
         if self.kind is int and not isinstance(value, numbers.Integral):
             return False
-        number = int(value) if self.kind is int else float(value)
+        try:
+            number = int(cast(numbers.Integral, value)) if self.kind is int else float(value)
+        except OverflowError:  # an integer beyond the largest float is no finite number
+            return False
         if number != number:  # NaN
             return False
         above = (
@@ -51,7 +54,8 @@ class Interval:
             or (number == self.high and self.closed in ("both", "right"))
         )
         # An infinity is accepted only where a bound is that infinity, closed.
-        return above and below and (math.isfinite(number) or number in (self.low, self.high))
+        finite = isinstance(number, int) or math.isfinite(number)  # a Python int is never infinite
+        return above and below and (finite or number in (self.low, self.high))
 
     def convert(self, value: Any) -> Any:
         return int(value) if self.kind is int else float(value)
@@ -67,7 +71,8 @@ class Interval:
 
 @dataclass(frozen=True)
 class Options:
-    """Exactly one of ``values`` (compared by equality and type: ``1`` is not ``True`` or ``1.0``)."""
+    """Exactly one of ``values`` (compared by equality and type: ``1`` is not ``True`` or ``1.0``); with a
+    single value, exactly that value."""
 
     values: tuple[object, ...]
 
@@ -78,6 +83,8 @@ class Options:
         return value
 
     def __str__(self) -> str:
+        if len(self.values) == 1:
+            return repr(self.values[0])
         return "one of " + ", ".join(repr(option) for option in self.values)
 
 
@@ -122,13 +129,32 @@ def check(field: str, value: Any, *constraints: Constraint) -> Any:
     raise InvalidInput(field, f"must be {' or '.join(str(c) for c in constraints)}, got {shown(value)}")
 
 
-def check_all(values: Mapping[str, Any], spec: Mapping[str, tuple[Constraint, ...]]) -> dict[str, Any]:
+def check_all(
+    values: Mapping[str, Any], spec: Mapping[str, tuple[Constraint, ...]], *, within: str = ""
+) -> dict[str, Any]:
     """Every field of ``values`` checked against its constraints in ``spec`` (fields ``spec`` does not
-    name are refused), in ``spec``'s order."""
+    name are refused), in ``spec``'s order. ``within`` names the mapping itself when it is a nested
+    field (``settings``): its fields are then named ``settings.<field>``."""
+    prefix = f"{within}." if within else ""
     unknown = sorted(set(values) - set(spec))
     if unknown:
-        raise InvalidInput(unknown[0], f"is not a parameter here; accepted: {', '.join(spec)}")
-    return {field: check(field, values[field], *spec[field]) for field in spec if field in values}
+        raise InvalidInput(prefix + unknown[0], f"is not a parameter here; accepted: {', '.join(spec)}")
+    return {field: check(prefix + field, values[field], *spec[field]) for field in spec if field in values}
+
+
+def check_each(field: str, values: Any, *constraints: Constraint) -> tuple[Any, ...]:
+    """``values`` as a tuple, each converted, if it is a non-empty list or tuple whose every element one
+    of ``constraints`` accepts; ``InvalidInput(field)`` naming the first element refused otherwise."""
+    requirement = f"must be a non-empty list of values, each {' or '.join(str(c) for c in constraints)}"
+    if not isinstance(values, list | tuple) or not values:
+        raise InvalidInput(field, f"{requirement}, got {shown(values)}")
+    checked = []
+    for value in values:
+        constraint = next((c for c in constraints if c.accepts(value)), None)
+        if constraint is None:
+            raise InvalidInput(field, f"{requirement}, got {shown(value)} in {shown(values)}")
+        checked.append(constraint.convert(value))
+    return tuple(checked)
 
 
 def shown(value: object, limit: int = 60) -> str:

@@ -14,13 +14,8 @@ from repart.cli.app import app
 from repart.migration import plan_migration
 from repart.partitioning import LossyCounter, PartitionFunction, build, initial_function
 from repart.partitioning.frequency import FrequencyEstimate
-from repart.storage import (
-    NewEvent,
-    NewVersion,
-    activate,
-    make_engine,
-    parse_snapshot,
-)
+from repart.protocol.snapshot import Snapshot
+from repart.storage import NewEvent, NewVersion, activate, make_engine
 from repart.storage.models import Base
 
 runner = CliRunner()
@@ -84,7 +79,7 @@ def skewed_keys(seed: int = 1, count: int = 20_000) -> list[str]:
 
 def estimate_of(document: dict[str, Any]) -> FrequencyEstimate:
     """The frequency estimate of a snapshot document."""
-    return parse_snapshot(document).to_estimate()
+    return Snapshot.from_document(document).to_estimate()
 
 
 def _new_version(function: PartitionFunction, predicted_b: float) -> NewVersion:

@@ -97,7 +97,7 @@ def test_bad_input_exits_2_and_writes_nothing(db: str) -> None:
     cases = [
         (("rollback", "ops", "--to", "9"), "--to: region 'ops' has no version 9; its versions are 1"),
         (("rollback", "ops", "--to", "1"), "nothing to roll back"),
-        (("scale", "ops", "--channels", "9"), "--channels must be in [1, 8], got 9"),
+        (("scale", "ops", "--channels", "9"), "--channels must be an integer in [1, 8], got 9"),
         (("scale", "ops", "--channels", "0"), "--channels must be in [1, 8], got 0"),
         (("scale", "nope", "--channels", "2"), "nope"),
         (("explain", "nope"), "nope"),

@@ -53,6 +53,7 @@ def test_bad_input_exits_2_with_the_field_and_writes_nothing(
     out = tmp_path / "r.json"
     result = runner.invoke(app, [*SMALL, option, value, "--json", str(out)])
     assert result.exit_code == 2
+    assert result.output.startswith(f"error: {option} "), result.output
     assert field in result.output
     assert "Traceback" not in result.output
     assert not out.exists()

@@ -72,13 +72,13 @@ def test_region_create_list_show_update_round_trip(db: str) -> None:
     ("options", "field"),
     [
         (["--alpha", "0.5"], "--alpha"),
-        (["--resources", "XYZ"], "resources must be one of"),
-        (["--utility", "best"], "utility must be one of"),
-        (["--algorithm", "magic"], "algorithm must be one of"),
-        (["--policy", "random"], "policy must be one of"),
-        (["--min-channels", "8", "--max-channels", "4"], "max_channels"),
+        (["--resources", "XYZ"], "--resources must be one of"),
+        (["--utility", "best"], "--utility must be one of"),
+        (["--algorithm", "magic"], "--algorithm must be one of"),
+        (["--policy", "random"], "--policy must be one of"),
+        (["--min-channels", "8", "--max-channels", "4"], "--max-channels must be"),
         (["--channels", "20", "--max-channels", "8"], "--channels"),
-        (["--key-type", "float"], "key_type must be 'str' or 'int'"),
+        (["--key-type", "float"], "--key-type must be"),
     ],
 )
 def test_region_create_rejects_bad_options(db: str, options: list[str], field: str) -> None:
@@ -89,7 +89,7 @@ def test_region_create_rejects_bad_options(db: str, options: list[str], field: s
     result = repart(db, *args, *options)
     assert result.exit_code == 2
     assert result.stderr.startswith("error:")
-    assert field in result.stderr
+    assert field in result.stderr, result.stderr
     assert "Traceback" not in result.output
     assert row_counts(db) == before
 
@@ -152,7 +152,7 @@ def test_snapshot_ingest_good_and_bad_files(db: str, tmp_path: Path) -> None:
     assert by_file["later.json"]["status"] == "ingested"
     expected_errors = {
         "format.json": "format",
-        "negative.json": "items[0] count",
+        "negative.json": "items[0].count",
         "mixed.json": "key",
         "duplicate.json": "window.seq 1 was already ingested",
         "unknown.json": "unknown region 'bonds'",
@@ -259,8 +259,8 @@ def test_plans_report_applied_then_errors(db: str) -> None:
     for args, words in [
         (["other", plan_id, "--state", "applied"], "is not a plan of region 'other'"),
         (["trades", "999", "--state", "applied"], "plan 999 does not exist"),
-        (["trades", plan_id, "--state", "failed", "--moved-rows", "3"], "moved_rows"),
-        (["trades", plan_id, "--state", "applied", "--moved-rows", "-1"], "moved_rows"),
+        (["trades", plan_id, "--state", "failed", "--moved-rows", "3"], "--moved-rows"),
+        (["trades", plan_id, "--state", "applied", "--moved-rows", "-1"], "--moved-rows"),
     ]:
         result = repart(db, "plans", "report", *args)
         assert result.exit_code == 2, args

@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 
 from repart.controller.actions import ActionResult, explain, rollback, scale
 from repart.controller.tick import tick
-from repart.errors import Conflict, NotFound
+from repart.errors import Conflict, InvalidInput, NotFound
 from repart.migration import MigrationPlan
 from repart.partitioning import ConsistentSpec, initial_function
 from repart.storage import run_in_transaction, set_plan_status
@@ -86,8 +86,9 @@ def test_rollback_refusals_name_the_parameter_and_write_nothing(db: Engine) -> N
 
     with pytest.raises(NotFound, match=r"--to: .* no version 7; its versions are 1, 2"):
         rollback(db, REGION, 7)
-    with pytest.raises(ValueError, match="--to: version 2 has the function of the applied version 2"):
+    with pytest.raises(InvalidInput, match="another function than the applied version 2") as excinfo:
         rollback(db, REGION, 2)
+    assert excinfo.value.field == "to_version"
     assert row_counts(db) == before
 
     ingest(db, snapshot_document(2, n_channels=4, demand=4, exponent=1.6))
@@ -143,10 +144,16 @@ def test_scale_refuses_n_outside_the_bounds_or_unchanged_and_writes_nothing(db: 
     tick(db, REGION)
     before = row_counts(db)
     for n in (1, 9):
-        with pytest.raises(ValueError, match=rf"--channels must be in \[2, 8\], got {n}"):
+        with pytest.raises(
+            InvalidInput, match=rf"n_channels must be an integer in \[2, 8\], got {n}"
+        ) as excinfo:
             scale(db, REGION, n)
-    with pytest.raises(ValueError, match=r"--channels: .* already runs 2 channels"):
+        assert excinfo.value.field == "n_channels"
+    with pytest.raises(
+        InvalidInput, match=r"n_channels must differ from the 2 channels .* already runs"
+    ) as excinfo:
         scale(db, REGION, 2)
+    assert excinfo.value.field == "n_channels"
     assert row_counts(db) == before
 
 

@@ -1,4 +1,5 @@
-"""The daemon: one scheduled tick per region under a database lease, clean stop on SIGTERM (DESIGN §8)."""
+"""The daemon: one scheduled tick per region under a fenced database lease, clean stop on SIGTERM
+(DESIGN §8, §12.2)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,32 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
 
 from repart.controller.daemon import Daemon, DaemonConfig
-from repart.controller.tick import TickResult, tick
-from repart.storage import RegionConfig, create_region, make_engine, models, run_in_transaction
+from repart.controller.tick import TickResult, decide, observe, persist, tick
+from repart.errors import Conflict
+from repart.storage import (
+    Fence,
+    RegionConfig,
+    acquire_lease,
+    create_region,
+    current_lease,
+    make_engine,
+    models,
+    read_transaction,
+    region_by_name,
+    run_in_transaction,
+)
+from repart.storage.jsontext import load_object
+from tests.controller.test_tick import REGION, ingest, make_region, row_counts, snapshot_document
 
 
 @pytest.fixture
@@ -159,3 +176,149 @@ def test_stop_does_not_deadlock_with_a_discovery_in_progress(database: tuple[str
         stopper.start()
         stopper.join(timeout=20)
         assert not stopper.is_alive(), "stop() hung"
+
+
+def fenced_region(engine: Engine) -> None:
+    """One region whose every new, alternately skewed window makes the tick activate a version."""
+    make_region(engine, n_channels_initial=4, algorithm="redist", settings={"rebalance_threshold": 0.5})
+
+
+def ingest_window(engine: Engine, seq: int) -> None:
+    exponent = 1.0 if seq % 2 else 1.4
+    ingest(engine, snapshot_document(seq, n_channels=4, demand=1.0, exponent=exponent))
+
+
+def acquire(engine: Engine, holder: str, now: datetime, ttl: float) -> int:
+    token = run_in_transaction(engine, lambda session: acquire_lease(session, REGION, holder, ttl, now))
+    assert token is not None
+    return token
+
+
+def test_a_daemon_paused_past_its_lease_cannot_write(db_url: str) -> None:
+    """Daemon a decides, is paused past its 1 s lease, b takes over and activates; a's write is refused."""
+    engine = make_engine(db_url)
+    try:
+        fenced_region(engine)
+        assert tick(engine, REGION).action == "initialized"
+        ingest_window(engine, 1)
+        started = datetime.now(UTC) - timedelta(seconds=2)  # a acquired 2 s ago: its 1 s lease has expired
+        fence_a = Fence("a", acquire(engine, "a", started, ttl=1.0))
+        observation = read_transaction(engine, lambda session: observe(session, REGION))
+        verdict = decide(observation, started)
+        assert verdict.action == "activated"
+
+        fence_b = Fence("b", acquire(engine, "b", datetime.now(UTC), ttl=30.0))
+        assert fence_b.token > fence_a.token
+        taken_over = tick(engine, REGION, fence=fence_b)
+        assert (taken_over.action, taken_over.version) == ("activated", 2)
+        before = row_counts(engine)
+        with pytest.raises(Conflict, match="not held by 'a'"):
+            run_in_transaction(
+                engine, lambda session: persist(session, observation, verdict, started, fence_a)
+            )
+        assert row_counts(engine) == before
+        ingest_window(engine, 2)
+        with pytest.raises(Conflict, match="not held by 'a'"):  # a whole tick of a on a new window, too
+            tick(engine, REGION, fence=fence_a)
+        assert row_counts(engine) == before
+    finally:
+        engine.dispose()
+
+
+def test_an_expired_lease_refuses_the_write_even_before_a_takeover(db_url: str) -> None:
+    engine = make_engine(db_url)
+    try:
+        fenced_region(engine)
+        fence = Fence("a", acquire(engine, "a", datetime.now(UTC) - timedelta(seconds=2), ttl=1.0))
+        before = row_counts(engine)
+        with pytest.raises(Conflict, match="expired"):
+            tick(engine, REGION, fence=fence)
+        assert row_counts(engine) == before
+        renewed = Fence("a", acquire(engine, "a", datetime.now(UTC), ttl=30.0))
+        assert renewed == fence  # a renewal by the same holder keeps the token
+        assert tick(engine, REGION, fence=renewed).action == "initialized"
+    finally:
+        engine.dispose()
+
+
+def decision_problems(engine: Engine) -> list[str]:
+    """Violations of: every window decided on once, in window order; one version per activation; no
+    version from a window older than its predecessor's (a stale tick never supersedes a newer one)."""
+
+    def read(session: Session) -> tuple[list[tuple[str, dict[str, Any]]], list[models.Version], list[int]]:
+        events = session.scalars(
+            select(models.Event)
+            .where(models.Event.kind.in_(("activated", "no-change")))
+            .order_by(models.Event.id)
+        ).all()
+        versions = session.scalars(select(models.Version).order_by(models.Version.number)).all()
+        plans = session.scalars(select(models.Plan.to_version)).all()
+        return [(e.kind, load_object(e.data_json)) for e in events], list(versions), list(plans)
+
+    decisions, versions, plans = run_in_transaction(engine, read)
+    problems = []
+    seqs = [data["considered_seq"] for _, data in decisions]
+    if seqs != sorted(set(seqs)):
+        problems.append(f"windows decided on out of order or twice: {seqs}")
+    activated = [data["activated_version"] for kind, data in decisions if kind == "activated"]
+    numbers = [version.number for version in versions]
+    if numbers != list(range(1, len(numbers) + 1)) or activated != numbers[1:]:
+        problems.append(f"versions {numbers}, activated events for {activated}")
+    if sorted(plans) != numbers[1:]:
+        problems.append(f"plans to versions {sorted(plans)}, versions {numbers}")
+    return problems
+
+
+@pytest.mark.slow
+def test_two_daemons_each_stopped_past_a_1_s_lease_never_both_write(db_url: str, tmp_path: Path) -> None:
+    """Issue #9: two `repart run` daemons with a 1 s lease, each in turn stopped (SIGSTOP) for 7 s while
+    windows keep arriving: every window is decided on once, by one daemon, in order."""
+    engine = make_engine(db_url)
+    repart = Path(sys.executable).with_name("repart")
+    logs = {holder: tmp_path / f"{holder}.log" for holder in ("one", "two")}
+    processes = {
+        holder: subprocess.Popen(
+            [str(repart), "run", "--db", db_url, "--interval", "0.5", "--lease-ttl", "1", "--holder", holder],
+            stderr=log.open("w"),
+        )
+        for holder, log in logs.items()
+    }
+    seq = 0
+
+    def feed(seconds: float) -> None:
+        nonlocal seq
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            seq += 1
+            ingest_window(engine, seq)
+            time.sleep(0.4)
+
+    try:
+        fenced_region(engine)
+        feed(3.0)
+        for _ in range(2):
+            lease = run_in_transaction(engine, lambda session: current_lease(session, REGION))
+            assert lease is not None
+            stopped = processes[lease.holder]
+            stopped.send_signal(signal.SIGSTOP)
+            feed(7.0)
+            stopped.send_signal(signal.SIGCONT)
+            feed(3.0)
+    finally:
+        for process in processes.values():
+            process.send_signal(signal.SIGCONT)
+            process.send_signal(signal.SIGTERM)
+        for process in processes.values():
+            process.wait(timeout=30)
+    try:
+        assert [process.returncode for process in processes.values()] == [0, 0]
+        assert decision_problems(engine) == []
+        ticked = {
+            holder: sum('"event": "tick"' in line and '"action": "activated"' in line for line in log.open())
+            for holder, log in logs.items()
+        }
+        assert all(ticked.values()), f"both daemons activated versions in turn: {ticked}"
+        region = run_in_transaction(engine, lambda session: region_by_name(session, REGION))
+        assert region.considered_seq is not None and region.considered_seq >= seq - 2
+    finally:
+        engine.dispose()

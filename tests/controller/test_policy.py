@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,7 +17,8 @@ from repart.controller import (
     WindowLoad,
     needs_rebalance,
 )
-from repart.storage.snapshots import ChannelMeasurement, parse_snapshot
+from repart.errors import InvalidInput
+from repart.protocol.snapshot import ChannelMeasurement, Snapshot
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -124,7 +126,7 @@ def test_unchanged_target_keeps() -> None:
 
 
 def test_load_from_snapshot_uses_the_window_length() -> None:
-    snapshot = parse_snapshot(
+    snapshot = Snapshot.from_document(
         {
             "format": 1,
             "region": "r",
@@ -147,8 +149,9 @@ def test_load_from_snapshot_uses_the_window_length() -> None:
     assert policy(target_utilization=0.5).decide(single, 2, NOW, None).n_channels == 1
     pooled = WindowLoad.from_snapshots([snapshot, snapshot])
     assert (pooled.tuples, len(pooled.channels), pooled.window_seconds) == (10000, 4, 20.0)
-    with pytest.raises(ValueError, match="snapshots"):
+    with pytest.raises(InvalidInput, match="snapshots") as excinfo:
         WindowLoad.from_snapshots([])
+    assert excinfo.value.field == "snapshots"
 
 
 def test_fixed_policy_always_returns_its_count() -> None:
@@ -180,16 +183,17 @@ def test_fixed_policy_always_returns_its_count() -> None:
         (lambda: FixedPolicy(3, min_channels=4, max_channels=2), "max_channels"),
         (lambda: FixedPolicy(3).decide(None, -1, NOW, None), "current"),
         (lambda: load((1, 1.0), seconds=0), "window_seconds"),
-        (lambda: load((-1, 1.0)), "tuples"),
-        (lambda: load((1, -1.0)), "busy_seconds"),
+        (lambda: load((-1, 1.0)), "channels[0].tuples"),
+        (lambda: load((1, -1.0)), "channels[0].busy_seconds"),
         (lambda: needs_rebalance(1.0, 0), "threshold"),
         (lambda: needs_rebalance(-1.0, 1.0), "b_current"),
         (lambda: needs_rebalance(math.nan, 1.0), "b_current"),
     ],
 )
 def test_bad_parameters_name_their_field(build: Any, field: str) -> None:
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(InvalidInput, match=re.escape(field)) as excinfo:
         build()
+    assert excinfo.value.field == field
 
 
 def test_needs_rebalance_compares_b_with_the_threshold() -> None:

@@ -97,7 +97,7 @@ def test_good_and_bad_files_end_where_they_should(database: tuple[str, Engine], 
             "07-binary.json",
         )
     }
-    assert "items[0] count" in reasons["03-negative.json"]
+    assert "items[0].count" in reasons["03-negative.json"]
     assert "nowhere" in reasons["04-unknown.json"]
     assert "window.seq 1 was already ingested" in reasons["05-duplicate.json"]
     assert reasons["06-broken.json"].startswith("not JSON")
@@ -189,3 +189,45 @@ def test_snapshot_ingest_needs_files_or_a_spool(database: tuple[str, Engine]) ->
     result = runner.invoke(app, ["snapshot", "ingest", "--db", url])
     assert result.exit_code == 2
     assert "--spool" in result.output
+
+
+@pytest.mark.parametrize(
+    ("window", "field"),
+    [
+        (
+            {"seq": 3, "start": "0001-01-01T00:00:00+14:00", "end": "2026-01-01T00:00:00+00:00"},
+            "window.start",
+        ),
+        ({"seq": 3, "start": "9999-12-31T00:00:00+00:00", "end": "9999-12-31T23:59:00-14:00"}, "window.end"),
+    ],
+)
+def test_a_window_at_the_edge_of_the_dates_is_rejected_and_blocks_nothing(
+    database: tuple[str, Engine], spool: Path, window: dict[str, Any], field: str
+) -> None:
+    _, engine = database
+    write(spool, "01-edge.json", document(3) | {"window": window})
+    write(spool, "02-good.json", document(1))
+
+    outcomes = ingest_spool(engine, spool)
+
+    assert [(Path(o.file).name, o.status) for o in outcomes] == [
+        ("01-edge.json", "rejected"),
+        ("02-good.json", "ingested"),
+    ]
+    assert (spool / "rejected" / "01-edge.json.reason").read_text(encoding="utf-8").startswith(field)
+    assert stored_seqs(engine) == [1]
+
+
+def test_a_job_that_restarts_its_seq_is_rejected_with_the_accepted_range(
+    database: tuple[str, Engine], spool: Path
+) -> None:
+    _, engine = database
+    write(spool, "01.json", document(5))
+    later_but_seq_zero = document(6) | {"window": document(6)["window"] | {"seq": 0}}
+    write(spool, "02.json", later_but_seq_zero)
+
+    outcomes = ingest_spool(engine, spool)
+
+    assert [o.status for o in outcomes] == ["ingested", "rejected"]
+    reason = (spool / "rejected" / "02.json.reason").read_text(encoding="utf-8")
+    assert reason.startswith("window.seq must be in (5, inf)")

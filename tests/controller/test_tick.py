@@ -7,21 +7,28 @@ measurements whose busy time sets the demand of the target-utilization policy.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
 
+from repart.controller.actions import scale
 from repart.controller.settings import ControllerSettings
-from repart.controller.tick import TickResult, tick
+from repart.controller.tick import TickResult, decide, last_considered_seq, observe, persist, tick
+from repart.errors import Conflict
 from repart.migration import MigrationPlan
 from repart.partitioning import LossyCounter
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
+from repart.protocol.snapshot import Snapshot
 from repart.storage import (
     RegionConfig,
+    RegionStatus,
     create_region,
     ingest_snapshot,
     list_events,
@@ -29,9 +36,11 @@ from repart.storage import (
     list_versions,
     make_engine,
     models,
-    parse_snapshot,
+    read_transaction,
+    region_by_name,
     run_in_transaction,
     set_plan_status,
+    upgrade,
     version_function,
 )
 from repart.storage.jsontext import load_object
@@ -103,7 +112,7 @@ def snapshot_document(
 
 def ingest(engine: Engine, *documents: dict[str, Any]) -> None:
     for document in documents:
-        snapshot = parse_snapshot(document)
+        snapshot = Snapshot.from_document(document)
         run_in_transaction(engine, lambda session, s=snapshot: ingest_snapshot(session, s))
 
 
@@ -308,7 +317,7 @@ def test_settings_are_checked_by_name() -> None:
     with pytest.raises(ValueError, match=r"settings\.counters"):
         ControllerSettings.from_config(config)
     config = RegionConfig(key_type="int", n_channels_initial=2, settings={"treshold": 1})
-    with pytest.raises(ValueError, match=r"unknown field.*treshold"):
+    with pytest.raises(ValueError, match=r"settings\.treshold is not a parameter"):
         ControllerSettings.from_config(config)
     config = RegionConfig(
         key_type="int", n_channels_initial=2, policy="target-utilization", settings={"target_utilization": 0}
@@ -336,3 +345,122 @@ def test_a_build_that_reproduces_the_applied_function_is_unchanged(engine: Engin
     event = events(engine)[0]
     assert (event.kind, event.rule) == ("no-change", "imbalance-threshold")
     assert len(versions(engine)) == 1 and not plans(engine)
+
+
+def region_row(engine: Engine) -> models.Region:
+    return run_in_transaction(engine, lambda session: region_by_name(session, REGION))
+
+
+def test_the_status_is_kept_on_the_region_row(engine: Engine) -> None:
+    make_region(
+        engine,
+        policy="target-utilization",
+        max_channels=8,
+        algorithm="redist",
+        settings={"target_utilization": 0.5, "rebalance_threshold": 50.0, "cooldown_seconds": 3600},
+    )
+    assert RegionStatus.of(region_row(engine)) == RegionStatus()
+    start = datetime(2026, 2, 1, tzinfo=UTC)
+    tick(engine, REGION, now=start)
+    assert RegionStatus.of(region_row(engine)) == RegionStatus(1, 1, None, None)
+    ingest(engine, snapshot_document(1, n_channels=2, demand=3.6))
+    changed = tick(engine, REGION, now=start + timedelta(minutes=1))
+    assert (changed.action, changed.n_channels) == ("activated", 4)
+    assert RegionStatus.of(region_row(engine)) == RegionStatus(1, 2, 1, start + timedelta(minutes=1))
+    assert versions(engine)[1].created_at == start + timedelta(minutes=1)
+    ingest(engine, snapshot_document(2, n_channels=2, demand=2.0))
+    cooled = tick(engine, REGION, now=start + timedelta(minutes=2))
+    assert cooled.action == "unchanged" and "cooldown" in cooled.reason  # measured from last_change_at
+    assert RegionStatus.of(region_row(engine)) == RegionStatus(1, 2, 2, start + timedelta(minutes=1))
+    plan_id = changed.plan_id
+    assert plan_id is not None
+    for status in ("applying", "applied"):
+        run_in_transaction(engine, lambda session, s=status: set_plan_status(session, plan_id, s))
+    assert RegionStatus.of(region_row(engine)).applied_version == 2
+    with Session(engine) as session:
+        assert last_considered_seq(session, REGION) == 2
+
+
+def test_an_idle_tick_reads_the_status_and_never_the_window(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_region(engine, n_channels_initial=4, settings={"rebalance_threshold": 100.0})
+    tick(engine, REGION)
+    ingest(engine, snapshot_document(1, n_channels=4, demand=4))
+    assert tick(engine, REGION).action == "unchanged"
+
+    def refuse(*_: object) -> None:
+        raise AssertionError("an idle tick loaded the window")
+
+    monkeypatch.setattr("repart.controller.tick.latest_snapshots", refuse)
+    idle = tick(engine, REGION)
+    assert (idle.action, idle.write_seconds) == ("idle", 0.0)
+    assert "window seq 1, already decided on" in idle.reason
+
+
+def test_decide_is_a_pure_function_of_what_was_read_and_now(engine: Engine) -> None:
+    make_region(engine, n_channels_initial=4, algorithm="redist")
+    tick(engine, REGION)
+    ingest(engine, snapshot_document(1, n_channels=4, demand=4, exponent=1.3))
+    observation = read_transaction(engine, lambda session: observe(session, REGION))
+    before = row_counts(engine)
+    engine.dispose()
+    now = datetime(2026, 3, 1, tzinfo=UTC)
+    first, second = decide(observation, now), decide(observation, now)
+    assert first.action == second.action == "activated"
+    assert first.version is not None and second.version is not None
+    assert first.version.digest == second.version.digest and first.considered_seq == 1
+    assert row_counts(engine) == before
+
+
+def test_a_decision_on_a_status_that_changed_since_the_read_is_refused(engine: Engine) -> None:
+    """Another tick persisted first: the stale decision is a Conflict and writes nothing (DESIGN §12.2)."""
+    make_region(engine, n_channels_initial=4, algorithm="redist")
+    tick(engine, REGION)
+    ingest(engine, snapshot_document(1, n_channels=4, demand=4, exponent=1.3))
+    now = datetime.now(UTC)
+    stale = read_transaction(engine, lambda session: observe(session, REGION))
+    verdict = decide(stale, now)
+    assert tick(engine, REGION).action == "activated"
+    before = row_counts(engine)
+    with pytest.raises(Conflict, match="changed since its status was read"):
+        run_in_transaction(engine, lambda session: persist(session, stale, verdict, now, None))
+    assert row_counts(engine) == before
+    assert [v.number for v in versions(engine)] == [1, 2]
+
+
+def test_an_operator_action_makes_a_pending_decision_stale(engine: Engine) -> None:
+    make_region(engine, n_channels_initial=4, algorithm="redist", settings={"rebalance_threshold": 100.0})
+    tick(engine, REGION)
+    ingest(engine, snapshot_document(1, n_channels=4, demand=4))
+    now = datetime.now(UTC)
+    stale = read_transaction(engine, lambda session: observe(session, REGION))
+    verdict = decide(stale, now)
+    assert verdict.action == "unchanged"
+    scaled = scale(engine, REGION, 6)
+    assert RegionStatus.of(region_row(engine)).latest_version == scaled.version
+    before = row_counts(engine)
+    with pytest.raises(Conflict, match="latest version 1, considered window seq None; now"):
+        run_in_transaction(engine, lambda session: persist(session, stale, verdict, now, None))
+    assert row_counts(engine) == before
+
+
+def test_the_tick_reads_while_another_connection_holds_the_write_lock(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'repart.db'}"
+    upgrade(url)
+    engine = make_engine(url, busy_timeout=0.05)
+    try:
+        make_region(engine, n_channels_initial=3)
+        tick(engine, REGION)
+        holder = sqlite3.connect(tmp_path / "repart.db", isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            assert tick(engine, REGION).action == "idle"  # reads only
+            ingest_later = snapshot_document(1, n_channels=3, demand=3)
+            with pytest.raises(Conflict, match="database is locked"):
+                ingest(engine, ingest_later)
+        finally:
+            holder.rollback()
+            holder.close()
+    finally:
+        engine.dispose()

@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from repart.controller import merge_snapshots, window_size
+from repart.errors import InvalidInput
 from repart.partitioning.frequency import LossyCounter
-from repart.storage.snapshots import Snapshot, parse_snapshot
+from repart.protocol.snapshot import Snapshot
 
 SLOT_BITS = 10
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -60,7 +61,7 @@ def count_windows(
         counter = LossyCounter(epsilon)
         counter.update(list(chunk))
         counters.append(counter)
-        snapshots.append(parse_snapshot(document(counter, chunk, seq)))
+        snapshots.append(Snapshot.from_document(document(counter, chunk, seq)))
     return counters, snapshots
 
 
@@ -145,7 +146,7 @@ def test_absent_keys_get_the_closed_buckets_as_delta_and_stale_entries_drop() ->
 def test_exact_snapshots_add_counts_and_keep_every_key() -> None:
     counters, _ = count_windows([[1, 1, 2], [2, 3]], 0.5)
     exact = [
-        parse_snapshot(
+        Snapshot.from_document(
             document(counter, chunk, seq, epsilon=0.0, items=[[k, v, 0] for k, v in Counter(chunk).items()])
         )
         for seq, (counter, chunk) in enumerate(zip(counters, [[1, 1, 2], [2, 3]], strict=True), start=1)
@@ -167,7 +168,7 @@ def test_one_snapshot_merges_to_its_own_estimate() -> None:
 
 def test_slot_counts_are_absent_when_any_snapshot_lacks_them() -> None:
     counters, snapshots = count_windows([[1, 2], [3]], 0.1)
-    without = parse_snapshot(document(counters[1], [3], 2, slots=[]))
+    without = Snapshot.from_document(document(counters[1], [3], 2, slots=[]))
     assert merge_snapshots([snapshots[0], without]).slot_counts is None
 
 
@@ -195,8 +196,9 @@ def other(snapshot: Snapshot, **changes: Any) -> Snapshot:
 )
 def test_incompatible_snapshots_are_rejected(changes: dict[str, Any], field: str) -> None:
     _, [snapshot] = count_windows([[1, 2, 2]], 0.01)
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(InvalidInput, match=field) as excinfo:
         merge_snapshots([snapshot, other(snapshot, **changes)])
+    assert excinfo.value.field == "snapshots"
 
 
 def test_gaps_between_windows_are_allowed_and_empty_input_is_rejected() -> None:
@@ -205,13 +207,15 @@ def test_gaps_between_windows_are_allowed_and_empty_input_is_rejected() -> None:
         snapshot, seq=5, window_start=START + timedelta(hours=1), window_end=START + timedelta(hours=2)
     )
     assert merge_snapshots([snapshot, later]).total == 6
-    with pytest.raises(ValueError, match="at least one snapshot"):
+    with pytest.raises(InvalidInput, match="at least one snapshot") as excinfo:
         merge_snapshots([])
+    assert excinfo.value.field == "snapshots"
 
 
 def test_window_size() -> None:
     assert window_size(3) == 2
     assert window_size(2) == 1
     for bad in (1, 0, True, 2.5):
-        with pytest.raises(ValueError, match="x"):
+        with pytest.raises(InvalidInput, match="x") as excinfo:
             window_size(bad)  # type: ignore[arg-type]
+        assert excinfo.value.field == "x"

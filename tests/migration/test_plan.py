@@ -18,6 +18,7 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from repart.errors import InvalidInput
 from repart.migration import ExplicitMove, MigrationPlan, plan_migration
 from repart.partitioning.consistent import ConsistentMethod, ConsistentSpec, slot_table
 from repart.partitioning.frequency import FrequencyEstimate
@@ -163,12 +164,15 @@ def test_destination_validates_its_arguments() -> None:
     plan = plan_migration(
         PartitionFunction(3, explicit={1: 2}, slot_bits=10), PartitionFunction(4, slot_bits=10)
     )
-    with pytest.raises(ValueError, match=r"^key: .*'int'.*'str'"):
+    with pytest.raises(InvalidInput, match=r"^key must be of the plan's key_type 'int', got 'x'") as excinfo:
         plan.destination("x", 0, 0)
-    with pytest.raises(ValueError, match=r"^slot must be in \[0, 1023\]"):
+    assert excinfo.value.field == "key"
+    with pytest.raises(InvalidInput, match=r"^slot must be an integer in \[0, 1023\]") as excinfo:
         plan.destination(1, 1024, 0)
-    with pytest.raises(ValueError, match=r"^current_channel must be in \[0, 2\]"):
+    assert excinfo.value.field == "slot"
+    with pytest.raises(InvalidInput, match=r"^current_channel must be an integer in \[0, 2\]") as excinfo:
         plan.destination(1, 0, 3)
+    assert excinfo.value.field == "current_channel"
 
 
 # --- slot moves ------------------------------------------------------------------------------------------
@@ -388,18 +392,24 @@ def test_construction_normalizes_order() -> None:
 
 
 def test_plan_migration_rejects_mismatched_inputs() -> None:
-    with pytest.raises(ValueError, match=r"^key_type must be equal .*'str'.*'int'"):
+    with pytest.raises(InvalidInput, match=r"^b must have a's key_type 'str' .*got 'int'") as excinfo:
         plan_migration(PartitionFunction(2, explicit={"x": 0}), PartitionFunction(2, explicit={1: 0}))
-    with pytest.raises(ValueError, match=r"^slot_bits must be equal .*16 and 12"):
+    assert excinfo.value.field == "b"
+    with pytest.raises(InvalidInput, match=r"^b must have a's slot_bits 16 .*got 12") as excinfo:
         plan_migration(PartitionFunction(2), PartitionFunction(2, slot_bits=12))
-    with pytest.raises(ValueError, match=r"^estimate: .*'int'.*'str'"):
+    assert excinfo.value.field == "b"
+    with pytest.raises(
+        InvalidInput, match=r"^estimate must hold the functions' 'str' keys, got 'int'"
+    ) as excinfo:
         plan_migration(
             PartitionFunction(2, explicit={"x": 0}),
             PartitionFunction(3),
             FrequencyEstimate.from_counts({1: 3}),
         )
-    with pytest.raises(ValueError, match=r"^slot_counts are given at slot_bits=10 .* slot_bits=16"):
+    assert excinfo.value.field == "estimate"
+    with pytest.raises(InvalidInput, match=r"^slot_bits must be the slot_bits 10 .*got 16") as excinfo:
         plan_migration(PartitionFunction(2), PartitionFunction(3), estimate_of([1, 2], [3.0, 4.0], 10))
+    assert excinfo.value.field == "slot_bits"
 
 
 def base_document() -> dict[str, Any]:
@@ -414,57 +424,113 @@ def base_document() -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("change", "message"),
+    ("change", "field", "message"),
     [
-        ({"format": 2}, r"^format must be 1 \(accepted format versions: 1\), got 2"),
-        ({"format": True}, r"^format must be 1"),
-        ({"colour": "red"}, r"^unknown field\(s\) \['colour'\] in the plan"),
-        ({"slot_bits": 9}, r"^slot_bits must be in \[10, 20\]"),
-        ({"source_n_channels": 0}, r"^source_n_channels must be in \[1, 65536\]"),
-        ({"target_digest": "abc"}, r"^target_digest must be a SHA-256 digest"),
-        ({"key_type": "bytes"}, r"^key_type must be one of 'str', 'int' or None"),
-        ({"key_type": "int"}, r"^key_type is 'int' but the plan's keys are 'str'"),
-        ({"explicit_moves": [["x", 1, 1, 0.0]]}, r"^explicit_moves\[0\]: source and target must differ"),
-        ({"explicit_moves": [["x", 3, 1, 0.0]]}, r"^explicit_moves\[0\]: source must be in \[0, 2\]"),
-        ({"explicit_moves": [["x", 0, 4, 0.0]]}, r"^explicit_moves\[0\]: target must be in \[0, 3\]"),
+        ({"format": 2}, "format", r"^format must be 1, got 2"),
+        ({"format": True}, "format", r"^format must be 1"),
+        ({"colour": "red"}, "plan", r"^plan has unknown field\(s\) \['colour'\]"),
+        ({"slot_bits": 9}, "slot_bits", r"^slot_bits must be an integer in \[10, 20\]"),
+        (
+            {"source_n_channels": 0},
+            "source_n_channels",
+            r"^source_n_channels must be an integer in \[1, 65536\]",
+        ),
+        ({"target_digest": "abc"}, "target_digest", r"^target_digest must be a SHA-256 digest"),
+        ({"key_type": "bytes"}, "key_type", r"^key_type must be one of 'str', 'int' or None"),
+        ({"key_type": "int"}, "key_type", r"^key_type must be 'str', the type of the plan's keys, got 'int'"),
+        (
+            {"explicit_moves": [["x", 1, 1, 0.0]]},
+            "explicit_moves[0].target",
+            r"^explicit_moves\[0\].target must differ from the source 1",
+        ),
+        (
+            {"explicit_moves": [["x", 3, 1, 0.0]]},
+            "explicit_moves[0].source",
+            r"^explicit_moves\[0\].source must be an integer in \[0, 2\]",
+        ),
+        (
+            {"explicit_moves": [["x", 0, 4, 0.0]]},
+            "explicit_moves[0].target",
+            r"^explicit_moves\[0\].target must be an integer in \[0, 3\]",
+        ),
         (
             {"explicit_moves": [["x", 0, 1, -1.0]]},
-            r"^explicit_moves\[0\]: weight must be in \[0.0, inf\)",
+            "explicit_moves[0].weight",
+            r"^explicit_moves\[0\].weight must be a number in \[0, inf\)",
         ),
         (
             {"explicit_moves": [["x", 0, 1]]},
+            "explicit_moves[0]",
             r"^explicit_moves\[0\] must be a \[key, source, target, weight\]",
         ),
-        ({"explicit_moves": [[1.5, 0, 1, 0.0]]}, r"^explicit_moves\[0\]: key 1.5 has unsupported type float"),
-        ({"explicit_moves": [["x", 0, 1, 0.0], ["x", 0, 2, 0.0]]}, r"^explicit_moves: key 'x' appears more"),
-        ({"explicit_moves": [["x", 0, 1, 0.0], [3, 0, 2, 0.0]]}, r"^explicit_moves: keys mix types"),
-        ({"pinned_keys": ["x"]}, r"^pinned_keys must not contain moved keys"),
-        ({"pinned_keys": ["\ud800"]}, r"^pinned_keys\[0\]: key .* has a lone surrogate"),
-        ({"slot_moves": [[0, 0, 1, 1]]}, r"^slot_moves\[0\] = \[0, 0, 1, 1\]: source and target must differ"),
-        ({"slot_moves": [[0, 0, 3, 1]]}, r"^slot_moves\[0\] = .*: source must be in \[0, 2\]"),
-        ({"slot_moves": [[0, 0, 0, 4]]}, r"^slot_moves\[0\] = .*: target must be in \[0, 3\]"),
-        ({"slot_moves": [[5, 4, 0, 1]]}, r"^slot_moves\[0\] = .*: last_slot must be in \[first_slot, 1023\]"),
-        ({"slot_moves": [[1024, 1024, 0, 1]]}, r"^slot_moves\[0\] = .*: first_slot must be in \[0, 1023\]"),
-        ({"slot_moves": [[0, 5, 0, 1], [5, 6, 1, 2]]}, r"^slot_moves: slot ranges must not overlap"),
-        ({"slot_moves": [[0, 5, 0, 1], [6, 6, 0, 1]]}, r"^slot_moves: runs must be maximal"),
-        ({"slot_moves": [[0, 5, 0, True]]}, r"^slot_moves \(rows of .*\) must hold integers only"),
-        ({"slot_moves": [[0, 5, 0]]}, r"^slot_moves \(rows of .*\) must have shape \(runs, 4\)"),
-        ({"slot_moves": 7}, r"^slot_moves \(rows of .*\) must be a sequence of rows"),
-        ({"cost": 0.5}, r"^cost and total_state must both be numbers or both be None"),
-        ({"cost": float("nan"), "total_state": 1.0}, r"^cost must be a finite number in \[0.0, inf\)"),
+        (
+            {"explicit_moves": [[1.5, 0, 1, 0.0]]},
+            "explicit_moves[0].key",
+            r"^explicit_moves\[0\].key must be a str or a signed 64-bit int .* of type float",
+        ),
+        (
+            {"explicit_moves": [["x", 0, 1, 0.0], ["x", 0, 2, 0.0]]},
+            "explicit_moves",
+            r"^explicit_moves must hold distinct keys, got 'x' twice",
+        ),
+        (
+            {"explicit_moves": [["x", 0, 1, 0.0], [3, 0, 2, 0.0]]},
+            "explicit_moves",
+            r"^explicit_moves must all be '\w+' keys or all '\w+' keys",
+        ),
+        ({"pinned_keys": ["x"]}, "pinned_keys", r"^pinned_keys must not hold moved keys"),
+        (
+            {"pinned_keys": ["\ud800"]},
+            "pinned_keys[0]",
+            r"^pinned_keys\[0\] must be a key with a UTF-8 encoding",
+        ),
+        (
+            {"slot_moves": [[0, 0, 1, 1]]},
+            "slot_moves[0]",
+            r"^slot_moves\[0\] must have a source and a target that differ, got \[0, 0, 1, 1\]",
+        ),
+        ({"slot_moves": [[0, 0, 3, 1]]}, "slot_moves[0]", r"^slot_moves\[0\] must have source in \[0, 2\]"),
+        ({"slot_moves": [[0, 0, 0, 4]]}, "slot_moves[0]", r"^slot_moves\[0\] must have target in \[0, 3\]"),
+        (
+            {"slot_moves": [[5, 4, 0, 1]]},
+            "slot_moves[0]",
+            r"^slot_moves\[0\] must have last_slot in \[first_slot, 1023\]",
+        ),
+        (
+            {"slot_moves": [[1024, 1024, 0, 1]]},
+            "slot_moves[0]",
+            r"^slot_moves\[0\] must have first_slot in \[0, 1023\]",
+        ),
+        (
+            {"slot_moves": [[0, 5, 0, 1], [5, 6, 1, 2]]},
+            "slot_moves",
+            r"^slot_moves must have slot ranges that do not overlap",
+        ),
+        ({"slot_moves": [[0, 5, 0, 1], [6, 6, 0, 1]]}, "slot_moves", r"^slot_moves must have maximal runs"),
+        ({"slot_moves": [[0, 5, 0, True]]}, "slot_moves", r"^slot_moves must hold integers only"),
+        ({"slot_moves": [[0, 5, 0]]}, "slot_moves", r"^slot_moves must have shape \(runs, 4\)"),
+        ({"slot_moves": 7}, "slot_moves", r"^slot_moves must be a sequence of rows"),
+        (
+            {"cost": 0.5},
+            "total_state",
+            r"^total_state must be a number when the other of cost and total_state is one",
+        ),
+        ({"cost": float("nan"), "total_state": 1.0}, "cost", r"^cost must be a number in \[0, inf\)"),
     ],
 )
-def test_from_json_names_the_invalid_field(change: dict[str, Any], message: str) -> None:
+def test_from_json_names_the_invalid_field(change: dict[str, Any], field: str, message: str) -> None:
     document = base_document() | change
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InvalidInput, match=message) as excinfo:
         MigrationPlan.from_json(json.dumps(document))
+    assert excinfo.value.field == field
 
 
 def test_from_json_rejects_a_repeated_field() -> None:
     text = json.dumps(base_document())
     assert MigrationPlan.from_json(text).key_type == "str"
-    with pytest.raises(ValueError, match=r"^duplicate field 'slot_bits'"):
+    with pytest.raises(InvalidInput, match=r"^plan must not repeat field 'slot_bits'") as excinfo:
         MigrationPlan.from_json(text[:-1] + ',"slot_bits":10}')
+    assert excinfo.value.field == "plan"
 
 
 # --- speed -----------------------------------------------------------------------------------------------

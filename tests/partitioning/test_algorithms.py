@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from repart.errors import InvalidInput
 from repart.partitioning.algorithms.builder import ALGORITHMS, build, initial_function
 from repart.partitioning.algorithms.problem import BuildParams, prepare
 from repart.partitioning.algorithms.readj import readj
@@ -158,14 +159,16 @@ def test_every_algorithm_builds_and_reports() -> None:
 
 
 def test_tail_aware_needs_slot_counts() -> None:
-    with pytest.raises(ValueError, match="slot_counts"):
+    with pytest.raises(InvalidInput, match="slot_counts") as excinfo:
         build(initial_function(2, "int"), zipf_estimate(50, 1000), 3, BuildParams(tail_aware=True), "scan")
+    assert excinfo.value.field == "estimate"
 
 
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
         ({"alpha": 0.5}, "alpha"),
+        ({"alpha": 1.0}, "alpha"),
         ({"sigma": 0.0}, "sigma"),
         ({"sigma": 2.0}, "sigma"),
         ({"utility": "XYZ"}, "utility"),
@@ -174,18 +177,22 @@ def test_tail_aware_needs_slot_counts() -> None:
     ],
 )
 def test_bad_params_name_the_field(kwargs: dict, field: str) -> None:
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(InvalidInput, match=field) as excinfo:
         BuildParams(**kwargs)
+    assert excinfo.value.field == field
 
 
 def test_an_empty_estimate_is_refused() -> None:
     empty = FrequencyEstimate(keys=(), counts=np.array([]), total=0)
-    with pytest.raises(ValueError, match="estimate"):
+    with pytest.raises(InvalidInput, match="estimate") as excinfo:
         build(initial_function(2, "int"), empty, 3, BuildParams(), "redist")
+    assert excinfo.value.field == "estimate"
 
 
 def test_bad_algorithm_and_channels() -> None:
-    with pytest.raises(ValueError, match="algorithm"):
+    with pytest.raises(InvalidInput, match="algorithm") as excinfo:
         build(initial_function(1, "int"), zipf_estimate(5, 100), 2, BuildParams(), "magic")
-    with pytest.raises(ValueError, match="N"):
+    assert excinfo.value.field == "algorithm"
+    with pytest.raises(InvalidInput, match="n_channels") as excinfo:
         build(initial_function(1, "int"), zipf_estimate(5, 100), 0, BuildParams(), "scan")
+    assert excinfo.value.field == "n_channels"

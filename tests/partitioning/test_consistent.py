@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from repart.errors import InvalidInput
 from repart.partitioning import consistent
 from repart.partitioning.consistent import (
     DEFAULT_METHOD,
@@ -234,31 +235,33 @@ def test_spec_defaults() -> None:
     ("kwargs", "message"),
     [
         ({"method": "hash"}, r"method must be one of 'ring', 'jump', 'mod'"),
-        ({"replicas": 0}, r"replicas must be in \[1, 100000\]"),
-        ({"replicas": 100_001}, r"replicas must be in \[1, 100000\]"),
+        ({"replicas": 0}, r"replicas must be an integer in \[1, 100000\]"),
+        ({"replicas": 100_001}, r"replicas must be an integer in \[1, 100000\]"),
         ({"replicas": 1.5}, r"replicas must be an integer"),
         ({"replicas": True}, r"replicas must be an integer"),
-        ({"seed": -1}, r"seed must be in \[0, 4294967295\]"),
-        ({"seed": 2**32}, r"seed must be in \[0, 4294967295\]"),
+        ({"seed": -1}, r"seed must be an integer in \[0, 4294967295\]"),
+        ({"seed": 2**32}, r"seed must be an integer in \[0, 4294967295\]"),
         ({"seed": "42"}, r"seed must be an integer"),
     ],
 )
 def test_spec_validation(kwargs: dict[str, object], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InvalidInput, match=message) as excinfo:
         ConsistentSpec(**kwargs)  # type: ignore[arg-type]
+    assert excinfo.value.field == next(iter(kwargs))
 
 
 @pytest.mark.parametrize(
     ("n", "bits", "message"),
     [
-        (0, 16, r"n_channels must be in \[1, 65536\]"),
-        (65_537, 16, r"n_channels must be in \[1, 65536\]"),
+        (0, 16, r"n_channels must be an integer in \[1, 65536\]"),
+        (65_537, 16, r"n_channels must be an integer in \[1, 65536\]"),
         (True, 16, "n_channels must be an integer"),
         (2.0, 16, "n_channels must be an integer"),
-        (4, 9, r"slot_bits must be in \[10, 20\]"),
-        (4, 21, r"slot_bits must be in \[10, 20\]"),
+        (4, 9, r"slot_bits must be an integer in \[10, 20\]"),
+        (4, 21, r"slot_bits must be an integer in \[10, 20\]"),
     ],
 )
 def test_slot_table_validation(n: object, bits: object, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InvalidInput, match=message) as excinfo:
         slot_table(n, ConsistentSpec(), bits)
+    assert excinfo.value.field == message.split()[0]

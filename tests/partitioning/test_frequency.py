@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from repart.errors import InvalidInput
 from repart.partitioning import frequency
 from repart.partitioning.frequency import FrequencyEstimate, LossyCounter, SlidingWindow
 from repart.partitioning.hashing import INT64_MAX, INT64_MIN
@@ -344,15 +345,18 @@ def test_merge_counts_an_absent_key_as_up_to_the_closed_buckets() -> None:
 
 
 def test_merge_rejects_mismatches() -> None:
-    with pytest.raises(ValueError, match="epsilon"):
+    with pytest.raises(InvalidInput, match="epsilon") as excinfo:
         LossyCounter(0.1).merge(LossyCounter(0.2))
+    assert excinfo.value.field == "other"
     ints, strs = LossyCounter(0.1), LossyCounter(0.1)
     ints.update([1])
     strs.update(["a"])
-    with pytest.raises(ValueError, match="key_type"):
+    with pytest.raises(InvalidInput, match="key_type") as excinfo:
         ints.merge(strs)
-    with pytest.raises(TypeError):
+    assert excinfo.value.field == "other"
+    with pytest.raises(InvalidInput, match="LossyCounter") as excinfo:
         ints.merge(Counter())  # type: ignore[arg-type]
+    assert excinfo.value.field == "other"
 
 
 def drifting_stream(windows: int, width: int, seed: int) -> list[int]:
@@ -436,19 +440,21 @@ def counter_over(epsilon: float, stream: Sequence[Any]) -> LossyCounter:
 def test_sliding_window_keeps_one_key_type() -> None:
     sliding = SlidingWindow(0.1, window=4)
     sliding.update(["a", "b", "c", "d", "e"])
-    with pytest.raises(ValueError, match="key_type"):
+    with pytest.raises(InvalidInput, match="key_type"):
         sliding.update([1])
     typed = SlidingWindow(0.1, window=4, key_type="int")
-    with pytest.raises(ValueError, match="key_type"):
+    with pytest.raises(InvalidInput, match="key_type"):
         typed.update(["a"])
 
 
-@pytest.mark.parametrize("epsilon", [0, 1, -0.1, 1.5, float("nan"), "0.1", True, None])
+@pytest.mark.parametrize("epsilon", [1, -0.1, 1.5, float("nan"), "0.1", True, None])
 def test_bad_epsilon(epsilon: Any) -> None:
-    with pytest.raises(ValueError, match=r"epsilon.*\(0, 1\)"):
+    with pytest.raises(InvalidInput, match=r"epsilon.*\[0, 1\)") as excinfo:
         LossyCounter(epsilon)
-    with pytest.raises(ValueError, match=r"epsilon.*\(0, 1\)"):
+    assert excinfo.value.field == "epsilon"
+    with pytest.raises(InvalidInput, match=r"epsilon.*\[0, 1\)") as excinfo:
         SlidingWindow(epsilon, window=10)
+    assert excinfo.value.field == "epsilon"
 
 
 @pytest.mark.parametrize(("field", "kwargs"), [
@@ -462,8 +468,9 @@ def test_bad_epsilon(epsilon: Any) -> None:
     ("key_type", {"window": 10, "key_type": "float"}),
 ])  # fmt: skip
 def test_bad_sliding_window_parameters(field: str, kwargs: dict[str, Any]) -> None:
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(InvalidInput, match=field) as excinfo:
         SlidingWindow(0.1, **kwargs)
+    assert excinfo.value.field == field
 
 
 @pytest.mark.parametrize(
@@ -491,30 +498,31 @@ def test_bad_sliding_window_parameters(field: str, kwargs: dict[str, Any]) -> No
 def test_bad_keys(keys: Any) -> None:
     counter = LossyCounter(0.1)
     counter.update([3, 4])
-    with pytest.raises(ValueError, match="keys"):
+    with pytest.raises(InvalidInput, match="keys"):
         counter.update(keys)
     assert counter.n == 2 and table_of(counter) == {3: (1, 0), 4: (1, 0)}  # nothing half-counted
-    with pytest.raises(ValueError, match="keys"):
+    with pytest.raises(InvalidInput, match="keys"):
         SlidingWindow(0.1, window=10).update(keys)
 
 
 def test_key_type_is_fixed() -> None:
-    with pytest.raises(ValueError, match="key_type"):
+    with pytest.raises(InvalidInput, match="key_type"):
         LossyCounter(0.1, key_type="float")  # type: ignore[arg-type]
     counter = LossyCounter(0.1, key_type="str")
-    with pytest.raises(ValueError, match="key_type"):
+    with pytest.raises(InvalidInput, match="key_type"):
         counter.update(np.array([1, 2]))
     counter = LossyCounter(0.1)
     counter.update([1])
-    with pytest.raises(ValueError, match="key_type"):
+    with pytest.raises(InvalidInput, match="key_type"):
         counter.update(["a"])
     assert counter.key_type == "int"
 
 
 @pytest.mark.parametrize("threshold", [-0.1, 1.1, float("nan"), None, "0.5"])
 def test_bad_threshold(threshold: Any) -> None:
-    with pytest.raises(ValueError, match="threshold"):
+    with pytest.raises(InvalidInput, match="threshold") as excinfo:
         LossyCounter(0.1).frequent(threshold)
+    assert excinfo.value.field == "threshold"
 
 
 @settings(max_examples=100, deadline=None)
@@ -535,15 +543,29 @@ def test_from_entries_rebuilds_a_counter_that_counts_on_identically(
 
 
 def test_from_entries_rejects_tables_no_counter_can_hold() -> None:
-    with pytest.raises(ValueError, match="distinct"):
-        LossyCounter.from_entries(0.1, 10, [1, 1], [1, 1], [0, 0])
-    with pytest.raises(ValueError, match="deltas"):
-        LossyCounter.from_entries(0.1, 10, [1], [1], [2])  # floor(10 / 10) = 1 closed bucket
-    with pytest.raises(ValueError, match="counts must be >= 1"):
-        LossyCounter.from_entries(0.1, 10, [1], [0], [0])
-    with pytest.raises(ValueError, match="at most n"):
-        LossyCounter.from_entries(0.1, 3, ["a", "b"], [2, 2], [0, 0])
-    with pytest.raises(ValueError, match="one entry per key"):
-        LossyCounter.from_entries(0.1, 3, ["a", "b"], [1], [0, 0])
-    with pytest.raises(ValueError, match="n must be"):
-        LossyCounter.from_entries(0.1, -1, [], [], [])
+    bad_tables = [
+        ("keys", "distinct", (0.1, 10, [1, 1], [1, 1], [0, 0])),
+        ("deltas", r"\[0, 1\]", (0.1, 10, [1], [1], [2])),  # floor(10 / 10) = 1 closed bucket
+        ("counts", "counts must be integers >= 1", (0.1, 10, [1], [0], [0])),
+        ("counts", "at most n", (0.1, 3, ["a", "b"], [2, 2], [0, 0])),
+        ("counts", "one entry per key", (0.1, 3, ["a", "b"], [1], [0, 0])),
+        ("n", "n must be", (0.1, -1, [], [], [])),
+    ]
+    for field, message, arguments in bad_tables:
+        with pytest.raises(InvalidInput, match=message) as excinfo:
+            LossyCounter.from_entries(*arguments)
+        assert excinfo.value.field == field
+
+
+@given(st.lists(st.integers(0, 20), max_size=300), st.lists(st.integers(0, 20), max_size=300))
+def test_an_exact_counter_counts_and_merges_exactly(first: list[int], second: list[int]) -> None:
+    counters = []
+    for stream in (first, second):
+        counter = LossyCounter(0.0, "int")
+        counter.update(stream)
+        counters.append(counter)
+    merged = counters[0].merge(counters[1])
+    keys, counts, deltas = merged.entries()
+    exact = Counter(first + second)
+    assert dict(zip(keys.tolist(), counts.tolist(), strict=True)) == dict(exact)
+    assert not deltas.any() and merged.n == len(first) + len(second)

@@ -14,6 +14,7 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from repart.errors import InvalidInput
 from repart.partitioning.consistent import ConsistentSpec, slot_table
 from repart.partitioning.function import PartitionFunction
 from repart.partitioning.hashing import INT64_MAX, INT64_MIN, Key, KeyType
@@ -192,34 +193,63 @@ def test_digest_depends_on_content_only() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "message"),
+    ("kwargs", "field", "message"),
     [
-        ({"n_channels": 0}, r"n_channels must be in \[1, 65536\]"),
-        ({"n_channels": -2}, r"n_channels must be in \[1, 65536\]"),
-        ({"n_channels": 65_537}, r"n_channels must be in \[1, 65536\]"),
-        ({"n_channels": True}, "n_channels must be an integer"),
-        ({"n_channels": 2.0}, "n_channels must be an integer"),
-        ({"slot_bits": 9}, r"slot_bits must be in \[10, 20\]"),
-        ({"slot_bits": 21}, r"slot_bits must be in \[10, 20\]"),
-        ({"explicit": {"a": 4}}, r"explicit: channel of key 'a' must be in \[0, 3\], got 4"),
-        ({"explicit": {"a": -1}}, r"explicit: channel of key 'a' must be in \[0, 3\]"),
-        ({"explicit": {"a": 1.0}}, "explicit: channel of key 'a' must be an integer"),
-        ({"explicit": {"a": 0, 1: 0}}, "explicit: keys mix types"),
-        ({"explicit": {1.5: 0}}, "explicit: key 1.5 has unsupported type float"),
-        ({"explicit": {True: 0}}, "explicit: key True has unsupported type bool"),
-        ({"explicit": {2**63: 0}}, "explicit: key .* signed 64-bit range"),
-        ({"explicit": {"\ud800": 0}}, "explicit: key .* lone surrogate"),
-        ({"key_type": "float"}, "key_type must be one of 'str', 'int' or None"),
-        ({"key_type": "int", "explicit": {"a": 0}}, "key_type is 'int' but the explicit keys are 'str'"),
-        ({"slot_overrides": {2**16: 0}}, r"slot_overrides: slot must be in \[0, 65535\]"),
-        ({"slot_overrides": {-1: 0}}, r"slot_overrides: slot must be in \[0, 65535\]"),
-        ({"slot_overrides": {5: 4}}, r"slot_overrides: channel of slot 5 must be in \[0, 3\]"),
-        ({"consistent": "jump"}, "consistent must be a ConsistentSpec"),
+        ({"n_channels": 0}, "n_channels", r"n_channels must be an integer in \[1, 65536\]"),
+        ({"n_channels": -2}, "n_channels", r"n_channels must be an integer in \[1, 65536\]"),
+        ({"n_channels": 65_537}, "n_channels", r"n_channels must be an integer in \[1, 65536\]"),
+        ({"n_channels": True}, "n_channels", "n_channels must be an integer"),
+        ({"n_channels": 2.0}, "n_channels", "n_channels must be an integer"),
+        ({"slot_bits": 9}, "slot_bits", r"slot_bits must be an integer in \[10, 20\]"),
+        ({"slot_bits": 21}, "slot_bits", r"slot_bits must be an integer in \[10, 20\]"),
+        ({"explicit": {"a": 4}}, "explicit['a']", r"explicit\['a'\] must be an integer in \[0, 3\], got 4"),
+        ({"explicit": {"a": -1}}, "explicit['a']", r"explicit\['a'\] must be an integer in \[0, 3\]"),
+        ({"explicit": {"a": 1.0}}, "explicit['a']", r"explicit\['a'\] must be an integer"),
+        ({"explicit": {"a": 0, 1: 0}}, "explicit", "explicit must all be 'str' keys or all 'int' keys"),
+        (
+            {"explicit": {1.5: 0}},
+            "explicit",
+            "explicit must be a str or a signed 64-bit int .* of type float",
+        ),
+        (
+            {"explicit": {True: 0}},
+            "explicit",
+            "explicit must be a str or a signed 64-bit int .* of type bool",
+        ),
+        ({"explicit": {2**63: 0}}, "explicit", "explicit must be a str or a signed 64-bit int"),
+        (
+            {"explicit": {"\ud800": 0}},
+            "explicit",
+            "explicit must be a key with a UTF-8 encoding.* lone surrogate",
+        ),
+        ({"key_type": "float"}, "key_type", "key_type must be one of 'str', 'int' or None"),
+        (
+            {"key_type": "int", "explicit": {"a": 0}},
+            "key_type",
+            "key_type must be 'str', the type of the explicit keys, got 'int'",
+        ),
+        (
+            {"slot_overrides": {2**16: 0}},
+            "slot_overrides",
+            r"slot_overrides must have slots that are an integer in \[0, 65535\]",
+        ),
+        (
+            {"slot_overrides": {-1: 0}},
+            "slot_overrides",
+            r"slot_overrides must have slots that are an integer in \[0, 65535\]",
+        ),
+        (
+            {"slot_overrides": {5: 4}},
+            "slot_overrides[5]",
+            r"slot_overrides\[5\] must be an integer in \[0, 3\]",
+        ),
+        ({"consistent": "jump"}, "consistent", "consistent must be a ConsistentSpec"),
     ],
 )
-def test_constructor_validation(kwargs: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+def test_constructor_validation(kwargs: dict[str, Any], field: str, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message) as excinfo:
         PartitionFunction(**{"n_channels": 4, **kwargs})
+    assert excinfo.value.field == field
 
 
 def document(**changes: Any) -> str:
@@ -240,43 +270,72 @@ DELETE = object()
 
 
 @pytest.mark.parametrize(
-    ("text", "message"),
+    ("text", "field", "message"),
     [
-        (document(format=2), r"format must be 1 \(accepted format versions: 1\), got 2"),
-        (document(format=True), "format must be 1"),
-        (document(format=1.0), "format must be 1"),
-        (document(hash__seed=42.0), "hash.seed must be 42"),
-        (document(N=0), r"N must be in \[1, 65536\]"),
-        (document(N="4"), "N must be an integer"),
-        (document(hash__algorithm="murmur3"), "hash.algorithm must be 'xxh64'"),
-        (document(hash__seed=0), "hash.seed must be 42"),
-        (document(hash__slot_bits=9), r"slot_bits must be in \[10, 20\]"),
-        (document(hash__extra=1), r"unknown field\(s\) \['extra'\] in hash"),
-        (document(consistent__method="maglev"), "method must be one of"),
-        (document(consistent__replicas=0), "replicas must be in"),
-        (document(consistent__seed=DELETE), r"missing field\(s\) \['seed'\] in consistent"),
-        (document(explicit=[["a", 1], ["a", 2]]), "explicit: duplicate key 'a'"),
-        (document(explicit=[["a", 1], [5, 2]]), "explicit: keys mix types"),
-        (document(explicit=[["a", 9]]), r"explicit: channel of key 'a' must be in \[0, 3\]"),
-        (document(explicit=[["a"]]), r"explicit\[0\] must be a \[key, channel\] pair"),
-        (document(explicit=[[["a"], 1]]), r"explicit\[0\] must be a \[key, channel\] pair"),
-        (document(explicit={"a": 1}), "explicit must be a list"),
-        (document(explicit=[[1.5, 1]]), r"explicit\[0\] must be a \[key, channel\] pair"),
-        (document(slot_overrides=[[3, 0], [3, 1]]), "slot_overrides: duplicate slot 3"),
-        (document(slot_overrides=[[70_000, 0]]), r"slot_overrides: slot must be in \[0, 65535\]"),
-        (document(key_type="int"), "key_type is 'int' but the explicit keys are 'str'"),
-        (document(key_type="bytes"), "key_type must be one of"),
-        (document(owner="me"), r"unknown field\(s\) \['owner'\] in the document"),
-        (document(N=DELETE), r"missing field\(s\) \['N'\] in the document"),
-        ('{"N": 4, "N": 5}', "duplicate field 'N'"),
-        ("[1, 2]", "the document must be a JSON object"),
-        (document(hash="xxh64"), "hash must be a JSON object"),
-        ("{not json", "Expecting property name"),
+        (document(format=2), "format", r"format must be 1, got 2"),
+        (document(format=True), "format", "format must be 1"),
+        (document(format=1.0), "format", "format must be 1"),
+        (document(hash__seed=42.0), "hash.seed", "hash.seed must be 42"),
+        (document(N=0), "N", r"N must be an integer in \[1, 65536\]"),
+        (document(N="4"), "N", "N must be an integer"),
+        (document(hash__algorithm="murmur3"), "hash.algorithm", "hash.algorithm must be 'xxh64'"),
+        (document(hash__seed=0), "hash.seed", "hash.seed must be 42"),
+        (document(hash__slot_bits=9), "hash.slot_bits", r"hash.slot_bits must be an integer in \[10, 20\]"),
+        (document(hash__extra=1), "hash", r"hash has unknown field\(s\) \['extra'\]"),
+        (document(consistent__method="maglev"), "consistent.method", "consistent.method must be one of"),
+        (
+            document(consistent__replicas=0),
+            "consistent.replicas",
+            "consistent.replicas must be an integer in",
+        ),
+        (document(consistent__seed=DELETE), "consistent", r"consistent is missing field\(s\) \['seed'\]"),
+        (
+            document(explicit=[["a", 1], ["a", 2]]),
+            "explicit[1]",
+            r"explicit\[1\] must not repeat the key 'a'",
+        ),
+        (
+            document(explicit=[["a", 1], [5, 2]]),
+            "explicit",
+            "explicit must all be 'str' keys or all 'int' keys",
+        ),
+        (
+            document(explicit=[["a", 9]]),
+            "explicit[0]",
+            r"explicit\[0\] must be a \[key, channel\] pair .* and an integer in \[0, 3\]",
+        ),
+        (document(explicit=[["a"]]), "explicit[0]", r"explicit\[0\] must be a \[key, channel\] pair"),
+        (document(explicit=[[["a"], 1]]), "explicit[0]", r"explicit\[0\] must be a \[key, channel\] pair"),
+        (document(explicit={"a": 1}), "explicit", "explicit must be a list"),
+        (document(explicit=[[1.5, 1]]), "explicit[0]", r"explicit\[0\] must be a \[key, channel\] pair"),
+        (
+            document(slot_overrides=[[3, 0], [3, 1]]),
+            "slot_overrides[1]",
+            r"slot_overrides\[1\] must not repeat the slot 3",
+        ),
+        (
+            document(slot_overrides=[[70_000, 0]]),
+            "slot_overrides[0]",
+            r"slot_overrides\[0\] must be a \[slot, channel\] pair of an integer in \[0, 65535\]",
+        ),
+        (
+            document(key_type="int"),
+            "key_type",
+            "key_type must be 'str', the type of the explicit keys, got 'int'",
+        ),
+        (document(key_type="bytes"), "key_type", "key_type must be one of"),
+        (document(owner="me"), "function", r"function has unknown field\(s\) \['owner'\]"),
+        (document(N=DELETE), "function", r"function is missing field\(s\) \['N'\]"),
+        ('{"N": 4, "N": 5}', "function", "function must not repeat field 'N'"),
+        ("[1, 2]", "function", "function must be a JSON object"),
+        (document(hash="xxh64"), "hash", "hash must be a JSON object"),
+        ("{not json", "function", "function must be JSON text: Expecting property name"),
     ],
 )
-def test_from_json_validation(text: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+def test_from_json_validation(text: str, field: str, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message) as excinfo:
         PartitionFunction.from_json(text)
+    assert excinfo.value.field == field
 
 
 def test_from_json_accepts_any_order_and_whitespace() -> None:
@@ -293,22 +352,31 @@ def test_from_json_accepts_any_order_and_whitespace() -> None:
         (
             PartitionFunction(4, explicit={"a": 1}),
             [1, 2],
-            "key_type of this function is 'str', got 'int' keys",
+            "keys must be of this function's key_type 'str', got 'int'",
         ),
-        (PartitionFunction(4, explicit={"a": 1}), np.array([1, 2]), "key_type of this function is 'str'"),
-        (PartitionFunction(4, explicit={1: 1}), ["a"], "key_type of this function is 'int', got 'str' keys"),
-        (PartitionFunction(4), ["a", 1], "mix types"),
-        (PartitionFunction(4), [1, "a"], "mix types"),
-        (PartitionFunction(4), [1, 2.5], "unsupported type float"),
-        (PartitionFunction(4), [None], "unsupported type NoneType"),
-        (PartitionFunction(4), [True], "unsupported type bool"),
+        (
+            PartitionFunction(4, explicit={"a": 1}),
+            np.array([1, 2]),
+            "must be of this function's key_type 'str'",
+        ),
+        (
+            PartitionFunction(4, explicit={1: 1}),
+            ["a"],
+            "must be of this function's key_type 'int', got 'str'",
+        ),
+        (PartitionFunction(4), ["a", 1], "must all be 'str' keys or all 'int' keys"),
+        (PartitionFunction(4), [1, "a"], "must all be 'int' keys or all 'str' keys"),
+        (PartitionFunction(4), [1, 2.5], "of type float"),
+        (PartitionFunction(4), [None], "of type NoneType"),
+        (PartitionFunction(4), [True], "of type bool"),
         (PartitionFunction(4), np.array([2**63], dtype=np.uint64), "signed 64-bit range"),
-        (PartitionFunction(4), np.array([True]), "unsupported type"),
+        (PartitionFunction(4), np.array([True]), "of type"),
     ],
 )
 def test_lookup_many_rejects_bad_keys(function: PartitionFunction, keys: Any, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InvalidInput, match=message) as excinfo:
         function.lookup_many(keys)
+    assert excinfo.value.field == "keys"
 
 
 @pytest.mark.parametrize(
@@ -317,24 +385,30 @@ def test_lookup_many_rejects_bad_keys(function: PartitionFunction, keys: Any, me
         (["a", "b"], np.array([1]), r"one slot per key \(2\)"),
         (["a", "b"], np.array([1.0, 2.0]), "integer array"),
         (["a", "b"], [1, 2], "integer array"),
-        (["a", "b"], np.array([1, 2**16]), r"slots must be in \[0, 65536\)"),
-        (np.array([1, 2]), np.array([-1, 0]), r"slots must be in \[0, 65536\)"),
-        (["a", 1], np.array([1, 2]), "mix types"),
+        (["a", "b"], np.array([1, 2**16]), r"slots must be in \[0, 65535\]"),
+        (np.array([1, 2]), np.array([-1, 0]), r"slots must be in \[0, 65535\]"),
+        (["a", 1], np.array([1, 2]), "keys must all be 'str' keys or all 'int' keys"),
     ],
 )
 def test_lookup_many_rejects_bad_slots(keys: Any, slots: npt.NDArray[Any], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InvalidInput, match=message) as excinfo:
         PartitionFunction(4).lookup_many(keys, slots=slots)
+    assert excinfo.value.field == ("keys" if message.startswith("keys") else "slots")
 
 
 @pytest.mark.parametrize(
     ("function", "key", "message"),
     [
-        (PartitionFunction(4), 1.5, "unsupported type float"),
-        (PartitionFunction(4), 2**64, "signed 64-bit range"),
-        (PartitionFunction(4, explicit={"a": 1}), 3, "key_type of this function is 'str', got 'int' keys"),
+        (PartitionFunction(4), 1.5, "of type float"),
+        (PartitionFunction(4), 2**64, "signed 64-bit"),
+        (
+            PartitionFunction(4, explicit={"a": 1}),
+            3,
+            "key must be of this function's key_type 'str', got 'int'",
+        ),
     ],
 )
 def test_lookup_rejects_bad_keys(function: PartitionFunction, key: Any, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InvalidInput, match=message) as excinfo:
         function.lookup(key)
+    assert excinfo.value.field == "key"

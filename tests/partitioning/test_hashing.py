@@ -8,6 +8,7 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from repart.errors import InvalidInput
 from repart.partitioning.hashing import (
     INT64_MAX,
     INT64_MIN,
@@ -82,8 +83,9 @@ def test_hash_keys_of_nothing_is_empty() -> None:
 
 @pytest.mark.parametrize("keys", [[1, 2], ["a", 1], ["a", None], [b"bytes"]])
 def test_hash_str_keys_rejects_non_str_keys(keys: list[object]) -> None:
-    with pytest.raises(ValueError, match=r"expected str keys|mix types|unsupported type"):
+    with pytest.raises(InvalidInput, match=r"must be 'str' keys|all be 'str' keys or all|of type") as excinfo:
         hash_str_keys(keys)  # type: ignore[arg-type]
+    assert excinfo.value.field == "keys"
 
 
 def test_key_bytes_are_canonical() -> None:
@@ -100,28 +102,34 @@ def test_key_type_of_accepts_str_and_int64(key: object) -> None:
 @pytest.mark.parametrize(
     ("key", "message"),
     [
-        (True, "unsupported type bool"),
-        (np.bool_(True), "unsupported type"),
-        (1.5, "unsupported type float"),
-        (None, "unsupported type NoneType"),
-        (b"x", "unsupported type bytes"),
+        (True, "of type bool"),
+        (np.bool_(True), "of type"),
+        (1.5, "of type float"),
+        (None, "of type NoneType"),
+        (b"x", "of type bytes"),
         (INT64_MAX + 1, "signed 64-bit"),
         (INT64_MIN - 1, "signed 64-bit"),
     ],
 )
 def test_key_type_of_rejects(key: object, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InvalidInput, match=message) as excinfo:
         key_type_of(key)
+    assert excinfo.value.field == "key"
+    with pytest.raises(InvalidInput) as excinfo:
+        key_type_of(key, "explicit")
+    assert excinfo.value.field == "explicit"
 
 
 def test_common_key_type() -> None:
     assert common_key_type([]) is None
     assert common_key_type(["a", "b"]) == "str"
     assert common_key_type([1, np.int64(2)]) == "int"
-    with pytest.raises(ValueError, match="mix types 'str' and 'int'"):
+    with pytest.raises(InvalidInput, match="all be 'str' keys or all 'int' keys") as excinfo:
         common_key_type(["a", 1])
-    with pytest.raises(ValueError, match="unsupported type float"):
-        common_key_type([1, 2.0])
+    assert excinfo.value.field == "keys"
+    with pytest.raises(InvalidInput, match="of type float") as excinfo:
+        common_key_type([1, 2.0], "pinned_keys")
+    assert excinfo.value.field == "pinned_keys"
 
 
 @given(st.lists(st.integers(0, 2**64 - 1), max_size=30), st.integers(10, 20))
@@ -145,5 +153,6 @@ def test_check_slot_bits_accepts_the_range(bits: int) -> None:
 
 @pytest.mark.parametrize("bits", [9, 21, 0, -16, True, 16.0, "16", None])
 def test_check_slot_bits_rejects(bits: object) -> None:
-    with pytest.raises(ValueError, match=r"slot_bits .*\[10, 20\]"):
+    with pytest.raises(InvalidInput, match=r"slot_bits .*\[10, 20\]") as excinfo:
         check_slot_bits(bits)  # type: ignore[arg-type]
+    assert excinfo.value.field == "slot_bits"

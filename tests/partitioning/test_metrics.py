@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from repart.errors import InvalidInput
 from repart.partitioning.metrics import (
     channel_loads,
     imbalance,
@@ -135,7 +136,7 @@ def test_lower_bound_is_never_beaten(weights: list[float], n: int, data: st.Data
         (lambda: frequency_threshold(Resources.parse("LCL"), 0.9, 0.1, 4), "alpha"),
         (lambda: frequency_threshold(Resources.parse("LCL"), 1.2, 0.0, 4), "sigma"),
         (lambda: frequency_threshold(Resources.parse("LCL"), 1.2, 1.5, 4), "sigma"),
-        (lambda: frequency_threshold(Resources.parse("LCL"), 1.2, 0.1, 0), "N"),
+        (lambda: frequency_threshold(Resources.parse("LCL"), 1.2, 0.1, 0), "n_channels"),
         (lambda: frequency_threshold(Resources.parse("LQL"), 1.2, 0.1, 4), "distinct"),
         (lambda: channel_loads(LLL, np.array([0.5, np.nan]), np.array([0, 1]), 2), "frequencies"),
         (lambda: channel_loads(LLL, np.array([0.5, -0.1]), np.array([0, 1]), 2), "frequencies"),
@@ -143,5 +144,6 @@ def test_lower_bound_is_never_beaten(weights: list[float], n: int, data: st.Data
     ],
 )
 def test_bad_input_names_the_field(call, field: str) -> None:
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(InvalidInput, match=field) as excinfo:
         call()
+    assert excinfo.value.field == field

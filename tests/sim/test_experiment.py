@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from repart.errors import InvalidInput
 from repart.sim.experiment import RECORD_FIELDS, ExperimentConfig, run_experiment, select
 
 
@@ -61,5 +62,6 @@ def test_tail_aware_rows_use_overrides_and_balance_better(records: list[dict]) -
     ],
 )
 def test_bad_config_names_the_field(kwargs: dict, field: str) -> None:
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(InvalidInput, match=field) as excinfo:
         ExperimentConfig(**kwargs)
+    assert excinfo.value.field == field

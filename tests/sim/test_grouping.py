@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console
 from rich.progress import Progress
 
+from repart.errors import InvalidInput
 from repart.partitioning.splitting import SCHEMES, make_grouping
 from repart.sim.grouping import (
     RECORD_FIELDS,
@@ -198,8 +199,9 @@ def test_repeated_entries_are_dropped_and_lists_become_tuples() -> None:
     ],
 )
 def test_bad_config_names_the_field(changes: dict, field: str) -> None:
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(InvalidInput, match=field) as excinfo:
         GroupingConfig(**changes)
+    assert excinfo.value.field == field
 
 
 def test_keys_default_to_the_dkg_papers_204_for_the_dkg_workload() -> None:
@@ -208,5 +210,6 @@ def test_keys_default_to_the_dkg_papers_204_for_the_dkg_workload() -> None:
 
 
 def test_more_rates_than_workers_is_refused() -> None:
-    with pytest.raises(ValueError, match=r"^rates \(worker speeds μ\) must have at most n = 4 values"):
+    with pytest.raises(InvalidInput, match=r"^rates must have at most n = 4 values") as excinfo:
         GroupingConfig(workers=(2, 4), rates=(1.0, 2.0, 1.0, 2.0, 3.0))
+    assert excinfo.value.field == "rates"

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from repart.errors import InvalidInput
 from repart.partitioning.hashing import hash_key
 from repart.sim.streams import (
     DKG_KEYS,
@@ -415,7 +416,7 @@ BAD_INPUTS: list[tuple[str, BadCall]] = [
     ("^which", lambda: lognormal_stream("ln3", 10, 1, 0)),
     ("^exact", lambda: zipf_stream(1.0, 10, 10, 1, 0, exact="yes")),  # type: ignore[arg-type]
     (
-        "^workload must be one of zipf, ln1, ln2, drift, dkg, words, got 'x'",
+        "^workload must be one of 'zipf', 'ln1', 'ln2', 'drift', 'dkg', 'words', got 'x'",
         lambda: make_stream("x", messages=10, sources=1, seed=0),
     ),
     ("^source_mode", lambda: zipf_stream(1.0, 10, 10, 1, 0, source_mode="random")),
@@ -428,14 +429,15 @@ BAD_INPUTS: list[tuple[str, BadCall]] = [
 
 @pytest.mark.parametrize(("field", "call"), BAD_INPUTS)
 def test_bad_input_names_the_parameter(field: str, call: BadCall) -> None:
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(InvalidInput, match=field) as excinfo:
         call()
+    assert excinfo.value.field == field.removeprefix("^").split()[0]
 
 
 def test_error_messages_state_the_range() -> None:
-    with pytest.raises(ValueError, match=r"^keys \(K\) must be an integer >= 1, got 0$"):
+    with pytest.raises(InvalidInput, match=r"^keys must be an integer in \[1, inf\), got 0$"):
         zipf_stream(1.0, 0, 10, 1, 0)
-    with pytest.raises(ValueError, match=r"^keys \(K\) must be an integer >= 2, got 1$"):
+    with pytest.raises(InvalidInput, match=r"^keys must be an integer in \[2, inf\), got 1$"):
         dkg_stream(0.5, 1, 10, 1, 0)
-    with pytest.raises(ValueError, match=r"must be a number in \(0, 1\), got 1\.0$"):
+    with pytest.raises(InvalidInput, match=r"^skew must be a number in \(0, 1\), got 1\.0$"):
         dkg_stream(1.0, 10, 10, 1, 0)

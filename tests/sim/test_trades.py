@@ -7,6 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from repart.errors import InvalidInput
 from repart.sim.trades import TradeStream
 
 
@@ -48,7 +49,7 @@ def test_prices_and_volumes_are_positive_integers_with_exact_notional() -> None:
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("tickers", 0, "domain"),
+        ("tickers", 0, "tickers"),
         ("base_trades", 0, "base_trades"),
         ("growth", 0.0, "growth"),
         ("drift", -0.1, "drift"),
@@ -56,7 +57,9 @@ def test_prices_and_volumes_are_positive_integers_with_exact_notional() -> None:
     ],
 )
 def test_bad_parameters_are_named(field: str, value: object, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InvalidInput, match=message) as excinfo:
         TradeStream(**{field: value})  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="batch"):
+    assert excinfo.value.field == field
+    with pytest.raises(InvalidInput, match="batch") as excinfo:
         TradeStream().batch(-1)
+    assert excinfo.value.field == "batch"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from repart.errors import InvalidInput
 from repart.sim.workload import ZipfWorkload
 
 
@@ -31,8 +32,9 @@ def test_key_seed_permutes_which_key_is_hot() -> None:
 
 
 @pytest.mark.parametrize(
-    ("z", "domain", "field"), [(-0.5, 10, "zipf"), (float("nan"), 10, "zipf"), (1.0, 0, "domain")]
+    ("z", "domain", "field"), [(-0.5, 10, "z"), (float("nan"), 10, "z"), (1.0, 0, "domain")]
 )
 def test_bad_workload_names_the_field(z: float, domain: int, field: str) -> None:
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(InvalidInput, match=field) as excinfo:
         ZipfWorkload(z, domain)
+    assert excinfo.value.field == field

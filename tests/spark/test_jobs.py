@@ -1,19 +1,27 @@
-"""The job's side of the plan life cycle: pending → applying → applied | failed (DESIGN §6–§9)."""
+"""The job's side of the plan life cycle through the ControllerClient port: pending → applying → applied
+| failed (DESIGN §6–§9, §12.1), with ``SqlControllerClient`` on SQLite."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import pyarrow as pa
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
 
+from repart.controller.actions import scale
 from repart.controller.tick import last_considered_seq, tick
-from repart.errors import NotFound
+from repart.errors import Corrupt, InvalidInput, NotFound
 from repart.migration import MigrationPlan
-from repart.spark.errors import StateStoreError
-from repart.spark.jobs import applied_function, apply_next_plan, next_plan
-from repart.storage import run_in_transaction, set_plan_status
-from tests.controller.test_tick import REGION, ingest, make_region, plans, snapshot_document
+from repart.spark.jobs import apply_next_plan
+from repart.state.store import StateStore, write_channel_files
+from repart.storage import models, run_in_transaction, set_plan_status
+from repart.storage.client import SqlControllerClient
+from tests.factories import add_region, counted_snapshot, ingest
+
+REGION = "trades"
 
 
 @dataclass(frozen=True)
@@ -43,55 +51,82 @@ class FakeStore:
         return Moved(moved_rows=123, moved_bytes=4567)
 
 
+def plans(engine: Engine) -> list[models.Plan]:
+    with Session(engine) as session:
+        return list(session.scalars(select(models.Plan).order_by(models.Plan.id)))
+
+
+def failure_events(engine: Engine) -> list[models.Event]:
+    with Session(engine) as session:
+        return list(session.scalars(select(models.Event).where(models.Event.kind == "plan-failed")))
+
+
 def planned(engine: Engine) -> int:
-    """Version 1 applied on 4 channels, version 2 planned with a pending plan; returns its id."""
-    make_region(engine, n_channels_initial=4, max_channels=8, algorithm="redist")
+    """Version 1 applied on 4 channels, version 2 on 6 planned with a pending plan; returns its id."""
+    add_region(engine, n_channels_initial=4, max_channels=8)
     tick(engine, REGION)
-    ingest(engine, snapshot_document(1, n_channels=4, demand=4, exponent=1.3))
-    plan_id = tick(engine, REGION).plan_id
+    plan_id = scale(engine, REGION, 6).plan_id
     assert plan_id is not None
     return plan_id
 
 
 def test_before_the_first_tick_there_is_no_function_and_nothing_to_apply(db: Engine) -> None:
-    make_region(db, n_channels_initial=4)
+    add_region(db, n_channels_initial=4)
+    client = SqlControllerClient(db)
     with pytest.raises(NotFound, match="no applied version yet"):
-        applied_function(db, REGION)
-    assert apply_next_plan(db, REGION, FakeStore()) is None
+        client.applied_function(REGION)
+    assert apply_next_plan(client, REGION, FakeStore()) is None
 
 
 def test_apply_next_plan_takes_the_plan_through_applying_to_applied(db: Engine) -> None:
     plan_id = planned(db)
-    assert applied_function(db, REGION)[0] == 1
+    client = SqlControllerClient(db)
+    assert client.applied_function(REGION).version == 1
     store = FakeStore()
-    done = apply_next_plan(db, REGION, store)
+    done = apply_next_plan(client, REGION, store)
     assert done is not None
     todo, moved = done
     assert (todo.plan_id, todo.from_version, todo.to_version) == (plan_id, 1, 2)
     assert store.calls == [(plan_id, 1, 2)] and moved.moved_rows == 123
     (row,) = plans(db)
     assert (row.status, row.moved_rows, row.moved_bytes) == ("applied", 123, 4567)
-    number, function = applied_function(db, REGION)
+    number, function = client.applied_function(REGION)
     assert number == 2 and function.digest == MigrationPlan.from_json(row.plan_json).target_digest
-    assert next_plan(db, REGION) is None
+    assert client.claim_next_plan(REGION) is None
+    client.report_plan(plan_id, "applied", moved_rows=1, moved_bytes=1)  # reported again: a no-op
+    assert (plans(db)[0].moved_rows, plans(db)[0].moved_bytes) == (123, 4567)
 
 
-def test_a_plan_the_store_refuses_fails_and_the_error_propagates(db: Engine) -> None:
-    planned(db)
-    with pytest.raises(StateStoreError, match="holds version 7"):
-        apply_next_plan(db, REGION, FakeStore(error=StateStoreError("the store holds version 7")))
+@pytest.mark.parametrize(
+    "error",
+    [
+        InvalidInput("from_version", "must be the store's: it holds version 7"),
+        Corrupt("truncated", path="/s/f"),
+    ],
+)
+def test_a_plan_the_store_refuses_fails_with_its_reason_and_the_error_propagates(
+    db: Engine, error: Exception
+) -> None:
+    plan_id = planned(db)
+    client = SqlControllerClient(db)
+    with pytest.raises(type(error), match=str(error)):
+        apply_next_plan(client, REGION, FakeStore(error=error))
     (row,) = plans(db)
     assert row.status == "failed"
-    assert applied_function(db, REGION)[0] == 1
+    (event,) = failure_events(db)
+    assert event.message == f"{type(error).__name__}: {error}" and f'"plan_id":{plan_id}' in event.data_json
+    assert client.applied_function(REGION).version == 1
+    assert client.claim_next_plan(REGION) is None
 
 
 def test_an_error_that_may_follow_the_commit_leaves_the_plan_applying_for_a_retry(db: Engine) -> None:
     plan_id = planned(db)
+    client = SqlControllerClient(db)
     with pytest.raises(OSError, match="disk full"):
-        apply_next_plan(db, REGION, FakeStore(error=OSError("disk full")))
+        apply_next_plan(client, REGION, FakeStore(error=OSError("disk full")))
     assert plans(db)[0].status == "applying"
     # The retry finds the plan committed in the store: applied, with the moved amounts unknown.
-    done = apply_next_plan(db, REGION, FakeStore(committed_before=True))
+    done = apply_next_plan(client, REGION, FakeStore(committed_before=True))
     assert done is not None and done[0].plan_id == plan_id
     (row,) = plans(db)
     assert (row.status, row.moved_rows, row.moved_bytes) == ("applied", None, None)
@@ -100,16 +135,75 @@ def test_an_error_that_may_follow_the_commit_leaves_the_plan_applying_for_a_retr
 def test_a_plan_left_applying_by_a_dead_job_is_retried(db: Engine) -> None:
     plan_id = planned(db)
     run_in_transaction(db, lambda session: set_plan_status(session, plan_id, "applying"))
-    todo = next_plan(db, REGION)
+    client = SqlControllerClient(db)
+    todo = client.claim_next_plan(REGION)
     assert todo is not None and todo.plan_id == plan_id
-    assert apply_next_plan(db, REGION, FakeStore()) is not None
+    assert apply_next_plan(client, REGION, FakeStore()) is not None
     assert plans(db)[0].status == "applied"
 
 
+def store_at_version_1(db: Engine, root: Path) -> StateStore:
+    """A real state store laid out by the region's applied version, 4,000 rows routed by it."""
+    number, function = SqlControllerClient(db).applied_function(REGION)
+    schema = pa.schema([("key", pa.string()), ("n", pa.int64())])
+    store = StateStore.create(
+        root,
+        region=REGION,
+        version=number,
+        function_digest=function.digest,
+        n_channels=function.n_channels,
+        slot_bits=function.slot_bits,
+        key_type="str",
+        key_col="key",
+        schema=schema,
+        slot_groups=4,
+    )
+    keys = [f"k{i}" for i in range(4000)]
+    table = pa.table({"key": keys, "n": list(range(4000))}, schema=schema)
+    channels = function.lookup_many(keys)
+    replaced = {
+        channel: write_channel_files(
+            root,
+            channel,
+            table.filter(pa.array(channels == channel)),
+            key_col="key",
+            key_type="str",
+            slot_bits=function.slot_bits,
+            slot_groups=4,
+        )
+        for channel in range(function.n_channels)
+    }
+    return store.commit(
+        replaced, version=number, function_digest=function.digest, n_channels=function.n_channels
+    )
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated"])
+def test_a_damaged_state_file_fails_the_plan_naming_the_file(db: Engine, tmp_path: Path, damage: str) -> None:
+    plan_id = planned(db)
+    store = store_at_version_1(db, tmp_path / "state")
+    plan = MigrationPlan.from_json(plans(db)[0].plan_json)
+    victim = next(e for c in plan.channels_losing_keys for e in store.files(c))  # a file the plan reads
+    path = store.root / victim.path
+    if damage == "deleted":
+        path.unlink()
+    else:
+        path.write_bytes(path.read_bytes()[: victim.bytes // 2])
+    client = SqlControllerClient(db)
+    with pytest.raises(Corrupt) as raised:
+        apply_next_plan(client, REGION, store)
+    assert raised.value.path == str(path)
+    (row,) = plans(db)
+    assert row.status == "failed" and row.id == plan_id
+    (event,) = failure_events(db)
+    assert event.message.startswith(f"Corrupt: {path}: state file")
+    assert StateStore.open(store.root).generation == 1  # nothing committed
+
+
 def test_last_considered_seq_follows_the_decisions(db: Engine) -> None:
-    make_region(db, n_channels_initial=4, max_channels=8)
+    add_region(db, n_channels_initial=4, max_channels=8)
     tick(db, REGION)
     assert run_in_transaction(db, lambda session: last_considered_seq(session, REGION)) is None
-    ingest(db, snapshot_document(1, n_channels=4, demand=4, exponent=1.3))
+    ingest(db, counted_snapshot(REGION, 1, [f"k{i % 50}" for i in range(5000)]))
     tick(db, REGION)
     assert run_in_transaction(db, lambda session: last_considered_seq(session, REGION)) == 1

@@ -24,12 +24,13 @@ from pyspark.sql import DataFrame, SparkSession
 from sqlalchemy import Engine
 
 from repart.controller.spool import ingest_spool
-from repart.errors import Conflict, NotFound
+from repart.errors import InvalidInput, NotFound
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
+from repart.protocol.snapshot import Snapshot
 from repart.spark.errors import JobInputError
 from repart.spark.observe import Observation, Window, observe
 from repart.spark.sinks import DatabaseSink, SpoolSink
-from repart.storage import SnapshotError, get_snapshot, make_engine, parse_snapshot, run_in_transaction
+from repart.storage import get_snapshot, make_engine, run_in_transaction
 from tests.storage.helpers import add_region, row_counts
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -45,7 +46,7 @@ class MemorySink:
         self.documents: list[Mapping[str, Any]] = []
 
     def write(self, document: Mapping[str, Any]) -> str:
-        parse_snapshot(document)
+        Snapshot.from_document(document)
         self.documents.append(document)
         return "memory"
 
@@ -131,7 +132,7 @@ def check_counts(observation: Observation, keys: list[Any], epsilon: float) -> N
         dense[slot] = count
     assert np.array_equal(dense, expected)
     assert len(document["items"]) <= document["distinct_estimate"]
-    parse_snapshot(document)
+    Snapshot.from_document(document)
 
 
 # 2 partitions of 100,000 rows each count more than one 65,536-row chunk (keys tracked across chunks);
@@ -209,11 +210,11 @@ def test_database_sink_stores_a_readable_snapshot(spark: SparkSession, sqlite_en
     assert stored.window_start == START and stored.distinct_estimate >= len(exact)
 
     before = row_counts(sqlite_engine)
-    with pytest.raises(Conflict, match=r"window.seq 7 was already ingested"):
+    with pytest.raises(InvalidInput, match=r"window.seq 7 was already ingested"):
         observe(df, "k", "trades", WINDOW, DatabaseSink(sqlite_engine), epsilon=0.01)
     with pytest.raises(NotFound, match="nowhere"):
         observe(df, "k", "nowhere", WINDOW, DatabaseSink(sqlite_engine), epsilon=0.01)
-    with pytest.raises(SnapshotError, match="key_type must be the region's 'int'"):
+    with pytest.raises(InvalidInput, match="key_type must be the region's 'int'"):
         observe(df, "k", "ids", WINDOW, DatabaseSink(sqlite_engine), epsilon=0.01, slot_bits=12)
     assert row_counts(sqlite_engine) == before
 
@@ -247,7 +248,7 @@ def test_sinks_refuse_bad_documents_and_places(tmp_path: Path) -> None:
         SpoolSink(tmp_path / "missing")
     sink = SpoolSink(tmp_path)
     document = {"format": 1, "region": "../escape", "window": WINDOW.to_json(), "tuples": 0}
-    with pytest.raises(SnapshotError, match="distinct_estimate"):
+    with pytest.raises(InvalidInput, match="distinct_estimate"):
         sink.write(document)
     document |= {"distinct_estimate": 0, "epsilon": 0.1, "key_type": "str", "items": [], "slot_bits": 16}
     with pytest.raises(ValueError, match="region name must be"):

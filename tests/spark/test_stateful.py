@@ -1,4 +1,5 @@
-"""update_state: each channel's task folds its rows into the store; checked against a pandas oracle."""
+"""update_state: each channel's task folds its rows into the store; checked against a pandas oracle.
+Exactly once under a batch id; damaged state and bad combines come back with their error class."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from pyspark.sql import SparkSession
 
+from repart.errors import Corrupt, InvalidInput
 from repart.partitioning import BuildParams, FrequencyEstimate, PartitionFunction, build, initial_function
-from repart.spark.errors import StateStoreError
 from repart.spark.route import partition
 from repart.spark.stateful import update_state
 from repart.state.store import StateStore
@@ -77,7 +79,7 @@ def test_a_version_that_is_not_the_store_layout_is_refused(spark: SparkSession, 
     old, new = initial_function(3, "str"), initial_function(4, "str")
     store = new_store(tmp_path, old, version=1)
     frame = partition(spark.createDataFrame(batch(3, 100)), "k", new)
-    with pytest.raises(StateStoreError, match=r"N=4.*not the layout.*N=3.*apply the pending migration plan"):
+    with pytest.raises(InvalidInput, match=r"N=4.*not the layout.*N=3.*apply the pending migration plan"):
         update_state(store, frame, add_up, version=2, function=new)
     assert store.generation == 0 and StateStore.open(tmp_path / "state").rows() == 0
 
@@ -96,8 +98,50 @@ def test_a_combine_that_invents_or_duplicates_keys_is_refused(spark: SparkSessio
         summed = add_up(state, rows)
         return pa.concat_tables([summed, summed.slice(0, 1)])
 
-    with pytest.raises(Exception, match="combine returned key 'stranger', which is neither in channel"):
+    with pytest.raises(
+        InvalidInput, match=r"combine must .* returned key 'stranger', which is neither in channel"
+    ):
         update_state(store, frame, invents, version=1, function=function)
-    with pytest.raises(Exception, match="several rows for one key"):
+    with pytest.raises(
+        InvalidInput, match=r"one row per key: .*several rows for one key"
+    ):
         update_state(store, frame, duplicates, version=1, function=function)
     assert StateStore.open(tmp_path / "state").generation == 0
+
+
+def test_a_batch_is_absorbed_once_under_its_id(spark: SparkSession, tmp_path: Path) -> None:
+    function = initial_function(3, "str")
+    store = new_store(tmp_path, function, version=1)
+    table = batch(5, 3000)
+    frame = partition(spark.createDataFrame(table), "k", function)
+    store, first = update_state(store, frame, add_up, version=1, function=function, batch_id=4)
+    assert store.generation == 1 and store.last_batch is not None and store.last_batch.batch_id == 4
+    assert list(store.last_batch.channels) == first and sum(u.input_rows for u in first) == 3000
+    reopened = StateStore.open(tmp_path / "state")  # a job run again on batch 4, or on an older one
+    for batch_id in (4, 2):
+        again, updates = update_state(
+            reopened, frame, add_up, version=1, function=function, batch_id=batch_id
+        )
+        assert again.generation == 1 and updates == (first if batch_id == 4 else [])
+    state = StateStore.open(tmp_path / "state").read().to_pandas().set_index("k")
+    assert state["n"].sum() == 3000 and state["total"].sum() == pc.sum(table["v"]).as_py()
+    store, _ = update_state(store, frame, add_up, version=1, function=function, batch_id=5)
+    assert store.generation == 2 and store.read().to_pandas()["n"].sum() == 6000
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated"])
+def test_a_damaged_state_file_is_corrupt_naming_it(spark: SparkSession, tmp_path: Path, damage: str) -> None:
+    function = initial_function(2, "str")
+    store = new_store(tmp_path, function, version=1)
+    frame = partition(spark.createDataFrame(batch(6, 2000)), "k", function)
+    store, _ = update_state(store, frame, add_up, version=1, function=function, batch_id=0)
+    victim = store.files(1)[0]
+    path = store.root / victim.path
+    if damage == "deleted":
+        path.unlink()
+    else:
+        path.write_bytes(path.read_bytes()[: victim.bytes // 3])
+    with pytest.raises(Corrupt, match="missing" if damage == "deleted" else "Parquet magic bytes") as error:
+        update_state(store, frame, add_up, version=1, function=function, batch_id=1)
+    assert error.value.path == str(path)
+    assert StateStore.open(tmp_path / "state").generation == 1

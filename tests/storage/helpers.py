@@ -11,14 +11,8 @@ from sqlalchemy.orm import Session
 from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.function import PartitionFunction
-from repart.storage import (
-    NewEvent,
-    NewVersion,
-    RegionConfig,
-    create_region,
-    parse_snapshot,
-    run_in_transaction,
-)
+from repart.protocol.snapshot import Snapshot
+from repart.storage import NewEvent, NewVersion, RegionConfig, create_region, run_in_transaction
 from repart.storage.models import Base
 
 BASE_DOCUMENT: dict[str, Any] = {
@@ -75,7 +69,7 @@ def new_version(
 
 def estimate(**changes: Any) -> FrequencyEstimate:
     """The frequency estimate of the snapshot ``document(**changes)``."""
-    return parse_snapshot(document(**changes)).to_estimate()
+    return Snapshot.from_document(document(**changes)).to_estimate()
 
 
 def new_plan(a: PartitionFunction, b: PartitionFunction) -> MigrationPlan:

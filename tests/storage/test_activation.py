@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session
 
-from repart.errors import Conflict, NotFound
+from repart.errors import Conflict, InvalidInput, NotFound
 from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning.function import PartitionFunction
 from repart.storage import (
@@ -203,11 +203,11 @@ def test_illegal_plan_transitions_are_refused(
 
 def test_unknown_status_and_unknown_plan_are_errors(region: Engine) -> None:
     plan_id = _activate_v2(region).plan_id
-    with pytest.raises(StorageError, match="status must be one of"):
+    with pytest.raises(InvalidInput, match="status must be one of"):
         run_in_transaction(region, lambda s: set_plan_status(s, plan_id, "done"))
     with pytest.raises(NotFound, match="plan 999 does not exist"):
         run_in_transaction(region, lambda s: set_plan_status(s, 999, "applying"))
-    with pytest.raises(StorageError, match="recorded when a plan is applied"):
+    with pytest.raises(InvalidInput, match="recorded when a plan is applied"):
         run_in_transaction(region, lambda s: set_plan_status(s, plan_id, "applying", moved_rows=3))
 
 

@@ -1,16 +1,28 @@
-"""Retried transactions (DESIGN §7): a locked SQLite database is waited out with backoff."""
+"""Read and write transactions (DESIGN §7, §12.2): a locked SQLite database is waited out with backoff,
+reads never wait for the write lock, and a write that cannot get it in time is a one-line Conflict."""
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy.exc import OperationalError
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
 
-from repart.storage import RegionConfig, create_region, is_retryable, make_engine, run_in_transaction, upgrade
+from repart.errors import Conflict, InvalidInput
+from repart.storage import (
+    RegionConfig,
+    create_region,
+    is_retryable,
+    make_engine,
+    read_transaction,
+    run_in_transaction,
+    upgrade,
+)
 
 
 def _locked(path: Path) -> sqlite3.Connection:
@@ -56,9 +68,11 @@ def test_the_last_conflict_is_raised_when_attempts_run_out(tmp_path: Path) -> No
     engine = make_engine(f"sqlite:///{path}", busy_timeout=0.01)
     holder = _locked(path)
     try:
-        with pytest.raises(OperationalError, match="database is locked") as raised:
+        with pytest.raises(Conflict, match="database is locked") as raised:
             run_in_transaction(engine, _create, attempts=3, backoff=0.01)
-        assert is_retryable(raised.value)
+        assert "\n" not in str(raised.value)
+        assert isinstance(raised.value.__cause__, OperationalError)
+        assert is_retryable(raised.value.__cause__)
     finally:
         holder.rollback()
         holder.close()
@@ -81,5 +95,39 @@ def test_other_errors_are_not_retried(tmp_path: Path) -> None:
         engine.dispose()
     assert calls == 1
     assert not is_retryable(ValueError("x"))
-    with pytest.raises(ValueError, match="attempts must be >= 1"):
+    with pytest.raises(InvalidInput, match="attempts must be an integer in \\[1, inf\\)"):
         run_in_transaction(engine, work, attempts=0)
+
+
+def _count_regions(session: Session) -> int:
+    return len(session.execute(text("SELECT id FROM regions")).all())
+
+
+def test_reads_work_while_another_connection_holds_the_write_lock(tmp_path: Path) -> None:
+    path = tmp_path / "busy.db"
+    upgrade(f"sqlite:///{path}")
+    engine = make_engine(f"sqlite:///{path}", busy_timeout=5.0)
+    run_in_transaction(engine, _create)
+    holder = _locked(path)
+    try:
+        started = time.perf_counter()
+        assert read_transaction(engine, _count_regions, attempts=1) == 1
+        assert time.perf_counter() - started < 1.0  # not the 5 s busy timeout: the read never waited
+        with pytest.raises(Conflict, match="database is locked"):
+            run_in_transaction(
+                make_engine(f"sqlite:///{path}", busy_timeout=0.05), _count_regions, attempts=1
+            )
+    finally:
+        holder.rollback()
+        holder.close()
+        engine.dispose()
+
+
+def test_a_read_transaction_cannot_write(db_url: str) -> None:
+    engine = make_engine(db_url)
+    try:
+        with pytest.raises(DBAPIError, match="(?i)read-only|readonly"):
+            read_transaction(engine, _create, attempts=1)
+        assert read_transaction(engine, _count_regions) == 0
+    finally:
+        engine.dispose()

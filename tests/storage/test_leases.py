@@ -1,4 +1,5 @@
-"""Leases: one active controller per region, race-safe on both backends (DESIGN §7, §8)."""
+"""Leases with fencing tokens: one active controller per region, race-safe on both backends, and a
+write under a lost or expired lease is refused (DESIGN §7, §8, §12.2)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,25 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine
 
-from repart.errors import NotFound
-from repart.storage import acquire_lease, current_lease, release_lease, run_in_transaction
+from repart.errors import Conflict, InvalidInput, NotFound
+from repart.storage import (
+    Fence,
+    acquire_lease,
+    check_fence,
+    current_lease,
+    region_by_name,
+    release_lease,
+    run_in_transaction,
+)
 
 from .helpers import add_region
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _acquire(engine: Engine, holder: str, now: datetime, ttl: float = 30.0, region: str = "trades") -> bool:
+def _acquire(
+    engine: Engine, holder: str, now: datetime, ttl: float = 30.0, region: str = "trades"
+) -> int | None:
     return run_in_transaction(engine, lambda s: acquire_lease(s, region, holder, ttl, now))
 
 
@@ -49,9 +60,9 @@ def test_unknown_region_and_bad_arguments(engine: Engine) -> None:
         _acquire(engine, "a", T0, region="nope")
     with pytest.raises(NotFound, match="unknown region 'nope'"):
         run_in_transaction(engine, lambda s: release_lease(s, "nope", "a"))
-    with pytest.raises(ValueError, match="ttl_seconds must be in"):
+    with pytest.raises(InvalidInput, match="ttl_seconds must be a number in"):
         _acquire(engine, "a", T0, ttl=0)
-    with pytest.raises(ValueError, match="holder must be a string"):
+    with pytest.raises(InvalidInput, match="holder must be a string"):
         _acquire(engine, "", T0)
 
 
@@ -64,10 +75,13 @@ def test_two_controllers_racing_for_a_region_exactly_one_wins(engine: Engine, ex
             assert _acquire(engine, "old", T0 - timedelta(minutes=5), region=name)
     for name in regions:
         barrier = threading.Barrier(2)
-        won: dict[str, bool] = {}
+        won: dict[str, int | None] = {}
 
         def contend(
-            holder: str, region: str = name, gate: threading.Barrier = barrier, results: dict[str, bool] = won
+            holder: str,
+            region: str = name,
+            gate: threading.Barrier = barrier,
+            results: dict[str, int | None] = won,
         ) -> None:
             gate.wait()
             results[holder] = _acquire(engine, holder, T0, region=region)
@@ -77,7 +91,44 @@ def test_two_controllers_racing_for_a_region_exactly_one_wins(engine: Engine, ex
             thread.start()
         for thread in threads:
             thread.join()
-        assert sorted(won.values()) == [False, True], won
-        winner = next(holder for holder, ok in won.items() if ok)
+        assert sorted(token is not None for token in won.values()) == [False, True], won
+        winner, token = next((holder, token) for holder, token in won.items() if token is not None)
         lease = run_in_transaction(engine, lambda s, region=name: current_lease(s, region))
-        assert lease is not None and lease.holder == winner
+        assert lease is not None and (lease.holder, lease.token) == (winner, token)
+        assert token == (2 if expired else 1)
+
+
+def _fence_check(engine: Engine, fence: Fence, now: datetime) -> None:
+    run_in_transaction(engine, lambda s: check_fence(s, "trades", region_by_name(s, "trades").id, fence, now))
+
+
+def test_tokens_grow_with_every_new_holder_and_survive_a_release(engine: Engine) -> None:
+    add_region(engine)
+    assert _acquire(engine, "a", T0) == 1
+    assert _acquire(engine, "a", T0 + timedelta(seconds=5)) == 1  # a renewal keeps the token
+    assert _acquire(engine, "b", T0 + timedelta(seconds=10)) is None  # held: no token drawn
+    assert _acquire(engine, "b", T0 + timedelta(seconds=40)) == 2  # a's lease expired at T0 + 35 s
+    assert run_in_transaction(engine, lambda s: release_lease(s, "trades", "b"))
+    assert _acquire(engine, "a", T0 + timedelta(seconds=41)) == 3  # not 1 again after the release
+    assert _acquire(engine, "a", T0 + timedelta(hours=1)) == 3  # its own expired lease: same holder
+
+
+def test_a_fence_holds_only_for_the_holder_with_its_token_until_expiry(engine: Engine) -> None:
+    add_region(engine)
+    token = _acquire(engine, "a", T0, ttl=10)
+    assert token == 1
+    _fence_check(engine, Fence("a", 1), T0 + timedelta(seconds=9))
+    with pytest.raises(Conflict, match="expired"):
+        _fence_check(engine, Fence("a", 1), T0 + timedelta(seconds=10))
+    with pytest.raises(Conflict, match="not held by 'b' with token 1"):
+        _fence_check(engine, Fence("b", 1), T0)
+    assert _acquire(engine, "b", T0 + timedelta(seconds=11), ttl=10) == 2
+    with pytest.raises(Conflict, match="held by 'b' with token 2"):
+        _fence_check(engine, Fence("a", 1), T0 + timedelta(seconds=12))
+    assert run_in_transaction(engine, lambda s: release_lease(s, "trades", "b"))
+    with pytest.raises(Conflict, match="held by nobody"):
+        _fence_check(engine, Fence("b", 2), T0 + timedelta(seconds=12))
+    assert _acquire(engine, "a", T0 + timedelta(seconds=13), ttl=10) == 3
+    with pytest.raises(Conflict, match="not held by 'a' with token 1"):  # the old token of the same holder
+        _fence_check(engine, Fence("a", 1), T0 + timedelta(seconds=14))
+    _fence_check(engine, Fence("a", 3), T0 + timedelta(seconds=14))

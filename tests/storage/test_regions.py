@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import Engine
 
 from repart.errors import Conflict, NotFound
+from repart.protocol.snapshot import Snapshot
 from repart.storage import (
     NewEvent,
     RegionConfig,
@@ -15,7 +16,6 @@ from repart.storage import (
     delete_region,
     ingest_snapshot,
     list_regions,
-    parse_snapshot,
     record_event,
     region_by_name,
     run_in_transaction,
@@ -41,7 +41,7 @@ def test_create_read_update_delete(engine: Engine) -> None:
 
 def test_delete_cascades_but_keeps_the_audit_log(engine: Engine) -> None:
     add_region(engine)
-    run_in_transaction(engine, lambda s: ingest_snapshot(s, parse_snapshot(document())))
+    run_in_transaction(engine, lambda s: ingest_snapshot(s, Snapshot.from_document(document())))
     run_in_transaction(
         engine, lambda s: record_event(s, "trades", NewEvent("ingest", "spool", "one snapshot"))
     )
@@ -64,7 +64,7 @@ def test_key_type_and_slot_bits_are_fixed_once_used(engine: Engine) -> None:
     add_region(engine)
     run_in_transaction(engine, lambda s: update_region(s, "trades", slot_bits=12))
     run_in_transaction(engine, lambda s: update_region(s, "trades", slot_bits=16))
-    run_in_transaction(engine, lambda s: ingest_snapshot(s, parse_snapshot(document())))
+    run_in_transaction(engine, lambda s: ingest_snapshot(s, Snapshot.from_document(document())))
     with pytest.raises(Conflict, match="slot_bits can no longer change"):
         run_in_transaction(engine, lambda s: update_region(s, "trades", slot_bits=12))
     with pytest.raises(ValueError, match="unknown region field"):

@@ -12,17 +12,10 @@ import pytest
 from sqlalchemy import Engine
 
 import repart.storage
-from repart.errors import Conflict, NotFound
+from repart.errors import InvalidInput, NotFound
 from repart.partitioning.frequency import LossyCounter
-from repart.storage import (
-    SnapshotError,
-    get_snapshot,
-    ingest_snapshot,
-    latest_snapshots,
-    parse_snapshot,
-    run_in_transaction,
-)
-from repart.storage.snapshots import OPTIONAL_FIELDS, REQUIRED_FIELDS
+from repart.protocol.snapshot import OPTIONAL_FIELDS, REQUIRED_FIELDS, Snapshot
+from repart.storage import get_snapshot, ingest_snapshot, latest_snapshots, run_in_transaction
 
 from .helpers import add_region, document, row_counts
 
@@ -31,11 +24,13 @@ STR_KEYS = ["", "AAPL", "naïve", "日本語", "emoji 🙂", "nul\x00inside", "x
 
 
 def _ingest(engine: Engine, doc: dict[str, Any]) -> int:
-    return run_in_transaction(engine, lambda s: ingest_snapshot(s, parse_snapshot(doc), source="test"))
+    return run_in_transaction(
+        engine, lambda s: ingest_snapshot(s, Snapshot.from_document(doc), source="test")
+    )
 
 
 def test_parse_returns_a_frozen_snapshot_in_utc() -> None:
-    snapshot = parse_snapshot(
+    snapshot = Snapshot.from_document(
         document(window={"seq": 3, "start": "2026-01-01T02:00:00+02:00", "end": "2026-01-01T00:01:00Z"})
     )
     assert snapshot.window_start == datetime(2026, 1, 1, tzinfo=UTC)
@@ -56,7 +51,7 @@ def test_ingest_round_trip_keeps_every_key_exact(engine: Engine, key_type: str, 
         slots=[[0, tuples - 1], [65535, 1]],
         distinct_estimate=50,
     )
-    parsed = parse_snapshot(doc)
+    parsed = Snapshot.from_document(doc)
     _ingest(engine, doc)
     loaded = run_in_transaction(engine, lambda s: get_snapshot(s, "trades", 1))
     assert loaded == parsed
@@ -116,11 +111,11 @@ BAD_DOCUMENTS: list[tuple[str, dict[str, Any], str]] = [
     ("format", {"format": 2}, "format must be 1"),
     ("format bool", {"format": True}, "format must be 1"),
     ("unknown field", {"colour": "red"}, "unknown field.*colour"),
-    ("negative count", {"items": [["AAPL", -1, 0]]}, r"items\[0\] count must be in \[0"),
-    ("float count", {"items": [["AAPL", 4.0, 0]]}, r"items\[0\] count must be an integer"),
-    ("bool count", {"items": [["AAPL", True, 0]]}, r"items\[0\] count must be an integer"),
-    ("negative delta", {"items": [["AAPL", 4, -2]]}, r"items\[0\] delta must be in \[0"),
-    ("delta above bound", {"items": [["AAPL", 4, 2]]}, r"items\[0\] delta must be <= epsilon \* tuples = 1"),
+    ("negative count", {"items": [["AAPL", -1, 0]]}, r"items\[0\]\.count must be in \[0"),
+    ("float count", {"items": [["AAPL", 4.0, 0]]}, r"items\[0\]\.count must be an integer"),
+    ("bool count", {"items": [["AAPL", True, 0]]}, r"items\[0\]\.count must be an integer"),
+    ("negative delta", {"items": [["AAPL", 4, -2]]}, r"items\[0\]\.delta must be in \[0"),
+    ("delta above bound", {"items": [["AAPL", 4, 2]]}, r"items\[0\]\.delta must be <= epsilon \* tuples = 1"),
     ("wrong key type", {"items": [[7, 4, 0]]}, "key_type is 'str' but the items' keys are 'int'"),
     ("unsupported key", {"items": [[1.5, 4, 0]]}, r"items\[0\]: key 1.5 has unsupported type float"),
     ("mixed keys", {"items": [["a", 1, 0], [2, 1, 0]]}, "items: keys mix types 'str' and 'int'"),
@@ -166,8 +161,8 @@ BAD_DOCUMENTS: list[tuple[str, dict[str, Any], str]] = [
         {"window": {"seq": 1, "start": "2026-01-01T00:00:00Z"}},
         r"missing field\(s\) \['end'\] in window",
     ),
-    ("slot out of range", {"slots": [[65536, 100]]}, r"slots\[0\] slot must be in \[0, 65535\]"),
-    ("negative slot", {"slots": [[-1, 100]]}, r"slots\[0\] slot must be in \[0, 65535\]"),
+    ("slot out of range", {"slots": [[65536, 100]]}, r"slots\[0\]\.slot must be in \[0, 65535\]"),
+    ("negative slot", {"slots": [[-1, 100]]}, r"slots\[0\]\.slot must be in \[0, 65535\]"),
     ("duplicate slots", {"slots": [[1, 50], [1, 50]]}, r"slots\[1\] repeats slot 1"),
     ("slots not summing to tuples", {"slots": [[1, 50]]}, "slots counts sum to 50, but tuples is 100"),
     ("slot_bits", {"slot_bits": 9}, r"slot_bits must be in \[10, 20\]"),
@@ -197,7 +192,7 @@ def test_bad_documents_are_rejected_and_nothing_is_written(
 ) -> None:
     add_region(engine)
     before = row_counts(engine)
-    with pytest.raises(SnapshotError, match=message):
+    with pytest.raises(InvalidInput, match=message):
         _ingest(engine, document(**changes))
     assert row_counts(engine) == before
 
@@ -212,34 +207,34 @@ REGION_MISMATCHES: list[tuple[str, dict[str, Any], type[Exception], str]] = [
     (
         "seq already ingested",
         {"window": _window(1, "2026-02-01T00:00:00Z", "2026-02-01T00:01:00Z")},
-        Conflict,
+        InvalidInput,
         "window.seq 1 was already ingested",
     ),
     (
         "overlapping window",
         {"window": _window(2, "2026-01-01T00:00:30Z", "2026-01-01T00:02:00Z")},
-        Conflict,
+        InvalidInput,
         "overlaps window seq 1",
     ),
     (
         "key type of another region",
         {"key_type": "int", "items": [[1, 1, 0]]},
-        SnapshotError,
+        InvalidInput,
         "key_type must be the region's 'str'",
     ),
     (
         "slot bits of another region",
         {"slot_bits": 12, "slots": None},
-        SnapshotError,
+        InvalidInput,
         "slot_bits must be the region's 16",
     ),
     (
         "channel above max",
         {"channels": [{"channel": 16, "tuples": 1, "busy_seconds": 0, "state_bytes": 0}]},
-        SnapshotError,
+        InvalidInput,
         r"channel must be in \[0, 15\]",
     ),
-    ("unknown version", {"version": 3}, SnapshotError, "version 3 does not exist in region 'trades'"),
+    ("unknown version", {"version": 3}, InvalidInput, "version 3 does not exist in region 'trades'"),
 ]
 
 
@@ -258,7 +253,7 @@ def test_snapshots_that_do_not_fit_the_region_are_rejected(
 
 def test_every_error_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="format"):
-        parse_snapshot(document(format=0))
+        Snapshot.from_document(document(format=0))
 
 
 def test_json_schema_lists_the_fields_the_parser_accepts() -> None:

@@ -13,6 +13,7 @@ from repart.cli.run import run
 from repart.cli.simulate import simulate
 from repart.cli.simulate_grouping import simulate_grouping
 from repart.cli.snapshots import snapshot_app
+from repart.cli.state import state_app
 from repart.cli.status import status
 from repart.cli.tick import tick
 from repart.cli.versions import versions_app
@@ -36,6 +37,7 @@ app.add_typer(region_app, name="region")
 app.add_typer(snapshot_app, name="snapshot")
 app.add_typer(versions_app, name="versions")
 app.add_typer(plans_app, name="plans")
+app.add_typer(state_app, name="state")
 
 
 @app.callback()

@@ -3,7 +3,8 @@
 Every database command takes ``--db URL`` (default: ``$REPART_DB``, else ``./.repart/repart.db``, as
 ``repart.storage.database_url`` resolves it) and ``--json`` (machine output on stdout and nothing else
 there). A command other than ``init`` refuses a database that ``repart init`` has not brought to the
-newest schema revision, with a message instead of an SQL error.
+newest schema revision, with a message instead of an SQL error, and every other mistake in ``--db``
+is one line naming it (exit code 2), never a driver traceback.
 """
 
 from __future__ import annotations
@@ -19,11 +20,23 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from repart.storage import current_revision, database_url, head_revision, make_engine, run_in_transaction
+from repart.errors import InvalidInput
+from repart.storage import (
+    current_revision,
+    database_problem,
+    database_url,
+    head_revision,
+    make_engine,
+    read_transaction,
+    run_in_transaction,
+)
 
 T = TypeVar("T")
+
+DB_OPTION = "--db"
 
 DbOption = Annotated[
     str | None,
@@ -38,34 +51,61 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON on stdout (
 
 @contextmanager
 def open_database(url: str | None) -> Iterator[Engine]:
-    """An engine on the database at ``url``, which must exist and be at the newest schema revision."""
-    resolved = database_url(url)
-    if resolved.get_backend_name() == "sqlite":
-        path = resolved.database or ""
-        if (
-            path
-            and path != ":memory:"
-            and not path.startswith("file:")
-            and not Path(path).expanduser().exists()
-        ):
-            raise ValueError(f"--db: no database at {path}; create it with `repart init`")
-    engine = make_engine(url)
+    """An engine on the database at ``url``, which must exist and be at the newest schema revision.
+
+    Every mistake in ``--db`` (or ``$REPART_DB``) is an ``InvalidInput`` naming ``--db`` in one line: text
+    that is not a database URL, a missing SQLite file, a file that is not an SQLite database, a
+    directory, a server that cannot be reached, a database at another schema revision, and a read-only
+    database when the command writes (raised from the body of the ``with`` block).
+    """
+    try:
+        resolved = database_url(url)
+        engine = make_engine(url)
+    except InvalidInput as error:
+        raise InvalidInput(DB_OPTION, error.requirement) from None
+    path = resolved.database or ""
+    sqlite = resolved.get_backend_name() == "sqlite"
+    shown = path if sqlite else resolved.render_as_string(hide_password=True)
+    if (
+        sqlite
+        and path
+        and path != ":memory:"
+        and not path.startswith("file:")
+        and not Path(path).expanduser().exists()
+    ):
+        engine.dispose()
+        raise InvalidInput(
+            DB_OPTION, f"names no database: {path} does not exist; create it with `repart init`"
+        )
     try:
         revision = current_revision(engine)
         if revision != head_revision():
-            raise ValueError(
-                f"--db: the database is at schema revision {revision or '(none)'}, not {head_revision()}; "
-                "run `repart init` to upgrade it"
+            raise InvalidInput(
+                DB_OPTION,
+                f"names a database at schema revision {revision or '(none)'}, not {head_revision()}; "
+                "run `repart init` to upgrade it",
             )
         yield engine
+    except DBAPIError as error:
+        problem = database_problem(error)
+        if problem is None:
+            raise
+        raise InvalidInput(DB_OPTION, f"{shown}: {problem}") from None
     finally:
         engine.dispose()
 
 
 def query(url: str | None, work: Callable[[Session], T]) -> T:
-    """Run ``work`` in one transaction on the database at ``url`` (see ``open_database``)."""
+    """Run ``work`` in one (write) transaction on the database at ``url`` (see ``open_database``)."""
     with open_database(url) as engine:
         return run_in_transaction(engine, work)
+
+
+def read_query(url: str | None, work: Callable[[Session], T]) -> T:
+    """Run ``work``, which only reads, in one read-only transaction on the database at ``url``: on
+    SQLite it works while another process holds the write lock (see ``open_database``)."""
+    with open_database(url) as engine:
+        return read_transaction(engine, work)
 
 
 def console() -> Console:

@@ -12,8 +12,8 @@ import typer
 from rich.console import Console
 
 from repart.cli.errors import reports_bad_input
-from repart.cli.files import atomic_output
 from repart.cli.simulate import STDOUT, check_output_path
+from repart.protocol.files import durable_output
 from repart.sim.plot import plot_demo
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def demo(
     console.print(f"[bold]repart demo[/]: VWAP over {batches} batches of synthetic trades, Spark {master}")
     console.print(_HEADER)
     result = run_demo(config, on_batch=lambda row: console.print(_line(row)))
-    with atomic_output(plot) as temporary:
+    with durable_output(plot) as temporary:
         plot_demo(
             [row.__dict__ for row in result.rows], temporary, "repart demo: VWAP pipeline, LCL, α = 1.2"
         )
@@ -90,7 +90,7 @@ def demo(
     if json_path == STDOUT:
         sys.stdout.write(document + "\n")
     elif json_path is not None:
-        with atomic_output(json_path) as temporary:
+        with durable_output(json_path) as temporary:
             temporary.write_text(document)
         console.print(f"wrote {json_path}")
     verdict = "[green]equal[/]" if result.equal else "[bold red]DIFFERENT[/]"

@@ -1,41 +1,79 @@
 """Expected errors on the command line: one line on stderr and the error's exit code (DESIGN §12.4).
 
-A command raises ``ReparError``s; this wrapper prints ``error: <message>`` without a traceback and
-exits with the class's code (2 invalid input or not found, 3 conflict, 4 corrupt state; README lists
-them). Anything else is a bug and keeps its traceback.
+A command raises ``ReparError``s; ``reports_bad_input`` prints ``error: <message>`` without a
+traceback and exits with the class's code: 2 for invalid input or something not found, 3 for a
+conflict (retry later), 4 for corrupt state (README lists them). Anything else is a bug and keeps its
+traceback.
+
+An ``InvalidInput`` names the field it is about; when the running command has an option or argument
+for that field, the message names the option instead (``--channels must be …`` for
+``n_channels_initial``). The option is read from the command function's own parameter declarations
+(``typer.Option`` / ``typer.Argument`` in its annotations): the parameter whose Python name is the
+field, or the one ``FIELD_PARAMETERS`` gives for a field whose parameter is named differently; a
+controller setting ``settings.<key>`` is shown as ``--set <key>``. No message text is matched.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, get_type_hints
 
 import typer
 from rich.console import Console
+from typer.models import ArgumentInfo, OptionInfo
 
-from repart.errors import ReparError
+from repart.errors import InvalidInput, ReparError
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-USAGE_ERROR = 2
+# Fields whose command-line parameter has another name: field -> the parameter's Python name.
+FIELD_PARAMETERS = {"n_channels_initial": "channels", "n_channels": "channels", "to_version": "to"}
 _stderr = Console(stderr=True)
 
 
 def reports_bad_input(command: Callable[P, R]) -> Callable[P, R]:
-    """Turn a ReparError raised by a command into ``error: <message>`` on stderr and its exit code;
-    a ValueError not yet converted to InvalidInput is reported the same way with exit code 2."""
+    """Turn a ReparError raised by ``command`` into ``error: <message>`` on stderr and its exit code."""
 
     @wraps(command)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return command(*args, **kwargs)
         except ReparError as error:
-            _stderr.print(f"[bold red]error:[/] {error}", highlight=False)
+            _stderr.print(f"[bold red]error:[/] {message_of(error, command)}", highlight=False)
             raise typer.Exit(error.exit_code) from None
-        except ValueError as error:
-            _stderr.print(f"[bold red]error:[/] {error}", highlight=False)
-            raise typer.Exit(USAGE_ERROR) from None
 
     return wrapper
+
+
+def message_of(error: ReparError, command: Callable[..., Any]) -> str:
+    """``error``'s message, with an invalid field shown as ``command``'s option for it."""
+    if isinstance(error, InvalidInput):
+        option = option_of(error.field, command)
+        if option is not None:
+            return error.rename(option)
+    return str(error)
+
+
+def option_of(field: str, command: Callable[..., Any]) -> str | None:
+    """``command``'s option (``--channels``) or argument (``NAME``) for ``field``, if it has one."""
+    if field.startswith("settings."):
+        return f"--set {field.removeprefix('settings.')}"
+    return options_of(command).get(FIELD_PARAMETERS.get(field, field))
+
+
+def options_of(command: Callable[..., Any]) -> dict[str, str]:
+    """``{parameter name: its option or argument as the user types it}`` for a typer command."""
+    shown: dict[str, str] = {}
+    for name, hint in get_type_hints(command, include_extras=True).items():
+        for declaration in getattr(hint, "__metadata__", ()):
+            if isinstance(declaration, OptionInfo):
+                # Inside Annotated, typer reads a first positional string as the option's name.
+                first = declaration.default if isinstance(declaration.default, str) else ""
+                names = (first, *(declaration.param_decls or ()))
+                spelled = [name.split("/")[0] for name in names if name.startswith("--")]
+                shown[name] = max(spelled, key=len, default="--" + name.replace("_", "-"))
+            elif isinstance(declaration, ArgumentInfo):
+                shown[name] = name.upper()
+    return shown

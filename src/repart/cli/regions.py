@@ -15,29 +15,15 @@ from rich.table import Table
 from sqlalchemy.orm import Session
 
 from repart.cli.database import DbOption, JsonOption, console, print_json, query, timestamp
-from repart.cli.errors import reports_bad_input
+from repart.cli.errors import options_of, reports_bad_input
 from repart.controller.settings import ControllerSettings
+from repart.errors import InvalidInput
 from repart.storage import RegionConfig, create_region, list_regions, region_by_name, update_region
 from repart.storage.models import Region
 
 region_app = typer.Typer(no_args_is_help=True, help="Create, list, show and update regions.")
 
 # RegionConfig field → command-line option, so that an error names the option people typed.
-OPTION_OF_FIELD = {
-    "key_type": "--key-type",
-    "n_channels_initial": "--channels",
-    "resources": "--resources",
-    "alpha": "--alpha",
-    "sigma": "--sigma",
-    "algorithm": "--algorithm",
-    "utility": "--utility",
-    "policy": "--policy",
-    "min_channels": "--min-channels",
-    "max_channels": "--max-channels",
-    "tail_aware": "--tail-aware",
-    "slot_bits": "--slot-bits",
-}
-
 Name = Annotated[str, typer.Argument(help="Region name: letters, digits, '.', '_', '-'.")]
 KeyTypeOption = Annotated[str | None, typer.Option("--key-type", help="Key type: str or int.")]
 Channels = Annotated[int | None, typer.Option("--channels", help="Initial number of channels N.")]
@@ -77,7 +63,7 @@ def _parsed_settings(pairs: list[str] | None) -> dict[str, Any]:
     for pair in pairs or []:
         key, separator, text = pair.partition("=")
         if not separator or not key:
-            raise ValueError(f"--set: expected KEY=VALUE, got {pair!r}")
+            raise InvalidInput("settings", f"must be KEY=VALUE, got {pair!r}")
         try:
             settings[key] = json.loads(text)
         except json.JSONDecodeError:
@@ -86,26 +72,14 @@ def _parsed_settings(pairs: list[str] | None) -> dict[str, Any]:
 
 
 def _checked(config: RegionConfig) -> RegionConfig:
-    """``config`` if the controller accepts its policy settings (ValueError naming ``settings.<key>``)."""
-    try:
-        ControllerSettings.from_config(config)
-    except ValueError as error:
-        raise ValueError(f"--set: {error}") from None
+    """``config`` if the controller accepts its policy settings (InvalidInput naming ``settings.<key>``)."""
+    ControllerSettings.from_config(config)
     return config
 
 
 def _options(**values: Any) -> dict[str, Any]:
     """The RegionConfig fields given on the command line (the others keep their default or value)."""
     return {field: value for field, value in values.items() if value is not None}
-
-
-def _named(error: ValueError) -> ValueError:
-    """``error`` with the option that its field came from in front (``--channels: n_channels_initial …``)."""
-    message = str(error)
-    for field, option in OPTION_OF_FIELD.items():
-        if message.startswith(field + " "):
-            return ValueError(f"{option}: {message}")
-    return error
 
 
 def region_dict(row: Region) -> dict[str, Any]:
@@ -156,7 +130,7 @@ def create(
 ) -> None:
     """Create a region; --key-type is required, N defaults to --min-channels (1)."""
     if key_type is None:
-        raise ValueError("--key-type is required: str or int")
+        raise InvalidInput("key_type", "is required: str or int")
     given = _options(
         resources=resources,
         alpha=alpha,
@@ -169,15 +143,12 @@ def create(
         tail_aware=tail_aware,
         slot_bits=slot_bits,
     )
-    try:
-        config = RegionConfig(
-            key_type=key_type,  # type: ignore[arg-type]  # validated by RegionConfig
-            n_channels_initial=channels if channels is not None else given.get("min_channels", 1),
-            settings=_parsed_settings(settings),
-            **given,
-        )
-    except ValueError as error:
-        raise _named(error) from None
+    config = RegionConfig(
+        key_type=key_type,  # type: ignore[arg-type]  # validated by RegionConfig
+        n_channels_initial=channels if channels is not None else given.get("min_channels", 1),
+        settings=_parsed_settings(settings),
+        **given,
+    )
     _checked(config)
     region = query(db, lambda session: region_dict(create_region(session, name, config)))
     _show(region, as_json)
@@ -265,17 +236,16 @@ def update(
     )
     new_settings = _parsed_settings(settings)
     if not changes and not new_settings:
-        options = ", ".join([*OPTION_OF_FIELD.values(), "--set"])
-        raise ValueError(f"nothing to update: give at least one of {options}")
+        listed = ", ".join(
+            option for name, option in options_of(update).items() if name not in ("name", "db", "as_json")
+        )
+        raise InvalidInput("options", f"must include at least one change ({listed}): nothing to update")
 
     def work(session: Session) -> dict[str, Any]:
         if new_settings:
             current = RegionConfig.from_row(region_by_name(session, name)).settings
             changes["settings"] = {**current, **new_settings}
-        try:
-            row = update_region(session, name, **changes)
-        except ValueError as error:
-            raise _named(error) from None
+        row = update_region(session, name, **changes)
         _checked(RegionConfig.from_row(row))
         return region_dict(row)
 

@@ -15,7 +15,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from repart.cli.errors import reports_bad_input
-from repart.cli.files import atomic_output
+from repart.errors import InvalidInput
+from repart.protocol.files import durable_output
 from repart.sim.experiment import DEFAULT_ALGORITHMS, ExperimentConfig, Record, run_experiment, steps
 from repart.sim.plot import plot_records
 
@@ -118,11 +119,11 @@ def write_results(
     else:
         console.print(table())
     if json_path is not None and json_path != STDOUT:
-        with atomic_output(json_path) as temporary:
+        with durable_output(json_path) as temporary:
             temporary.write_text(records_json(records))
         console.print(f"wrote {len(records)} records to {json_path}")
     if plot is not None:
-        with atomic_output(plot) as temporary:
+        with durable_output(plot) as temporary:
             draw(temporary)
         console.print(f"wrote plot to {plot}")
 
@@ -132,11 +133,11 @@ def check_output_path(path: Path | None, option: str, allow_stdout: bool) -> Non
     if path is None or (allow_stdout and path == STDOUT):
         return
     if path == STDOUT:
-        raise ValueError(f"{option} needs a file path; '-' (stdout) is not accepted for it")
+        raise InvalidInput(option, "needs a file path; '-' (stdout) is not accepted for it")
     if path.is_dir():
-        raise ValueError(f"{option} must name a file, but {path} is a directory")
+        raise InvalidInput(option, f"must name a file, but {path} is a directory")
     if not path.parent.is_dir():
-        raise ValueError(f"{option}: directory {path.parent} does not exist")
+        raise InvalidInput(option, f"must be in an existing directory; {path.parent} does not exist")
 
 
 def records_json(records: Sequence[Mapping[str, Any]]) -> str:

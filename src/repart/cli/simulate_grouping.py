@@ -18,6 +18,7 @@ from rich.table import Table
 
 from repart.cli.errors import reports_bad_input
 from repart.cli.simulate import STDOUT, check_output_path, split_list, write_results
+from repart.errors import InvalidInput
 
 if TYPE_CHECKING:
     from repart.sim.grouping import GroupingConfig
@@ -28,15 +29,15 @@ ALL_WORKLOADS = "zipf, ln1, ln2, drift, dkg, words"
 
 
 def _numbers(text: str, name: str, kind: type[int] | type[float]) -> tuple[Any, ...]:
-    """The comma-separated numbers of option ``name`` (ValueError naming it otherwise)."""
+    """The comma-separated numbers of option ``name`` (InvalidInput naming it otherwise)."""
     parts = split_list(text)
     if not parts:
-        raise ValueError(f"{name} must be a non-empty comma-separated list, got {text!r}")
+        raise InvalidInput(name, f"must be a non-empty comma-separated list, got {text!r}")
     try:
         return tuple(kind(part) for part in parts)
     except ValueError:
         noun = "integers" if kind is int else "numbers"
-        raise ValueError(f"{name} must be comma-separated {noun}, got {text!r}") from None
+        raise InvalidInput(name, f"must be comma-separated {noun}, got {text!r}") from None
 
 
 @reports_bad_input

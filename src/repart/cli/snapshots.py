@@ -17,8 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from repart.cli.database import DbOption, JsonOption, console, open_database, print_json
-from repart.cli.errors import USAGE_ERROR, reports_bad_input
+from repart.cli.errors import reports_bad_input
 from repart.controller.spool import IngestOutcome, ingest_file, ingest_spool
+from repart.errors import InvalidInput
 
 snapshot_app = typer.Typer(no_args_is_help=True, help="Ingest window snapshots.")
 
@@ -42,7 +43,7 @@ def ingest(
 ) -> None:
     """Ingest snapshot files, each all or nothing; exit code 2 if any was rejected."""
     if not files and spool is None:
-        raise ValueError("give snapshot FILES to ingest, or --spool DIR")
+        raise InvalidInput("FILES", "or --spool DIR must be given: nothing to ingest")
     outcomes: list[IngestOutcome] = []
     with open_database(db) as engine:
         outcomes.extend(ingest_file(engine, path) for path in files or [])
@@ -71,4 +72,4 @@ def ingest(
             f"the other {len(outcomes) - len(rejected)} were ingested",
             highlight=False,
         )
-        raise typer.Exit(USAGE_ERROR)
+        raise typer.Exit(InvalidInput.exit_code)

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 from sqlalchemy.orm import Session
 
-from repart.cli.database import DbOption, JsonOption, console, print_json, query, timestamp
+from repart.cli.database import DbOption, JsonOption, console, print_json, read_query, timestamp
 from repart.cli.errors import reports_bad_input
 from repart.storage import applied_version, list_events, list_plans, list_regions, region_by_name
 from repart.storage.models import Region
@@ -54,7 +54,7 @@ def status(
         regions = [region_by_name(session, region)] if region is not None else list_regions(session)
         return [region_status(session, row) for row in regions]
 
-    rows = query(db, work)
+    rows = read_query(db, work)
     if as_json:
         print_json(rows)
         return

@@ -14,11 +14,11 @@ overrides and the audit view, built from the same pieces (settings, window merge
 - ``explain``: the newest decision event of the audit log (DESIGN §7) with its numbers.
 
 Both actions run in one transaction (``run_in_transaction``); every refusal (an unknown version, N
-outside the region's bounds, a plan being applied, nothing to do) raises a ValueError naming the
-command-line parameter and the accepted values, and writes nothing (DESIGN §10). Event data follows
-tick's conventions: ``n_before``, ``n_next``, ``b_before``, ``predicted_b``, ``predicted_m``,
-``plan_m``, ``algorithm``, ``candidates`` and ``window_seqs``, plus ``activated_version`` and
-``plan_id`` added by ``activate``.
+outside the region's bounds, a plan being applied, nothing to do) raises a ``ReparError`` (DESIGN
+§12.4: ``InvalidInput`` naming the parameter, ``NotFound`` or ``Conflict``) and writes nothing.
+Event data follows tick's conventions: ``n_before``, ``n_next``, ``b_before``, ``predicted_b``,
+``predicted_m``, ``plan_m``, ``algorithm``, ``candidates`` and ``window_seqs``, plus
+``activated_version`` and ``plan_id`` added by ``activate``.
 """
 
 from __future__ import annotations
@@ -33,17 +33,15 @@ from sqlalchemy.orm import Session
 from repart.controller.settings import ControllerSettings
 from repart.controller.tick import aware_now, finite_or_none, report_json
 from repart.controller.window import merge_snapshots, window_size
-from repart.errors import Conflict, NotFound
+from repart.errors import Conflict, InvalidInput, NotFound
 from repart.migration import plan_migration
 from repart.partitioning import PartitionFunction, build, initial_function
 from repart.partitioning.algorithms.builder import predict
-from repart.partitioning.documents import require_int
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.storage import (
     NewEvent,
     NewVersion,
     RegionConfig,
-    StorageError,
     activate,
     applied_version,
     latest_snapshots,
@@ -55,6 +53,7 @@ from repart.storage import (
     version_function,
 )
 from repart.storage.jsontext import load_object
+from repart.validation import Interval, check
 
 ActionKind = Literal["rollback", "scaled"]
 # The event kinds that record a decision about a region's function, newest of which ``explain`` shows.
@@ -100,8 +99,8 @@ def rollback(engine: Engine, region: str, to_version: int, *, now: datetime | No
 
     The plan goes from the applied version and is weighed by the latest merged window when there are
     snapshots. ``now`` (timezone-aware; default: the current time) is the event's time. Raises
-    NotFound naming ``--to`` and the existing versions for an unknown version, StorageError when
-    the version's function is the applied one, Conflict while a plan is being applied; nothing
+    NotFound naming the existing versions for an unknown version, ``InvalidInput("to_version")``
+    when the version's function is the applied one, Conflict while a plan is being applied; nothing
     is written then.
     """
     moment = aware_now(now)
@@ -113,7 +112,7 @@ def scale(engine: Engine, region: str, n_channels: int, *, now: datetime | None 
 
     Built from the applied version with the region's algorithm and parameters on the latest merged
     window; without snapshots, the consistent hash alone on N with the applied function's consistent
-    spec. ``now`` as for ``rollback``. Raises ValueError naming ``--channels`` and the region's channel
+    spec. ``now`` as for ``rollback``. Raises ``InvalidInput("n_channels")`` with the region's channel
     bounds for N outside them or equal to the applied N, Conflict while a plan is being applied;
     nothing is written then.
     """
@@ -179,9 +178,10 @@ def _rollback(session: Session, region: str, to_version: int, moment: datetime) 
         numbers = ", ".join(str(row.number) for row in rows)
         raise NotFound(f"--to: region {region!r} has no version {to_version}; its versions are {numbers}")
     if target_row.digest == applied.digest:
-        raise StorageError(
-            f"--to: version {to_version} has the function of the applied version {applied.number} of "
-            f"region {region!r}; there is nothing to roll back"
+        raise InvalidInput(
+            "to_version",
+            f"must have another function than the applied version {applied.number} of region {region!r} "
+            f"(there is nothing to roll back), got version {to_version}",
         )
     target = version_function(target_row)
     data: dict[str, Any] = {"from_version": applied.number, "to_version": to_version}
@@ -201,11 +201,12 @@ def _rollback(session: Session, region: str, to_version: int, moment: datetime) 
 def _scale(session: Session, region: str, n_channels: int, moment: datetime) -> ActionResult:
     context = _context(session, region)
     config, applied = context.config, context.applied
-    n = require_int(n_channels, "--channels", config.min_channels, config.max_channels)
+    n = check("n_channels", n_channels, Interval(int, config.min_channels, config.max_channels))
     if n == applied.n_channels:
-        raise StorageError(
-            f"--channels: region {region!r} already runs {n} channels (applied version {applied.number}); "
-            f"choose another N in [{config.min_channels}, {config.max_channels}]"
+        raise InvalidInput(
+            "n_channels",
+            f"must differ from the {n} channels region {region!r} already runs (applied version "
+            f"{applied.number}), got {n}",
         )
     data: dict[str, Any] = {"from_version": applied.number}
     if context.estimate is None:
@@ -233,9 +234,7 @@ def _context(session: Session, region: str) -> _Context:
     settings = ControllerSettings.from_config(config)
     applied = applied_version(session, region)
     if applied is None:
-        raise StorageError(
-            f"region {region!r} has no applied version yet; run `repart tick` to initialize it"
-        )
+        raise NotFound(f"region {region!r} has no applied version yet; run `repart tick` to initialize it")
     applying = list_plans(session, region, "applying")
     if applying:
         raise Conflict(

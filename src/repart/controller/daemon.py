@@ -6,8 +6,11 @@ interval) and a discovery job that adds jobs for regions created later. With a
 spool directory configured, a spool job ingests the snapshot files waiting there on the same interval
 (``repart.controller.spool``), and ``run_once`` ingests them before ticking. Before each
 tick it takes or renews the region's lease in the database (``repart.storage.acquire_lease``), so two
-daemons on one database never act on the same region at the same time: the other daemon skips the
-region until the lease expires (its holder stopped renewing it), then takes it over. ``run`` stops on
+daemons on one database do not act on the same region at the same time: the other daemon skips the
+region until the lease expires (its holder stopped renewing it), then takes it over with a new
+fencing token. The tick presents the lease's token with its write (DESIGN §12.2), so a daemon that was
+paused past its lease (SIGSTOP, swap) cannot write when it resumes: its tick ends in a ``Conflict``,
+logged as ``conflict``, and the next interval starts from the database's state again. ``run`` stops on
 SIGTERM or SIGINT after the ticks in progress finish, and releases its leases.
 
 Every tick, skip and lifecycle step is logged as one JSON object per line (structured logs).
@@ -36,8 +39,16 @@ from sqlalchemy.orm import Session
 
 from repart.controller.spool import SpoolOutcome, ingest_spool
 from repart.controller.tick import TickResult, tick
+from repart.errors import Conflict
 from repart.partitioning.documents import require_number
-from repart.storage import acquire_lease, list_regions, release_lease, run_in_transaction
+from repart.storage import (
+    Fence,
+    acquire_lease,
+    list_regions,
+    read_transaction,
+    release_lease,
+    run_in_transaction,
+)
 
 LOG = logging.getLogger("repart.daemon")
 
@@ -95,23 +106,24 @@ class Daemon:
         self._stopping = threading.Event()
 
     def tick_region(self, region: str) -> TickResult | None:
-        """Take or renew ``region``'s lease and tick it; None when another holder has the lease."""
+        """Take or renew ``region``'s lease and tick it under the lease's fencing token; None when
+        another holder has the lease. Conflict when the tick's write is refused (see the module doc)."""
         now = datetime.now(UTC)
-        held = run_in_transaction(
+        token = run_in_transaction(
             self.engine,
             lambda session: acquire_lease(
                 session, region, self.config.holder, self.config.lease_ttl_seconds, now
             ),
         )
-        if not held:
+        if token is None:
             log_event(
                 "skipped", region=region, holder=self.config.holder, reason="lease held by another daemon"
             )
             return None
         with self._lock:
             self._held.add(region)
-        result = self._tick(self.engine, region, now=now)
-        log_event("tick", holder=self.config.holder, **asdict(result))
+        result = self._tick(self.engine, region, now=now, fence=Fence(self.config.holder, token))
+        log_event("tick", holder=self.config.holder, token=token, **asdict(result))
         return result
 
     def ingest_spool(self) -> list[SpoolOutcome]:
@@ -172,7 +184,7 @@ class Daemon:
         return release
 
     def _regions(self) -> list[str]:
-        return run_in_transaction(self.engine, lambda session: [r.name for r in list_regions(session)])
+        return read_transaction(self.engine, lambda session: [r.name for r in list_regions(session)])
 
     def _discover(self) -> None:
         with self._discovery:
@@ -208,9 +220,11 @@ class Daemon:
             log_event("error", spool=str(self.config.spool), holder=self.config.holder, error=repr(error))
 
     def _guarded_tick(self, region: str) -> None:
-        """A scheduled tick: an error is logged and the next interval tries again."""
+        """A scheduled tick: a refused write or an error is logged and the next interval tries again."""
         try:
             self.tick_region(region)
+        except Conflict as error:  # a lost lease or a status changed since the read: nothing was written
+            log_event("conflict", region=region, holder=self.config.holder, reason=str(error))
         except Exception as error:  # the daemon outlives one region's failure
             log_event("error", region=region, holder=self.config.holder, error=repr(error))
 

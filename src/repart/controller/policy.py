@@ -23,12 +23,22 @@ Policies:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from repart.storage.snapshots import ChannelMeasurement, Snapshot
+from repart.errors import InvalidInput
+from repart.protocol.snapshot import ChannelMeasurement, Snapshot
+from repart.validation import (
+    FRACTION,
+    NON_NEGATIVE,
+    NON_NEGATIVE_INT,
+    POSITIVE,
+    POSITIVE_INT,
+    Interval,
+    check,
+)
 
 # Relative slack when taking the ceiling of the raw demand, so that a demand that is an integer up to
 # floating-point rounding (e.g. 3.0000000000000004) does not ask for one channel more.
@@ -74,16 +84,10 @@ class WindowLoad:
     window_seconds: float
 
     def __post_init__(self) -> None:
-        if not math.isfinite(self.window_seconds) or self.window_seconds <= 0:
-            raise ValueError(f"window_seconds must be a finite number > 0, got {self.window_seconds!r}")
-        for measured in self.channels:
-            if measured.tuples < 0:
-                raise ValueError(f"channel {measured.channel}: tuples must be >= 0, got {measured.tuples}")
-            if not math.isfinite(measured.busy_seconds) or measured.busy_seconds < 0:
-                raise ValueError(
-                    f"channel {measured.channel}: busy_seconds must be a finite number >= 0, "
-                    f"got {measured.busy_seconds!r}"
-                )
+        check("window_seconds", self.window_seconds, POSITIVE)
+        for index, measured in enumerate(self.channels):
+            check(f"channels[{index}].tuples", measured.tuples, NON_NEGATIVE_INT)
+            check(f"channels[{index}].busy_seconds", measured.busy_seconds, NON_NEGATIVE)
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot) -> WindowLoad:
@@ -94,11 +98,11 @@ class WindowLoad:
     def from_snapshots(cls, snapshots: Iterable[Snapshot]) -> WindowLoad:
         """The pooled load of several windows: all their channel measurements over their total length.
 
-        Raises ValueError when ``snapshots`` is empty.
+        ``InvalidInput("snapshots")`` when ``snapshots`` is empty.
         """
         chosen = list(snapshots)
         if not chosen:
-            raise ValueError("snapshots must hold at least one snapshot")
+            raise InvalidInput("snapshots", "must hold at least one snapshot, got none")
         return cls(
             channels=tuple(measured for snapshot in chosen for measured in snapshot.channels or ()),
             window_seconds=sum((s.window_end - s.window_start).total_seconds() for s in chosen),
@@ -130,29 +134,9 @@ class ChannelPolicy(Protocol):
         ...
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def _check_number(name: str, value: object, accepted: str, ok: Callable[[float], bool]) -> float:
-    """Return ``value`` as a float if it is a finite real number for which ``ok`` holds."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or not ok(float(value))
-    ):
-        raise ValueError(f"{name} must be {accepted}, got {value!r}")
-    return float(value)
-
-
 def _check_bounds(min_channels: int, max_channels: int) -> None:
-    _check_int("min_channels", min_channels, 1)
-    _check_int("max_channels", max_channels, 1)
-    if max_channels < min_channels:
-        raise ValueError(f"max_channels must be >= min_channels ({min_channels}), got {max_channels}")
+    low = check("min_channels", min_channels, POSITIVE_INT)
+    check("max_channels", max_channels, Interval(int, low, None))  # max_channels >= min_channels
 
 
 @dataclass(frozen=True)
@@ -164,22 +148,16 @@ class FixedPolicy:
     max_channels: int | None = None
 
     def __post_init__(self) -> None:
-        _check_int("channels", self.channels, 1)
-        low = 1 if self.min_channels is None else _check_int("min_channels", self.min_channels, 1)
+        low = 1 if self.min_channels is None else check("min_channels", self.min_channels, POSITIVE_INT)
         if self.max_channels is not None:
             _check_bounds(low, self.max_channels)
-        high = self.channels if self.max_channels is None else self.max_channels
-        if not low <= self.channels <= high:
-            raise ValueError(
-                f"channels must be in [{low}, {self.max_channels or 'unbounded'}] "
-                f"(min_channels..max_channels), got {self.channels}"
-            )
+        check("channels", self.channels, Interval(int, low, self.max_channels))  # in [min, max]
 
     def decide(
         self, load: WindowLoad | None, current: int, now: datetime, last_change_at: datetime | None
     ) -> Decision:
         """``channels``, whatever the load; ``changed`` when it differs from ``current``."""
-        _check_int("current", current, 1)
+        check("current", current, POSITIVE_INT)
         changed = self.channels != current
         reason = (
             f"fixed policy: {current} -> {self.channels} channels"
@@ -219,17 +197,16 @@ class TargetUtilizationPolicy:
     hysteresis: float = 0.0
 
     def __post_init__(self) -> None:
-        u = self.target_utilization
-        _check_number("target_utilization", u, "a number in (0, 1]", lambda v: 0 < v <= 1)
+        check("target_utilization", self.target_utilization, FRACTION)
         _check_bounds(self.min_channels, self.max_channels)
-        _check_number("cooldown_seconds", self.cooldown_seconds, "a number >= 0", lambda v: v >= 0)
-        _check_number("hysteresis", self.hysteresis, "a number >= 0", lambda v: v >= 0)
+        check("cooldown_seconds", self.cooldown_seconds, NON_NEGATIVE)
+        check("hysteresis", self.hysteresis, NON_NEGATIVE)
 
     def decide(
         self, load: WindowLoad | None, current: int, now: datetime, last_change_at: datetime | None
     ) -> Decision:
         """The next channel count (see the class docstring for the rules and their order)."""
-        _check_int("current", current, 1)
+        check("current", current, POSITIVE_INT)
         numbers: dict[str, float] = {
             "current": current,
             "target_utilization": self.target_utilization,
@@ -311,20 +288,18 @@ def needs_rebalance(b_current: float, threshold: float) -> RebalanceDecision:
     partitioning function on the current frequency estimate; ``b <= 1`` means every resource is within
     its tolerance α, so a threshold of 1 rebalances exactly when a tolerance is exceeded. b is infinite
     when a channel carries no load (r = max/min), which always exceeds the threshold; the numbers then
-    hold ``b = None`` so that they stay valid JSON. Raises ValueError when ``threshold`` is not a finite
+    hold ``b = None`` so that they stay valid JSON. ``InvalidInput`` when ``threshold`` is not a finite
     number > 0 or ``b_current`` is NaN or negative.
     """
-    _check_number("threshold", threshold, "a finite number > 0", lambda v: v > 0)
-    if math.isinf(b_current) and b_current > 0:
+    check("threshold", threshold, POSITIVE)
+    check("b_current", b_current, Interval(float, 0, math.inf))  # infinite when a channel has no load
+    if math.isinf(b_current):
         return RebalanceDecision(
             True,
             "imbalance-threshold",
             f"b is infinite (a channel has no load), exceeding threshold {threshold:g}",
             {"b": None, "threshold": float(threshold)},
         )
-    _check_number(
-        "b_current", b_current, "a number >= 0 (infinite when a channel has no load)", lambda v: v >= 0
-    )
     rebalance = b_current > threshold
     relation = "exceeds" if rebalance else "is within"
     return RebalanceDecision(

@@ -14,7 +14,8 @@ all optional:
 - ``move_limit``: readj's move limit c (Gedik Algorithm 4), an integer >= 1, default 5.
 
 The ``fixed`` policy runs the region's ``n_channels_initial`` channels, within its channel bounds.
-Every bad value raises a ValueError naming ``settings.<field>`` and the accepted range (DESIGN §10).
+Every bad value raises ``InvalidInput`` naming ``settings.<field>`` and the accepted range (DESIGN §10,
+§12.4); ``SETTINGS`` writes the accepted values down.
 """
 
 from __future__ import annotations
@@ -25,22 +26,22 @@ from typing import Any
 
 from repart.controller.policy import ChannelPolicy, FixedPolicy, TargetUtilizationPolicy
 from repart.partitioning.algorithms.problem import DEFAULT_MOVE_LIMIT, BuildParams
-from repart.partitioning.documents import require_int, require_number
 from repart.partitioning.resources import Resources
 from repart.partitioning.utility import check_utility
 from repart.storage.regions import RegionConfig
+from repart.validation import FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, Constraint, Interval, check_all
 
 DEFAULT_COUNTERS = 3
 DEFAULT_TARGET_UTILIZATION = 0.8
 DEFAULT_REBALANCE_THRESHOLD = 1.0
-SETTINGS_FIELDS = (
-    "counters",
-    "target_utilization",
-    "cooldown_seconds",
-    "hysteresis",
-    "rebalance_threshold",
-    "move_limit",
-)
+SETTINGS: dict[str, tuple[Constraint, ...]] = {
+    "counters": (Interval(int, 2, None),),
+    "target_utilization": (FRACTION,),
+    "cooldown_seconds": (NON_NEGATIVE,),
+    "hysteresis": (NON_NEGATIVE,),
+    "rebalance_threshold": (POSITIVE,),
+    "move_limit": (POSITIVE_INT,),
+}
 
 
 @dataclass(frozen=True)
@@ -56,13 +57,9 @@ class ControllerSettings:
 
     @classmethod
     def from_config(cls, config: RegionConfig) -> ControllerSettings:
-        """The settings of a region's configuration; ValueError naming the field for a bad value."""
-        settings = config.settings
-        unknown = sorted(set(settings) - set(SETTINGS_FIELDS))
-        if unknown:
-            raise ValueError(
-                f"settings: unknown field(s) {', '.join(unknown)}; accepted: {', '.join(SETTINGS_FIELDS)}"
-            )
+        """The settings of a region's configuration; ``InvalidInput`` naming ``settings.<field>`` for a
+        bad value or an unknown field."""
+        settings = check_all(config.settings, SETTINGS, within="settings")
         return cls(
             policy=_policy(config, settings),
             params=BuildParams(
@@ -70,23 +67,18 @@ class ControllerSettings:
                 alpha=config.alpha,
                 sigma=config.sigma,
                 utility=check_utility(config.utility),
-                move_limit=require_int(
-                    settings.get("move_limit", DEFAULT_MOVE_LIMIT), "settings.move_limit", 1
-                ),
+                move_limit=settings.get("move_limit", DEFAULT_MOVE_LIMIT),
                 tail_aware=config.tail_aware,
             ),
             algorithm=config.algorithm,
-            counters=require_int(settings.get("counters", DEFAULT_COUNTERS), "settings.counters", 2),
-            rebalance_threshold=_positive(
-                settings.get("rebalance_threshold", DEFAULT_REBALANCE_THRESHOLD),
-                "settings.rebalance_threshold",
-            ),
+            counters=settings.get("counters", DEFAULT_COUNTERS),
+            rebalance_threshold=settings.get("rebalance_threshold", DEFAULT_REBALANCE_THRESHOLD),
         )
 
 
 def _policy(config: RegionConfig, settings: Mapping[str, Any]) -> ChannelPolicy:
-    """The region's policy; the target-utilization settings are checked even under ``fixed``, where
-    they wait for a switch of policy."""
+    """The region's policy from its checked ``settings``; the target-utilization policy is built (and
+    its channel bounds checked) even under ``fixed``, where its settings wait for a switch of policy."""
     target_utilization = _target_utilization(config, settings)
     if config.policy == "fixed":
         return FixedPolicy(config.n_channels_initial, config.min_channels, config.max_channels)
@@ -94,25 +86,10 @@ def _policy(config: RegionConfig, settings: Mapping[str, Any]) -> ChannelPolicy:
 
 
 def _target_utilization(config: RegionConfig, settings: Mapping[str, Any]) -> TargetUtilizationPolicy:
-    utilization = require_number(
-        settings.get("target_utilization", DEFAULT_TARGET_UTILIZATION),
-        "settings.target_utilization",
-        0.0,
-        1.0,
-    )
-    if utilization == 0.0:
-        raise ValueError("settings.target_utilization must be in (0, 1], got 0")
     return TargetUtilizationPolicy(
-        target_utilization=utilization,
+        target_utilization=settings.get("target_utilization", DEFAULT_TARGET_UTILIZATION),
         min_channels=config.min_channels,
         max_channels=config.max_channels,
-        cooldown_seconds=require_number(settings.get("cooldown_seconds", 0.0), "settings.cooldown_seconds"),
-        hysteresis=require_number(settings.get("hysteresis", 0.0), "settings.hysteresis"),
+        cooldown_seconds=settings.get("cooldown_seconds", 0.0),
+        hysteresis=settings.get("hysteresis", 0.0),
     )
-
-
-def _positive(value: object, name: str) -> float:
-    number = require_number(value, name)
-    if number == 0.0:
-        raise ValueError(f"{name} must be > 0, got 0")
-    return number

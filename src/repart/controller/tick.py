@@ -1,28 +1,34 @@
-"""One controller iteration for one region: measure, analyze, plan, activate (DESIGN §8, Gedik §4.5).
+"""One controller iteration for one region, as a fenced reconcile loop (DESIGN §8, §12.2, Gedik §4.5).
 
 Gedik §4.5 closes the adaptivity loop around the partitioning function: measure the key frequencies,
 analyze whether the number of channels or the balance must change, plan the next function, and
-activate it. ``tick`` runs that loop once for one region, in one database transaction that is retried
-as a whole on a lock conflict (``run_in_transaction``):
+activate it. ``tick`` runs that loop once for one region in three steps, as controller-runtime's
+reconcile loop does:
 
-1. The region's applied version. A region without versions gets p^(0), the consistent hash alone on
-   ``n_channels_initial`` channels, activated without a plan (event ``initialized``).
-2. **Measure**: the last ``x - 1`` snapshots, merged into the sliding estimate (DESIGN §3). No
-   snapshots, or no snapshot newer than the one the previous decision considered: ``idle``. Every
-   decision event records ``considered_seq``, the newest window it saw, so one window is decided on
-   once.
-3. **Analyze**: the region's channel-count policy on the window's channel measurements, and,
-   independently, the rebalance trigger: b of the applied function on the estimate (DESIGN §4,
-   Gedik Eq. 11) against the region's threshold. Neither fires: a ``no-change`` event, ``unchanged``.
-4. **Plan**: the next function, built from the applied version with the region's algorithm and
-   parameters, and the migration plan from the applied function to it (DESIGN §6). A build that
-   reproduces the applied function is recorded as ``no-change``.
-5. **Activate**: version, plan and an ``activated`` event, atomically (``repart.storage.activate``);
-   the plan stays pending until a job applies it and supersedes any pending one. While a plan is
-   being applied nothing is decided or written: ``blocked``.
+1. **Read** (``observe``, one read-only transaction: never the write lock). First the status check:
+   one small query reads the region row, whose status columns (``repart.storage.status``) say which
+   version is applied and which window seq was last decided on, together with the newest snapshot's
+   seq. A region without versions is initialized; one with no snapshot newer than the one last
+   considered is ``idle``, and one with a plan being applied is ``blocked``: none of them loads the
+   window. Otherwise the applied function and the last ``x - 1`` snapshots (the sliding window,
+   DESIGN §3) are loaded.
+2. **Decide** (``decide``, a pure function of what was read and the ``now`` passed in):
+   initialize with p^(0) (the consistent hash alone on ``n_channels_initial`` channels); or
+   **analyze** with the channel-count policy and, independently, the rebalance trigger (b of the
+   applied function on the merged window against the region's threshold, DESIGN §4, Gedik Eq. 11):
+   neither fires, or the build reproduces the applied function: ``unchanged`` (a ``no-change`` event);
+   else **plan**: the next function built from the applied version with the region's algorithm and
+   parameters, and the migration plan to it (DESIGN §6): ``activated``.
+3. **Persist** (``persist``, one short write transaction; nothing is computed in it): with a lease,
+   its fencing token is checked first (``repart.storage.check_fence``: a controller paused past its
+   lease cannot write); then the region's status is compared and set, so a decision made on a status
+   that changed since the read (another controller's activation, an operator's rollback, a job
+   applying a plan) is refused with ``Conflict`` and writes nothing; then version, plan and event are
+   written (``repart.storage.activate``), or the ``no-change`` event.
 
-``TickResult`` reports what happened and splits the time between computing (merging the window,
-predicting, building, planning) and the database.
+Every decision records ``considered_seq``, the newest window seq it saw (on the region row and in its
+event), so one window is decided on once. ``TickResult`` reports what happened and the seconds of each
+step.
 """
 
 from __future__ import annotations
@@ -35,37 +41,36 @@ from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
 import numpy as np
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from repart.controller.policy import Decision, RebalanceDecision, WindowLoad, needs_rebalance
 from repart.controller.settings import ControllerSettings
 from repart.controller.window import merge_snapshots, window_size
-from repart.errors import Conflict
+from repart.errors import InvalidInput
 from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning import BuildReport, ConsistentSpec, PartitionFunction, build, initial_function
 from repart.partitioning.algorithms.builder import predict
 from repart.partitioning.consistent import ConsistentMethod
+from repart.protocol.snapshot import Snapshot
 from repart.storage import (
+    Fence,
     NewEvent,
     NewVersion,
     RegionConfig,
-    Snapshot,
+    RegionStatus,
     activate,
-    applied_version,
+    check_fence,
+    compare_and_set_status,
     latest_snapshots,
-    list_plans,
     models,
+    read_transaction,
     record_event,
     region_by_name,
     run_in_transaction,
-    version_function,
 )
-from repart.storage.jsontext import load_object
 
 TickAction = Literal["initialized", "idle", "unchanged", "activated", "blocked"]
-# Event kinds that record a decision on a window, and so carry ``considered_seq``.
-DECISION_KINDS = ("no-change", "activated")
 
 
 @dataclass(frozen=True)
@@ -78,9 +83,10 @@ class TickResult:
     sentence. ``version`` and ``plan_id`` are the activated version's number and plan id (None unless
     activated or initialized; p^(0) has no plan), ``n_channels`` the channel count the region runs
     with after the tick (the new version's when activated, else the applied version's).
-    ``build_seconds`` is the time spent computing (merging the window, predicting b, building the
-    function and its plan), ``storage_seconds`` the rest of the transaction's time: reading,
-    writing, committing and any retries.
+    ``build_seconds`` is the time spent deciding (merging the window, predicting b, building the
+    function and its plan), ``storage_seconds`` the time in the database: ``read_seconds`` in the read
+    transaction plus ``write_seconds`` in the write transaction (0 when nothing was written), which
+    is the time the tick holds SQLite's write lock.
     """
 
     region: str
@@ -91,124 +97,171 @@ class TickResult:
     n_channels: int | None
     build_seconds: float
     storage_seconds: float
+    read_seconds: float
+    write_seconds: float
 
 
 @dataclass(frozen=True)
-class _Outcome:
+class Observation:
+    """What the read step saw of a region (step 1 of the module docstring).
+
+    ``status`` is the status the decision will be compared against when it is persisted;
+    ``newest_seq`` the newest snapshot's seq (None without snapshots); ``applied_n_channels`` N of the
+    applied version (None before the first). ``applying_plan`` (a plan being applied), and
+    ``applied_function`` and ``window`` (the sliding window's snapshots, oldest first) are read only
+    when a decision on a new window is due (``awaits_decision``); they are None, None and empty
+    otherwise.
+    """
+
+    region: str
+    config: RegionConfig
+    settings: ControllerSettings
+    status: RegionStatus
+    newest_seq: int | None
+    applied_n_channels: int | None
+    applying_plan: int | None = None
+    applied_function: PartitionFunction | None = None
+    window: tuple[Snapshot, ...] = ()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What ``decide`` concluded: the action, its reason, N after it, and what to persist.
+
+    ``event`` is None for ``idle`` and ``blocked`` (nothing to write). ``version`` is set for
+    ``initialized`` and ``activated``, ``plan`` for ``activated``; ``considered_seq`` is the newest
+    window seq decided on (``unchanged`` and ``activated``).
+    """
+
     action: TickAction
     reason: str
     n_channels: int | None
-    version: int | None = None
-    plan_id: int | None = None
+    event: NewEvent | None = None
+    version: NewVersion | None = None
+    plan: MigrationPlan | None = None
+    considered_seq: int | None = None
 
 
-class _Stopwatch:
-    """Accumulates the seconds spent computing, over every attempt of the transaction."""
+@dataclass(frozen=True)
+class Persisted:
+    """What ``persist`` wrote: the activated version's number and its plan id (None if none)."""
 
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self._started = 0.0
-
-    def __enter__(self) -> _Stopwatch:
-        self._started = time.perf_counter()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.seconds += time.perf_counter() - self._started
+    version: int | None
+    plan_id: int | None
 
 
-def tick(engine: Engine, region: str, *, now: datetime | None = None) -> TickResult:
-    """Run one measure → analyze → plan → activate iteration for ``region`` (see the module docstring).
+def tick(
+    engine: Engine, region: str, *, now: datetime | None = None, fence: Fence | None = None
+) -> TickResult:
+    """Run one read → decide → persist iteration for ``region`` (see the module docstring).
 
     ``now`` (timezone-aware; default: the current time) is the time the channel-count policy's
-    cooldown is measured to. Raises NotFound for an unknown region and ValueError naming the
-    field for a region configuration the controller cannot act on (DESIGN §10); nothing is written
-    then.
+    cooldown is measured to and the time of what is written. ``fence`` is the caller's lease of the
+    region (a daemon's); without one (``repart tick``) the compare-and-set on the region's status alone
+    guards the write. Raises NotFound for an unknown region, ValueError naming the field for a region
+    configuration the controller cannot act on (DESIGN §10), and Conflict when the lease is lost or
+    the status changed between the read and the write; nothing is written then.
     """
     moment = aware_now(now)
-    stopwatch = _Stopwatch()
     started = time.perf_counter()
-    outcome = run_in_transaction(engine, lambda session: _tick(session, region, moment, stopwatch))
-    elapsed = time.perf_counter() - started
+    observation = read_transaction(engine, lambda session: observe(session, region))
+    read_done = time.perf_counter()
+    verdict = decide(observation, moment)
+    decided = time.perf_counter()
+    persisted, write_seconds = Persisted(None, None), 0.0
+    if verdict.event is not None:
+        persisted = run_in_transaction(
+            engine, lambda session: persist(session, observation, verdict, moment, fence)
+        )
+        write_seconds = time.perf_counter() - decided
+    read_seconds = read_done - started
     return TickResult(
         region=region,
-        action=outcome.action,
-        reason=outcome.reason,
-        version=outcome.version,
-        plan_id=outcome.plan_id,
-        n_channels=outcome.n_channels,
-        build_seconds=stopwatch.seconds,
-        storage_seconds=max(0.0, elapsed - stopwatch.seconds),
+        action=verdict.action,
+        reason=verdict.reason,
+        version=persisted.version,
+        plan_id=persisted.plan_id,
+        n_channels=verdict.n_channels,
+        build_seconds=decided - read_done,
+        storage_seconds=read_seconds + write_seconds,
+        read_seconds=read_seconds,
+        write_seconds=write_seconds,
     )
 
 
-def _tick(session: Session, region: str, now: datetime, stopwatch: _Stopwatch) -> _Outcome:
+def observe(session: Session, region: str) -> Observation:
+    """Step 1: the status check, then, only when a decision on a new window is due, the applied
+    function and the window (see ``Observation``)."""
     row = region_by_name(session, region)
+    newest = select(func.max(models.Snapshot.seq)).where(models.Snapshot.region_id == row.id)
+    applied_n = select(models.Version.n_channels).where(
+        models.Version.region_id == row.id, models.Version.number == row.applied_version
+    )
+    newest_seq, applied_n_channels = session.execute(
+        select(newest.scalar_subquery(), applied_n.scalar_subquery())
+    ).one()
     config = RegionConfig.from_row(row)
     settings = ControllerSettings.from_config(config)
-    applied = applied_version(session, region)
-    if applied is None:
-        return _initialize(session, region, config)
-    window = latest_snapshots(session, region, window_size(settings.counters))
-    if not window:
-        return _Outcome("idle", "no snapshots yet", applied.n_channels)
-    newest = window[-1].seq
-    considered = _considered_seq(session, row.id)
-    if considered is not None and newest <= considered:
-        return _Outcome(
-            "idle", f"no snapshot newer than window seq {considered}, already decided on", applied.n_channels
+    observation = Observation(region, config, settings, RegionStatus.of(row), newest_seq, applied_n_channels)
+    if not awaits_decision(observation):
+        return observation
+    applying = session.scalar(
+        select(func.min(models.Plan.id)).where(
+            models.Plan.region_id == row.id, models.Plan.status == "applying"
         )
-    applying = list_plans(session, region, "applying")
-    if applying:
-        return _Outcome(
-            "blocked",
-            f"plan {applying[0].id} is being applied; deciding again once it is applied or failed",
-            applied.n_channels,
-        )
-    with stopwatch:
-        estimate = merge_snapshots(window)
-    seqs = [snapshot.seq for snapshot in window]
-    base: dict[str, Any] = {"considered_seq": newest, "window_seqs": seqs}
-    if not estimate.keys or estimate.total == 0:
-        return _no_change(
-            session,
-            region,
-            applied.n_channels,
-            "empty-window",
-            "the window holds no keys to build from",
-            base,
-        )
-    current = version_function(applied)
-    decision = settings.policy.decide(
-        _load(window), applied.n_channels, now, _last_change_at(session, row.id)
     )
-    with stopwatch:
-        b_before, _ = predict(current, current, estimate, settings.params)
-    rebalance = needs_rebalance(b_before, settings.rebalance_threshold)
-    base |= {
-        "policy": decision.rule,
-        "policy_numbers": decision.numbers,
-        "n_before": applied.n_channels,
-        "n_next": decision.n_channels,
-        "b_before": finite_or_none(b_before),
-        "threshold": settings.rebalance_threshold,
-    }
-    if not decision.changed and not rebalance.rebalance:
-        message = f"{decision.reason}; {rebalance.reason}"
-        return _no_change(session, region, applied.n_channels, decision.rule, message, base)
-    with stopwatch:
-        result = build(current, estimate, decision.n_channels, settings.params, settings.algorithm)
-    function = result.function
-    if function.digest == current.digest:
-        message = f"{_reason(decision, rebalance)}; the build reproduced the applied version {applied.number}"
-        return _no_change(session, region, applied.n_channels, _rule(decision, rebalance), message, base)
-    with stopwatch:
-        plan = plan_migration(current, function, estimate, settings.params.resources)
-    return _activate(session, region, applied, function, result.report, plan, decision, rebalance, base)
+    if applying is not None:
+        return dataclasses.replace(observation, applying_plan=applying)
+    function_json = session.scalar(
+        select(models.Version.function_json).where(
+            models.Version.region_id == row.id, models.Version.number == row.applied_version
+        )
+    )
+    window = latest_snapshots(session, region, window_size(settings.counters))
+    return dataclasses.replace(
+        observation,
+        applied_function=PartitionFunction.from_json(cast(str, function_json)),
+        window=tuple(window),
+    )
 
 
-def _initialize(session: Session, region: str, config: RegionConfig) -> _Outcome:
-    """Activate p^(0): the consistent hash alone on ``n_channels_initial`` channels, with no plan."""
+def awaits_decision(observation: Observation) -> bool:
+    """True when the region has an applied version and a snapshot newer than the one last decided on."""
+    status, newest = observation.status, observation.newest_seq
+    if status.applied_version is None or newest is None:
+        return False
+    return status.considered_seq is None or newest > status.considered_seq
+
+
+def decide(observation: Observation, now: datetime) -> Verdict:
+    """Step 2, a pure function: what to do about the region, given what was read and ``now``."""
+    status, n_applied = observation.status, observation.applied_n_channels
+    if status.applied_version is None or n_applied is None:
+        return _initialize(observation.config)
+    if observation.newest_seq is None:
+        return Verdict("idle", "no snapshots yet", n_applied)
+    if not awaits_decision(observation):
+        return Verdict(
+            "idle",
+            f"no snapshot newer than window seq {status.considered_seq}, already decided on",
+            n_applied,
+        )
+    if observation.applying_plan is not None:
+        return Verdict(
+            "blocked",
+            f"plan {observation.applying_plan} is being applied; deciding again once it is applied or failed",
+            n_applied,
+        )
+    current, window = observation.applied_function, observation.window
+    if current is None or not window:
+        raise InvalidInput(
+            "observation", "must hold the applied function and the window when a decision is due (observe)"
+        )
+    return _analyze(observation.settings, status, current, window, now)
+
+
+def _initialize(config: RegionConfig) -> Verdict:
+    """p^(0): the consistent hash alone on ``n_channels_initial`` channels, activated without a plan."""
     function = initial_function(
         config.n_channels_initial,
         config.key_type,
@@ -216,65 +269,122 @@ def _initialize(session: Session, region: str, config: RegionConfig) -> _Outcome
         ConsistentSpec(method=cast(ConsistentMethod, config.consistent_method)),
     )
     reason = f"p(0): consistent hashing ({config.consistent_method}) on {function.n_channels} channels"
-    activation = activate(
-        session,
-        region,
-        NewVersion(function.to_json(), function.digest, function.n_channels, "consistent"),
-        None,
-        NewEvent("initialized", "initial", reason, {"n_channels": function.n_channels}),
+    return Verdict(
+        "initialized",
+        reason,
+        function.n_channels,
+        event=NewEvent("initialized", "initial", reason, {"n_channels": function.n_channels}),
+        version=NewVersion(function.to_json(), function.digest, function.n_channels, "consistent"),
     )
-    return _Outcome("initialized", reason, function.n_channels, activation.version_number, None)
 
 
-def _activate(
-    session: Session,
-    region: str,
-    applied: models.Version,
-    function: PartitionFunction,
-    report: BuildReport,
-    plan: MigrationPlan,
-    decision: Decision,
-    rebalance: RebalanceDecision,
-    data: dict[str, Any],
-) -> _Outcome:
-    """Store the version, its plan and the ``activated`` event; ``blocked`` if storage refuses."""
-    reason = _reason(decision, rebalance)
+def _analyze(
+    settings: ControllerSettings,
+    status: RegionStatus,
+    current: PartitionFunction,
+    window: tuple[Snapshot, ...],
+    now: datetime,
+) -> Verdict:
+    """Analyze and plan on a new window (steps 3 and 4 of DESIGN §8)."""
+    n_applied = current.n_channels
+    estimate = merge_snapshots(window)
+    newest = window[-1].seq
+    base: dict[str, Any] = {"considered_seq": newest, "window_seqs": [snapshot.seq for snapshot in window]}
+    if not estimate.keys or estimate.total == 0:
+        message = "the window holds no keys to build from"
+        return _unchanged(n_applied, "empty-window", message, base, newest)
+    decision = settings.policy.decide(_load(window), n_applied, now, status.last_change_at)
+    b_before, _ = predict(current, current, estimate, settings.params)
+    rebalance = needs_rebalance(b_before, settings.rebalance_threshold)
+    base |= {
+        "policy": decision.rule,
+        "policy_numbers": decision.numbers,
+        "n_before": n_applied,
+        "n_next": decision.n_channels,
+        "b_before": finite_or_none(b_before),
+        "threshold": settings.rebalance_threshold,
+    }
+    if not decision.changed and not rebalance.rebalance:
+        return _unchanged(n_applied, decision.rule, _reason(decision, rebalance), base, newest)
+    result = build(current, estimate, decision.n_channels, settings.params, settings.algorithm)
+    function, report = result.function, result.report
+    if function.digest == current.digest:
+        message = (
+            f"{_reason(decision, rebalance)}; the build reproduced the applied version "
+            f"{status.applied_version}"
+        )
+        return _unchanged(n_applied, _rule(decision, rebalance), message, base, newest)
+    plan = plan_migration(current, function, estimate, settings.params.resources)
     stored_report = report_json(report)
-    event_data = data | {
+    reason = _reason(decision, rebalance)
+    data = base | {
         "algorithm": report.algorithm,
         "predicted_b": stored_report["predicted_b"],
         "predicted_m": stored_report["predicted_m"],
         "plan_m": None if plan.m is None else finite_or_none(plan.m),
         "candidates": stored_report["candidates"],
     }
-    try:
-        activation = activate(
+    version = NewVersion(
+        function.to_json(),
+        function.digest,
+        function.n_channels,
+        report.algorithm.split(":")[0],
+        stored_report,
+        parent_number=status.applied_version,
+    )
+    return Verdict(
+        "activated",
+        reason,
+        function.n_channels,
+        event=NewEvent("activated", _rule(decision, rebalance), reason, data),
+        version=version,
+        plan=plan,
+        considered_seq=newest,
+    )
+
+
+def _unchanged(n_channels: int, rule: str, message: str, data: dict[str, Any], newest: int) -> Verdict:
+    event = NewEvent("no-change", rule, message, data)
+    return Verdict("unchanged", message, n_channels, event=event, considered_seq=newest)
+
+
+def persist(
+    session: Session, observation: Observation, verdict: Verdict, now: datetime, fence: Fence | None
+) -> Persisted:
+    """Step 3: write ``verdict`` if the region's status is still ``observation.status`` (and, with a
+    ``fence``, its lease is still the caller's); Conflict otherwise, and nothing is written."""
+    if verdict.event is None:
+        raise InvalidInput("verdict", f"must have something to write, got a {verdict.action!r} verdict")
+    region = observation.region
+    row = region_by_name(session, region)
+    session.refresh(row, with_for_update=True)  # region row, then lease row: the order acquire_lease locks
+    if fence is not None:
+        check_fence(session, region, row.id, fence, datetime.now(UTC))
+    expected = observation.status
+    if verdict.version is None:
+        compare_and_set_status(
             session,
             region,
-            NewVersion(
-                function.to_json(),
-                function.digest,
-                function.n_channels,
-                report.algorithm.split(":")[0],
-                stored_report,
-                parent_number=applied.number,
-            ),
-            plan,
-            NewEvent("activated", _rule(decision, rebalance), reason, event_data),
+            row.id,
+            expected,
+            dataclasses.replace(expected, considered_seq=verdict.considered_seq),
         )
-    except Conflict as error:
-        return _Outcome("blocked", str(error), applied.n_channels)
-    return _Outcome("activated", reason, function.n_channels, activation.version_number, activation.plan_id)
+        record_event(session, region, verdict.event, at=now)
+        return Persisted(None, None)
+    activation = activate(
+        session,
+        region,
+        verdict.version,
+        verdict.plan,
+        verdict.event,
+        expected=expected,
+        considered_seq=verdict.considered_seq,
+        at=now,
+    )
+    return Persisted(activation.version_number, activation.plan_id)
 
 
-def _no_change(
-    session: Session, region: str, n_channels: int, rule: str, message: str, data: dict[str, Any]
-) -> _Outcome:
-    record_event(session, region, NewEvent("no-change", rule, message, data))
-    return _Outcome("unchanged", message, n_channels)
-
-
-def _load(window: list[Snapshot]) -> WindowLoad | None:
+def _load(window: tuple[Snapshot, ...]) -> WindowLoad | None:
     """The pooled channel measurements of the window, or None when no snapshot carries any."""
     if not any(snapshot.channels for snapshot in window):
         return None
@@ -296,45 +406,14 @@ def _reason(decision: Decision, rebalance: RebalanceDecision) -> str:
 def last_considered_seq(session: Session, region: str) -> int | None:
     """The newest window seq a decision of ``region`` considered (None before its first decision): a job
     that waits for the controller to act on the window it just reported polls this."""
-    return _considered_seq(session, region_by_name(session, region).id)
-
-
-def _considered_seq(session: Session, region_id: int) -> int | None:
-    """The newest window seq the region's last decision event considered, if any."""
-    text = session.scalar(
-        select(models.Event.data_json)
-        .where(models.Event.region_id == region_id, models.Event.kind.in_(DECISION_KINDS))
-        .order_by(models.Event.id.desc())
-        .limit(1)
-    )
-    if text is None:
-        return None
-    seq = load_object(text).get("considered_seq")
-    return seq if isinstance(seq, int) else None
-
-
-def _last_change_at(session: Session, region_id: int) -> datetime | None:
-    """When the newest version whose N differs from its parent's was created (the policy's cooldown)."""
-    table = models.Version
-    rows = session.execute(
-        select(table.number, table.parent_number, table.n_channels, table.created_at).where(
-            table.region_id == region_id
-        )
-    ).all()
-    channels = {row.number: row.n_channels for row in rows}
-    changes = [
-        row.created_at
-        for row in rows
-        if row.parent_number is not None and channels.get(row.parent_number, row.n_channels) != row.n_channels
-    ]
-    return max(changes, default=None)
+    return region_by_name(session, region).considered_seq
 
 
 def aware_now(now: datetime | None) -> datetime:
-    """``now`` (the current UTC time when None); ValueError for a naive datetime."""
+    """``now`` (the current UTC time when None); InvalidInput for a naive datetime."""
     moment = datetime.now(UTC) if now is None else now
     if moment.tzinfo is None or moment.utcoffset() is None:
-        raise ValueError(f"now must be a timezone-aware datetime, got {moment.isoformat()}")
+        raise InvalidInput("now", f"must be a timezone-aware datetime, got {moment.isoformat()}")
     return moment
 
 

@@ -36,6 +36,7 @@ from repart.partitioning.resources import Resources
 from repart.sim.trades import Trades, TradeStream
 from repart.spark.session import DEFAULT_MASTER, spark_session
 from repart.storage import RegionConfig, create_region, make_engine, run_in_transaction, upgrade
+from repart.storage.client import SqlControllerClient
 
 REGION = "trades"
 MARKER = ".repart-demo"
@@ -112,7 +113,7 @@ def run_demo(config: DemoConfig, on_batch: Callable[[DemoRow], None] | None = No
     spark = spark_session(config.master, "repart-demo")
     pipeline = VwapPipeline(
         spark,
-        engine,
+        SqlControllerClient(engine, source="repart demo"),
         REGION,
         workdir / "state",
         window_seconds=config.window_seconds,

@@ -6,14 +6,16 @@ Each batch does what every stateful job under repart does (DESIGN §9):
 2. **partition** the batch with the applied version (Spark partition i = channel i);
 3. **update** the state: each channel's task folds its trades into its tickers' running sums;
 4. **observe** the batch's key frequencies and per-channel load as a snapshot for the controller;
-5. **report** the batch (rows, moved state, seconds) to the controller's database.
+5. **report** the batch (rows, moved state, seconds) to the controller.
 
-The state of a ticker is ``(trades, volume, notional_cents)``; its VWAP is ``notional / volume``.
-Prices are integer cents, so the state's totals must equal the input's totals exactly.
+The pipeline talks to the controller only through the ``ControllerClient`` port (DESIGN §12.1). The
+state of a ticker is ``(trades, volume, notional_cents)``; its VWAP is ``notional / volume``. Prices
+are integer cents, so the state's totals must equal the input's totals exactly.
 
-A batch is applied at least once: a job killed after step 3 and run again on the same batch adds it
-twice (the store does not record which batches it absorbed). Migrations are exactly once (the plan id
-is in the store's manifest).
+Every batch is processed exactly once under its batch id (its window's seq), whatever step a job is
+killed at and however often it is run again on the same batch: the plan's id is in the store's
+manifest (apply), the generation that absorbed the batch records its id (update: a batch absorbed
+already is skipped), the controller keeps one snapshot and one report per batch id (observe, report).
 """
 
 from __future__ import annotations
@@ -26,17 +28,18 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
-from sqlalchemy import Engine
 
+from repart.errors import NotFound
 from repart.partitioning import PartitionFunction
+from repart.protocol.client import ControllerClient
 from repart.sim.trades import Trades
-from repart.spark.jobs import applied_function, apply_next_plan
+from repart.spark.jobs import apply_next_plan
 from repart.spark.observe import Observation, Window, observe
 from repart.spark.route import partition
-from repart.spark.sinks import DatabaseSink
+from repart.spark.sinks import ControllerSink
 from repart.spark.stateful import ChannelUpdate, update_state
-from repart.state.store import StateStore
-from repart.storage import record_batch_report, run_in_transaction
+from repart.state.store import DEFAULT_SLOT_GROUPS, StateStore
+from repart.validation import POSITIVE, check
 
 KEY = "ticker"
 SUMS = ("trades", "volume", "notional_cents")
@@ -107,7 +110,8 @@ class BatchOutcome:
 
 
 class VwapPipeline:
-    """Runs batches of the VWAP job against a region of the controller's database and a state store.
+    """Runs batches of the VWAP job against a region of the controller (through ``client``) and a
+    state store.
 
     ``channel_rate`` (trades per second one channel sustains), when given, models each channel's busy
     seconds as ``tuples / channel_rate`` in the snapshots instead of measuring its task time: the two
@@ -115,39 +119,42 @@ class VwapPipeline:
     the demo's channel-count decisions reproducible. ``window_seconds`` is the event-time length of a
     batch (its snapshot's window). ``epsilon`` is the lossy counter's error: it must stay below the
     controller's frequency threshold δ (about 6·10⁻⁴ at N = 32 with the defaults) so that every key
-    the builders would track is in the snapshot; 10⁻⁴ leaves a margin of six.
+    the builders would track is in the snapshot; 10⁻⁴ leaves a margin of six. ``slot_groups`` is the
+    number of files per channel of a store the pipeline creates (``repart.state.files``).
     """
 
     def __init__(
         self,
         spark: SparkSession,
-        engine: Engine,
+        client: ControllerClient,
         region: str,
         state_root: Path,
         *,
         window_seconds: float = 10.0,
         channel_rate: float | None = None,
         epsilon: float = 1e-4,
+        slot_groups: int = DEFAULT_SLOT_GROUPS,
     ) -> None:
-        if not window_seconds > 0:
-            raise ValueError(f"window_seconds must be > 0, got {window_seconds!r}")
-        if channel_rate is not None and not channel_rate > 0:
-            raise ValueError(f"channel_rate must be > 0 trades per second, got {channel_rate!r}")
+        self.window_seconds = check("window_seconds", window_seconds, POSITIVE)
+        self.channel_rate = None if channel_rate is None else check("channel_rate", channel_rate, POSITIVE)
         self.spark = spark
-        self.engine = engine
+        self.client = client
         self.region = region
         self.state_root = Path(state_root)
-        self.window_seconds = window_seconds
-        self.channel_rate = channel_rate
         self.epsilon = epsilon
+        self.slot_groups = slot_groups
         self.store = self._open_or_create_store()
         # Σ trades, volume and notional of the batches this pipeline ran (``input_totals``).
         self.fed_totals = dict.fromkeys(SUMS, 0)
 
     def _open_or_create_store(self) -> StateStore:
-        if (self.state_root / "MANIFEST").exists():
+        """The store at ``state_root``, created (laid out by the applied version) where there is none.
+        A store whose manifest is missing is Corrupt, never created over."""
+        try:
             return StateStore.open(self.state_root)
-        number, function = applied_function(self.engine, self.region)
+        except NotFound:
+            pass
+        number, function = self.client.applied_function(self.region)
         return StateStore.create(
             self.state_root,
             region=self.region,
@@ -158,20 +165,27 @@ class VwapPipeline:
             key_type="str",
             key_col=KEY,
             schema=STATE_SCHEMA,
+            slot_groups=self.slot_groups,
         )
 
     def run_batch(self, seq: int, trades: Trades) -> BatchOutcome:
-        """Apply, partition, update, observe and report batch ``seq`` (see the module docstring)."""
+        """Apply, partition, update, observe and report batch ``seq`` (see the module docstring); the
+        batch's id is ``seq``, so running a batch again finishes it exactly once."""
         started = time.perf_counter()
         state_rows_before = self.store.rows()
         n_before = self.store.n_channels
-        migration = apply_next_plan(self.engine, self.region, self.store)
+        migration = apply_next_plan(self.client, self.region, self.store)
         if migration is not None:
             self.store = StateStore.open(self.state_root)
-        version, function = applied_function(self.engine, self.region)
+        version, function = self.client.applied_function(self.region)
         frame: DataFrame = self.spark.createDataFrame(trades_table(trades))
         self.store, updates = update_state(
-            self.store, partition(frame, KEY, function), combine_vwap, version=version, function=function
+            self.store,
+            partition(frame, KEY, function),
+            combine_vwap,
+            version=version,
+            function=function,
+            batch_id=seq,
         )
         start = EPOCH + timedelta(seconds=seq * self.window_seconds)
         observation = observe(
@@ -179,7 +193,7 @@ class VwapPipeline:
             KEY,
             self.region,
             Window(seq=seq, start=start, end=start + timedelta(seconds=self.window_seconds)),
-            DatabaseSink(self.engine),
+            ControllerSink(self.client, batch_id=seq),
             epsilon=self.epsilon,
             slot_bits=function.slot_bits,
             version=version,
@@ -211,10 +225,7 @@ class VwapPipeline:
             "seconds": seconds,
             "state_generation": self.store.generation,
         }
-        run_in_transaction(
-            self.engine,
-            lambda session: record_batch_report(session, self.region, seq, payload, plan_id=plan_id),
-        )
+        self.client.report_batch(self.region, seq, payload, plan_id)
         self.store.vacuum()  # between batches no executor is writing files the store does not list yet
         self.fed_totals = {
             name: self.fed_totals[name] + value for name, value in input_totals(trades).items()

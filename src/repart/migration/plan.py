@@ -38,21 +38,21 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 import numpy.typing as npt
 
-from repart.partitioning.consistent import MAX_CHANNELS
+from repart.errors import InvalidInput
+from repart.partitioning.consistent import N_CHANNELS
 from repart.partitioning.documents import (
     canonical_json,
     parse_json,
     require_format,
-    require_int,
     require_key,
     require_key_type,
-    require_number,
     require_object,
     require_one_key_type,
     require_row,
     sha256_hex,
 )
 from repart.partitioning.hashing import Key, KeyType, check_slot_bits, key_type_of
+from repart.validation import NON_NEGATIVE, Interval, check, shown
 
 IntArray = npt.NDArray[np.int64]
 
@@ -78,7 +78,7 @@ class MigrationPlan:
     """The plan that takes the state of a region from function ``a`` (source) to ``b`` (target).
 
     Built by ``repart.migration.plan_migration``; constructing one directly validates every field, and
-    a bad value raises ValueError naming the field and its accepted values. ``slot_moves`` is given as
+    a bad value raises ``InvalidInput`` naming the field and its accepted values. ``slot_moves`` is given as
     rows of four integers (an array or a sequence) and stored as a read-only ``(runs, 4)`` int64
     array. Explicit moves are kept sorted by key, pinned keys sorted, slot moves sorted by first slot;
     slot ranges must not overlap and must be maximal (two adjacent runs differ in source or target),
@@ -99,18 +99,18 @@ class MigrationPlan:
 
     def __post_init__(self) -> None:
         bits = check_slot_bits(self.slot_bits)
-        n_source = require_int(self.source_n_channels, "source_n_channels", 1, MAX_CHANNELS)
-        n_target = require_int(self.target_n_channels, "target_n_channels", 1, MAX_CHANNELS)
+        n_source = check("source_n_channels", self.source_n_channels, N_CHANNELS)
+        n_target = check("target_n_channels", self.target_n_channels, N_CHANNELS)
         moves = _checked_explicit_moves(self.explicit_moves, n_source, n_target)
         pinned = _checked_keys(self.pinned_keys, "pinned_keys")
         moved_and_pinned = {move.key for move in moves}.intersection(pinned)
         if moved_and_pinned:
-            raise ValueError(
-                f"pinned_keys must not contain moved keys; {sorted(moved_and_pinned)!r} are in both"
+            raise InvalidInput(
+                "pinned_keys", f"must not hold moved keys, got {shown(sorted(moved_and_pinned))} in both"
             )
         key_type = require_key_type(
             self.key_type,
-            found=require_one_key_type(chain(map(attrgetter("key"), moves), pinned), "key_type"),
+            found=require_one_key_type(chain(map(attrgetter("key"), moves), pinned), "pinned_keys"),
             found_in="the plan's keys",
             allow_none=True,
         )
@@ -186,9 +186,9 @@ class MigrationPlan:
         """
         kind = key_type_of(key)
         if self.key_type is not None and kind != self.key_type:
-            raise ValueError(f"key: this plan moves {self.key_type!r} keys, got a {kind!r} key {key!r}")
-        require_int(slot, "slot", 0, 2**self.slot_bits - 1)
-        require_int(current_channel, "current_channel", 0, self.source_n_channels - 1)
+            raise InvalidInput("key", f"must be of the plan's key_type {self.key_type!r}, got {shown(key)}")
+        check("slot", slot, Interval(int, 0, 2**self.slot_bits - 1))
+        check("current_channel", current_channel, Interval(int, 0, self.source_n_channels - 1))
         target = self._explicit_targets.get(key)
         if target is not None:
             return target
@@ -231,9 +231,9 @@ class MigrationPlan:
 
     @classmethod
     def from_json(cls, text: str) -> MigrationPlan:
-        """Parse and validate a serialized plan; ValueError naming the offending field."""
+        """Parse and validate a serialized plan; ``InvalidInput`` naming the offending field."""
         expected = ("format", *(f.name for f in fields(cls)))
-        document = require_object(parse_json(text), "the plan", expected)
+        document = require_object(parse_json(text, "plan"), "plan", expected)
         require_format(document.pop("format"), FORMAT_VERSION)
         return cls(**document)
 
@@ -274,18 +274,18 @@ def _checked_keys(keys: Iterable[object], name: str) -> tuple[Key, ...]:
 
 
 def _check_distinct(keys: Iterable[Key], name: str) -> None:
-    """ValueError for a repeated key or keys of both types (which could not be sorted)."""
+    """``InvalidInput(name)`` for a repeated key or keys of both types (which could not be sorted)."""
     seen: set[Key] = set()
     for key in keys:
         if key in seen:
-            raise ValueError(f"{name}: key {key!r} appears more than once")
+            raise InvalidInput(name, f"must hold distinct keys, got {shown(key)} twice")
         seen.add(key)
     require_one_key_type(seen, name)
 
 
 def _checked_digest(digest: object, name: str) -> str:
     if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
-        raise ValueError(f"{name} must be a SHA-256 digest (64 lowercase hex digits), got {digest!r}")
+        raise InvalidInput(name, f"must be a SHA-256 digest (64 lowercase hex digits), got {shown(digest)}")
     return digest
 
 
@@ -294,11 +294,12 @@ def _checked_prediction(cost: object, total_state: object) -> tuple[float | None
     if cost is None and total_state is None:
         return None, None
     if cost is None or total_state is None:
-        raise ValueError(
-            f"cost and total_state must both be numbers or both be None, got cost={cost!r}, "
-            f"total_state={total_state!r}"
+        raise InvalidInput(
+            "cost" if cost is None else "total_state",
+            f"must be a number when the other of cost and total_state is one, got None "
+            f"(cost={shown(cost)}, total_state={shown(total_state)})",
         )
-    return require_number(cost, "cost"), require_number(total_state, "total_state")
+    return check("cost", cost, NON_NEGATIVE), check("total_state", total_state, NON_NEGATIVE)
 
 
 def _checked_explicit_moves(
@@ -309,13 +310,15 @@ def _checked_explicit_moves(
         name = f"explicit_moves[{index}]"
         key, source, target, weight = require_row(row, name, ExplicitMove._fields)
         move = ExplicitMove(
-            require_key(key, name),
-            require_int(source, f"{name}: source", 0, n_source - 1),
-            require_int(target, f"{name}: target", 0, n_target - 1),
-            require_number(weight, f"{name}: weight"),
+            require_key(key, f"{name}.key"),
+            check(f"{name}.source", source, Interval(int, 0, n_source - 1)),
+            check(f"{name}.target", target, Interval(int, 0, n_target - 1)),
+            check(f"{name}.weight", weight, NON_NEGATIVE),
         )
         if move.source == move.target:
-            raise ValueError(f"{name}: source and target must differ, both are {move.source}")
+            raise InvalidInput(
+                f"{name}.target", f"must differ from the source {move.source}, got {move.target}"
+            )
         checked.append(move)
     _check_distinct((move.key for move in checked), "explicit_moves")
     return tuple(sorted(checked, key=attrgetter("key")))
@@ -326,25 +329,31 @@ def _slot_move_table(moves: object) -> IntArray:
 
     A sequence of rows must hold Python ints only: numpy would silently convert bools and floats.
     """
-    name = f"slot_moves (rows of [{', '.join(SLOT_MOVE_COLUMNS)}])"
+    rows_of = f"rows of [{', '.join(SLOT_MOVE_COLUMNS)}]"
     if isinstance(moves, np.ndarray):
         if moves.dtype.kind not in "iu":
-            raise ValueError(f"{name} must be an integer array, got dtype {moves.dtype}")
+            raise InvalidInput(
+                "slot_moves", f"must be an integer array of {rows_of}, got dtype {moves.dtype}"
+            )
         table = moves
     else:
         try:
             rows = list(cast(Iterable[Iterable[object]], moves))
             kinds = set(map(type, chain.from_iterable(rows)))
         except TypeError:
-            raise ValueError(f"{name} must be a sequence of rows, got {moves!r}") from None
+            raise InvalidInput("slot_moves", f"must be a sequence of {rows_of}, got {shown(moves)}") from None
         if kinds - {int}:
-            raise ValueError(f"{name} must hold integers only, got {sorted(k.__name__ for k in kinds)}")
+            raise InvalidInput(
+                "slot_moves", f"must hold integers only, got {sorted(k.__name__ for k in kinds)}"
+            )
         try:
             table = np.array(rows, dtype=np.int64) if rows else np.empty((0, 4), dtype=np.int64)
         except (ValueError, OverflowError) as error:
-            raise ValueError(f"{name} must be rows of four signed 64-bit integers: {error}") from None
+            raise InvalidInput(
+                "slot_moves", f"must be {rows_of}, four signed 64-bit integers each: {error}"
+            ) from None
     if table.ndim != 2 or table.shape[1] != 4:
-        raise ValueError(f"{name} must have shape (runs, 4), got {table.shape}")
+        raise InvalidInput("slot_moves", f"must have shape (runs, 4) ({rows_of}), got {table.shape}")
     return table.astype(np.int64)
 
 
@@ -354,26 +363,31 @@ def _checked_slot_moves(moves: object, slot_bits: int, n_source: int, n_target: 
     first, last, source, target = table.T
     slot_max = 2**slot_bits - 1
     row_rules = (
-        ((first < 0) | (first > slot_max), f"first_slot must be in [0, {slot_max}]"),
-        ((last < first) | (last > slot_max), f"last_slot must be in [first_slot, {slot_max}]"),
-        ((source < 0) | (source >= n_source), f"source must be in [0, {n_source - 1}]"),
-        ((target < 0) | (target >= n_target), f"target must be in [0, {n_target - 1}]"),
-        (source == target, "source and target must differ"),
+        ((first < 0) | (first > slot_max), f"must have first_slot in [0, {slot_max}]"),
+        ((last < first) | (last > slot_max), f"must have last_slot in [first_slot, {slot_max}]"),
+        ((source < 0) | (source >= n_source), f"must have source in [0, {n_source - 1}]"),
+        ((target < 0) | (target >= n_target), f"must have target in [0, {n_target - 1}]"),
+        (source == target, "must have a source and a target that differ"),
     )
     for broken, rule in row_rules:
         if broken.any():
             index = int(np.argmax(broken))
-            raise ValueError(f"slot_moves[{index}] = {table[index].tolist()}: {rule}")
+            raise InvalidInput(f"slot_moves[{index}]", f"{rule}, got {table[index].tolist()}")
     table = table[np.argsort(first, kind="stable")]
     first, last, source, target = table.T
     same_pair = (source[1:] == source[:-1]) & (target[1:] == target[:-1])
     pair_rules = (
-        (first[1:] <= last[:-1], "slot ranges must not overlap"),
-        ((first[1:] == last[:-1] + 1) & same_pair, "runs must be maximal: adjacent runs need another pair"),
+        (first[1:] <= last[:-1], "must have slot ranges that do not overlap"),
+        (
+            (first[1:] == last[:-1] + 1) & same_pair,
+            "must have maximal runs (adjacent runs need another source and target pair)",
+        ),
     )
     for broken, rule in pair_rules:
         if broken.any():
             index = int(np.argmax(broken))
-            raise ValueError(f"slot_moves: {rule}; {table[index].tolist()} and {table[index + 1].tolist()}")
+            raise InvalidInput(
+                "slot_moves", f"{rule}, got {table[index].tolist()} and {table[index + 1].tolist()}"
+            )
     table.flags.writeable = False
     return table

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from repart.errors import InvalidInput
 from repart.migration.plan import ExplicitMove, MigrationPlan
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.function import PartitionFunction
@@ -44,18 +45,17 @@ def plan_migration(
     ``a`` and ``b`` must share their key type (or have no explicit keys) and their slot bits; their
     channel counts may differ. ``estimate`` (the frequencies of the current window) gives each explicit
     move its weight and the plan its predicted ``cost`` and ``m``; without it the weights are 0.0 and
-    the prediction is None. Only the state shape of ``resources`` matters. ValueError names the field
-    when the key types, the slot bits or the estimate's key type do not match.
+    the prediction is None. Only the state shape of ``resources`` matters. ``InvalidInput`` names the
+    argument when the key types, the slot bits or the estimate's key type do not match.
     """
     key_type = _common_key_type(a, b)
     if a.slot_bits != b.slot_bits:
-        raise ValueError(
-            f"slot_bits must be equal in both functions (a plan maps slot to slot), got {a.slot_bits} "
-            f"and {b.slot_bits}"
+        raise InvalidInput(
+            "b", f"must have a's slot_bits {a.slot_bits} (a plan maps slot to slot), got {b.slot_bits}"
         )
     if estimate is not None and None not in (estimate.key_type, key_type) and estimate.key_type != key_type:
-        raise ValueError(
-            f"estimate: its keys are {estimate.key_type!r} but the functions' key_type is {key_type!r}"
+        raise InvalidInput(
+            "estimate", f"must hold the functions' {key_type!r} keys, got {estimate.key_type!r} keys"
         )
     keys = sorted(a.explicit.keys() | b.explicit.keys())
     sources, targets = a.lookup_many(keys), b.lookup_many(keys)
@@ -91,9 +91,8 @@ def plan_migration(
 
 def _common_key_type(a: PartitionFunction, b: PartitionFunction) -> KeyType | None:
     if None not in (a.key_type, b.key_type) and a.key_type != b.key_type:
-        raise ValueError(
-            f"key_type must be equal in both functions, got {a.key_type!r} and {b.key_type!r}; "
-            "a region uses one key type"
+        raise InvalidInput(
+            "b", f"must have a's key_type {a.key_type!r} (a region uses one key type), got {b.key_type!r}"
         )
     return a.key_type or b.key_type
 

@@ -56,14 +56,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal, cast, get_args
 
 import mmh3
 import numpy as np
 import numpy.typing as npt
 
-from repart.partitioning.documents import require_int
 from repart.partitioning.hashing import check_slot_bits
+from repart.validation import Interval, Options, check
 
 ConsistentMethod = Literal["ring", "jump", "mod"]
 METHODS: tuple[ConsistentMethod, ...] = get_args(ConsistentMethod)
@@ -75,6 +75,11 @@ MAX_CHANNELS = 65_536
 RING_SEED = 0x72657061
 MAX_SEED = 2**32 - 1  # mmh3 seeds are unsigned 32-bit
 
+N_CHANNELS = Interval(int, 1, MAX_CHANNELS)
+METHOD = Options(METHODS)
+REPLICAS = Interval(int, 1, MAX_REPLICAS)
+SEED = Interval(int, 0, MAX_SEED)
+
 _GOLDEN_GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX_2 = np.uint64(0x94D049BB133111EB)
@@ -82,8 +87,8 @@ _JUMP_LCG = np.uint64(2862933555777941757)
 
 
 def check_n_channels(n_channels: object) -> int:
-    """The channel count as an int in [1, MAX_CHANNELS]; ValueError naming ``n_channels`` otherwise."""
-    return require_int(n_channels, "n_channels", 1, MAX_CHANNELS)
+    """The channel count as an int in [1, MAX_CHANNELS]; ``InvalidInput("n_channels")`` otherwise."""
+    return cast(int, check("n_channels", n_channels, N_CHANNELS))
 
 
 @dataclass(frozen=True)
@@ -100,10 +105,9 @@ class ConsistentSpec:
     seed: int = RING_SEED
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, got {self.method!r}")
-        object.__setattr__(self, "replicas", require_int(self.replicas, "replicas", 1, MAX_REPLICAS))
-        object.__setattr__(self, "seed", require_int(self.seed, "seed", 0, MAX_SEED))
+        check("method", self.method, METHOD)
+        object.__setattr__(self, "replicas", check("replicas", self.replicas, REPLICAS))
+        object.__setattr__(self, "seed", check("seed", self.seed, SEED))
 
 
 @functools.lru_cache(maxsize=32, typed=True)

@@ -2,9 +2,10 @@
 
 Partition functions (``repart.partitioning.function``), migration plans (``repart.migration.plan``) and
 the documents of the storage layer (snapshots, settings, reports) are read from JSON and checked field
-by field with these helpers. Each returns the checked value or raises ``error`` (ValueError unless the
-caller passes a subclass, as storage does with its StorageError classes) with a message that names the
-field and the accepted values.
+by field with these helpers, written over the parameter-check vocabulary of ``repart.validation``
+(DESIGN §12.4). Each returns the checked value or raises ``InvalidInput`` whose ``field`` is the name
+the caller gives (``window.seq``, ``explicit_moves[3]``). A document read back from storage that fails
+a check is ``InvalidInput`` here too; the storage layer decides whether that makes it ``Corrupt``.
 
 Stored documents are written as canonical JSON (sorted keys, no whitespace, UTF-8 text, no NaN or
 infinity) and identified by the SHA-256 of its bytes.
@@ -18,16 +19,26 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast, get_args
 
-import numpy as np
-
+from repart.errors import InvalidInput
 from repart.partitioning.hashing import INT64_MAX, Key, KeyType, common_key_type, key_type_of
+from repart.validation import NONE, Interval, Kind, Options, check, shown
 
 KEY_TYPES: tuple[KeyType, ...] = get_args(KeyType)
 
 
-def parse_json(text: str) -> Any:
-    """``json.loads`` that refuses an object with a repeated field name instead of keeping the last."""
-    return json.loads(text, object_pairs_hook=reject_duplicate_fields)
+def parse_json(text: str, name: str = "document") -> Any:
+    """``json.loads`` that refuses an object with a repeated field name instead of keeping the last;
+    ``InvalidInput(name)`` for text that is not JSON or repeats a field."""
+    try:
+        return json.loads(text, object_pairs_hook=reject_duplicate_fields)
+    except _DuplicateField as duplicate:
+        raise InvalidInput(name, f"must not repeat field {duplicate.args[0]!r} in a JSON object") from None
+    except (ValueError, TypeError) as problem:  # json.JSONDecodeError, or text that is not a str
+        raise InvalidInput(name, f"must be JSON text: {problem}") from None
+
+
+class _DuplicateField(ValueError):
+    """A JSON object repeats a field name (raised by ``reject_duplicate_fields``)."""
 
 
 def reject_duplicate_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -35,7 +46,7 @@ def reject_duplicate_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     document: dict[str, Any] = {}
     for name, value in pairs:
         if name in document:
-            raise ValueError(f"duplicate field {name!r} in a JSON object")
+            raise _DuplicateField(name)
         document[name] = value
     return document
 
@@ -50,158 +61,103 @@ def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+JSON_OBJECT = Kind(Mapping, "a JSON object")
+JSON_LIST = Kind(list, "a list (a JSON array)")
+
+
 def require_object(
-    value: object,
-    name: str,
-    required: Iterable[str],
-    optional: Iterable[str] = (),
-    *,
-    error: type[ValueError] = ValueError,
+    value: object, name: str, required: Iterable[str], optional: Iterable[str] = ()
 ) -> dict[str, Any]:
     """``value`` (a copy) if it is a mapping with every ``required`` field and no field outside
     ``required`` and ``optional``."""
-    if not isinstance(value, Mapping):
-        raise error(f"{name} must be a JSON object, got {_shown(value)}")
+    check(name, value, JSON_OBJECT)
+    mapping = cast(Mapping[Any, Any], value)
     required, optional = tuple(required), tuple(optional)
-    unknown = sorted(str(field) for field in value if field not in required and field not in optional)
+    unknown = sorted(str(field) for field in mapping if field not in required and field not in optional)
     if unknown:
         accepted = sorted(required + optional)
-        raise error(f"unknown field(s) {unknown} in {name}; accepted fields: {accepted}")
-    missing = sorted(field for field in required if field not in value)
+        raise InvalidInput(name, f"has unknown field(s) {unknown}; accepted fields: {accepted}")
+    missing = sorted(field for field in required if field not in mapping)
     if missing:
-        raise error(f"missing field(s) {missing} in {name}")
-    return dict(value)
+        raise InvalidInput(name, f"is missing field(s) {missing}")
+    return dict(mapping)
 
 
-def require_equal(
-    value: object, expected: str | int, name: str, note: str = "", *, error: type[ValueError] = ValueError
-) -> None:
-    """Raise unless ``value`` is ``expected`` itself: equal and of the same type (no float 1.0 or bool
-    True for 1). ``note`` is added to the message in parentheses."""
-    if type(value) is not type(expected) or value != expected:
-        detail = f" ({note})" if note else ""
-        raise error(f"{name} must be {expected!r}{detail}, got {_shown(value)}")
+def require_format(value: object, version: int) -> None:
+    """Raise unless the ``format`` field of a document is the integer ``version`` itself (not 1.0 or
+    True for 1)."""
+    check("format", value, Options((version,)))
 
 
-def require_format(value: object, version: int, *, error: type[ValueError] = ValueError) -> None:
-    """Raise unless the ``format`` field of a document is the integer ``version``."""
-    require_equal(value, version, "format", f"accepted format versions: {version}", error=error)
-
-
-def require_list(value: object, name: str, *, error: type[ValueError] = ValueError) -> list[Any]:
+def require_list(value: object, name: str) -> list[Any]:
     """``value`` if it is a list (a JSON array)."""
-    if not isinstance(value, list):
-        raise error(f"{name} must be a list (a JSON array), got {_shown(value)}")
-    return value
+    return cast(list[Any], check(name, value, JSON_LIST))
 
 
-def require_row(
-    value: object, name: str, columns: Sequence[str], *, error: type[ValueError] = ValueError
-) -> Sequence[Any]:
+def require_row(value: object, name: str, columns: Sequence[str]) -> Sequence[Any]:
     """``value`` if it is a list or tuple with one element per column."""
     if not isinstance(value, list | tuple) or len(value) != len(columns):
         shape = "pair" if len(columns) == 2 else "row"
-        raise error(
-            f"{name} must be a [{', '.join(columns)}] {shape} (a JSON array of {len(columns)} elements), "
-            f"got {_shown(value)}"
+        raise InvalidInput(
+            name,
+            f"must be a [{', '.join(columns)}] {shape} (a JSON array of {len(columns)} elements), "
+            f"got {shown(value)}",
         )
     return value
 
 
-def require_int(
-    value: object,
-    name: str,
-    low: int = 0,
-    high: int = INT64_MAX,
-    *,
-    error: type[ValueError] = ValueError,
-) -> int:
+def require_int(value: object, name: str, low: int = 0, high: int = INT64_MAX) -> int:
     """``value`` as an int if it is an integer (not a bool; numpy integers too) in [low, high]."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise error(f"{name} must be an integer in [{low}, {high}], got {_shown(value)}")
-    if not low <= value <= high:
-        raise error(f"{name} must be in [{low}, {high}], got {value}")
-    return int(value)
+    return cast(int, check(name, value, Interval(int, low, high)))
 
 
 def require_number(
-    value: object,
-    name: str,
-    low: float = 0.0,
-    high: float = math.inf,
-    *,
-    high_open: bool = False,
-    error: type[ValueError] = ValueError,
+    value: object, name: str, low: float = 0.0, high: float = math.inf, *, high_open: bool = False
 ) -> float:
     """``value`` as a float if it is a finite number (not a bool; numpy numbers too) in [low, high], or
     in [low, high) with ``high_open``."""
-    closing = ")" if high_open or high == math.inf else "]"
-    interval = f"[{low}, {high}{closing}"
-    if (
-        isinstance(value, bool | np.bool_)
-        or not isinstance(value, int | float | np.integer | np.floating)
-        or not math.isfinite(value)
-    ):
-        raise error(f"{name} must be a finite number in {interval}, got {_shown(value)}")
-    if not low <= value <= high or (high_open and value == high):
-        raise error(f"{name} must be in {interval}, got {value!r}")
-    return float(value)
+    bound = None if high == math.inf else high
+    return cast(float, check(name, value, Interval(float, low, bound, "left" if high_open else "both")))
 
 
-def require_key(
-    value: object, name: str, key_type: KeyType | None = None, *, error: type[ValueError] = ValueError
-) -> Key:
+def require_key(value: object, name: str, key_type: KeyType | None = None) -> Key:
     """``value`` as a plain str or int if it is a key (DESIGN §2), of ``key_type`` when one is given.
 
     A key is a str with a UTF-8 encoding (no lone surrogates) or an int in the signed 64-bit range.
     """
-    try:
-        kind = key_type_of(value)
-    except ValueError as problem:
-        raise error(f"{name}: {problem}") from None
+    kind = key_type_of(value, name)
     if key_type is not None and kind != key_type:
-        raise error(f"{name}: key {_shown(value)} has type {kind!r}, but key_type is {key_type!r}")
+        raise InvalidInput(
+            name, f"must be a {key_type!r} key (the key_type), got {kind!r} key {shown(value)}"
+        )
     if kind == "int":
         return int(cast(int, value))
     text = str(value)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise error(f"{name}: key {_shown(text)} has a lone surrogate and no UTF-8 encoding") from None
+        raise InvalidInput(
+            name, f"must be a key with a UTF-8 encoding, got {shown(text)} (a lone surrogate)"
+        ) from None
     return text
 
 
-def require_one_key_type(
-    keys: Iterable[object], name: str, *, error: type[ValueError] = ValueError
-) -> KeyType | None:
+def require_one_key_type(keys: Iterable[object], name: str) -> KeyType | None:
     """The one key type of ``keys`` (None when there are none); an error when they mix str and int."""
-    try:
-        return common_key_type(keys)
-    except ValueError as problem:
-        raise error(f"{name}: {problem}") from None
+    return common_key_type(keys, name)
 
 
 def require_key_type(
-    value: object,
-    *,
-    found: KeyType | None = None,
-    found_in: str = "the keys",
-    allow_none: bool = False,
-    error: type[ValueError] = ValueError,
+    value: object, *, found: KeyType | None = None, found_in: str = "the keys", allow_none: bool = False
 ) -> KeyType | None:
     """The ``key_type`` field: 'str' or 'int' (or None with ``allow_none``), agreeing with ``found``,
     the type of the keys the document holds (``found_in`` names them). None becomes ``found``."""
-    if value is None and allow_none:
+    if allow_none:
+        check("key_type", value, Options(KEY_TYPES), NONE)
+    else:
+        check("key_type", value, Options(KEY_TYPES))
+    if value is None:
         return found
-    if value not in KEY_TYPES:
-        accepted = "one of 'str', 'int' or None" if allow_none else "'str' or 'int'"
-        raise error(f"key_type must be {accepted}, got {_shown(value)}")
     if found is not None and value != found:
-        raise error(f"key_type is {value!r} but {found_in} are {found!r}")
-    return value
-
-
-def _shown(value: object) -> str:
-    """``repr(value)``, cut short so that a huge value cannot flood an error message."""
-    text = repr(value)
-    return text if len(text) <= 200 else f"{text[:200]}…"
+        raise InvalidInput("key_type", f"must be {found!r}, the type of {found_in}, got {value!r}")
+    return cast(KeyType, value)

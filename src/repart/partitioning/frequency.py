@@ -18,12 +18,23 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import reduce
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
+from repart.errors import InvalidInput
 from repart.partitioning.hashing import INT64_MAX, INT64_MIN, Key, KeyType, check_slot_bits, common_key_type
+from repart.validation import (
+    NON_NEGATIVE_INT,
+    NONE,
+    POSITIVE_INT,
+    PROBABILITY,
+    Interval,
+    Kind,
+    Options,
+    check,
+)
 
 
 @dataclass(frozen=True)
@@ -47,43 +58,38 @@ class FrequencyEstimate:
     def __post_init__(self) -> None:
         counts = np.asarray(self.counts, dtype=np.float64)
         if counts.ndim != 1 or counts.shape[0] != len(self.keys):
-            raise ValueError(
-                f"counts must be a 1-d array with one entry per key ({len(self.keys)}), "
-                f"got shape {counts.shape}"
+            raise InvalidInput(
+                "counts",
+                f"must be a 1-d array with one entry per key ({len(self.keys)}), got shape {counts.shape}",
             )
-        if not np.all(np.isfinite(counts)):
-            raise ValueError("counts must be finite numbers (no NaN or infinity)")
-        if np.any(counts < 0):
-            raise ValueError("counts must be >= 0")
-        if isinstance(self.total, bool) or not isinstance(self.total, int | np.integer) or self.total < 0:
-            raise ValueError(f"total must be an integer >= 0, got {self.total!r}")
-        if counts.size and counts.max() > self.total:
-            raise ValueError(f"counts must not exceed total ({self.total}); largest is {counts.max()}")
-        if not 0.0 <= self.epsilon < 1.0:
-            raise ValueError(f"epsilon must be in [0, 1), got {self.epsilon}")
-        if self.distinct_estimate is not None and self.distinct_estimate < len(self.keys):
-            raise ValueError(
-                f"distinct_estimate must be >= the number of keys ({len(self.keys)}), "
-                f"got {self.distinct_estimate}"
-            )
+        if not np.all(np.isfinite(counts)) or np.any(counts < 0):
+            raise InvalidInput("counts", "must be finite numbers >= 0, got a NaN, infinite or negative one")
+        total = check("total", self.total, NON_NEGATIVE_INT)
+        if counts.size and counts.max() > total:
+            raise InvalidInput("counts", f"must not exceed total ({total}), got {counts.max()}")
+        check("epsilon", self.epsilon, Interval(float, 0, 1, closed="left"))
+        if self.distinct_estimate is not None:
+            check("distinct_estimate", self.distinct_estimate, Interval(int, len(self.keys), None))
         if len(set(self.keys)) != len(self.keys):
-            raise ValueError("keys must be unique")
+            raise InvalidInput("keys", "must be unique, got a key twice")
         kind = common_key_type(self.keys)
         if self.key_type is not None and kind is not None and kind != self.key_type:
-            raise ValueError(f"key_type is {self.key_type!r} but the keys are {kind!r}")
+            raise InvalidInput("key_type", f"must be {kind!r}, the type of the keys, got {self.key_type!r}")
         object.__setattr__(self, "key_type", self.key_type or kind)
         object.__setattr__(self, "counts", counts)
         if self.slot_counts is not None:
-            if self.slot_bits is None:
-                raise ValueError("slot_bits is required with slot_counts")
-            check_slot_bits(self.slot_bits)
+            bits = check_slot_bits(self.slot_bits) if self.slot_bits is not None else None
+            if bits is None:
+                raise InvalidInput("slot_bits", "must be given with slot_counts, got None")
             slots = np.asarray(self.slot_counts, dtype=np.float64)
-            if slots.shape != (1 << self.slot_bits,):
-                raise ValueError(
-                    f"slot_counts must have 2**slot_bits = {1 << self.slot_bits} entries, got {slots.shape}"
+            if slots.shape != (1 << bits,):
+                raise InvalidInput(
+                    "slot_counts", f"must have 2**slot_bits = {1 << bits} entries, got shape {slots.shape}"
                 )
             if np.any(slots < 0) or not np.all(np.isfinite(slots)):
-                raise ValueError("slot_counts must be finite and >= 0")
+                raise InvalidInput(
+                    "slot_counts", "must be finite numbers >= 0, got a NaN, infinite or negative one"
+                )
             object.__setattr__(self, "slot_counts", slots)
 
     @classmethod
@@ -121,27 +127,19 @@ KeyBatch = npt.NDArray[np.int64] | list[str]
 _MAX_CHUNK = 1 << 16
 
 
-def _check_epsilon(epsilon: float) -> float:
-    """Return ``epsilon`` as a float if it is a number in (0, 1), else raise ValueError naming it."""
-    if isinstance(epsilon, bool) or not isinstance(epsilon, int | float | np.integer | np.floating):
-        raise ValueError(f"epsilon must be a number in (0, 1), got {epsilon!r}")
-    if not 0.0 < float(epsilon) < 1.0:
-        raise ValueError(f"epsilon must be in (0, 1), got {epsilon}")
-    return float(epsilon)
+# A lossy counter's error bound ε (Manku & Motwani; 0: exact counts), and the key type it counts
+# (None: set by the first keys).
+EPSILON = Interval(float, 0, 1, closed="left")
+# The bucket width of an exact counter (ε = 0): a bucket no stream fills, so none ever closes, every
+# delta is 0 and nothing is deleted.
+EXACT_WIDTH = 1 << 62
 
 
-def _check_key_type(key_type: KeyType | None) -> KeyType | None:
-    if key_type is not None and key_type not in ("str", "int"):
-        raise ValueError(f"key_type must be 'str', 'int' or None, got {key_type!r}")
-    return key_type
-
-
-def _check_count(name: str, value: int, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
+def bucket_width(epsilon: float) -> int:
+    """Lossy counting's bucket width ``w = ceil(1/epsilon)`` (Manku & Motwani), ``EXACT_WIDTH`` for an
+    exact counter (``epsilon = 0``) or an epsilon so small that no stream would close a bucket."""
+    return math.ceil(1.0 / epsilon) if epsilon > 1.0 / EXACT_WIDTH else EXACT_WIDTH
+KEY_TYPE = (Options(("str", "int")), NONE)
 
 
 def _empty_keys(key_type: KeyType | None) -> KeyArray:
@@ -153,7 +151,7 @@ def _kind_of_type(kind: type) -> KeyType:
         return "str"
     if issubclass(kind, int | np.integer) and not issubclass(kind, bool):
         return "int"
-    raise ValueError(f"keys contain a {kind.__name__}; accepted key types: str, int (signed 64-bit)")
+    raise InvalidInput("keys", f"must be str or int (signed 64-bit) keys, got a {kind.__name__}")
 
 
 def _as_key_batch(
@@ -161,25 +159,31 @@ def _as_key_batch(
 ) -> tuple[KeyBatch, KeyType | None]:
     """Validate a batch of keys and bring it to the form the counters absorb.
 
-    Returns the batch and its key type (None when it is empty). Raises ValueError for mixed key types,
+    Returns the batch and its key type (None when it is empty). ``InvalidInput("keys")`` for mixed key types,
     unsupported types (bool, float, None, bytes, ...), ints outside the signed 64-bit range, and a
     key type other than ``expected``.
     """
     if isinstance(keys, str | bytes):
-        raise ValueError("keys must be a sequence or 1-d array of keys, not a single str or bytes value")
+        raise InvalidInput(
+            "keys", f"must be a sequence or 1-d array of keys, got a single {type(keys).__name__}"
+        )
     if isinstance(keys, np.ndarray):
         if keys.ndim != 1:
-            raise ValueError(f"keys must be a 1-d array, got shape {keys.shape}")
+            raise InvalidInput("keys", f"must be a 1-d array, got shape {keys.shape}")
         if keys.dtype.kind in "iu":
             if keys.dtype.kind == "u" and keys.size and int(keys.max()) > INT64_MAX:
-                raise ValueError(f"keys must be in the signed 64-bit range [{INT64_MIN}, {INT64_MAX}]")
+                raise InvalidInput(
+                    "keys",
+                    f"must be in the signed 64-bit range [{INT64_MIN}, {INT64_MAX}], got one outside it",
+                )
             kind: KeyType | None = "int" if keys.size else None
             batch: KeyBatch = keys.astype(np.int64, copy=False)
             return batch, _check_expected(kind, expected)
         if keys.dtype.kind not in "UTO":
-            raise ValueError(
-                f"keys have unsupported dtype {keys.dtype}; accepted: integer or string arrays, "
-                "or sequences of str or int keys"
+            raise InvalidInput(
+                "keys",
+                "must be an integer or string array or a sequence of str or int keys, "
+                f"got dtype {keys.dtype}",
             )
         keys = keys.tolist()
     items = list(keys)
@@ -187,20 +191,24 @@ def _as_key_batch(
         return np.empty(0, dtype=np.int64), None
     kinds = {_kind_of_type(t) for t in set(map(type, items))}
     if len(kinds) > 1:
-        raise ValueError("keys mix types 'int' and 'str'; one counter counts one key type")
+        raise InvalidInput(
+            "keys", "must all be 'int' keys or all 'str' keys (one counter counts one key type), got both"
+        )
     kind = kinds.pop()
     if kind == "str":
         return items, _check_expected(kind, expected)
     try:
         batch = np.asarray(items, dtype=np.int64)
     except OverflowError:
-        raise ValueError(f"keys must be in the signed 64-bit range [{INT64_MIN}, {INT64_MAX}]") from None
+        raise InvalidInput(
+            "keys", f"must be in the signed 64-bit range [{INT64_MIN}, {INT64_MAX}], got one outside it"
+        ) from None
     return batch, _check_expected(kind, expected)
 
 
 def _check_expected(kind: KeyType | None, expected: KeyType | None) -> KeyType | None:
     if kind is not None and expected is not None and kind != expected:
-        raise ValueError(f"keys are {kind!r} but key_type is {expected!r}; one counter counts one key type")
+        raise InvalidInput("keys", f"must be {expected!r} keys (the counter's key_type), got {kind!r} keys")
     return kind
 
 
@@ -253,15 +261,18 @@ class LossyCounter:
     segmented cumulative sums and minima; a key's ``delta`` is ``b - 1`` of the last bucket in which
     it was (re)inserted, its count the occurrences since.
 
+    With ``epsilon = 0`` the counter is exact: no bucket closes (its width is ``EXACT_WIDTH``), every
+    count is the key's true count and every delta 0.
+
     Str keys are coded to integers through a dict that holds exactly the table's keys (a key that is
     new, or was deleted and comes back, takes a fresh code), so the arithmetic runs on int64 and the
     strings stay exact. ``entries`` and the estimates list keys in sorted order.
     """
 
     def __init__(self, epsilon: float, key_type: KeyType | None = None) -> None:
-        self._epsilon = _check_epsilon(epsilon)
-        self._width = math.ceil(1.0 / self._epsilon)
-        self._key_type = _check_key_type(key_type)
+        self._epsilon = float(check("epsilon", epsilon, EPSILON))
+        self._width = bucket_width(self._epsilon)
+        self._key_type = cast(KeyType | None, check("key_type", key_type, *KEY_TYPE))
         self._n = 0
         # The table, sorted by _keys: the int keys themselves, or the codes of str keys, with _names[i]
         # the str coded _keys[i] and _code_of the inverse map.
@@ -306,7 +317,7 @@ class LossyCounter:
     def update(self, keys: Sequence[Key] | npt.NDArray[Any]) -> None:
         """Count a batch of keys, in order: an integer numpy array, or a sequence of str or int keys.
 
-        The batch is validated before anything is counted: ValueError for mixed key types, types other
+        The batch is validated before anything is counted: InvalidInput for mixed key types, types other
         than str and signed 64-bit int, and a key type other than this counter's.
         """
         batch, kind = _as_key_batch(keys, self._key_type)
@@ -446,35 +457,40 @@ class LossyCounter:
 
         This is how counters cross process boundaries (a Spark executor ships its table, the driver
         merges). The table must be one a lossy counter of ``n`` tuples can hold: distinct keys,
-        counts >= 1, ``0 <= delta <= floor(n / w)`` and counts adding up to at most ``n``; ValueError
+        counts >= 1, ``0 <= delta <= floor(n / w)`` and counts adding up to at most ``n``; InvalidInput
         naming the field otherwise.
         """
         counter = cls(epsilon, key_type)
-        counter._n = _check_count("n", n, 0)
+        counter._n = int(check("n", n, NON_NEGATIVE_INT))
         batch, kind = _as_key_batch(keys, counter._key_type)
         counter._key_type = counter._key_type or kind
         count_array = np.asarray(counts, dtype=np.int64)
         delta_array = np.asarray(deltas, dtype=np.int64)
         size = len(batch)
         if count_array.shape != (size,) or delta_array.shape != (size,):
-            raise ValueError(
-                f"counts and deltas must have one entry per key ({size}), "
-                f"got shapes {count_array.shape} and {delta_array.shape}"
-            )
+            name = "counts" if count_array.shape != (size,) else "deltas"
+            shape = count_array.shape if name == "counts" else delta_array.shape
+            raise InvalidInput(name, f"must have one entry per key ({size}), got shape {shape}")
         if size and int(count_array.min()) < 1:
-            raise ValueError("counts must be >= 1")
+            raise InvalidInput("counts", f"must be integers >= 1, got {int(count_array.min())}")
         if int(count_array.sum()) > counter._n:
-            raise ValueError(f"counts must add up to at most n = {counter._n}")
+            raise InvalidInput(
+                "counts", f"must add up to at most n = {counter._n}, got {int(count_array.sum())}"
+            )
         closed = counter._n // counter._width
         if size and (int(delta_array.min()) < 0 or int(delta_array.max()) > closed):
-            raise ValueError(f"deltas must be in [0, floor(n / w)] = [0, {closed}]")
+            raise InvalidInput(
+                "deltas",
+                f"must be in [0, floor(n / w)] = [0, {closed}], "
+                f"got {int(delta_array.min())} to {int(delta_array.max())}",
+            )
         key_array: KeyArray = (
             np.asarray(batch, dtype=np.int64) if counter._key_type != "str" else np.array(batch, dtype=object)
         )
         order = np.argsort(key_array, kind="stable")
         sorted_keys = key_array[order]
         if size > 1 and bool(np.any(sorted_keys[1:] == sorted_keys[:-1])):
-            raise ValueError("keys must be distinct")
+            raise InvalidInput("keys", "must be distinct, got a key twice")
         counter._set_table(sorted_keys, count_array[order], delta_array[order])
         return counter
 
@@ -489,11 +505,8 @@ class LossyCounter:
         Every key whose true frequency is at least ``threshold`` is returned (for ``threshold >
         epsilon``), and no key whose true frequency is below ``threshold - epsilon``.
         """
-        if isinstance(threshold, bool) or not isinstance(threshold, int | float | np.integer | np.floating):
-            raise ValueError(f"threshold must be a number in [0, 1], got {threshold!r}")
-        if not 0.0 <= float(threshold) <= 1.0:
-            raise ValueError(f"threshold must be in [0, 1], got {threshold}")
-        return self._estimate((float(threshold) - self._epsilon) * self._n, None)
+        share = check("threshold", threshold, PROBABILITY)
+        return self._estimate((share - self._epsilon) * self._n, None)
 
     def estimate(self, distinct_estimate: int | None = None) -> FrequencyEstimate:
         """Every entry of the table (threshold 0), with an optional estimate of |D|."""
@@ -527,17 +540,16 @@ class LossyCounter:
         of short streams are merged, and keeps the invariant that lets the merged counter count on
         as a lossy counter of the concatenated stream with the same guarantees.
 
-        Both counters must have the same epsilon and key type (ValueError otherwise).
+        Both counters must have the same epsilon and key type (InvalidInput naming ``other`` otherwise).
         """
-        if not isinstance(other, LossyCounter):
-            raise TypeError(f"can only merge a LossyCounter, got {type(other).__name__}")
+        check("other", other, Kind(LossyCounter, "a LossyCounter"))
         if other._epsilon != self._epsilon:
-            raise ValueError(
-                f"epsilon must be equal to merge counters, got {self._epsilon} and {other._epsilon}"
+            raise InvalidInput(
+                "other", f"must have this counter's epsilon {self._epsilon}, got {other._epsilon}"
             )
         if None not in (self._key_type, other._key_type) and self._key_type != other._key_type:
-            raise ValueError(
-                f"key_type must be equal to merge counters, got {self._key_type!r} and {other._key_type!r}"
+            raise InvalidInput(
+                "other", f"must count this counter's key_type {self._key_type!r}, got {other._key_type!r}"
             )
         kind = self._key_type or other._key_type
         w = self._width
@@ -583,10 +595,10 @@ class SlidingWindow:
     def __init__(
         self, epsilon: float, window: int, counters: int = 3, key_type: KeyType | None = None
     ) -> None:
-        self._epsilon = _check_epsilon(epsilon)
-        window = _check_count("window", window, 1)
-        self._counters = _check_count("counters", counters, 2)
-        self._key_type = _check_key_type(key_type)
+        self._epsilon = float(check("epsilon", epsilon, EPSILON))
+        window = int(check("window", window, POSITIVE_INT))
+        self._counters = int(check("counters", counters, Interval(int, 2, None)))
+        self._key_type = cast(KeyType | None, check("key_type", key_type, *KEY_TYPE))
         self._width = -(-window // (self._counters - 1))
         self._open = LossyCounter(self._epsilon, self._key_type)
         self._closed: deque[LossyCounter] = deque(maxlen=self._counters - 1)

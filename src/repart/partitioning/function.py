@@ -24,13 +24,20 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from repart.partitioning.consistent import MAX_CHANNELS, ConsistentSpec, check_n_channels, slot_table
+from repart.errors import InvalidInput
+from repart.partitioning.consistent import (
+    METHOD,
+    N_CHANNELS,
+    REPLICAS,
+    SEED,
+    ConsistentSpec,
+    check_n_channels,
+    slot_table,
+)
 from repart.partitioning.documents import (
     canonical_json,
     parse_json,
-    require_equal,
     require_format,
-    require_int,
     require_key,
     require_key_type,
     require_list,
@@ -42,7 +49,9 @@ from repart.partitioning.documents import (
 from repart.partitioning.hashing import (
     DEFAULT_SLOT_BITS,
     HASH_SEED,
+    INT64_KEY,
     INT64_MAX,
+    SLOT_BITS,
     Key,
     KeyType,
     check_slot_bits,
@@ -55,12 +64,15 @@ from repart.partitioning.hashing import (
     slot_of_hash,
     slots_of_hashes,
 )
+from repart.validation import STRING, Constraint, Interval, Kind, Options, check, shown
 
 FORMAT_VERSION = 1
 HASH_ALGORITHM = "xxh64"
 _DOCUMENT_FIELDS = ("N", "consistent", "explicit", "format", "hash", "key_type", "slot_overrides")
 _HASH_FIELDS = ("algorithm", "seed", "slot_bits")
 _CONSISTENT_FIELDS = ("method", "replicas", "seed")
+# A key in a JSON document: a str, or an int in the signed 64-bit range (DESIGN §2).
+_KEY = (STRING, INT64_KEY)
 
 
 def _empty_mapping() -> Mapping[Any, int]:
@@ -74,7 +86,7 @@ class PartitionFunction:
     ``explicit`` maps keys of one type to channels; ``slot_overrides`` maps slots to channels.
     ``key_type`` is inferred from the explicit keys when it is not given, and stays None only while
     the explicit map is empty. Both mappings are stored read-only. Every field is validated: a bad
-    value raises ValueError naming the field and its accepted range.
+    value raises ``InvalidInput`` naming the field and its accepted range.
     """
 
     n_channels: int
@@ -87,8 +99,7 @@ class PartitionFunction:
     def __post_init__(self) -> None:
         n = check_n_channels(self.n_channels)
         bits = check_slot_bits(self.slot_bits)
-        if not isinstance(self.consistent, ConsistentSpec):
-            raise ValueError(f"consistent must be a ConsistentSpec, got {self.consistent!r}")
+        check("consistent", self.consistent, Kind(ConsistentSpec, "a ConsistentSpec"))
         explicit, inferred = _checked_explicit(self.explicit, n)
         key_type = require_key_type(
             self.key_type, found=inferred, found_in="the explicit keys", allow_none=True
@@ -125,7 +136,7 @@ class PartitionFunction:
 
     def lookup(self, key: Key) -> int:
         """``p(key)``: the explicit channel of ``key`` if it has one, else ``T'[slot(key)]``."""
-        self._check_key_type(key_type_of(key))
+        self._check_key_type(key_type_of(key), "key")
         channel = self.explicit.get(key)
         if channel is not None:
             return channel
@@ -162,20 +173,30 @@ class PartitionFunction:
 
     @classmethod
     def from_json(cls, text: str) -> PartitionFunction:
-        """Parse and validate a serialized function; ValueError naming the offending field."""
-        document = require_object(parse_json(text), "the document", _DOCUMENT_FIELDS)
+        """Parse and validate a serialized function; ``InvalidInput`` naming the offending document field
+        (``N``, ``hash.slot_bits``, ``consistent.method``, ``explicit[3]``, …)."""
+        document = require_object(parse_json(text, "function"), "function", _DOCUMENT_FIELDS)
         require_format(document["format"], FORMAT_VERSION)
         hash_spec = require_object(document["hash"], "hash", _HASH_FIELDS)
-        require_equal(hash_spec["algorithm"], HASH_ALGORITHM, "hash.algorithm")
-        require_equal(hash_spec["seed"], HASH_SEED, "hash.seed")
+        check("hash.algorithm", hash_spec["algorithm"], Options((HASH_ALGORITHM,)))
+        check("hash.seed", hash_spec["seed"], Options((HASH_SEED,)))
         consistent = require_object(document["consistent"], "consistent", _CONSISTENT_FIELDS)
+        n = check("N", document["N"], N_CHANNELS)
+        bits = check("hash.slot_bits", hash_spec["slot_bits"], SLOT_BITS)
+        channel = Interval(int, 0, n - 1)
         return cls(
-            n_channels=require_int(document["N"], "N", 1, MAX_CHANNELS),
-            key_type=document["key_type"],
-            slot_bits=hash_spec["slot_bits"],
-            consistent=ConsistentSpec(**consistent),
-            explicit=_json_pairs(document["explicit"], "explicit", "key"),
-            slot_overrides=_json_pairs(document["slot_overrides"], "slot_overrides", "slot"),
+            n_channels=n,
+            key_type=require_key_type(document["key_type"], allow_none=True),
+            slot_bits=bits,
+            consistent=ConsistentSpec(
+                method=check("consistent.method", consistent["method"], METHOD),
+                replicas=check("consistent.replicas", consistent["replicas"], REPLICAS),
+                seed=check("consistent.seed", consistent["seed"], SEED),
+            ),
+            explicit=_json_pairs(document["explicit"], "explicit", _KEY, channel),
+            slot_overrides=_json_pairs(
+                document["slot_overrides"], "slot_overrides", (Interval(int, 0, 2**bits - 1),), channel
+            ),
         )
 
     @cached_property
@@ -210,16 +231,22 @@ class PartitionFunction:
         order = np.argsort(keys)
         return keys[order], channels[order]
 
-    def _check_key_type(self, kind: KeyType) -> None:
+    def _check_key_type(self, kind: KeyType, field: str) -> None:
         if self.key_type is not None and kind != self.key_type:
-            raise ValueError(f"key_type of this function is {self.key_type!r}, got {kind!r} keys")
+            raise InvalidInput(field, f"must be of this function's key_type {self.key_type!r}, got {kind!r}")
 
     def _checked_slots(self, slots: npt.NDArray[np.integer[Any]], count: int) -> npt.NDArray[np.int64]:
         if not isinstance(slots, np.ndarray) or slots.dtype.kind not in "iu" or slots.shape != (count,):
-            raise ValueError(f"slots must be a 1-d integer array with one slot per key ({count})")
+            raise InvalidInput(
+                "slots", f"must be a 1-d integer array with one slot per key ({count}), got {shown(slots)}"
+            )
         limit = 2**self.slot_bits
         if count and (slots.min() < 0 or slots.max() >= limit):
-            raise ValueError(f"slots must be in [0, {limit}) for slot_bits {self.slot_bits}")
+            raise InvalidInput(
+                "slots",
+                f"must be in [0, {limit - 1}] for slot_bits {self.slot_bits}, "
+                f"got {slots.min()} to {slots.max()}",
+            )
         return slots.astype(np.int64, copy=False)
 
     def _table_channels(
@@ -235,7 +262,7 @@ class PartitionFunction:
         self, values: npt.NDArray[np.int64], slots: npt.NDArray[np.integer[Any]] | None
     ) -> npt.NDArray[np.int64]:
         """Int keys: exact explicit matches by binary search in the sorted explicit keys."""
-        self._check_key_type("int")
+        self._check_key_type("int", "keys")
         if slots is None:
             key_slots = slots_of_hashes(hash_int64_array(values), self.slot_bits)
         else:
@@ -257,7 +284,7 @@ class PartitionFunction:
         The dict lookup compares whole keys, so a hash or slot collision with a key that is not
         explicit cannot misroute it.
         """
-        self._check_key_type("str")
+        self._check_key_type("str", "keys")
         strs = cast(Sequence[str], keys)  # checked below: by hash_str_keys, or by _check_all_str
         if slots is None:
             key_slots = slots_of_hashes(hash_str_keys(strs), self.slot_bits)
@@ -277,48 +304,60 @@ class PartitionFunction:
 
 
 def _check_all_str(keys: Sequence[object]) -> None:
-    """ValueError unless every key is a str (a fast pass over the exact types first)."""
+    """``InvalidInput("keys")`` unless every key is a str (a fast pass over the exact types first)."""
     if set(map(type, keys)) == {str}:
         return
     kind = common_key_type(keys)  # raises for an unsupported key or mixed key types
     if kind != "str":
-        raise ValueError(f"expected str keys, got {kind} keys")
+        raise InvalidInput("keys", f"must be 'str' keys, got {kind!r} keys")
 
 
 def _int64_keys(keys: npt.NDArray[np.generic]) -> npt.NDArray[np.int64]:
-    """An integer key array as int64; ValueError for unsigned values beyond the signed 64-bit range."""
+    """An integer key array as int64; ``InvalidInput("keys")`` for unsigned values beyond the signed
+    64-bit range."""
     if keys.dtype == np.uint64 and keys.size and keys.max() > INT64_MAX:
-        raise ValueError(f"int keys must be in the signed 64-bit range; got {keys.max()}")
+        raise InvalidInput("keys", f"must be in the signed 64-bit range, got {keys.max()}")
     return keys.astype(np.int64, copy=False)
 
 
 def _checked_explicit(explicit: Mapping[Key, int], n: int) -> tuple[dict[Key, int], KeyType | None]:
     """The explicit map with plain str/int keys and int channels in [0, n), and its key type."""
     checked: dict[Key, int] = {}
+    channel_range = Interval(int, 0, n - 1)
     for key, channel in explicit.items():
         plain = require_key(key, "explicit")
-        checked[plain] = require_int(channel, f"explicit: channel of key {plain!r}", 0, n - 1)
+        checked[plain] = check(f"explicit[{plain!r}]", channel, channel_range)
     return checked, require_one_key_type(checked, "explicit")
 
 
 def _checked_overrides(overrides: Mapping[int, int], n: int, slot_bits: int) -> dict[int, int]:
     """Slot overrides with slots in [0, 2^S) and channels in [0, n)."""
-    last_slot = 2**slot_bits - 1
+    slot_range, channel_range = Interval(int, 0, 2**slot_bits - 1), Interval(int, 0, n - 1)
     checked: dict[int, int] = {}
     for slot, channel in overrides.items():
-        plain = require_int(slot, "slot_overrides: slot", 0, last_slot)
-        checked[plain] = require_int(channel, f"slot_overrides: channel of slot {plain}", 0, n - 1)
+        if not slot_range.accepts(slot):
+            raise InvalidInput(
+                "slot_overrides", f"must have slots that are {slot_range}, got slot {shown(slot)}"
+            )
+        checked[int(slot)] = check(f"slot_overrides[{int(slot)}]", channel, channel_range)
     return checked
 
 
-def _json_pairs(value: object, name: str, what: str) -> dict[Any, Any]:
-    """A list of ``[first, channel]`` pairs as a dict; ValueError for a malformed pair or a repeated first."""
+def _json_pairs(value: object, name: str, first: tuple[Constraint, ...], channel: Interval) -> dict[Any, Any]:
+    """A list of ``[first, channel]`` pairs as a dict; ``InvalidInput`` naming the pair (``name[i]``) for
+    a malformed pair, a first element outside ``first``, a channel outside ``channel`` or a repeated
+    first element."""
+    what = "key" if first is _KEY else "slot"
+    accepted = " or ".join(map(str, first))
     pairs: dict[Any, Any] = {}
     for index, pair in enumerate(require_list(value, name)):
-        first, channel = require_row(pair, f"{name}[{index}]", (what, "channel"))
-        if not isinstance(first, str | int):
-            raise ValueError(f"{name}[{index}] must be a [{what}, channel] pair with a str or int {what}")
-        if first in pairs:
-            raise ValueError(f"{name}: duplicate {what} {first!r}")
-        pairs[first] = channel
+        field = f"{name}[{index}]"
+        head, number = require_row(pair, field, (what, "channel"))
+        if not any(c.accepts(head) for c in first) or not channel.accepts(number):
+            raise InvalidInput(
+                field, f"must be a [{what}, channel] pair of {accepted} and {channel}, got {shown(pair)}"
+            )
+        if head in pairs:
+            raise InvalidInput(field, f"must not repeat the {what} {head!r} of an earlier pair")
+        pairs[head] = number
     return pairs

@@ -20,6 +20,9 @@ import numpy as np
 import numpy.typing as npt
 import xxhash
 
+from repart.errors import InvalidInput
+from repart.validation import Interval, check, shown
+
 KeyType = Literal["str", "int"]
 Key = str | int
 
@@ -39,40 +42,35 @@ _P5 = np.uint64(0x27D4EB2F165667C5)
 _INT_START = np.uint64((HASH_SEED + 0x27D4EB2F165667C5 + 8) % 2**64)
 
 
+SLOT_BITS = Interval(int, MIN_SLOT_BITS, MAX_SLOT_BITS)
+INT64_KEY = Interval(int, INT64_MIN, INT64_MAX)
+_KEY_REQUIREMENT = f"must be a str or a signed 64-bit int (in [{INT64_MIN}, {INT64_MAX}])"
+
+
 def check_slot_bits(slot_bits: int) -> int:
-    """Return ``slot_bits`` if it is an int in [10, 20], else raise ValueError naming the field."""
-    if isinstance(slot_bits, bool) or not isinstance(slot_bits, int):
-        raise ValueError(
-            f"slot_bits must be an integer in [{MIN_SLOT_BITS}, {MAX_SLOT_BITS}], got {slot_bits!r}"
-        )
-    if not MIN_SLOT_BITS <= slot_bits <= MAX_SLOT_BITS:
-        raise ValueError(f"slot_bits must be in [{MIN_SLOT_BITS}, {MAX_SLOT_BITS}], got {slot_bits}")
-    return slot_bits
+    """``slot_bits`` if it is an integer in [10, 20]; ``InvalidInput("slot_bits")`` otherwise."""
+    return cast(int, check("slot_bits", slot_bits, SLOT_BITS))
 
 
-def key_type_of(key: object) -> KeyType:
-    """The key type of one key; ValueError for anything but str or a signed 64-bit int."""
+def key_type_of(key: object, field: str = "key") -> KeyType:
+    """The key type of one key; ``InvalidInput(field)`` for anything but str or a signed 64-bit int."""
     if isinstance(key, str):
         return "str"
-    if isinstance(key, int | np.integer) and not isinstance(key, bool):
-        value = int(key)
-        if not INT64_MIN <= value <= INT64_MAX:
-            raise ValueError(f"key {value} is outside the signed 64-bit range [{INT64_MIN}, {INT64_MAX}]")
+    if INT64_KEY.accepts(key):
         return "int"
-    raise ValueError(
-        f"key {key!r} has unsupported type {type(key).__name__}; accepted: str, int (signed 64-bit)"
-    )
+    raise InvalidInput(field, f"{_KEY_REQUIREMENT}, got {shown(key)} of type {type(key).__name__}")
 
 
-def common_key_type(keys: Iterable[object]) -> KeyType | None:
-    """The one key type shared by all ``keys`` (None when empty); ValueError when they mix types."""
+def common_key_type(keys: Iterable[object], field: str = "keys") -> KeyType | None:
+    """The one key type shared by all ``keys`` (None when empty); ``InvalidInput(field)`` for a key
+    that is not one, or keys of both types (one region uses one key type)."""
     found: KeyType | None = None
     for key in keys:
-        kind = key_type_of(key)
+        kind = key_type_of(key, field)
         if found is None:
             found = kind
         elif kind != found:
-            raise ValueError(f"keys mix types {found!r} and {kind!r}; one region uses one key type")
+            raise InvalidInput(field, f"must all be {found!r} keys or all {kind!r} keys, got both")
     return found
 
 
@@ -133,14 +131,14 @@ def hash_str_keys(keys: Sequence[str]) -> npt.NDArray[np.uint64]:
     """Hashes of many str keys as a uint64 array, by the fastest loop of ``xxhash`` calls.
 
     ``str.encode`` doubles as the type check (it rejects anything but a str), so no separate pass
-    over the keys is needed; a non-str key raises ValueError naming it, like ``common_key_type``.
+    over the keys is needed; a non-str key raises ``InvalidInput("keys")``, as ``common_key_type`` does.
     """
     try:
         hashes = map(xxhash.xxh64_intdigest, map(str.encode, keys), repeat(HASH_SEED))
         return np.fromiter(hashes, dtype=np.uint64, count=len(keys))
     except TypeError:
         kind = common_key_type(keys)  # raises for an unsupported key or mixed key types
-        raise ValueError(f"expected str keys, got {kind} keys") from None
+        raise InvalidInput("keys", f"must be 'str' keys, got {kind!r} keys") from None
 
 
 def slot_of_hash(key_hash: int, slot_bits: int) -> int:

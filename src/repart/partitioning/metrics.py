@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from repart.errors import InvalidInput
 from repart.partitioning.resources import Resources, check_alpha, check_channels, item_loads
 from repart.partitioning.utility import geometric_mean
 
@@ -24,9 +25,9 @@ IntArray = npt.NDArray[np.int64]
 def _check_frequencies(frequencies: FloatArray) -> FloatArray:
     f = np.asarray(frequencies, dtype=np.float64)
     if f.ndim != 1 or f.size == 0:
-        raise ValueError("frequencies must be a non-empty 1-d array")
+        raise InvalidInput("frequencies", f"must be a non-empty 1-d array, got shape {f.shape}")
     if not np.all(np.isfinite(f)) or np.any(f < 0):
-        raise ValueError("frequencies must be finite and >= 0 (no NaN, no negative values)")
+        raise InvalidInput("frequencies", "must be finite numbers >= 0, got a NaN, infinite or negative one")
     return f
 
 
@@ -38,9 +39,9 @@ def channel_loads(
     n = check_channels(n_channels)
     ch = np.asarray(channels, dtype=np.int64)
     if ch.shape != f.shape:
-        raise ValueError("channels must have one entry per frequency")
+        raise InvalidInput("channels", f"must have one entry per frequency ({f.size}), got shape {ch.shape}")
     if ch.size and (ch.min() < 0 or ch.max() >= n):
-        raise ValueError(f"channels must be in [0, {n})")
+        raise InvalidInput("channels", f"must be channels in [0, {n - 1}], got {ch.min()} to {ch.max()}")
     loads = item_loads(resources, f)
     return np.stack([np.bincount(ch, weights=row, minlength=n) for row in loads])
 

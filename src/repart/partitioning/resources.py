@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 import numpy.typing as npt
+
+from repart.errors import InvalidInput
+from repart.validation import FRACTION, POSITIVE_INT, Interval, check, shown
 
 Shape = Literal["C", "L", "Q"]
 RESOURCE_NAMES = ("s", "c", "n")
@@ -24,6 +27,9 @@ RESOURCE_CODES = ("CCL", "CLL", "CQL", "LCL", "LLL", "LQL", "QCL", "QLL", "QQL")
 _EXPONENT = {"C": 0, "L": 1, "Q": 2}
 
 FloatArray = npt.NDArray[np.float64]
+
+ALPHA = Interval(float, 1, None)  # α >= 1: the tolerated max/min load ratio (Eq. 2, 4, 6)
+SIGMA = FRACTION  # σ in (0, 1]: the share of the allowed imbalance left to untracked items (§4.1.3)
 
 
 @dataclass(frozen=True)
@@ -36,12 +42,14 @@ class Resources:
 
     @classmethod
     def parse(cls, code: str) -> Resources:
-        """Parse a three-letter code; ValueError naming ``resources`` and the accepted codes otherwise."""
+        """Parse a three-letter code (any case); ``InvalidInput("resources")`` naming the accepted codes
+        otherwise."""
         text = code.upper() if isinstance(code, str) else code
         if text not in RESOURCE_CODES:
-            raise ValueError(
-                f"resources must be three letters from C/L/Q for state, computation, communication, with "
-                f"communication L (one of {', '.join(RESOURCE_CODES)}), got {code!r}"
+            raise InvalidInput(
+                "resources",
+                "must be three letters from C/L/Q for state, computation, communication, with "
+                f"communication L (one of {', '.join(RESOURCE_CODES)}), got {shown(code)}",
             )
         return cls(state=text[0], computation=text[1], communication="L")  # type: ignore[arg-type]
 
@@ -77,23 +85,18 @@ def item_loads(resources: Resources, frequencies: FloatArray) -> FloatArray:
 
 
 def check_alpha(alpha: float) -> float:
-    """α ≥ 1 is the tolerated max/min load ratio (Eq. 2, 4, 6)."""
-    if not isinstance(alpha, int | float) or isinstance(alpha, bool) or not math.isfinite(alpha) or alpha < 1:
-        raise ValueError(f"alpha must be a finite number >= 1, got {alpha!r}")
-    return float(alpha)
+    """α as a float if it is a finite number >= 1 (``ALPHA``); ``InvalidInput("alpha")`` otherwise."""
+    return cast(float, check("alpha", alpha, ALPHA))
 
 
 def check_sigma(sigma: float) -> float:
-    """σ ∈ (0, 1] is the share of the allowed imbalance left to untracked items (§4.1.3)."""
-    if not isinstance(sigma, int | float) or isinstance(sigma, bool) or not 0 < sigma <= 1:
-        raise ValueError(f"sigma must be in (0, 1], got {sigma!r}")
-    return float(sigma)
+    """σ as a float if it is in (0, 1] (``SIGMA``); ``InvalidInput("sigma")`` otherwise."""
+    return cast(float, check("sigma", sigma, SIGMA))
 
 
-def check_channels(n_channels: int, name: str = "N") -> int:
-    if isinstance(n_channels, bool) or not isinstance(n_channels, int | np.integer) or n_channels < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {n_channels!r}")
-    return int(n_channels)
+def check_channels(n_channels: int, name: str = "n_channels") -> int:
+    """A channel count: an integer >= 1; ``InvalidInput(name)`` otherwise."""
+    return cast(int, check(name, n_channels, POSITIVE_INT))
 
 
 def theta(alpha: float, n_channels: int) -> float:
@@ -138,10 +141,8 @@ def frequency_threshold(
         return 1.0
     th = theta(alpha, n)
     quadratic = [shape for shape in resources.shapes if shape == "Q"]
-    if quadratic and (distinct is None or distinct < 1):
-        raise ValueError(
-            f"distinct (|D| estimate) must be an integer >= 1 for quadratic resources, got {distinct!r}"
-        )
+    if quadratic:
+        distinct = cast(int, check("distinct", distinct, POSITIVE_INT))  # |D|, needed by a quadratic β
     deltas: list[float] = []
     for shape in resources.shapes:
         if shape == "Q":

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from repart.errors import InvalidInput
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.hashing import Key, hash_keys, slots_of_hashes
 
@@ -31,9 +32,9 @@ def untracked_slot_mass(
         rest = max(float(estimate.total) - float(np.sum(counts)), 0.0)
         return np.full(slots, rest / slots)
     if estimate.slot_bits != slot_bits:
-        raise ValueError(
-            f"slot_counts are given at slot_bits={estimate.slot_bits} "
-            f"but the function uses slot_bits={slot_bits}"
+        raise InvalidInput(
+            "slot_bits",
+            f"must be the slot_bits {estimate.slot_bits} of the estimate's slot_counts, got {slot_bits}",
         )
     key_slots = slots_of_hashes(hash_keys(keys), slot_bits) if keys else np.empty(0, np.int64)
     mass = estimate.slot_counts - np.bincount(key_slots, weights=counts, minlength=slots)

@@ -12,6 +12,9 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from repart.errors import InvalidInput
+from repart.validation import Options, shown
+
 FloatArray = npt.NDArray[np.float64]
 UtilityName = Literal["A", "APM", "APLM", "ATM", "ATLM"]
 UTILITY_NAMES: tuple[UtilityName, ...] = ("A", "APM", "APLM", "ATM", "ATLM")
@@ -93,10 +96,12 @@ _UTILITIES: dict[str, Utility] = {
 
 
 def check_utility(name: str) -> UtilityName:
-    """Normalise a utility name (``APM``, ``U^APM`` and ``apm`` are the same); ValueError otherwise."""
+    """Normalise a utility name (``APM``, ``U^APM`` and ``apm`` are the same); ``InvalidInput("utility")``
+    otherwise."""
     key = name.upper().removeprefix("U^") if isinstance(name, str) else name
     if key not in _UTILITIES:
-        raise ValueError(f"utility must be one of {', '.join(UTILITY_NAMES)}, got {name!r}")
+        accepted = Options(UTILITY_NAMES)
+        raise InvalidInput("utility", f"must be {accepted} (any case, U^ prefix allowed), got {shown(name)}")
     return key  # type: ignore[return-value]
 
 

@@ -27,7 +27,8 @@ from repart.partitioning.function import PartitionFunction
 from repart.partitioning.hashing import DEFAULT_SLOT_BITS, hash_int64_array, slots_of_hashes
 from repart.partitioning.metrics import channel_loads, imbalance, lower_bound, relative_migration
 from repart.partitioning.resources import check_channels, frequency_threshold
-from repart.sim.workload import ZipfWorkload
+from repart.sim.workload import DOMAIN, ZIPF_SKEW, ZipfWorkload
+from repart.validation import POSITIVE, POSITIVE_INT, Interval, Options, check, check_each
 
 IntArray = npt.NDArray[np.int64]
 
@@ -71,18 +72,12 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         check_channels(self.channels, "channels")
-        unknown = [a for a in self.algorithms if a not in ALGORITHMS]
-        if unknown or not self.algorithms:
-            raise ValueError(
-                f"algorithms must be a non-empty list from {', '.join(ALGORITHMS)}, got {unknown or '[]'}"
-            )
-        if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 1:
-            raise ValueError(f"runs must be an integer >= 1, got {self.runs!r}")
-        if not self.stream_factor > 0:
-            raise ValueError(f"stream_factor must be > 0, got {self.stream_factor!r}")
-        if not 0 < self.epsilon_ratio < 1:
-            raise ValueError(f"epsilon_ratio must be in (0, 1), got {self.epsilon_ratio!r}")
-        ZipfWorkload(self.zipf, self.domain)
+        check_each("algorithms", self.algorithms, Options(ALGORITHMS))
+        check("runs", self.runs, POSITIVE_INT)
+        check("stream_factor", self.stream_factor, POSITIVE)
+        check("epsilon_ratio", self.epsilon_ratio, Interval(float, 0, 1, closed="neither"))
+        check("zipf", self.zipf, ZIPF_SKEW)
+        check("domain", self.domain, DOMAIN)
         self.params(tail_aware=False)
 
     def params(self, tail_aware: bool) -> BuildParams:

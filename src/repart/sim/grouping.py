@@ -14,7 +14,6 @@ counts (it is the offline reference). ``seconds`` is the time ``route`` took, no
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
@@ -22,18 +21,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from repart.errors import InvalidInput
 from repart.partitioning.splitting import SCHEMES, Grouping, make_grouping
-from repart.partitioning.splitting.base import MAX_WORKERS, check_count, check_positive
+from repart.partitioning.splitting.base import MAX_WORKERS
 from repart.partitioning.splitting.metrics import evaluate
 from repart.sim.streams import (
     DKG_KEYS,
-    WORKLOADS,
+    EXACT,
+    SKEW,
+    SOURCE_MODE,
+    WORKLOAD,
     KeyStream,
-    check_skew,
-    check_source_mode,
     english_vocabulary_size,
     make_stream,
 )
+from repart.sim.workload import ZIPF_SKEW
+from repart.validation import NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, Interval, Options, check, check_each
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -70,17 +73,9 @@ RECORD_FIELDS = (
 KEY_FIELDS = ("scheme", "workload", "z", "n", "sources", "messages")
 
 
-def _is_real(value: object) -> bool:
-    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
-
-
-def _as_tuple(value: object, name: str, *, distinct: bool = True) -> tuple[Any, ...]:
-    """A non-empty tuple or list as a tuple; with ``distinct``, repeats dropped (order kept)."""
-    if isinstance(value, str) or not isinstance(value, tuple | list):
-        raise ValueError(f"{name} must be a tuple, got {value!r}")
-    if not value:
-        raise ValueError(f"{name} must not be empty")
-    return tuple(dict.fromkeys(value)) if distinct else tuple(value)
+def _distinct(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``values`` with repeats dropped, in order."""
+    return tuple(dict.fromkeys(values))
 
 
 @dataclass(frozen=True)
@@ -108,47 +103,33 @@ class GroupingConfig:
     exact: bool = False
 
     def __post_init__(self) -> None:
-        schemes = _as_tuple(self.schemes, "schemes")
-        unknown = [s for s in schemes if s not in SCHEMES]
-        if unknown:
-            raise ValueError(
-                f"schemes must come from {', '.join(SCHEMES)}; unknown: {', '.join(map(str, unknown))}"
-            )
-        workers = tuple(
-            check_count("workers (n)", n, maximum=MAX_WORKERS) for n in _as_tuple(self.workers, "workers (n)")
-        )
-        check_count("sources (S)", self.sources)
-        if self.workload not in WORKLOADS:
-            raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}, got {self.workload!r}")
-        zipf = _as_tuple(self.zipf, "zipf (z)")
-        if not all(_is_real(z) and math.isfinite(z) and z >= 0 for z in zipf):
-            raise ValueError(f"zipf (z) values must be finite numbers >= 0, got {', '.join(map(str, zipf))}")
+        # Repeated schemes, worker counts and z values are run once (order kept); rates repeat cyclically.
+        schemes = _distinct(check_each("schemes", self.schemes, Options(SCHEMES)))
+        workers = _distinct(check_each("workers", self.workers, Interval(int, 1, MAX_WORKERS)))
+        check("sources", self.sources, POSITIVE_INT)
+        check("workload", self.workload, WORKLOAD)
+        zipf = _distinct(check_each("zipf", self.zipf, ZIPF_SKEW))
         keys = self.keys
         if keys is None:
             keys = DKG_KEYS if self.workload == "dkg" else DEFAULT_GROUPING_KEYS
             object.__setattr__(self, "keys", keys)
-        check_count("keys (K)", keys, minimum=2 if self.workload == "dkg" else 1)
-        if self.workload == "words":
-            check_count("keys (K)", keys, maximum=english_vocabulary_size())
-        check_count("messages (m)", self.messages)
-        check_skew(self.skew)
-        check_count("seed", self.seed, minimum=0)
-        check_count("runs", self.runs)
+        most_keys = english_vocabulary_size() if self.workload == "words" else None
+        check("keys", keys, Interval(int, 2 if self.workload == "dkg" else 1, most_keys))
+        check("messages", self.messages, POSITIVE_INT)
+        check("skew", self.skew, SKEW)
+        check("seed", self.seed, NON_NEGATIVE_INT)
+        check("runs", self.runs, POSITIVE_INT)
         rates = None
         if self.rates is not None:
-            given = _as_tuple(self.rates, "rates (worker speeds μ)", distinct=False)
-            rates = tuple(check_positive("rates (worker speeds μ)", r) for r in given)
+            rates = check_each("rates", self.rates, POSITIVE)  # worker speeds μ
             if len(rates) > max(workers):
-                raise ValueError(
-                    f"rates (worker speeds μ) must have at most n = {max(workers)} values, got {len(rates)}"
-                )
-        check_positive("utilization (λ / Σμ)", self.utilization)
-        check_source_mode(self.source_mode)
-        if not isinstance(self.exact, bool | np.bool_):
-            raise ValueError(f"exact must be a bool, got {self.exact!r}")
-        object.__setattr__(self, "schemes", tuple(str(s) for s in schemes))
+                raise InvalidInput("rates", f"must have at most n = {max(workers)} values, got {len(rates)}")
+        check("utilization", self.utilization, POSITIVE)  # λ / Σμ
+        check("source_mode", self.source_mode, SOURCE_MODE)
+        check("exact", self.exact, *EXACT)
+        object.__setattr__(self, "schemes", schemes)
         object.__setattr__(self, "workers", workers)
-        object.__setattr__(self, "zipf", tuple(float(z) for z in zipf))
+        object.__setattr__(self, "zipf", zipf)
         object.__setattr__(self, "rates", rates)
 
     def z_values(self) -> tuple[float | None, ...]:
@@ -206,7 +187,7 @@ def build_grouping(scheme: str, n: int, stream: KeyStream, config: GroupingConfi
 
 def route_stream(grouping: Grouping, stream: KeyStream, chunk: int = CHUNK) -> tuple[IntArray, float]:
     """The worker of every tuple, routed ``chunk`` tuples at a time, and the seconds ``route`` took."""
-    check_count("chunk", chunk)
+    check("chunk", chunk, POSITIVE_INT)
     workers = np.empty(stream.messages, dtype=np.int64)
     seconds = 0.0
     for start in range(0, stream.messages, chunk):

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from repart.errors import InvalidInput
 from repart.sim.experiment import Record, select
 
 
@@ -107,7 +108,7 @@ def plot_groupings(records: Sequence[Mapping[str, Any]], path: Path, title: str)
     is at least 1/(n·m)).
     """
     if not records:
-        raise ValueError("records must not be empty: there is nothing to plot")
+        raise InvalidInput("records", "must not be empty (there is nothing to plot), got none")
     plt = _pyplot()
     from matplotlib.ticker import LogFormatter, NullLocator
 

@@ -26,7 +26,6 @@ rounded sample value); a word is hashed as its UTF-8 bytes.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from itertools import pairwise
@@ -35,9 +34,10 @@ import numpy as np
 import numpy.typing as npt
 import wordfreq
 
+from repart.errors import InvalidInput
 from repart.partitioning.hashing import hash_int64_array, hash_str_keys
-from repart.partitioning.splitting.base import check_count
-from repart.sim.workload import ZipfWorkload
+from repart.sim.workload import ZIPF_SKEW, ZipfWorkload
+from repart.validation import BOOLEAN, NON_NEGATIVE_INT, POSITIVE_INT, Interval, Kind, Options, check
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -78,18 +78,17 @@ class KeyStream:
     sources_count: int
 
     def __post_init__(self) -> None:
-        if self.workload not in WORKLOADS:
-            raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}, got {self.workload!r}")
+        check("workload", self.workload, WORKLOAD)
         m = len(self.key_ids)
-        if m < 1 or len(self.key_hashes) != m or len(self.sources) != m:
-            raise ValueError(
-                "key_ids, key_hashes and sources must be non-empty and of one length, got "
-                f"{len(self.key_ids)}, {len(self.key_hashes)}, {len(self.sources)}"
-            )
-        if self.distinct < 1 or self.sources_count < 1:
-            raise ValueError(
-                f"distinct and sources_count must be >= 1, got {self.distinct}, {self.sources_count}"
-            )
+        if m < 1:
+            raise InvalidInput("key_ids", "must be non-empty, got no tuple")
+        for name in ("key_hashes", "sources"):
+            if len(getattr(self, name)) != m:
+                raise InvalidInput(
+                    name, f"must have one entry per key id ({m}), got {len(getattr(self, name))}"
+                )
+        check("distinct", self.distinct, POSITIVE_INT)
+        check("sources_count", self.sources_count, POSITIVE_INT)
 
     @property
     def messages(self) -> int:
@@ -107,38 +106,19 @@ class KeyStream:
         return float(self.counts.max()) / self.messages
 
 
-# --- parameter checks --------------------------------------------------------------------------------
+# --- parameter checks (DESIGN §12.4) -----------------------------------------------------------------
 
-
-def _check_z(z: object) -> float:
-    if not isinstance(z, int | float | np.integer | np.floating) or isinstance(z, bool):
-        raise ValueError(f"z (Zipf skew) must be a finite number >= 0, got {z!r}")
-    value = float(z)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"z (Zipf skew) must be a finite number >= 0, got {z!r}")
-    return value
-
-
-def check_skew(skew: object) -> float:
-    if not isinstance(skew, int | float | np.integer | np.floating) or isinstance(skew, bool):
-        raise ValueError(f"skew (share of the top key) must be a number in (0, 1), got {skew!r}")
-    value = float(skew)
-    if not 0 < value < 1:  # also rejects NaN
-        raise ValueError(f"skew (share of the top key) must be a number in (0, 1), got {skew!r}")
-    return value
-
-
-def check_source_mode(source_mode: object) -> str:
-    if source_mode not in SOURCE_MODES:
-        raise ValueError(f"source_mode must be one of {', '.join(SOURCE_MODES)}, got {source_mode!r}")
-    return str(source_mode)
+WORKLOAD = Options(WORKLOADS)
+SOURCE_MODE = Options(SOURCE_MODES)
+SKEW = Interval(float, 0, 1, closed="neither")  # the DKG workload's share of the top key
+EXACT = (BOOLEAN, Kind(np.bool_, "a numpy bool"))
 
 
 def _check_common(messages: object, sources: object, seed: object, source_mode: object) -> tuple[int, int]:
-    m = check_count("messages (m)", messages, 1)
-    s = check_count("sources (S)", sources, 1)
-    check_count("seed", seed, 0)
-    check_source_mode(source_mode)
+    m = int(check("messages", messages, POSITIVE_INT))
+    s = check("sources", sources, POSITIVE_INT)
+    check("seed", seed, NON_NEGATIVE_INT)
+    check("source_mode", source_mode, SOURCE_MODE)
     return m, s
 
 
@@ -151,12 +131,12 @@ def largest_remainder_counts(shares: FloatArray, total: int) -> IntArray:
     Each entry gets ⌊share · total⌋ (shares are normalised first); the units left over go, one each, to
     the entries with the largest fractional remainders, ties to the lower index.
     """
-    total = check_count("total", total, 0)
+    total = check("total", total, NON_NEGATIVE_INT)
     weights = np.asarray(shares, dtype=np.float64)
     if weights.ndim != 1 or weights.size == 0 or not np.all(np.isfinite(weights)) or np.any(weights < 0):
-        raise ValueError("shares must be a non-empty 1-D array of finite numbers >= 0")
+        raise InvalidInput("shares", "must be a non-empty 1-d array of finite numbers >= 0")
     if weights.sum() <= 0:
-        raise ValueError("shares must have a positive sum")
+        raise InvalidInput("shares", "must have a positive sum, got 0")
     quotas = weights / weights.sum() * total
     counts: IntArray = np.floor(quotas).astype(np.int64)
     left = total - int(counts.sum())
@@ -176,7 +156,7 @@ def skewed_sources(key_hashes: HashArray, sources: int) -> IntArray:
     Generators", OOPSLA 2014) decorrelate the source from the downstream groupings, which use the key
     hash itself.
     """
-    s = check_count("sources (S)", sources, 1)
+    s = check("sources", sources, POSITIVE_INT)
     x = np.asarray(key_hashes, dtype=np.uint64) ^ np.uint64(SOURCE_SALT)
     x = (x ^ (x >> np.uint64(30))) * _SPLITMIX_M1
     x = (x ^ (x >> np.uint64(27))) * _SPLITMIX_M2
@@ -236,11 +216,10 @@ def zipf_stream(
     generator: every key appears exactly its share of m times (largest remainder, total exactly m), and
     the sequence is shuffled.
     """
-    z = _check_z(z)
-    k = check_count("keys (K)", keys, 1)
+    z = check("z", z, ZIPF_SKEW)
+    k = check("keys", keys, POSITIVE_INT)
     m, s = _check_common(messages, sources, seed, source_mode)
-    if not isinstance(exact, bool | np.bool_):
-        raise ValueError(f"exact must be a bool, got {exact!r}")
+    check("exact", exact, *EXACT)
     rng = np.random.default_rng(seed)
     zipf = ZipfWorkload(z, k)
     key_of_rank = rng.permutation(k).astype(np.int64)
@@ -258,10 +237,9 @@ def lognormal_values(which: str, messages: int, seed: int) -> IntArray:
     nearest integer reproduces the PKG paper's Table 1 (p1 = 14.71 % for LN1, 7.01 % for LN2; about 16k
     and 1.1k distinct keys at 10^7 tuples); for LN1 the hottest key is 0, i.e. every sample below 1/2.
     """
-    if which not in LOGNORMAL_PARAMETERS:
-        raise ValueError(f"which must be one of {', '.join(LOGNORMAL_PARAMETERS)}, got {which!r}")
-    m = check_count("messages (m)", messages, 1)
-    check_count("seed", seed, 0)
+    check("which", which, Options(tuple(LOGNORMAL_PARAMETERS)))
+    m = int(check("messages", messages, POSITIVE_INT))
+    check("seed", seed, NON_NEGATIVE_INT)
     mu, sigma = LOGNORMAL_PARAMETERS[which]
     normal = np.random.default_rng(seed).standard_normal(m)
     values = np.rint(np.exp(mu + sigma * normal))
@@ -298,10 +276,8 @@ def lognormal_stream(
 
 def drift_phase_starts(messages: int, phases: int) -> IntArray:
     """The first tuple of each phase: ``phases`` equal segments of m, the last one taking the rest."""
-    m = check_count("messages (m)", messages, 1)
-    p = check_count("phases", phases, 1)
-    if p > m:
-        raise ValueError(f"phases must be an integer in [1, messages = {m}], got {phases!r}")
+    m = int(check("messages", messages, POSITIVE_INT))
+    p = int(check("phases", phases, Interval(int, 1, m)))  # at most one phase per message
     return np.arange(p, dtype=np.int64) * (m // p)
 
 
@@ -320,8 +296,8 @@ def drift_stream(
     The m tuples form ``phases`` consecutive segments (:func:`drift_phase_starts`); each is i.i.d.
     Zipf(z) over the same K keys with its own random rank → key permutation.
     """
-    z = _check_z(z)
-    k = check_count("keys (K)", keys, 1)
+    z = check("z", z, ZIPF_SKEW)
+    k = check("keys", keys, POSITIVE_INT)
     m, s = _check_common(messages, sources, seed, source_mode)
     starts = drift_phase_starts(m, phases)
     rng = np.random.default_rng(seed)
@@ -335,8 +311,8 @@ def drift_stream(
 
 def dkg_shares(skew: float, keys: int) -> FloatArray:
     """The DKG synthetic distribution by rank: ``skew`` for the top key, (1 − skew)/(K − 1) for each other."""
-    share = check_skew(skew)
-    k = check_count("keys (K)", keys, 2)
+    share = check("skew", skew, SKEW)
+    k = check("keys", keys, Interval(int, 2, None))
     shares = np.full(k, (1.0 - share) / (k - 1), dtype=np.float64)
     shares[0] = share
     return shares
@@ -377,11 +353,7 @@ def _english_vocabulary(keys: int) -> tuple[tuple[str, ...], FloatArray, HashArr
 
 
 def _check_word_keys(keys: object) -> int:
-    k = check_count("keys (K)", keys, 1)
-    size = english_vocabulary_size()
-    if k > size:
-        raise ValueError(f"keys (K) must be an integer in [1, {size}] for words, got {keys!r}")
-    return k
+    return int(check("keys", keys, Interval(int, 1, english_vocabulary_size())))
 
 
 def english_vocabulary(keys: int) -> tuple[list[str], FloatArray]:
@@ -433,8 +405,7 @@ def make_stream(
     words; None means :data:`DKG_KEYS` for dkg and :data:`DEFAULT_KEYS` otherwise), ``skew`` (dkg),
     ``exact`` (zipf), ``phases`` (drift).
     """
-    if workload not in WORKLOADS:
-        raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}, got {workload!r}")
+    check("workload", workload, WORKLOAD)
     k = (DKG_KEYS if workload == "dkg" else DEFAULT_KEYS) if keys is None else keys
     if workload == "zipf":
         return zipf_stream(z, k, messages, sources, seed, exact=exact, source_mode=source_mode)

@@ -16,7 +16,8 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
-from repart.sim.workload import ZipfWorkload, check_domain, check_zipf
+from repart.sim.workload import DOMAIN, ZIPF_SKEW, ZipfWorkload
+from repart.validation import NON_NEGATIVE_INT, POSITIVE_INT, Interval, check
 
 IntArray = npt.NDArray[np.int64]
 
@@ -39,7 +40,8 @@ class Trades:
 
 @dataclass(frozen=True)
 class TradeStream:
-    """A reproducible stream of trade batches (see the module docstring); ValueError for bad fields."""
+    """A reproducible stream of trade batches (see the module docstring); ``InvalidInput`` naming a bad
+    field."""
 
     tickers: int = 20_000
     zipf: float = 0.9
@@ -49,20 +51,12 @@ class TradeStream:
     seed: int = 7
 
     def __post_init__(self) -> None:
-        check_domain(self.tickers)
-        check_zipf(self.zipf)
-        if (
-            isinstance(self.base_trades, bool)
-            or not isinstance(self.base_trades, int)
-            or self.base_trades < 1
-        ):
-            raise ValueError(f"base_trades must be an integer >= 1, got {self.base_trades!r}")
-        if not isinstance(self.growth, int | float) or not 0.1 <= self.growth <= 10:
-            raise ValueError(f"growth must be a number in [0.1, 10], got {self.growth!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
-            raise ValueError(f"seed must be an integer in [0, 2^63), got {self.seed!r}")
-        if not isinstance(self.drift, int | float) or not 0 <= self.drift <= 2:
-            raise ValueError(f"drift must be a number in [0, 2], got {self.drift!r}")
+        check("tickers", self.tickers, DOMAIN)
+        check("zipf", self.zipf, ZIPF_SKEW)
+        check("base_trades", self.base_trades, POSITIVE_INT)
+        check("growth", self.growth, Interval(float, 0.1, 10))
+        check("seed", self.seed, Interval(int, 0, 2**63, closed="left"))
+        check("drift", self.drift, Interval(float, 0, 2))
 
     @cached_property
     def _workload(self) -> ZipfWorkload:
@@ -93,8 +87,7 @@ class TradeStream:
 
     def batch(self, batch: int) -> Trades:
         """Batch number ``batch`` (>= 0), the same every time it is asked for."""
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 0:
-            raise ValueError(f"batch must be an integer >= 0, got {batch!r}")
+        check("batch", batch, NON_NEGATIVE_INT)
         rng = np.random.default_rng([self.seed, 1, batch])
         cumulative = np.cumsum(self.popularity(batch))
         cumulative[-1] = 1.0

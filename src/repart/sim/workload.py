@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
 
+from repart.validation import NON_NEGATIVE, POSITIVE_INT, check
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
-def check_zipf(z: float) -> float:
-    if not isinstance(z, int | float) or isinstance(z, bool) or not math.isfinite(z) or z < 0:
-        raise ValueError(f"zipf (skew z) must be a finite number >= 0, got {z!r}")
-    return float(z)
-
-
-def check_domain(domain: int) -> int:
-    if isinstance(domain, bool) or not isinstance(domain, int) or domain < 1:
-        raise ValueError(f"domain (|D|) must be an integer >= 1, got {domain!r}")
-    return domain
+ZIPF_SKEW = NON_NEGATIVE  # z: a finite number >= 0 (0 is uniform)
+DOMAIN = POSITIVE_INT  # |D|: the number of distinct keys
 
 
 @dataclass(frozen=True)
@@ -38,8 +31,8 @@ class ZipfWorkload:
     key_seed: int = 0
 
     def __post_init__(self) -> None:
-        check_zipf(self.z)
-        check_domain(self.domain)
+        check("z", self.z, ZIPF_SKEW)
+        check("domain", self.domain, DOMAIN)
 
     @cached_property
     def keys(self) -> IntArray:

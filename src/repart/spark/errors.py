@@ -10,8 +10,3 @@ from __future__ import annotations
 
 class JobInputError(ValueError):
     """A DataFrame, key column or version that a job cannot use as given."""
-
-
-class StateStoreError(ValueError):
-    """A state store that cannot be opened, written or migrated as asked (corrupt or missing manifest,
-    a plan of another region or generation, a layout that does not match the version)."""

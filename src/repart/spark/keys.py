@@ -14,8 +14,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from repart.errors import InvalidInput
 from repart.partitioning.hashing import KeyType, check_slot_bits
-from repart.spark.errors import JobInputError
 
 _INT_TYPES = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 ACCEPTED_TYPES = "string, tinyint, smallint, int, bigint"
@@ -50,14 +50,16 @@ class KeyColumn:
 
 
 def key_column(df: DataFrame, name: str, expected: KeyType | None = None) -> KeyColumn:
-    """Resolve ``name`` in ``df`` as a key column; JobInputError if it is missing, of a type repart
-    does not hash, or not of the ``expected`` key type."""
+    """Resolve ``name`` in ``df`` as a key column; InvalidInput ``key_col`` if it is missing, of a type
+    repart does not hash, or not of the ``expected`` key type."""
     if not isinstance(name, str) or not name:
-        raise JobInputError(f"key_col must be a column name, got {name!r}")
+        raise InvalidInput("key_col", f"must be a column name, got {name!r}")
     fields = {field.name: field for field in df.schema.fields}
     if name not in fields:
-        raise JobInputError(
-            f"key_col: the DataFrame has no column {name!r}; its columns are {', '.join(fields) or '(none)'}"
+        raise InvalidInput(
+            "key_col",
+            f"must name a column: the DataFrame has no column {name!r}; its columns are "
+            f"{', '.join(fields) or '(none)'}",
         )
     data_type = fields[name].dataType
     if isinstance(data_type, T.StringType):
@@ -65,14 +67,16 @@ def key_column(df: DataFrame, name: str, expected: KeyType | None = None) -> Key
     elif isinstance(data_type, _INT_TYPES):
         kind = "int"
     else:
-        raise JobInputError(
-            f"key_col: column {name!r} has type {data_type.simpleString()}; "
-            f"accepted key types: {ACCEPTED_TYPES}"
+        raise InvalidInput(
+            "key_col",
+            f"must be a key column: column {name!r} has type {data_type.simpleString()}; "
+            f"accepted key types: {ACCEPTED_TYPES}",
         )
     if expected is not None and kind != expected:
-        raise JobInputError(
-            f"key_col: column {name!r} holds {kind!r} keys ({data_type.simpleString()}) "
-            f"but the version routes {expected!r} keys"
+        raise InvalidInput(
+            "key_col",
+            f"must hold the version's keys: column {name!r} holds {kind!r} keys "
+            f"({data_type.simpleString()}) but the version routes {expected!r} keys",
         )
     return KeyColumn(name=name, spark_type=data_type.simpleString(), key_type=kind)
 

@@ -26,11 +26,10 @@ so it is accepted rather than paid for by carrying every key to the executors' t
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import partial, reduce
 from typing import TYPE_CHECKING, Any
 
@@ -41,15 +40,20 @@ from pyspark.sql import DataFrame
 from pyspark.sql import Observation as MetricsObservation
 from pyspark.sql import functions as F
 
+from repart.errors import InvalidInput
 from repart.partitioning.documents import require_int
 from repart.partitioning.frequency import LossyCounter
 from repart.partitioning.hashing import DEFAULT_SLOT_BITS, KeyType, check_slot_bits
+from repart.protocol.snapshot import (
+    ChannelMeasurement,
+    CounterEntry,
+    Snapshot,
+    channel_measurements,
+    check_region_name,
+)
 from repart.spark.counting import count_partition
 from repart.spark.errors import JobInputError
 from repart.spark.keys import key_column
-from repart.storage import SnapshotError, parse_snapshot
-from repart.storage.regions import check_region_name
-from repart.storage.snapshots import FORMAT_VERSION
 
 if TYPE_CHECKING:  # no import of the sinks (and the database) at run time
     from repart.spark.sinks import SnapshotSink
@@ -67,10 +71,12 @@ class Window:
     end: datetime
 
     def __post_init__(self) -> None:
-        require_int(self.seq, "window.seq", error=JobInputError)
+        require_int(self.seq, "window.seq")
         for name, value in (("window.start", self.start), ("window.end", self.end)):
-            if not isinstance(value, datetime) or value.utcoffset() is None:
-                raise JobInputError(f"{name} must be a timezone-aware datetime, got {value!r}")
+            if not isinstance(value, datetime) or value.utcoffset() is None or not _has_utc_time(value):
+                raise JobInputError(
+                    f"{name} must be a timezone-aware datetime in years 1-9999 UTC, got {value!r}"
+                )
         if self.end <= self.start:
             raise JobInputError(
                 "window.end must be after window.start, "
@@ -80,6 +86,15 @@ class Window:
     def to_json(self) -> dict[str, Any]:
         """The document's ``window`` object: seq and ISO-8601 timestamps with their UTC offsets."""
         return {"seq": self.seq, "start": self.start.isoformat(), "end": self.end.isoformat()}
+
+
+def _has_utc_time(moment: datetime) -> bool:
+    """Whether ``moment`` converts to UTC (year 1 at +14:00 or year 9999 at -14:00 does not)."""
+    try:
+        moment.astimezone(UTC)
+    except OverflowError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -146,30 +161,25 @@ def observe(
         raise JobInputError(f"epsilon must be a number in (0, 1), got {epsilon!r}")
     if not isinstance(window, Window):
         raise JobInputError(f"window must be a repart.spark.observe.Window, got {type(window).__name__}")
-    try:
+    try:  # the fields given, checked before the Spark job runs
         check_slot_bits(slot_bits)
-        check_region_name(region)
-    except ValueError as error:  # check_region_name raises StorageError, a ValueError
-        raise JobInputError(str(error)) from None
-    fields = partial(
-        _document,
-        region=region,
-        window=window,
-        epsilon=float(epsilon),
-        key_type=key.key_type,
-        slot_bits=slot_bits,
-        version=version,
-        channels=copy.deepcopy(channels),
-    )
-    try:  # the fields given, checked on an empty document before the Spark job runs
-        parse_snapshot(fields(_BatchCounts(0, 0, 0, [], [])))
-    except SnapshotError as error:
+        fields = partial(
+            _snapshot,
+            region=check_region_name(region),
+            window=window,
+            epsilon=float(epsilon),
+            key_type=key.key_type,
+            slot_bits=slot_bits,
+            version=None if version is None else require_int(version, "version", 1),
+            channels=None if not channels else channel_measurements(list(channels)),
+        )
+    except InvalidInput as error:
         raise JobInputError(str(error)) from None
 
     counts = _count(
         df.select(key.hash.alias("hash"), key.value.alias("key")), key.key_type, epsilon, slot_bits
     )
-    document = fields(counts)
+    document = fields(counts).to_document()
     destination = sink.write(document)
     return Observation(
         document=document,
@@ -181,7 +191,7 @@ def observe(
     )
 
 
-def _document(
+def _snapshot(
     counts: _BatchCounts,
     *,
     region: str,
@@ -190,26 +200,24 @@ def _document(
     key_type: KeyType,
     slot_bits: int,
     version: int | None,
-    channels: Sequence[dict[str, Any]] | None,
-) -> dict[str, Any]:
-    """The snapshot document (format 1) of ``counts``; ``version`` and ``channels`` only when given."""
-    document: dict[str, Any] = {
-        "format": FORMAT_VERSION,
-        "region": region,
-        "window": window.to_json(),
-        "tuples": counts.tuples,
-        "distinct_estimate": counts.distinct_estimate,
-        "epsilon": epsilon,
-        "key_type": key_type,
-        "items": counts.items,
-        "slot_bits": slot_bits,
-        "slots": counts.slots,
-    }
-    if version is not None:
-        document["version"] = version
-    if channels is not None:
-        document["channels"] = channels
-    return document
+    channels: tuple[ChannelMeasurement, ...] | None,
+) -> Snapshot:
+    """The snapshot of ``counts`` in ``window``; ``version`` and ``channels`` only when given."""
+    return Snapshot(
+        region=region,
+        seq=window.seq,
+        window_start=window.start.astimezone(UTC),
+        window_end=window.end.astimezone(UTC),
+        tuples=counts.tuples,
+        distinct_estimate=counts.distinct_estimate,
+        epsilon=epsilon,
+        key_type=key_type,
+        items=tuple(CounterEntry(key, count, delta) for key, count, delta in counts.items),
+        slot_bits=slot_bits,
+        slots=tuple((slot, count) for slot, count in counts.slots) or None,
+        version=version,
+        channels=channels,
+    )
 
 
 def _count(projected: DataFrame, key_type: KeyType, epsilon: float, slot_bits: int) -> _BatchCounts:

@@ -49,9 +49,9 @@ import json
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from repart.errors import InvalidInput
 from repart.partitioning.function import PartitionFunction
 from repart.partitioning.hashing import Key, hash_keys, slots_of_hashes
-from repart.spark.errors import JobInputError
 from repart.spark.keys import KeyColumn, key_column
 
 DEFAULT_CHANNEL_COL = "channel"
@@ -64,12 +64,12 @@ def route(
     """``df`` with an int column ``channel_col`` holding ``version``'s channel of each row's key.
 
     The channel is computed by JVM-native expressions (no Python UDF; see the module docstring), so a
-    row's channel equals ``version.lookup(key)`` (DESIGN §2); a null key gets channel 0. JobInputError
+    row's channel equals ``version.lookup(key)`` (DESIGN §2); a null key gets channel 0. InvalidInput
     if ``key_col`` is missing, of a type repart does not hash or of another key type than
     ``version``'s, or if ``df`` already has a column ``channel_col``.
     """
     if not isinstance(version, PartitionFunction):
-        raise JobInputError(f"version must be a PartitionFunction, got {type(version).__name__}")
+        raise InvalidInput("version", f"must be a PartitionFunction, got {type(version).__name__}")
     key = key_column(df, key_col, expected=version.key_type)
     _check_new_column(df, channel_col)
     return df.withColumn(channel_col, _channel(key, version))
@@ -139,13 +139,14 @@ def _literal(value: object, spark_type: str) -> Column:
 
 
 def _check_new_column(df: DataFrame, channel_col: str) -> None:
-    """JobInputError unless ``channel_col`` is a column name ``df`` does not have yet."""
+    """InvalidInput unless ``channel_col`` is a column name ``df`` does not have yet."""
     if not isinstance(channel_col, str) or not channel_col:
-        raise JobInputError(f"channel_col must be a column name, got {channel_col!r}")
+        raise InvalidInput("channel_col", f"must be a column name, got {channel_col!r}")
     case_sensitive = df.sparkSession.conf.get("spark.sql.caseSensitive") == "true"
     fold = (lambda name: name) if case_sensitive else str.lower
     if any(fold(name) == fold(channel_col) for name in df.columns):
-        raise JobInputError(
-            f"channel_col: the DataFrame already has a column {channel_col!r}; "
-            "pass another channel_col or drop the column first"
+        raise InvalidInput(
+            "channel_col",
+            f"must be a new column: the DataFrame already has a column {channel_col!r}; "
+            "pass another channel_col or drop the column first",
         )

@@ -10,6 +10,10 @@ so that a migration never rehashes to find a row's slot. A generation lists its 
 only. Every file is written with exclusive creation and made durable (file and directory ``fsync``)
 before its entry is returned, so a generation that lists it can only become reachable after it is
 complete.
+
+Errors (DESIGN §12.4): a bad argument is ``InvalidInput`` naming it; a listed file that is missing,
+truncated or unreadable, or whose rows, checksum or slots differ from its entry, is ``Corrupt`` with
+the file's path.
 """
 
 from __future__ import annotations
@@ -28,9 +32,9 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from repart.errors import Corrupt, InvalidInput
 from repart.partitioning.documents import KEY_TYPES, require_int, require_object
 from repart.partitioning.hashing import KeyType, check_slot_bits, slots_of_hashes
-from repart.spark.errors import StateStoreError
 from repart.state.checksum import U64, checksum, is_bytes_like, is_hashable_type, key_hashes, row_hashes
 
 SLOT_COLUMN = "_slot"
@@ -61,23 +65,23 @@ class FileEntry:
 
     @classmethod
     def from_dict(cls, document: Mapping[str, Any], name: str = "file entry") -> FileEntry:
-        """Parse and check an entry; StateStoreError naming ``name`` and the field at fault."""
-        fields = require_object(document, name, _ENTRY_FIELDS, error=StateStoreError)
+        """Parse and check an entry; InvalidInput naming ``name`` and the field at fault."""
+        fields = require_object(document, name, _ENTRY_FIELDS)
         path, digest = fields["path"], fields["checksum"]
         match = _PATH.fullmatch(path) if isinstance(path, str) else None
         if match is None:
-            raise StateStoreError(f"{name}: path must be 'channel=<c>/<32 hex digits>.parquet', got {path!r}")
+            raise InvalidInput(f"{name}.path", f"must be 'channel=<c>/<32 hex digits>.parquet', got {path!r}")
         if not isinstance(digest, str) or not _CHECKSUM.fullmatch(digest):
-            raise StateStoreError(f"{name}: checksum must be 16 lowercase hex digits, got {digest!r}")
-        channel = require_int(fields["channel"], f"{name}: channel", error=StateStoreError)
+            raise InvalidInput(f"{name}.checksum", f"must be 16 lowercase hex digits, got {digest!r}")
+        channel = require_int(fields["channel"], f"{name}.channel")
         if int(match.group(1)) != channel:
-            raise StateStoreError(f"{name}: path {path!r} is not in the directory of channel {channel}")
+            raise InvalidInput(f"{name}.path", f"must be in the directory of channel {channel}, got {path!r}")
         return cls(
             path=path,
             channel=channel,
-            slot_group=require_int(fields["slot_group"], f"{name}: slot_group", error=StateStoreError),
-            rows=require_int(fields["rows"], f"{name}: rows", 1, error=StateStoreError),
-            bytes=require_int(fields["bytes"], f"{name}: bytes", 1, error=StateStoreError),
+            slot_group=require_int(fields["slot_group"], f"{name}.slot_group"),
+            rows=require_int(fields["rows"], f"{name}.rows", 1),
+            bytes=require_int(fields["bytes"], f"{name}.bytes", 1),
             checksum=int(digest, 16),
         )
 
@@ -123,33 +127,32 @@ class Layout:
 
 
 def check_slot_groups(slot_groups: object, slot_bits: int) -> int:
-    """``slot_groups`` if it is a power of two in [1, 2^slot_bits]; StateStoreError otherwise."""
-    groups = require_int(slot_groups, "slot_groups", 1, 2**slot_bits, error=StateStoreError)
+    """``slot_groups`` if it is a power of two in [1, 2^slot_bits]; InvalidInput otherwise."""
+    groups = require_int(slot_groups, "slot_groups", 1, 2**slot_bits)
     if groups & (groups - 1):
-        raise StateStoreError(f"slot_groups must be a power of two in [1, {2**slot_bits}], got {groups}")
+        raise InvalidInput("slot_groups", f"must be a power of two in [1, {2**slot_bits}], got {groups}")
     return groups
 
 
 def checked_layout(
     key_col: object, key_type: object, slot_bits: object, slot_groups: object, schema: object
 ) -> Layout:
-    """The layout of a store, every field checked (StateStoreError naming it)."""
+    """The layout of a store, every field checked (InvalidInput naming it)."""
     if key_type not in KEY_TYPES:
-        raise StateStoreError(f"key_type must be one of {', '.join(KEY_TYPES)}, got {key_type!r}")
-    try:
-        bits = check_slot_bits(slot_bits)  # type: ignore[arg-type]
-    except ValueError as error:
-        raise StateStoreError(str(error)) from None
+        raise InvalidInput("key_type", f"must be one of {', '.join(KEY_TYPES)}, got {key_type!r}")
+    bits = check_slot_bits(slot_bits)  # type: ignore[arg-type]
     groups = check_slot_groups(slot_groups, bits)
     if not isinstance(schema, pa.Schema):
-        raise StateStoreError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
+        raise InvalidInput("schema", f"must be a pyarrow.Schema, got {type(schema).__name__}")
     if not isinstance(key_col, str) or key_col not in schema.names:
-        raise StateStoreError(f"key_col must name a column of the schema {schema.names}, got {key_col!r}")
+        raise InvalidInput("key_col", f"must name a column of the schema {schema.names}, got {key_col!r}")
     if len(set(schema.names)) != len(schema.names):
-        raise StateStoreError(f"schema: column names must be distinct, got {schema.names}")
+        raise InvalidInput("schema", f"column names must be distinct, got {schema.names}")
     for reserved in (SLOT_COLUMN, CHANNEL_COLUMN):
         if reserved in schema.names:
-            raise StateStoreError(f"schema: the column name {reserved!r} is reserved by the state store")
+            raise InvalidInput(
+                "schema", f"must not use the column name {reserved!r}, reserved by the state store"
+            )
     key_field = schema.field(key_col)
     key_ok = (
         pa.types.is_string(key_field.type)
@@ -157,15 +160,17 @@ def checked_layout(
         else pa.types.is_signed_integer(key_field.type)
     )
     if not key_ok:
-        raise StateStoreError(
-            f"schema: key column {key_col!r} has type {key_field.type}; {key_type!r} keys need "
-            f"{'string' if key_type == 'str' else 'a signed integer type'}"
+        raise InvalidInput(
+            "schema",
+            f"key column {key_col!r} has type {key_field.type}; {key_type!r} keys need "
+            f"{'string' if key_type == 'str' else 'a signed integer type'}",
         )
     for field in schema:
         if not is_hashable_type(field.type):
-            raise StateStoreError(
-                f"schema: column {field.name!r} has type {field.type}; accepted: integers, floats, booleans, "
-                "dates, times, timestamps, durations, strings, binary"
+            raise InvalidInput(
+                "schema",
+                f"column {field.name!r} has type {field.type}; accepted: integers, floats, booleans, "
+                "dates, times, timestamps, durations, strings, binary",
             )
     return Layout(key_col, key_type, bits, groups, schema)
 
@@ -183,15 +188,15 @@ def write_channel_files(
     """Write a channel's complete new state (``table``: the user's columns) as one file per slot group.
 
     Returns the entries for ``StateStore.commit``; nothing is visible to readers until a commit lists
-    them. StateStoreError names the argument at fault (a missing or null key column, bad layout values).
+    them. InvalidInput names the argument at fault (a missing or null key column, bad layout values).
     """
-    require_int(channel, "channel", error=StateStoreError)
+    require_int(channel, "channel")
     if not isinstance(table, pa.Table):
-        raise StateStoreError(f"table must be a pyarrow.Table, got {type(table).__name__}")
+        raise InvalidInput("table", f"must be a pyarrow.Table, got {type(table).__name__}")
     layout = checked_layout(key_col, key_type, slot_bits, slot_groups, table.schema)
     bits = layout.slot_bits
     if table.column(key_col).null_count:
-        raise StateStoreError(f"key_col: column {key_col!r} holds nulls; every state row needs a key")
+        raise InvalidInput("key_col", f"column {key_col!r} holds nulls; every state row needs a key")
     hashes = key_hashes(table.column(key_col), key_type)
     slots = slots_of_hashes(hashes, bits)
     order = np.argsort(slots, kind="stable")
@@ -234,7 +239,11 @@ def link_part(root: str | os.PathLike[str], entry: FileEntry, channel: int) -> F
     directory = channel_dir(root, channel)
     directory.mkdir(parents=True, exist_ok=True)
     name = f"{uuid.uuid4().hex}.parquet"
-    os.link(Path(root) / entry.path, directory / name)
+    source = Path(root) / entry.path
+    try:
+        os.link(source, directory / name)
+    except FileNotFoundError:
+        raise Corrupt("state file listed by the current generation is missing", path=str(source)) from None
     return FileEntry(
         f"channel={channel}/{name}", channel, entry.slot_group, entry.rows, entry.bytes, entry.checksum
     )
@@ -242,26 +251,24 @@ def link_part(root: str | os.PathLike[str], entry: FileEntry, channel: int) -> F
 
 def read_verified(root: str | os.PathLike[str], entry: FileEntry, layout: Layout) -> tuple[pa.Table, U64]:
     """Read a whole file (user columns and ``_slot``) and its row hashes, checking it against its entry:
-    schema, row count, checksum, and every row's ``_slot`` against its key's hash. StateStoreError
-    names the file when anything differs."""
+    schema, row count, checksum, and every row's ``_slot`` against its key's hash. ``Corrupt`` names
+    the file when anything differs."""
     path = Path(root) / entry.path
-    try:
-        table = read_parquet(path)
-    except (OSError, pa.ArrowException) as error:
-        raise StateStoreError(f"state file {str(path)!r} cannot be read: {error}") from None
+    table = read_parquet(path)
     if not layout.matches(table.schema):
-        raise StateStoreError(f"state file {str(path)!r} does not have the store's schema: {table.schema}")
+        raise Corrupt(f"state file does not have the store's schema: {table.schema}", path=str(path))
     hashes = key_hashes(table.column(layout.key_col), layout.key_type)
     slots = slots_of_hashes(hashes, layout.slot_bits)
     row_sums = row_hashes(table, hashes, layout.state_cols)
     stored_slots = table.column(SLOT_COLUMN).to_numpy()
     if table.num_rows != entry.rows or checksum(row_sums) != entry.checksum:
-        raise StateStoreError(
-            f"state file {str(path)!r} does not match its generation entry: {table.num_rows} rows and "
-            f"checksum {checksum(row_sums):016x}, expected {entry.rows} rows and {entry.checksum:016x}"
+        raise Corrupt(
+            f"state file does not match its generation entry: {table.num_rows} rows and checksum "
+            f"{checksum(row_sums):016x}, expected {entry.rows} rows and {entry.checksum:016x}",
+            path=str(path),
         )
     if not np.array_equal(stored_slots, slots) or np.any((slots >> layout.group_shift) != entry.slot_group):
-        raise StateStoreError(f"state file {str(path)!r}: a row's _slot or slot group does not match its key")
+        raise Corrupt("state file: a row's _slot or slot group does not match its key", path=str(path))
     return table, row_sums
 
 
@@ -286,8 +293,16 @@ def make_durable(root: str | os.PathLike[str], written: Sequence[FileEntry], *, 
 
 def read_parquet(path: Path, columns: Sequence[str] | None = None) -> pa.Table:
     """One Parquet file (or some of its columns) as a table; ``ParquetFile.read`` costs half of
-    ``pq.read_table`` for the store's small files (measured 0.7 vs 1.4 ms, 5,000 rows)."""
-    return pq.ParquetFile(path).read(columns=columns)
+    ``pq.read_table`` for the store's small files (measured 0.7 vs 1.4 ms, 5,000 rows).
+
+    Every file read is one a generation lists, so a file that is missing, truncated (``Parquet magic
+    bytes not found``) or otherwise unreadable is damaged state: ``Corrupt`` naming it."""
+    try:
+        return pq.ParquetFile(path).read(columns=columns)
+    except FileNotFoundError:
+        raise Corrupt("state file listed by the current generation is missing", path=str(path)) from None
+    except (OSError, pa.ArrowException) as error:
+        raise Corrupt(f"state file cannot be read: {error}", path=str(path)) from None
 
 
 def channel_dir(root: str | os.PathLike[str], channel: int) -> Path:

@@ -18,7 +18,8 @@ Each row's destination is ``MigrationPlan.destination`` vectorized: explicit tar
 else the slot move of its slot from this channel, else stay. Every written file is read back and its
 checksum compared with the rows that were meant for it; then per channel
 ``checksum_after = checksum_before − out + in`` and ``rows_after = rows_before − out + in``, and the
-totals unchanged. Any difference raises StateStoreError before anything is committed.
+totals unchanged. Any difference is damaged state (``Corrupt``, DESIGN §12.4), raised before anything
+is committed.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from repart.errors import Corrupt
 from repart.migration.plan import MigrationPlan
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
-from repart.spark.errors import StateStoreError
 from repart.state.checksum import U64, add_checksums, checksum
 from repart.state.files import (
     SLOT_COLUMN,
@@ -229,24 +230,24 @@ def _verify(
         read_verified(root, entry, layout)
     for source, link in migration.links:
         if not os.path.samefile(Path(root) / source.path, Path(root) / link.path):
-            raise StateStoreError(f"relocated file {link.path!r} is not a link to {source.path!r}")
+            raise Corrupt(f"relocated file is not a link to {source.path!r}", path=link.path)
     old, new = _totals(before), _totals(migration.files)
     for channel in sorted(old.keys() | new.keys() | migration.flows.keys()):
         rows, digest = old.get(channel, (0, 0))
         flow_rows, flow_digest = migration.flows.get(channel, (0, 0))
         wanted = (rows + flow_rows, add_checksums(digest, flow_digest))
         if new.get(channel, (0, 0)) != wanted:
-            raise StateStoreError(
+            raise Corrupt(
                 f"verification failed for channel {channel}: after the plan it holds "
                 f"{new.get(channel, (0, 0))} (rows, checksum), expected {wanted}; nothing was committed"
             )
         if channel >= n_channels and wanted[0]:
-            raise StateStoreError(
+            raise Corrupt(
                 f"channel {channel} keeps {wanted[0]} rows after the plan, but the target function has "
                 f"{n_channels} channels: the state does not match the plan's source; nothing was committed"
             )
     if _total(old.values()) != _total(new.values()):
-        raise StateStoreError(
+        raise Corrupt(
             "verification failed: the plan changed the total (rows, checksum); nothing was committed"
         )
 

@@ -6,7 +6,8 @@ On disk, under ``ROOT``:
   one slot group each, sorted by slot, with a ``_slot`` column;
 - ``generations/<gen:08d>.json``: a generation: the files it consists of (path, channel, slot group,
   rows, bytes, checksum) and the layout they are in: region, version number, function digest, channel
-  count, slot bits, key type and column, the Arrow schema, slot groups, and the plans applied so far;
+  count, slot bits, key type and column, the Arrow schema, slot groups, the plans applied so far, and
+  the last batch the state absorbed (``repart.state.batches``: its id and per-channel measurements);
 - ``MANIFEST``: ``{"format", "generation", "sha256"}``, the current generation and the SHA-256 of its
   document, replaced atomically (temporary file, ``fsync``, rename, ``fsync`` of the directory).
 
@@ -20,7 +21,15 @@ migration plan (DESIGN §6) from the version the store holds to the next one, mo
 that change channel (``repart.state.migrate``), and records the plan's id: applying it again is a
 no-op. A job writes a channel's state with ``write_channel_files`` (on executors) and ``commit``; a
 commit under a version other than the store's is refused, so no state is ever written in a layout
-the store is not in. Errors are ``StateStoreError`` naming the file, field or plan at fault (§10).
+the store is not in. A commit may name the batch it absorbs: the generation records the batch's id,
+and ``absorbed(batch_id)`` tells a job that runs the batch again that it is in the state already
+(exactly-once batches, like Delta Lake's transaction identifiers).
+
+Errors (DESIGN §12.4): ``InvalidInput`` names the argument at fault (a plan of another region or
+generation, a layout that does not match the version); ``Corrupt`` names the damaged file (a missing
+or truncated data file, a missing or unreadable manifest or generation document, rows or a checksum
+that do not match); ``Conflict`` when another writer moved the store on; ``NotFound`` when there is no
+store at all.
 
 A ``StateStore`` object is a handle on one generation: plain data, picklable, so it can be shipped
 to Spark executors to read a channel. ``commit`` and ``apply`` move the handle to the new generation.
@@ -41,6 +50,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from repart.errors import Conflict, Corrupt, InvalidInput, NotFound
 from repart.migration.plan import MigrationPlan
 from repart.partitioning.consistent import check_n_channels
 from repart.partitioning.documents import (
@@ -54,7 +64,7 @@ from repart.partitioning.documents import (
     sha256_hex,
 )
 from repart.partitioning.hashing import KeyType
-from repart.spark.errors import StateStoreError
+from repart.state.batches import AbsorbedBatch
 from repart.state.checksum import add_checksums
 from repart.state.files import (
     CHANNEL_COLUMN,
@@ -92,6 +102,7 @@ _GENERATION_FIELDS = (
     "applied_plans",
     "files",
 )
+_OPTIONAL_GENERATION_FIELDS = ("batch",)
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _GENERATION_NAME = re.compile(r"([0-9]{8})\.json")
 
@@ -124,11 +135,14 @@ class _Generation:
     layout: Layout
     applied_plans: tuple[tuple[int, str], ...]
     files: tuple[FileEntry, ...]
+    batch: AbsorbedBatch | None = None
 
     def to_json(self) -> str:
         schema = base64.b64encode(self.layout.schema.serialize().to_pybytes()).decode("ascii")
+        batch = {} if self.batch is None else {"batch": self.batch.to_dict()}
         return canonical_json(
             {
+                **batch,
                 "format": FORMAT_VERSION,
                 "generation": self.generation,
                 "region": self.region,
@@ -147,10 +161,12 @@ class _Generation:
 
     @classmethod
     def from_json(cls, text: str, name: str) -> _Generation:
-        """Parse a generation document; StateStoreError naming the file ``name`` and the field."""
+        """Parse a generation document; ``Corrupt`` naming the file ``name`` and the field."""
         try:
-            document = require_object(parse_json(text), name, _GENERATION_FIELDS, error=StateStoreError)
-            require_format(document["format"], FORMAT_VERSION, error=StateStoreError)
+            document = require_object(
+                parse_json(text, name), "generation", _GENERATION_FIELDS, _OPTIONAL_GENERATION_FIELDS
+            )
+            require_format(document["format"], FORMAT_VERSION)
             schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(document["schema"], validate=True)))
             layout = checked_layout(
                 document["key_col"],
@@ -161,16 +177,17 @@ class _Generation:
             )
             n_channels = check_n_channels(document["n_channels"])
             files = tuple(
-                FileEntry.from_dict(entry, f"{name}: files[{index}]")
-                for index, entry in enumerate(require_list(document["files"], "files", error=StateStoreError))
+                FileEntry.from_dict(entry, f"files[{index}]")
+                for index, entry in enumerate(require_list(document["files"], "files"))
             )
-            plans = require_list(document["applied_plans"], "applied_plans", error=StateStoreError)
+            plans = require_list(document["applied_plans"], "applied_plans")
             applied = tuple(
-                (require_int(plan_id, "applied_plans: id"), _checked_digest(digest, "applied_plans: digest"))
+                (require_int(plan_id, "applied_plans.id"), _checked_digest(digest, "applied_plans.digest"))
                 for plan_id, digest in (
                     require_row(row, "applied_plans[]", ("id", "digest")) for row in plans
                 )
             )
+            batch = document.get("batch")
             return cls(
                 generation=require_int(document["generation"], "generation"),
                 region=_checked_region(document["region"]),
@@ -180,11 +197,10 @@ class _Generation:
                 layout=layout,
                 applied_plans=applied,
                 files=files,
+                batch=None if batch is None else AbsorbedBatch.from_dict(batch),
             )
-        except (ValueError, TypeError, pa.ArrowException) as error:
-            raise StateStoreError(
-                f"generation file {name!r} is not a valid generation document: {error}"
-            ) from None
+        except (ValueError, TypeError, pa.ArrowException) as error:  # InvalidInput is a ValueError
+            raise Corrupt(f"not a valid generation document: {error}", path=name) from None
 
 
 class StateStore:
@@ -215,27 +231,29 @@ class StateStore:
     ) -> StateStore:
         """An empty store (generation 0, no files) in ``root``, which must not exist or be empty (or
         hold only the leftovers of a ``create`` that was killed before it wrote the manifest).
+        InvalidInput for a bad argument or a ``root`` that holds something else (a store too: open
+        it); Corrupt for a store whose MANIFEST is missing (creating over it would lose its state).
 
         ``schema`` holds the user's columns: the key column (string for ``str`` keys, a signed integer type
         for ``int`` keys) and state columns of fixed-width or string/binary types; ``_slot`` and
         ``channel`` are reserved. ``slot_groups`` is a power of two in [1, 2^slot_bits].
         """
-        try:
-            current = _Generation(
-                generation=0,
-                region=_checked_region(region),
-                version=require_int(version, "version"),
-                function_digest=_checked_digest(function_digest, "function_digest"),
-                n_channels=check_n_channels(n_channels),
-                layout=checked_layout(key_col, key_type, slot_bits, slot_groups, schema),
-                applied_plans=(),
-                files=(),
-            )
-        except ValueError as error:
-            raise StateStoreError(str(error)) from None
+        current = _Generation(
+            generation=0,
+            region=_checked_region(region),
+            version=require_int(version, "version"),
+            function_digest=_checked_digest(function_digest, "function_digest"),
+            n_channels=check_n_channels(n_channels),
+            layout=checked_layout(key_col, key_type, slot_bits, slot_groups, schema),
+            applied_plans=(),
+            files=(),
+        )
         path = Path(root)
         if path.exists() and not _is_fresh(path):
-            raise StateStoreError(f"root: {str(path)!r} exists and is not an empty directory")
+            if (path / MANIFEST).exists():
+                raise InvalidInput("root", f"already holds a state store: {str(path)!r}; open it instead")
+            _refuse_a_store_without_manifest(path)
+            raise InvalidInput("root", f"must be a new or empty directory: {str(path)!r} holds other files")
         (path / GENERATIONS).mkdir(parents=True, exist_ok=True)
         fsync_path(path)
         store = cls(path, current)
@@ -245,8 +263,9 @@ class StateStore:
 
     @classmethod
     def open(cls, root: str | os.PathLike[str]) -> StateStore:
-        """The store in ``root`` at the generation its MANIFEST names; StateStoreError naming the file
-        when the manifest is missing or corrupt, or does not match its generation document."""
+        """The store in ``root`` at the generation its MANIFEST names. NotFound when ``root`` holds no
+        store (create one); Corrupt naming the file when the manifest is missing from a store that
+        has generations or data, is unreadable, or does not match its generation document."""
         path = Path(root)
         return cls(path, _load(path))
 
@@ -306,6 +325,17 @@ class StateStore:
         """The ids of the plans applied to this store, oldest first."""
         return tuple(plan_id for plan_id, _ in self._current.applied_plans)
 
+    @property
+    def last_batch(self) -> AbsorbedBatch | None:
+        """The last batch a commit absorbed into the state (None before the first)."""
+        return self._current.batch
+
+    def absorbed(self, batch_id: int) -> bool:
+        """Whether batch ``batch_id`` is in the state already: batch ids grow, so every id up to the
+        last absorbed one is (module docstring)."""
+        number = require_int(batch_id, "batch_id")
+        return self._current.batch is not None and number <= self._current.batch.batch_id
+
     def files(self, channel: int) -> list[FileEntry]:
         """The files of ``channel`` in the current generation."""
         self._check_channel(channel)
@@ -316,13 +346,19 @@ class StateStore:
         names = list(self.schema.names if columns is None else columns)
         unknown = [name for name in names if name not in self.schema.names]
         if unknown:
-            raise StateStoreError(
-                f"columns: {unknown} are not state columns; the store has {self.schema.names}"
-            )
+            raise InvalidInput("columns", f"must be state columns {self.schema.names}, got {unknown}")
         entries = self.files(channel)
         if not entries:
             return self.schema.empty_table().select(names)
-        parts = [read_parquet(self._root / entry.path, names) for entry in entries]
+        parts = []
+        for entry in entries:
+            part = read_parquet(self._root / entry.path, names)
+            if part.num_rows != entry.rows:
+                raise Corrupt(
+                    f"state file holds {part.num_rows} rows, its generation entry {entry.rows}",
+                    path=str(self._root / entry.path),
+                )
+            parts.append(part)
         return pa.concat_tables(parts)
 
     def read(self) -> pa.Table:
@@ -348,10 +384,22 @@ class StateStore:
         return total
 
     def verify(self) -> None:
-        """Read every file and check it against its entry (rows, checksum, slots); StateStoreError
-        naming the first file that differs."""
+        """Read every file and check it against its entry (rows, checksum, slots); Corrupt naming the
+        first file that differs."""
+        damaged = self.damaged_files()
+        if damaged:
+            raise damaged[0]
+
+    def damaged_files(self) -> list[Corrupt]:
+        """Every file of the current generation that is missing, unreadable or differs from its entry
+        (rows, checksum, slots), as one ``Corrupt`` each naming the file, in the generation's order."""
+        damaged = []
         for entry in self._current.files:
-            read_verified(self._root, entry, self._current.layout)
+            try:
+                read_verified(self._root, entry, self._current.layout)
+            except Corrupt as error:
+                damaged.append(error)
+        return damaged
 
     def commit(
         self,
@@ -360,6 +408,7 @@ class StateStore:
         version: int,
         function_digest: str,
         n_channels: int,
+        batch: AbsorbedBatch | None = None,
     ) -> StateStore:
         """A new generation in which each channel of ``replaced`` holds exactly the given files
         (``write_channel_files``) and every other channel keeps its files. Returns this handle, moved
@@ -367,26 +416,42 @@ class StateStore:
 
         ``version``, ``function_digest`` and ``n_channels`` name the layout the files were written in;
         it must be the store's: a job must apply the migration plan before it writes under a new
-        version. The files must exist under the root and have the store's schema.
+        version. The files must exist under the root and have the store's schema. ``batch``, when
+        given, is recorded as the batch this generation absorbs; a batch the store absorbed already
+        is refused (Conflict: another run of the batch committed it first), with nothing written.
         """
-        require_int(n_channels, "n_channels", 1, error=StateStoreError)
+        require_int(n_channels, "n_channels", 1)
         with _locked(self._root):
             current = self._current_for_writing()
             if n_channels != current.n_channels:
-                raise StateStoreError(
-                    f"version {version} has N={n_channels} channels but the store at {str(self._root)!r} is "
-                    f"laid out for {current.n_channels} channels; apply the migration plan first"
+                raise InvalidInput(
+                    "n_channels",
+                    f"must be the store's: version {version} has N={n_channels} channels but the store at "
+                    f"{str(self._root)!r} is laid out for {current.n_channels} channels; apply the "
+                    "migration plan first",
                 )
             if (version, function_digest) != (current.version, current.function_digest):
-                raise StateStoreError(
-                    f"version {version} (digest {str(function_digest)[:12]}) is not the layout of the "
-                    f"store: it holds version {current.version} (digest {current.function_digest[:12]}, "
-                    f"generation {current.generation}); apply the migration plan first"
+                raise InvalidInput(
+                    "version",
+                    f"must be the store's: version {version} (digest {str(function_digest)[:12]}) is not "
+                    f"the layout of the store: it holds version {current.version} (digest "
+                    f"{current.function_digest[:12]}, generation {current.generation}); apply the "
+                    "migration plan first",
+                )
+            if batch is not None and current.batch is not None and batch.batch_id <= current.batch.batch_id:
+                raise Conflict(
+                    f"batch {batch.batch_id} is already in the state store at {str(self._root)!r}: "
+                    f"generation {current.generation} holds batches up to {current.batch.batch_id}"
                 )
             entries = self._checked_replacement(replaced, current)
             kept = [entry for entry in current.files if entry.channel not in replaced]
             self._publish(
-                replace(current, generation=current.generation + 1, files=_sorted_files([*kept, *entries]))
+                replace(
+                    current,
+                    generation=current.generation + 1,
+                    files=_sorted_files([*kept, *entries]),
+                    batch=current.batch if batch is None else batch,
+                )
             )
         return self
 
@@ -398,27 +463,31 @@ class StateStore:
 
         A plan id already applied is a no-op (``already_applied=True``). A plan of another region, of
         a version or function other than the store's, or of another key type or slot bits is refused
-        with nothing written.
+        (InvalidInput) with nothing written; a data file it must read that is missing or damaged is
+        Corrupt, naming the file, with nothing written either.
         """
         started = time.perf_counter()
-        require_int(plan_id, "plan_id", error=StateStoreError)
-        require_int(from_version, "from_version", error=StateStoreError)
-        require_int(to_version, "to_version", error=StateStoreError)
+        require_int(plan_id, "plan_id")
+        require_int(from_version, "from_version")
+        require_int(to_version, "to_version")
         if not isinstance(plan, MigrationPlan):
-            raise StateStoreError(f"plan must be a MigrationPlan, got {type(plan).__name__}")
+            raise InvalidInput("plan", f"must be a MigrationPlan, got {type(plan).__name__}")
         with _locked(self._root):
             current = self._current = _load(self._root)
             if region != current.region:
-                raise StateStoreError(
-                    f"plan {plan_id} is for region {region!r} but the store at {str(self._root)!r} holds "
-                    f"region {current.region!r}"
+                raise InvalidInput(
+                    "region",
+                    f"must be the store's: plan {plan_id} is for region {region!r} but the store at "
+                    f"{str(self._root)!r} holds region {current.region!r}",
                 )
             applied = dict(current.applied_plans)
             if plan_id in applied:
                 if applied[plan_id] != plan.digest:
-                    raise StateStoreError(
-                        f"plan {plan_id} was applied to this store with another content "
-                        f"(digest {applied[plan_id][:12]}, given {plan.digest[:12]})"
+                    raise InvalidInput(
+                        "plan",
+                        f"must be the content applied under its id: plan {plan_id} was applied to this "
+                        f"store with another content (digest {applied[plan_id][:12]}, given "
+                        f"{plan.digest[:12]})",
                     )
                 return ApplyResult(
                     plan_id, 0, 0, 0, 0, current.generation, True, time.perf_counter() - started
@@ -452,7 +521,7 @@ class StateStore:
         documents, data files no longer referenced, the leftovers of a killed writer (files and
         generation documents newer than the manifest's, temporary files). Returns the removed paths
         (relative to the root), sorted. Readers of a removed generation lose their files."""
-        keep = require_int(keep_generations, "keep_generations", 1, error=StateStoreError)
+        keep = require_int(keep_generations, "keep_generations", 1)
         removed: list[str] = []
         with _locked(self._root):
             current = self._current = _load(self._root)
@@ -477,36 +546,43 @@ class StateStore:
         return sorted(removed)
 
     def _check_channel(self, channel: int) -> None:
-        require_int(channel, "channel", 0, self.n_channels - 1, error=StateStoreError)
+        require_int(channel, "channel", 0, self.n_channels - 1)
 
     def _check_plan(self, plan: MigrationPlan, plan_id: int, from_version: int, current: _Generation) -> None:
-        """StateStoreError unless ``plan`` starts from the generation the store holds, in its layout."""
+        """InvalidInput unless ``plan`` starts from the generation the store holds, in its layout."""
         holds = (
             f"the store at {str(self._root)!r} holds version {current.version} (generation "
             f"{current.generation}, digest {current.function_digest[:12]}, N={current.n_channels})"
         )
         if from_version != current.version:
-            raise StateStoreError(f"plan {plan_id} starts from version {from_version} but {holds}")
+            raise InvalidInput(
+                "from_version",
+                f"must be the store's: plan {plan_id} starts from version {from_version} but {holds}",
+            )
         if plan.source_digest != current.function_digest or plan.source_n_channels != current.n_channels:
-            raise StateStoreError(
-                f"plan {plan_id} starts from function {plan.source_digest[:12]} "
-                f"(N={plan.source_n_channels}) but {holds}"
+            raise InvalidInput(
+                "plan",
+                f"must start from the store's function: plan {plan_id} starts from function "
+                f"{plan.source_digest[:12]} (N={plan.source_n_channels}) but {holds}",
             )
         layout = current.layout
         if plan.slot_bits != layout.slot_bits:
-            raise StateStoreError(
-                f"plan {plan_id} has slot_bits {plan.slot_bits} but the store uses {layout.slot_bits}"
+            raise InvalidInput(
+                "plan",
+                f"must have the store's slot_bits {layout.slot_bits}: plan {plan_id} has {plan.slot_bits}",
             )
         if plan.key_type not in (None, layout.key_type):
-            raise StateStoreError(
-                f"plan {plan_id} moves {plan.key_type!r} keys but the store holds {layout.key_type!r} keys"
+            raise InvalidInput(
+                "plan",
+                f"must move the store's {layout.key_type!r} keys: "
+                f"plan {plan_id} moves {plan.key_type!r} keys",
             )
 
     def _current_for_writing(self) -> _Generation:
         """The manifest's generation, which must be this handle's (else another writer moved on)."""
         current = _load(self._root)
         if current.generation != self._current.generation:
-            raise StateStoreError(
+            raise Conflict(
                 f"the store at {str(self._root)!r} moved on to generation {current.generation} since this "
                 f"handle read generation {self._current.generation}; open it again"
             )
@@ -517,30 +593,22 @@ class StateStore:
     ) -> list[FileEntry]:
         entries = []
         for channel, files in replaced.items():
-            require_int(channel, "replaced: channel", 0, current.n_channels - 1, error=StateStoreError)
+            require_int(channel, "replaced.channel", 0, current.n_channels - 1)
+            field = f"replaced[{channel}]"
             for entry in files:
                 if not isinstance(entry, FileEntry) or entry.channel != channel:
-                    raise StateStoreError(
-                        f"replaced[{channel}]: {entry!r} is not a file entry of channel {channel}"
-                    )
-                require_int(
-                    entry.slot_group,
-                    f"{entry.path}: slot_group",
-                    0,
-                    current.layout.slot_groups - 1,
-                    error=StateStoreError,
-                )
+                    raise InvalidInput(field, f"must hold file entries of channel {channel}, got {entry!r}")
+                require_int(entry.slot_group, f"{field}.slot_group", 0, current.layout.slot_groups - 1)
                 path = self._root / entry.path
                 try:
                     found = pq.read_schema(path)
                 except (OSError, pa.ArrowException) as error:
-                    raise StateStoreError(
-                        f"replaced[{channel}]: cannot read {str(path)!r}: {error}"
-                    ) from None
+                    raise InvalidInput(field, f"must list readable files: {str(path)!r}: {error}") from None
                 if not current.layout.matches(found) or path.stat().st_size != entry.bytes:
-                    raise StateStoreError(
-                        f"replaced[{channel}]: {str(path)!r} does not have the store's schema and the size "
-                        f"its entry states ({entry.bytes} bytes); schema found: {found}"
+                    raise InvalidInput(
+                        field,
+                        f"must list files with the store's schema and the size their entry states: "
+                        f"{str(path)!r} ({entry.bytes} bytes) has schema {found}",
                     )
                 entries.append(entry)
         return entries
@@ -560,36 +628,56 @@ def _load(root: Path) -> _Generation:
     try:
         text = manifest.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise StateStoreError(
-            f"no state store at {str(root)!r}: its manifest {str(manifest)!r} is missing"
+        if not root.exists() or _is_fresh(root):
+            raise NotFound(f"no state store at {str(root)!r}: it has no {MANIFEST}; create one") from None
+        _refuse_a_store_without_manifest(root)
+        raise NotFound(
+            f"no state store at {str(root)!r}: it has no {MANIFEST} and holds no store's files"
         ) from None
     except (OSError, UnicodeDecodeError) as error:
-        raise StateStoreError(f"manifest {str(manifest)!r} cannot be read: {error}") from None
+        raise Corrupt(f"the manifest cannot be read: {error}", path=str(manifest)) from None
     try:
-        document = require_object(parse_json(text), "the manifest", _MANIFEST_FIELDS, error=StateStoreError)
-        require_format(document["format"], FORMAT_VERSION, error=StateStoreError)
-        number = require_int(document["generation"], "generation", error=StateStoreError)
+        document = require_object(parse_json(text, "manifest"), "manifest", _MANIFEST_FIELDS)
+        require_format(document["format"], FORMAT_VERSION)
+        number = require_int(document["generation"], "generation")
         digest = _checked_digest(document["sha256"], "sha256")
-    except ValueError as error:
-        raise StateStoreError(f"manifest {str(manifest)!r} is corrupt: {error}") from None
+    except InvalidInput as error:
+        raise Corrupt(f"the manifest is corrupt: {error}", path=str(manifest)) from None
     path = root / GENERATIONS / f"{number:08d}.json"
     try:
         generation_text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise StateStoreError(
-            f"generation file {str(path)!r} named by the manifest {str(manifest)!r} cannot be read: {error}"
+        raise Corrupt(
+            f"the generation file named by the manifest {str(manifest)!r} cannot be read: {error}",
+            path=str(path),
         ) from None
     if sha256_hex(generation_text) != digest:
-        raise StateStoreError(
-            f"generation file {str(path)!r} does not match the SHA-256 recorded in {str(manifest)!r}: "
-            "it was modified or is incomplete"
+        raise Corrupt(
+            f"the generation file does not match the SHA-256 recorded in {str(manifest)!r}: it was modified "
+            "or is incomplete",
+            path=str(path),
         )
     generation = _Generation.from_json(generation_text, str(path))
     if generation.generation != number:
-        raise StateStoreError(
-            f"generation file {str(path)!r} holds generation {generation.generation}, not {number}"
+        raise Corrupt(
+            f"the generation file holds generation {generation.generation}, not {number}", path=str(path)
         )
     return generation
+
+
+def _refuse_a_store_without_manifest(root: Path) -> None:
+    """Corrupt when ``root`` holds a store's generation documents or data files but no MANIFEST: the
+    manifest was deleted, and creating a store over it would silently lose the state."""
+    names = sorted(
+        path.relative_to(root).as_posix()
+        for path in (*root.glob(f"{GENERATIONS}/[0-9]*.json"), *root.glob("channel=*"))
+    )
+    if names:
+        raise Corrupt(
+            f"the manifest is missing, but the directory holds a state store ({len(names)} generation "
+            f"documents and channel directories, such as {names[-1]!r}); restore it from a backup",
+            path=str(root / MANIFEST),
+        )
 
 
 @contextmanager
@@ -620,11 +708,11 @@ def _sorted_files(files: Sequence[FileEntry]) -> tuple[FileEntry, ...]:
 
 def _checked_region(region: object) -> str:
     if not isinstance(region, str) or not region:
-        raise StateStoreError(f"region must be a non-empty string, got {region!r}")
+        raise InvalidInput("region", f"must be a non-empty string, got {region!r}")
     return region
 
 
 def _checked_digest(digest: object, name: str) -> str:
     if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
-        raise StateStoreError(f"{name} must be a SHA-256 digest (64 lowercase hex digits), got {digest!r}")
+        raise InvalidInput(name, f"must be a SHA-256 digest (64 lowercase hex digits), got {digest!r}")
     return digest

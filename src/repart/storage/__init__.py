@@ -8,10 +8,18 @@ subclass from ``errors`` naming the field and leaves the database unchanged (DES
 """
 
 from repart.storage.activation import Activation, NewVersion, activate
-from repart.storage.engine import database_url, is_retryable, make_engine, run_in_transaction
-from repart.storage.errors import SnapshotError, StorageError
+from repart.storage.engine import (
+    database_problem,
+    database_url,
+    is_retryable,
+    make_engine,
+    read_only,
+    read_transaction,
+    run_in_transaction,
+)
+from repart.storage.errors import StorageError
 from repart.storage.events import NewEvent, list_events, record_batch_report, record_event
-from repart.storage.leases import acquire_lease, current_lease, release_lease
+from repart.storage.leases import Fence, acquire_lease, check_fence, current_lease, release_lease
 from repart.storage.plans import get_plan, list_plans, set_plan_status
 from repart.storage.regions import (
     RegionConfig,
@@ -22,33 +30,27 @@ from repart.storage.regions import (
     update_region,
 )
 from repart.storage.schema import current_revision, head_revision, upgrade
-from repart.storage.snapshots import (
-    ChannelMeasurement,
-    CounterEntry,
-    Snapshot,
-    get_snapshot,
-    ingest_snapshot,
-    latest_snapshots,
-    parse_snapshot,
-)
+from repart.storage.snapshots import get_snapshot, ingest_snapshot, latest_snapshots
+from repart.storage.status import RegionStatus, compare_and_set_status, set_applied_version
 from repart.storage.versions import applied_version, get_version, list_versions, version_function
 
 __all__ = [
     "Activation",
-    "ChannelMeasurement",
-    "CounterEntry",
+    "Fence",
     "NewEvent",
     "NewVersion",
     "RegionConfig",
-    "Snapshot",
-    "SnapshotError",
+    "RegionStatus",
     "StorageError",
     "acquire_lease",
     "activate",
     "applied_version",
+    "check_fence",
+    "compare_and_set_status",
     "create_region",
     "current_lease",
     "current_revision",
+    "database_problem",
     "database_url",
     "delete_region",
     "get_plan",
@@ -63,12 +65,14 @@ __all__ = [
     "list_regions",
     "list_versions",
     "make_engine",
-    "parse_snapshot",
+    "read_only",
+    "read_transaction",
     "record_batch_report",
     "record_event",
     "region_by_name",
     "release_lease",
     "run_in_transaction",
+    "set_applied_version",
     "set_plan_status",
     "update_region",
     "upgrade",

@@ -3,7 +3,8 @@
 ``activate`` is the unit of work of the controller's Activate step. It checks everything first (the
 function is canonical and matches its digest and fits the region; the plan, a
 ``repart.migration.MigrationPlan``, goes from the applied version's function to the new one), then
-writes inside a SAVEPOINT: pending plans superseded (their versions abandoned), the version with its
+writes inside a SAVEPOINT: the region's status compared and set (DESIGN §12.2,
+``repart.storage.status``), pending plans superseded (their versions abandoned), the version with its
 explicit entries, the plan with its moves, and the event. Any failure leaves none of it behind, even if
 the caller goes on to commit its transaction.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
@@ -28,8 +30,10 @@ from repart.storage.errors import StorageError
 from repart.storage.events import NewEvent
 from repart.storage.jsontext import dump_object
 from repart.storage.keys import key_columns
+from repart.storage.models import utc_now
 from repart.storage.plans import move_rows, transition_plan
 from repart.storage.regions import region_by_name
+from repart.storage.status import RegionStatus, compare_and_set_status
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,10 @@ def activate(
     version: NewVersion,
     plan: MigrationPlan | str | None,
     event: NewEvent,
+    *,
+    expected: RegionStatus | None = None,
+    considered_seq: int | None = None,
+    at: datetime | None = None,
 ) -> Activation:
     """Store ``version`` as the region's next version, with ``plan`` and ``event``, atomically.
 
@@ -74,13 +82,23 @@ def activate(
     refused while a plan is being applied (Conflict). The event's data is stored with
     ``activated_version`` and ``plan_id`` added. Concurrent activations of one region are serialized
     by locking the region row (PostgreSQL) or the database (SQLite).
+
+    The region's status moves along by compare-and-set (``compare_and_set_status``): from
+    ``expected`` (a status read earlier, say by the tick that decided this activation; default: the
+    status read here, under the lock) to the new version as the latest, as the applied one too when it
+    is the first, ``considered_seq`` as the newest window considered (default: unchanged), and ``at``
+    (default: now; also the version's and the event's time) as the last change when N differs from the
+    parent version's. A status that is no longer ``expected`` is a Conflict, and nothing is written.
     """
     row = region_by_name(session, region)
-    session.execute(select(models.Region.id).where(models.Region.id == row.id).with_for_update())
+    session.refresh(row, with_for_update=True)
+    moment = utc_now() if at is None else at
+    current = RegionStatus.of(row)
     function = _checked_function(version, row)
     check_algorithm(version.algorithm)
     report_json = dump_object(version.report, "report")
-    if version.parent_number is not None and _version(session, row.id, version.parent_number) is None:
+    parent = None if version.parent_number is None else _version(session, row.id, version.parent_number)
+    if version.parent_number is not None and parent is None:
         raise NotFound(f"parent_number: region {region!r} has no version {version.parent_number}")
     applied = session.scalar(
         select(models.Version).where(models.Version.region_id == row.id, models.Version.status == "applied")
@@ -98,8 +116,17 @@ def activate(
     checked_plan = None if plan is None or applied is None else _checked_plan(plan, row, applied, function)
     latest = session.scalar(select(func.max(models.Version.number)).where(models.Version.region_id == row.id))
     number = (latest or 0) + 1
+    status = RegionStatus(
+        applied_version=number if plan is None else current.applied_version,
+        latest_version=number,
+        considered_seq=current.considered_seq if considered_seq is None else considered_seq,
+        last_change_at=moment
+        if parent is not None and parent.n_channels != version.n_channels
+        else current.last_change_at,
+    )
     try:
         with session.begin_nested():
+            compare_and_set_status(session, region, row.id, expected or current, status)
             superseded = _supersede_pending(session, row.id)
             version_row = models.Version(
                 region_id=row.id,
@@ -111,6 +138,7 @@ def activate(
                 algorithm=version.algorithm,
                 status="applied" if plan is None else "planned",
                 report_json=report_json,
+                created_at=moment,
             )
             session.add(version_row)
             session.flush()
@@ -120,6 +148,7 @@ def activate(
                 plan_id = _insert_plan(session, row.id, checked_plan, applied.number, number)
             event_row = models.Event(
                 region_id=row.id,
+                at=moment,
                 kind=event.kind,
                 rule=event.rule,
                 message=event.message,

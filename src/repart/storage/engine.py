@@ -1,11 +1,24 @@
-"""Engine setup and retried transactions (DESIGN §7).
+"""Engine setup, read and write transactions, retries (DESIGN §7, §12.2).
 
 ``make_engine`` resolves the database URL (argument, then ``REPART_DB``, then the embedded SQLite file
-``./.repart/repart.db``) and configures SQLite for a controller shared with Spark jobs: WAL journal,
-foreign keys on, a busy timeout, and transactions that SQLAlchemy begins itself (so SAVEPOINTs work and
-a transaction starts with ``BEGIN IMMEDIATE``, not at the driver's whim). ``run_in_transaction`` runs a unit
-of work in one transaction and retries it with exponential backoff when the database reports a lock
-conflict (SQLite "database is locked") or a serialization failure or deadlock (PostgreSQL).
+``./.repart/repart.db``) and configures SQLite for a controller shared with Spark jobs: WAL journal
+(readers never wait for the writer, nor the writer for readers), foreign keys on, a busy timeout, and
+transactions that SQLAlchemy begins itself.
+
+Two kinds of transaction:
+
+- ``run_in_transaction`` (writes): on SQLite it begins with ``BEGIN IMMEDIATE``, so it takes the one
+  write lock at the start, waiting up to the busy timeout, instead of failing later when a deferred
+  read has to upgrade a stale snapshot (``SQLITE_BUSY_SNAPSHOT``).
+- ``read_transaction`` (reads): a plain deferred ``BEGIN`` with ``query_only`` on SQLite, which in WAL
+  mode reads a consistent snapshot without ever taking or waiting for the write lock (and cannot
+  write); ``REPEATABLE READ READ ONLY`` on PostgreSQL, which reads one snapshot and never fails with a
+  serialization error.
+
+Both run a unit of work in one transaction and retry it with exponential backoff when the database
+reports a lock conflict (SQLite "database is locked") or a serialization failure or deadlock
+(PostgreSQL). A write that still cannot get through when the attempts run out is a
+``repart.errors.Conflict`` (one line: retry later), not a driver traceback.
 """
 
 from __future__ import annotations
@@ -20,39 +33,71 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 from sqlalchemy.orm import Session
+
+from repart.errors import Conflict, InvalidInput
+from repart.validation import NON_NEGATIVE, POSITIVE_INT, check, shown
 
 T = TypeVar("T")
 
 ENV_VAR = "REPART_DB"
 DEFAULT_URL = "sqlite:///./.repart/repart.db"
 DEFAULT_BUSY_TIMEOUT = 5.0
+# The execution option that marks a read-only transaction (see ``read_only``).
+READ_ONLY_OPTION = "repart_read_only"
 
 # SQLite result codes (the primary code is the low byte of an extended code such as SQLITE_BUSY_SNAPSHOT).
 _SQLITE_BUSY = 5
 _SQLITE_LOCKED = 6
 # PostgreSQL SQLSTATEs: serialization_failure, deadlock_detected.
 _PG_RETRYABLE = frozenset({"40001", "40P01"})
+# What an SQLite result code says about the database file (SQLITE_READONLY, SQLITE_CANTOPEN,
+# SQLITE_NOTADB).
+_SQLITE_PROBLEMS = {
+    8: "the database is read-only, and this command writes",
+    14: "the database file cannot be opened (a directory, a missing directory, or no permission)",
+    26: "the file is not an SQLite database",
+}
+# PostgreSQL SQLSTATEs of a database that does not exist or refuses the connection
+# (invalid_catalog_name, invalid_authorization_specification, cannot_connect_now, too_many_connections).
+_PG_UNREACHABLE = frozenset({"3D000", "28000", "28P01", "57P03", "53300"})
 
 
 def database_url(url: str | None = None) -> URL:
-    """The database URL: ``url`` if given, else ``$REPART_DB``, else ``sqlite:///./.repart/repart.db``."""
-    return make_url(url or os.environ.get(ENV_VAR) or DEFAULT_URL)
+    """The database URL: ``url`` if given, else ``$REPART_DB``, else ``sqlite:///./.repart/repart.db``.
+
+    InvalidInput (field ``url``, or ``REPART_DB`` when the text came from there) for text that is not
+    a URL, such as a plain file path.
+    """
+    text = url or os.environ.get(ENV_VAR) or DEFAULT_URL
+    try:
+        return make_url(text)
+    except ArgumentError:
+        field = "url" if url else ENV_VAR
+        raise InvalidInput(
+            field,
+            "must be a database URL such as sqlite:///path/to/repart.db or "
+            f"postgresql+psycopg://user@host/database, got {shown(text)}",
+        ) from None
 
 
 def make_engine(url: str | None = None, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> Engine:
     """Create an engine for ``url`` (see ``database_url``).
 
     For SQLite the database file's directory is created, and every connection gets WAL,
-    ``foreign_keys=ON`` and ``busy_timeout`` (seconds; how long a statement waits for a lock before
+    ``foreign_keys=ON`` and ``busy_timeout`` (seconds; how long a write waits for the write lock before
     failing with "database is locked"). PostgreSQL connections are checked before use.
     """
     resolved = database_url(url)
-    if busy_timeout < 0:
-        raise ValueError(f"busy_timeout must be >= 0 seconds, got {busy_timeout}")
+    check("busy_timeout", busy_timeout, NON_NEGATIVE)
     if resolved.get_backend_name() != "sqlite":
-        return create_engine(resolved, pool_pre_ping=True)
+        try:
+            return create_engine(resolved, pool_pre_ping=True)
+        except ArgumentError as error:  # NoSuchModuleError: no such dialect or driver
+            raise InvalidInput(
+                "url", f"must name a supported database (sqlite or postgresql+psycopg), got {error}"
+            ) from None
     database = resolved.database or ""
     if database and database != ":memory:" and not database.startswith("file:"):
         Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
@@ -76,11 +121,40 @@ def _configure_sqlite(engine: Engine, busy_timeout: float) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        # IMMEDIATE takes the write lock at the start, waiting up to busy_timeout for it. A deferred
-        # BEGIN that reads first and writes later cannot wait when another writer got in between: in
-        # WAL mode its upgrade fails at once (SQLITE_BUSY_SNAPSHOT), which under many concurrent ticks
-        # made most of them fail. Controller transactions are short, so serialising them costs little.
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        # A read (see ``read_only``) begins deferred: in WAL mode it reads a snapshot and never touches
+        # the write lock. A write begins IMMEDIATE, taking the write lock at the start and waiting up to
+        # busy_timeout for it: a deferred BEGIN that reads first and writes later cannot wait when
+        # another writer got in between (its upgrade fails at once with SQLITE_BUSY_SNAPSHOT).
+        # query_only makes a read that tries to write fail ("attempt to write a readonly database").
+        read = bool(connection.get_execution_options().get(READ_ONLY_OPTION, False))
+        connection.exec_driver_sql(f"PRAGMA query_only={int(read)}")
+        connection.exec_driver_sql("BEGIN" if read else "BEGIN IMMEDIATE")
+
+
+def read_only(engine: Engine) -> Engine:
+    """``engine`` with transactions that only read: deferred on SQLite (no write lock), ``REPEATABLE
+    READ READ ONLY`` on PostgreSQL (one snapshot for every statement of the transaction)."""
+    if engine.dialect.name == "postgresql":
+        return engine.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
+    return engine.execution_options(**{READ_ONLY_OPTION: True})
+
+
+def database_problem(error: DBAPIError) -> str | None:
+    """What is wrong with the database itself when ``error`` says so, as a phrase for a one-line
+    message: a file that is not an SQLite database, a file that cannot be opened (a directory, a
+    missing directory, no permission), a read-only database asked to write, or a server that cannot
+    be reached or has no such database. None for any other error (a query's own failure)."""
+    original = error.orig
+    if isinstance(original, sqlite3.Error):
+        code = (getattr(original, "sqlite_errorcode", None) or 0) & 0xFF
+        return _SQLITE_PROBLEMS.get(code)
+    if isinstance(error, OperationalError) and getattr(original, "sqlstate", None) in (
+        None,
+        *_PG_UNREACHABLE,
+    ):
+        first = str(original).strip().splitlines()[0] if str(original).strip() else type(original).__name__
+        return f"cannot connect to the database server ({first})"
+    return None
 
 
 def is_retryable(error: BaseException) -> bool:
@@ -104,23 +178,49 @@ def run_in_transaction(
     backoff: float = 0.05,
     max_backoff: float = 2.0,
 ) -> T:
-    """Run ``work(session)`` in one transaction and commit; retry it on a retryable conflict.
+    """Run ``work(session)`` in one write transaction and commit; retry it on a retryable conflict.
 
     Each attempt gets a fresh session; a failed attempt is rolled back in full, so ``work`` must not
     have side effects outside the database. Between attempts the delay doubles from ``backoff`` up to
-    ``max_backoff`` seconds, with jitter. The last conflict is re-raised when ``attempts`` run out;
-    any other error is raised at once.
+    ``max_backoff`` seconds, with jitter. When ``attempts`` run out the last conflict becomes a
+    ``Conflict`` (its cause is the driver's error); any other error is raised at once.
     """
-    if attempts < 1:
-        raise ValueError(f"attempts must be >= 1, got {attempts}")
-    for attempt in range(attempts - 1):
+    return _retried(engine, work, attempts, backoff, max_backoff)
+
+
+def read_transaction(
+    engine: Engine,
+    work: Callable[[Session], T],
+    *,
+    attempts: int = 5,
+    backoff: float = 0.05,
+    max_backoff: float = 2.0,
+) -> T:
+    """Run ``work(session)`` in one read-only transaction (``read_only``), retried as
+    ``run_in_transaction`` is; ``work`` must not write."""
+    return _retried(read_only(engine), work, attempts, backoff, max_backoff)
+
+
+def _retried(
+    engine: Engine, work: Callable[[Session], T], attempts: int, backoff: float, max_backoff: float
+) -> T:
+    check("attempts", attempts, POSITIVE_INT)
+    started = time.monotonic()
+    failed = 0
+    while True:
         try:
             return _attempt(engine, work)
         except DBAPIError as error:
             if not is_retryable(error):
                 raise
-        time.sleep(min(max_backoff, backoff * 2**attempt) * random.uniform(0.5, 1.0))
-    return _attempt(engine, work)
+            failed += 1
+            if failed == attempts:
+                reason = str(error.orig).splitlines()[0] if error.orig is not None else "conflict"
+                raise Conflict(
+                    f"the database is busy ({reason}) after {attempts} attempts in "
+                    f"{time.monotonic() - started:.1f} s; another writer holds it, try again later"
+                ) from error
+        time.sleep(min(max_backoff, backoff * 2 ** (failed - 1)) * random.uniform(0.5, 1.0))
 
 
 def _attempt(engine: Engine, work: Callable[[Session], T]) -> T:

@@ -23,6 +23,7 @@ from repart.storage import models
 from repart.storage.errors import StorageError
 from repart.storage.jsontext import dump_object
 from repart.storage.regions import region_by_name
+from repart.validation import NON_NEGATIVE_INT, check
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def record_event(session: Session, region: str | None, event: NewEvent, *, at: d
 
 def list_events(session: Session, region: str | None = None, *, limit: int = 100) -> list[models.Event]:
     """The newest ``limit`` events (of ``region`` if given), newest first."""
-    count = require_int(limit, "limit", 1, error=StorageError)
+    count = require_int(limit, "limit", 1)
     query = select(models.Event).order_by(models.Event.id.desc()).limit(count)
     if region is not None:
         query = query.where(models.Event.region_id == region_by_name(session, region).id)
@@ -73,18 +74,22 @@ def list_events(session: Session, region: str | None = None, *, limit: int = 100
 def record_batch_report(
     session: Session, region: str, batch: int, payload: Mapping[str, Any], *, plan_id: int | None = None
 ) -> int:
-    """Store what Spark batch ``batch`` of ``region`` reported; ``plan_id`` must be a plan of the region."""
+    """Store what Spark batch ``batch`` of ``region`` reported and return the report's id; ``plan_id``
+    must be a plan of the region. A batch is reported once: when the region has a report of ``batch``
+    already (a job killed after reporting and run again on the same batch), that report stays as it is
+    and its id is returned."""
+    number = check("batch", batch, NON_NEGATIVE_INT)
     region_id = region_by_name(session, region).id
     if plan_id is not None:
         owner = session.scalar(select(models.Plan.region_id).where(models.Plan.id == plan_id))
         if owner != region_id:
             raise NotFound(f"plan {plan_id} is not a plan of region {region!r}")
-    row = models.BatchReport(
-        region_id=region_id,
-        plan_id=plan_id,
-        batch=require_int(batch, "batch", error=StorageError),
-        payload_json=dump_object(payload, "payload"),
-    )
+    table = models.BatchReport
+    reported = session.scalar(select(table.id).where(table.region_id == region_id, table.batch == number))
+    if reported is not None:
+        return reported
+    payload_json = dump_object(payload, "payload")
+    row = table(region_id=region_id, plan_id=plan_id, batch=number, payload_json=payload_json)
     session.add(row)
     session.flush()
     return row.id

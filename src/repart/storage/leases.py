@@ -1,96 +1,154 @@
-"""Leases: one active controller per region (DESIGN §7, §8).
+"""Leases with fencing tokens: one active controller per region, and only it may write (DESIGN §7, §8, §12.2).
 
-A lease row names the holder of a region until ``expires_at``. ``acquire_lease`` takes a free or
-expired lease, or renews one the caller already holds, with single race-safe statements: an
-``UPDATE … WHERE holder = me OR expired``, then, if no row existed, ``INSERT … ON CONFLICT DO
-NOTHING``. Both backends decide each statement atomically (PostgreSQL re-checks the WHERE clause of
-an UPDATE after waiting for a concurrent one; SQLite runs one writer at a time), so of two
-controllers racing for a region exactly one gets it. The statements write before they read, so an
-SQLite transaction never has to upgrade a stale read snapshot.
+A lease row names the holder of a region until ``expires_at`` and carries a fencing token: an integer
+that grows every time the lease goes to a new holder (``regions.lease_token`` counts the tokens issued,
+so a token is never reused, not even after a release deletes the lease row). ``acquire_lease`` renews
+the caller's own lease (same token), or takes a free or expired lease with a new token, and returns
+the token; None while another holder's lease is valid. Of two controllers racing for a region exactly
+one gets it: the token is drawn by an ``UPDATE`` of the region row, which serializes them (PostgreSQL
+row lock; SQLite runs one writer at a time), and the takeover is one ``UPDATE … WHERE expires_at <=
+now`` (or an ``INSERT … ON CONFLICT DO NOTHING``) that the loser finds already done.
+
+A holder's write presents its ``Fence`` (holder and token); ``check_fence``, run inside the write
+transaction, refuses it with Conflict unless the lease is still that holder's, with that token, and
+not expired. A controller paused past its lease (a stopped process, a long GC or swap) therefore
+cannot write when it wakes up: its lease has expired, or another holder took it with a newer token.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, Delete, Insert, Update, case, delete, literal, select, update
+from sqlalchemy import ColumnElement, delete, literal, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.selectable import ScalarSelect
 
-from repart.partitioning.documents import require_number
+from repart.errors import Conflict, InvalidInput
 from repart.storage import models
-from repart.storage.errors import StorageError
 from repart.storage.models import UTCDateTime
 from repart.storage.regions import region_by_name
+from repart.validation import POSITIVE, check
+
+
+@dataclass(frozen=True)
+class Fence:
+    """What a lease holder presents with a write: its name and the fencing token of its lease."""
+
+    holder: str
+    token: int
 
 
 def _region_id(name: str) -> ScalarSelect[int]:
     return select(models.Region.id).where(models.Region.name == name).scalar_subquery()
 
 
-def _affected(session: Session, statement: Insert | Update | Delete) -> int:
-    """Rows an INSERT, UPDATE or DELETE touched, counted from its RETURNING rows (the DB-API rowcount
-    of an ``INSERT … SELECT`` is not reliable across drivers)."""
-    return len(session.execute(statement.returning(models.Lease.region_id)).all())
-
-
 def _timestamp(value: datetime) -> ColumnElement[datetime]:
     return literal(value, UTCDateTime())
 
 
-def acquire_lease(session: Session, region: str, holder: str, ttl_seconds: float, now: datetime) -> bool:
+def _check_holder(holder: object) -> str:
+    if not isinstance(holder, str) or not 1 <= len(holder) <= 200:
+        raise InvalidInput("holder", f"must be a string of 1-200 characters, got {holder!r}")
+    return holder
+
+
+def acquire_lease(
+    session: Session, region: str, holder: str, ttl_seconds: float, now: datetime
+) -> int | None:
     """Take or renew the lease of ``region`` for ``holder`` until ``now + ttl_seconds``.
 
-    True if ``holder`` holds the lease afterwards: it was free, expired (``expires_at <= now``) or
-    already ``holder``'s (a renewal keeps ``acquired_at``). False if another holder's lease is still
+    Returns the lease's fencing token if ``holder`` holds the lease afterwards: a renewal of its own
+    lease (expired or not) keeps the token and ``acquired_at``; a free or expired lease
+    (``expires_at <= now``) is taken with a new, larger token. None if another holder's lease is still
     valid. NotFound for an unknown region.
     """
-    if not isinstance(holder, str) or not 1 <= len(holder) <= 200:
-        raise StorageError(f"holder must be a string of 1-200 characters, got {holder!r}")
-    expires = now + timedelta(seconds=require_number(ttl_seconds, "ttl_seconds", 0.001, error=StorageError))
+    _check_holder(holder)
+    expires = now + timedelta(seconds=check("ttl_seconds", ttl_seconds, POSITIVE))
+    region_id = region_by_name(session, region).id
     lease = models.Lease
-    renewed = _affected(
-        session,
+    renewed = session.scalar(
         update(lease)
-        .where(lease.region_id == _region_id(region), (lease.holder == holder) | (lease.expires_at <= now))
-        .values(
-            holder=holder,
-            acquired_at=case((lease.holder == holder, lease.acquired_at), else_=_timestamp(now)),
-            expires_at=expires,
-        )
-        .execution_options(synchronize_session=False),
+        .where(lease.region_id == region_id, lease.holder == holder)
+        .values(expires_at=expires)
+        .returning(lease.token)
+        .execution_options(synchronize_session=False)
     )
-    if renewed == 1:
-        return True
+    if renewed is not None:
+        return renewed
+    other = session.scalar(select(lease.expires_at).where(lease.region_id == region_id))
+    if other is not None and other > now:
+        return None  # held by another: no token is drawn
+    token = _next_token(session, region_id)
+    taken = session.scalar(
+        update(lease)
+        .where(lease.region_id == region_id, lease.expires_at <= now)
+        .values(holder=holder, token=token, acquired_at=now, expires_at=expires)
+        .returning(lease.token)
+        .execution_options(synchronize_session=False)
+    )
+    if taken is not None:
+        return token
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-    inserted = _affected(
-        session,
+    inserted = session.scalar(
         dialect.insert(lease)
         .from_select(
-            ["region_id", "holder", "acquired_at", "expires_at"],
-            select(models.Region.id, literal(holder), _timestamp(now), _timestamp(expires)).where(
-                models.Region.name == region
-            ),
+            ["region_id", "holder", "token", "acquired_at", "expires_at"],
+            select(
+                models.Region.id, literal(holder), literal(token), _timestamp(now), _timestamp(expires)
+            ).where(models.Region.id == region_id),
         )
-        .on_conflict_do_nothing(index_elements=["region_id"]),
+        .on_conflict_do_nothing(index_elements=["region_id"])
+        .returning(lease.token)
     )
-    if inserted == 1:
-        return True
-    region_by_name(session, region)  # NotFound if no lease row could exist for it
-    return False
+    return None if inserted is None else token
+
+
+def _next_token(session: Session, region_id: int) -> int:
+    """Draw the next fencing token of region ``region_id``."""
+    table = models.Region
+    return session.execute(
+        update(table)
+        .where(table.id == region_id)
+        .values(lease_token=table.lease_token + 1, updated_at=table.updated_at)
+        .returning(table.lease_token)
+        .execution_options(synchronize_session=False)
+    ).scalar_one()
+
+
+def check_fence(session: Session, region: str, region_id: int, fence: Fence, now: datetime) -> None:
+    """Refuse (Conflict) a write by ``fence``'s holder unless it still holds the lease of region
+    ``region_id`` with that token at ``now``. The lease row is locked until the transaction ends, so
+    no takeover commits in between (PostgreSQL; SQLite runs one writer at a time)."""
+    lease = session.execute(
+        select(models.Lease.holder, models.Lease.token, models.Lease.expires_at)
+        .where(models.Lease.region_id == region_id)
+        .with_for_update()
+    ).one_or_none()
+    if lease is None or lease.holder != fence.holder or lease.token != fence.token:
+        holder = "nobody" if lease is None else f"{lease.holder!r} with token {lease.token}"
+        raise Conflict(
+            f"the lease of region {region!r} is not held by {fence.holder!r} with token {fence.token} "
+            f"(held by {holder}); the write was refused"
+        )
+    if lease.expires_at <= now:
+        raise Conflict(
+            f"the lease of region {region!r} held by {fence.holder!r} expired at "
+            f"{lease.expires_at.isoformat()} (now {now.isoformat()}); the write was refused"
+        )
 
 
 def release_lease(session: Session, region: str, holder: str) -> bool:
     """Give up ``holder``'s lease of ``region``; True if it held one (expired or not)."""
     lease = models.Lease
-    released = _affected(
-        session,
+    released = session.execute(
         delete(lease)
         .where(lease.region_id == _region_id(region), lease.holder == holder)
-        .execution_options(synchronize_session=False),
-    )
-    if released == 1:
+        .returning(lease.region_id)
+        .execution_options(synchronize_session=False)
+    ).all()
+    if released:
         return True
     region_by_name(session, region)
     return False

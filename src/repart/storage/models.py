@@ -26,6 +26,7 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     ForeignKeyConstraint,
+    Index,
     Integer,
     LargeBinary,
     MetaData,
@@ -101,6 +102,14 @@ class Region(Base):
 
     ``settings_json`` holds the channel-count policy's parameters (target utilization, cooldown,
     hysteresis, rebalance threshold) as a JSON object.
+
+    The reconcile status (DESIGN §12.2) lives on the row, so that a tick reads it with one small query
+    and persists its decision with a compare-and-set: ``applied_version`` (the number of the version
+    with status ``applied``), ``latest_version`` (the newest version's number), ``considered_seq``
+    (the newest window seq a decision considered) and ``last_change_at`` (when a version changing N
+    was activated: the channel-count policy's cooldown). All are None before the first version.
+    ``lease_token`` is the last fencing token issued for the region's lease (``repart.storage.leases``):
+    it only grows, also across released leases.
     """
 
     __tablename__ = "regions"
@@ -131,14 +140,25 @@ class Region(Base):
     settings_json: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now, onupdate=utc_now)
+    applied_version: Mapped[int | None] = mapped_column(Integer)
+    latest_version: Mapped[int | None] = mapped_column(Integer)
+    considered_seq: Mapped[int | None] = mapped_column(BigInteger)
+    last_change_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    lease_token: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class Snapshot(Base):
-    """One tumbling window's lossy counter and measurements (DESIGN §3); ``version`` was active."""
+    """One tumbling window's lossy counter and measurements (DESIGN §3); ``version`` was active.
+
+    ``batch`` is the id of the job's batch the window observed (None for a snapshot from a spool file
+    or another source), unique per region: a job that submits a batch's snapshot again after a crash
+    finds it there (exactly-once batches, ``repart.storage.client``).
+    """
 
     __tablename__ = "snapshots"
     __table_args__ = (
         UniqueConstraint("region_id", "seq"),
+        Index("ix_snapshots_region_id_batch", "region_id", "batch", unique=True),
         CheckConstraint("window_start < window_end", name="window_order"),
         CheckConstraint("tuples >= 0 AND distinct_estimate >= 0", name="counts"),
         CheckConstraint(_in("key_type", KEY_TYPES), name="key_type"),
@@ -157,6 +177,7 @@ class Snapshot(Base):
     version: Mapped[int | None] = mapped_column(Integer)
     ingested_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     source: Mapped[str | None] = mapped_column(Text)
+    batch: Mapped[int | None] = mapped_column(BigInteger)
 
     items: Mapped[list[SnapshotItem]] = relationship(
         order_by="SnapshotItem.idx", cascade="all, delete-orphan", passive_deletes=True
@@ -324,9 +345,11 @@ class PlanMove(Base):
 
 
 class BatchReport(Base):
-    """What a Spark batch reported (moved rows, timings, …) as a JSON object, optionally for a plan."""
+    """What a Spark batch reported (moved rows, timings, …) as a JSON object, optionally for a plan;
+    one report per (region, batch): a batch run again after a crash keeps its first report."""
 
     __tablename__ = "batch_reports"
+    __table_args__ = (Index("ix_batch_reports_region_id_batch", "region_id", "batch", unique=True),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     region_id: Mapped[int] = mapped_column(ForeignKey("regions.id", ondelete="CASCADE"), index=True)
@@ -351,12 +374,14 @@ class Event(Base):
 
 
 class Lease(Base):
-    """The lease of the one controller allowed to act on a region until ``expires_at``."""
+    """The lease of the one controller allowed to act on a region until ``expires_at``; ``token`` is
+    its fencing token, which a write checks (DESIGN §12.2)."""
 
     __tablename__ = "leases"
 
     region_id: Mapped[int] = mapped_column(ForeignKey("regions.id", ondelete="CASCADE"), primary_key=True)
     holder: Mapped[str] = mapped_column(String(200))
+    token: Mapped[int] = mapped_column(BigInteger)
     acquired_at: Mapped[datetime] = mapped_column(UTCDateTime)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
 

@@ -8,8 +8,8 @@ target)``, as ``plan_moves`` rows, so a job can read the moves of its channels. 
 
 (a new plan supersedes a pending one that no job has started, DESIGN §8). When a plan is applied its
 target version becomes ``applied`` and the previously applied version ``superseded``; when it fails or
-is superseded its target version is ``abandoned``. Illegal changes raise Conflict naming both
-states.
+is superseded its target version is ``abandoned``; an applied plan's target becomes the region's
+``applied_version`` (its status, DESIGN §12.2). Illegal changes raise Conflict naming both states.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from repart.errors import Conflict, NotFound
+from repart.errors import Conflict, InvalidInput, NotFound
 from repart.migration import MigrationPlan
-from repart.partitioning.documents import require_int
 from repart.storage import models
-from repart.storage.errors import StorageError
 from repart.storage.keys import key_columns
 from repart.storage.regions import region_by_name
+from repart.storage.status import set_applied_version
 from repart.storage.versions import transition_version
+from repart.validation import Interval, Options, check
 
 PLAN_TRANSITIONS: dict[str, frozenset[str]] = {
     "pending": frozenset({"applying", "superseded"}),
@@ -35,6 +35,8 @@ PLAN_TRANSITIONS: dict[str, frozenset[str]] = {
     "failed": frozenset(),
     "superseded": frozenset(),
 }
+# A count a job reports (moved rows or bytes): what a BIGINT column holds.
+_COUNT = Interval(int, 0, 2**63 - 1)
 # What a plan's status change does to its target version.
 _TARGET_STATUS = {"applied": "applied", "failed": "abandoned", "superseded": "abandoned"}
 
@@ -73,9 +75,11 @@ def set_plan_status(
     if plan is None:
         raise NotFound(f"plan {plan_id} does not exist")
     if (moved_rows is not None or moved_bytes is not None) and status != "applied":
-        raise StorageError(f"moved_rows and moved_bytes are recorded when a plan is applied, not {status!r}")
-    rows = None if moved_rows is None else require_int(moved_rows, "moved_rows", error=StorageError)
-    size = None if moved_bytes is None else require_int(moved_bytes, "moved_bytes", error=StorageError)
+        raise InvalidInput(
+            "moved_rows", f"and moved_bytes are recorded when a plan is applied, not {status!r}"
+        )
+    rows = None if moved_rows is None else check("moved_rows", moved_rows, _COUNT)
+    size = None if moved_bytes is None else check("moved_bytes", moved_bytes, _COUNT)
     with session.begin_nested():
         transition_plan(session, plan, status)
         if rows is not None:
@@ -88,8 +92,7 @@ def set_plan_status(
 def transition_plan(session: Session, plan: models.Plan, status: str) -> None:
     """Move ``plan`` to ``status`` and its versions along; Conflict naming both states if the
     change is not allowed."""
-    if status not in PLAN_TRANSITIONS:
-        raise StorageError(f"status must be one of {', '.join(PLAN_TRANSITIONS)}, got {status!r}")
+    check("status", status, Options(tuple(PLAN_TRANSITIONS)))
     allowed = PLAN_TRANSITIONS[plan.status]
     if status not in allowed:
         raise Conflict(
@@ -115,6 +118,7 @@ def _move_versions(session: Session, plan: models.Plan, status: str) -> None:
     if status == "applied":
         for previous in [v for v in versions.values() if v.status == "applied"]:
             transition_version(previous, "superseded")
+        set_applied_version(session, plan.region_id, plan.to_version)
     transition_version(versions[plan.to_version], _TARGET_STATUS[status])
 
 

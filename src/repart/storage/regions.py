@@ -8,7 +8,6 @@ name. Every bad value raises a ``ValueError`` naming the field and its accepted 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -25,12 +24,12 @@ from repart.partitioning.documents import require_int
 from repart.partitioning.hashing import DEFAULT_SLOT_BITS, KeyType, check_slot_bits
 from repart.partitioning.resources import RESOURCE_CODES, check_alpha, check_sigma
 from repart.partitioning.utility import check_utility
+from repart.protocol.snapshot import check_region_name
 from repart.storage import models
 from repart.storage.errors import StorageError
 from repart.storage.jsontext import dump_object, load_object
 
 POLICIES = ("fixed", "target-utilization")
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # Fields whose change would make stored snapshots and versions inconsistent with the region.
 _FIXED_ONCE_USED = ("key_type", "slot_bits")
 
@@ -97,16 +96,6 @@ class RegionConfig:
         """The region row's column values for this configuration."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "settings"}
         return {**values, "settings_json": dump_object(self.settings, "settings")}
-
-
-def check_region_name(name: object) -> str:
-    """``name`` if it is 1–128 letters, digits, ``.``, ``_`` or ``-``, starting with a letter or digit."""
-    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
-        raise StorageError(
-            "region name must be 1-128 characters of letters, digits, '.', '_' or '-', "
-            f"starting with a letter or digit; got {name!r}"
-        )
-    return name
 
 
 def create_region(session: Session, name: str, config: RegionConfig) -> models.Region:

@@ -15,7 +15,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
-from repart.storage.engine import make_engine
+from repart.storage.engine import make_engine, read_only
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
@@ -55,6 +55,7 @@ def head_revision() -> str:
 
 
 def current_revision(engine: Engine) -> str | None:
-    """The revision the database is at; None for a database that was never upgraded."""
-    with engine.connect() as connection:
+    """The revision the database is at; None for a database that was never upgraded. Only reads: it
+    works while another process holds SQLite's write lock."""
+    with read_only(engine).connect() as connection:
         return MigrationContext.configure(connection).get_current_revision()

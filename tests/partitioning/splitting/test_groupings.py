@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from repart.errors import InvalidInput
 from repart.partitioning.splitting import SCHEMES, Fish, make_grouping, optimal_choices
 from repart.partitioning.splitting.fish import waiting_choice
 from tests.partitioning.splitting import reference as ref
@@ -267,20 +268,25 @@ def test_state_is_inspectable_and_loads_add_up(scheme: str) -> None:
     ],
 )
 def test_bad_parameters_name_the_field(kwargs: dict, field: str) -> None:  # type: ignore[type-arg]
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(InvalidInput, match=field) as excinfo:
         make_grouping(**kwargs)
+    assert excinfo.value.field.startswith(field)
 
 
 def test_bad_streams_name_the_field() -> None:
     grouping = make_grouping("pkg", 4, 2)
-    with pytest.raises(ValueError, match="key_hashes"):
+    with pytest.raises(InvalidInput, match="key_hashes") as excinfo:
         grouping.route(np.arange(3, dtype=np.int64), np.zeros(3, dtype=np.int64))  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"sources must be source ids in \[0, S=2\)"):
+    assert excinfo.value.field == "key_hashes"
+    with pytest.raises(InvalidInput, match=r"sources must be source ids in \[0, 1\], got 0 to 2") as excinfo:
         grouping.route(np.arange(3, dtype=np.uint64), np.array([0, 1, 2]))
-    with pytest.raises(ValueError, match="sources must be one-dimensional"):
+    assert excinfo.value.field == "sources"
+    with pytest.raises(InvalidInput, match="sources must be one-dimensional") as excinfo:
         grouping.route(np.arange(3, dtype=np.uint64), np.array([0, 1]))
-    with pytest.raises(ValueError, match="off-greedy"):
+    assert excinfo.value.field == "sources"
+    with pytest.raises(InvalidInput, match="off-greedy") as excinfo:
         make_grouping("off-greedy", 4, 1, key_hashes=np.array([1], dtype=np.uint64), counts=[3]).route(
             np.array([2], dtype=np.uint64), np.array([0])
         )
+    assert excinfo.value.field == "key_hashes"
     assert grouping.loads.sum() == 0  # nothing was routed

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from repart.errors import InvalidInput
 from repart.partitioning.algorithms.overrides import SlotRebalance, rebalance_slots
 from repart.partitioning.algorithms.problem import (
     BuildParams,
@@ -38,6 +39,7 @@ from repart.partitioning.metrics import imbalance
 from repart.partitioning.resources import check_channels, frequency_threshold
 from repart.partitioning.tail import loads_by_channel, untracked_slot_loads
 from repart.partitioning.utility import balance_penalty
+from repart.validation import Options, check
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -74,9 +76,8 @@ class BuildResult:
 
 
 def check_algorithm(name: str) -> str:
-    if name not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {name!r}")
-    return name
+    """``name`` if it is one of ``ALGORITHMS``; ``InvalidInput("algorithm")`` otherwise."""
+    return str(check("algorithm", name, Options(ALGORITHMS)))
 
 
 def initial_function(
@@ -106,11 +107,11 @@ def build(
     check_algorithm(algorithm)
     n = check_channels(n_channels)
     if estimate.total == 0 or not estimate.keys:
-        raise ValueError(
-            "estimate must hold at least one key and one tuple; it is empty: nothing to build from"
-        )
+        raise InvalidInput("estimate", "must hold at least one key and one tuple, got an empty estimate")
     if params.tail_aware and estimate.slot_counts is None:
-        raise ValueError("tail_aware builds need an estimate with slot_counts (per-slot tuple counts)")
+        raise InvalidInput(
+            "estimate", "must have slot_counts (per-slot tuple counts) for a tail_aware build, got None"
+        )
     if algorithm == "auto":
         runs = [build(previous, estimate, n, params, name) for name in PLACEMENTS]
         best = min(runs, key=lambda run: run.report.objective)

@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from repart.errors import InvalidInput
 from repart.partitioning.consistent import slot_table
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.function import PartitionFunction
 from repart.partitioning.hashing import Key, hash_keys, slots_of_hashes
 from repart.partitioning.resources import (
     Resources,
-    check_alpha,
     check_channels,
     check_sigma,
     frequency_threshold,
@@ -45,11 +45,14 @@ from repart.partitioning.resources import (
 )
 from repart.partitioning.tail import loads_by_channel
 from repart.partitioning.utility import Utility, UtilityName, check_utility, utility_function
+from repart.validation import POSITIVE_INT, Interval, check
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 DEFAULT_MOVE_LIMIT = 5
+# A build needs α > 1: α = 1 gives θ = 0 (Eq. 15), so no imbalance is tolerated and ρ is undefined.
+BUILD_ALPHA = Interval(float, 1, None, closed="neither")
 
 
 @dataclass(frozen=True)
@@ -66,15 +69,10 @@ class BuildParams:
     def __post_init__(self) -> None:
         if isinstance(self.resources, str):
             object.__setattr__(self, "resources", Resources.parse(self.resources))
-        if check_alpha(self.alpha) == 1.0:
-            raise ValueError(
-                "alpha must be > 1 to build a partition function "
-                "(alpha = 1 gives θ = 0: no imbalance is tolerated and ρ is undefined)"
-            )
+        check("alpha", self.alpha, BUILD_ALPHA)
         check_sigma(self.sigma)
         object.__setattr__(self, "utility", check_utility(self.utility))
-        if isinstance(self.move_limit, bool) or not isinstance(self.move_limit, int) or self.move_limit < 1:
-            raise ValueError(f"move_limit must be an integer >= 1, got {self.move_limit!r}")
+        check("move_limit", self.move_limit, POSITIVE_INT)
 
     @property
     def utility_function(self) -> Utility:
@@ -167,8 +165,9 @@ def prepare(
         and previous.key_type is not None
         and estimate.key_type != previous.key_type
     ):
-        raise ValueError(
-            f"estimate keys are {estimate.key_type!r} but the function's keys are {previous.key_type!r}"
+        raise InvalidInput(
+            "estimate",
+            f"must hold {previous.key_type!r} keys as the previous function does, got {estimate.key_type!r}",
         )
     if table is None:
         table = slot_table(n, previous.consistent, previous.slot_bits)

@@ -14,6 +14,7 @@ from repart.partitioning.splitting.fish import Fish
 from repart.partitioning.splitting.greedy import OfflineGreedy, OnlineGreedy, PowerOfTwoChoices
 from repart.partitioning.splitting.hashed import KeyGrouping, PartialKeyGrouping, ShuffleGrouping
 from repart.partitioning.splitting.head import DChoices, RoundRobinHead, WChoices, optimal_choices
+from repart.validation import Options, check
 
 GROUPINGS: dict[str, type[Grouping]] = {
     cls.scheme: cls
@@ -36,8 +37,7 @@ SCHEMES = tuple(GROUPINGS)
 
 def make_grouping(scheme: str, workers: int, sources: int, *, seed: int = 0, **params: Any) -> Grouping:
     """The grouping named ``scheme`` (one of ``SCHEMES``) for n workers and S sources."""
-    if scheme not in GROUPINGS:
-        raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+    check("scheme", scheme, Options(SCHEMES))
     return GROUPINGS[scheme](workers, sources, seed=seed, **params)
 
 

@@ -8,14 +8,15 @@ summaries, key tables — so feeding a stream in chunks gives exactly the result
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import numpy as np
 import numpy.typing as npt
 
+from repart.errors import InvalidInput
 from repart.partitioning.splitting.hashes import function_seeds
+from repart.validation import FRACTION, POSITIVE, Interval, check
 
 IntArray = npt.NDArray[np.int64]
 UIntArray = npt.NDArray[np.uint64]
@@ -25,22 +26,17 @@ FloatArray = npt.NDArray[np.float64]
 MAX_WORKERS = 2**31 - 1  # the hash family maps 32 bits onto the workers
 
 
+# The groupings' parameter checks, by the vocabulary of ``repart.validation`` (DESIGN §12.4).
+
+
 def check_count(name: str, value: object, minimum: int = 1, maximum: int | None = None) -> int:
-    """An integer in [minimum, maximum] (bools are not integers here)."""
-    number = int(value) if isinstance(value, int | np.integer) and not isinstance(value, bool) else None
-    if number is None or number < minimum or (maximum is not None and number > maximum):
-        accepted = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-        raise ValueError(f"{name} must be an integer {accepted}, got {value!r}")
-    return number
+    """An integer in [minimum, maximum] (bools are not integers here); ``InvalidInput(name)`` otherwise."""
+    return cast(int, check(name, value, Interval(int, minimum, maximum)))
 
 
 def check_fraction(name: str, value: object) -> float:
-    """A number in (0, 1]."""
-    ok = isinstance(value, int | float | np.floating) and not isinstance(value, bool)
-    number = float(value) if ok else math.nan  # type: ignore[arg-type]
-    if not (math.isfinite(number) and 0 < number <= 1):
-        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
-    return number
+    """A number in (0, 1]; ``InvalidInput(name)`` otherwise."""
+    return cast(float, check(name, value, FRACTION))
 
 
 def default_theta(workers: int) -> float:
@@ -49,26 +45,23 @@ def default_theta(workers: int) -> float:
 
 
 def check_positive(name: str, value: object) -> float:
-    """A finite number > 0."""
-    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
-    number = float(value) if ok else math.nan  # type: ignore[arg-type]
-    if not (math.isfinite(number) and number > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return number
+    """A finite number > 0; ``InvalidInput(name)`` otherwise."""
+    return cast(float, check(name, value, POSITIVE))
 
 
 def check_rates(rates: object, workers: int | None = None) -> FloatArray:
-    """Worker service rates μ_i: a non-empty 1-d array of finite numbers > 0 (``workers`` of them)."""
+    """Worker service rates μ_i: a non-empty 1-d array of finite numbers > 0 (``workers`` of them);
+    ``InvalidInput("rates")`` otherwise."""
     array = np.asarray(rates)
     if array.dtype.kind not in "iuf":
-        raise ValueError(f"rates must be a real array (float64), got dtype {array.dtype}")
+        raise InvalidInput("rates", f"must be a real array (float64), got dtype {array.dtype}")
     if array.ndim != 1 or array.size == 0:
-        raise ValueError(f"rates must be a non-empty 1-d array, got shape {array.shape}")
+        raise InvalidInput("rates", f"must be a non-empty 1-d array, got shape {array.shape}")
     if workers is not None and array.size != workers:
-        raise ValueError(f"rates must have length n={workers}, got {array.size}")
+        raise InvalidInput("rates", f"must have length n = {workers}, got {array.size}")
     values = np.ascontiguousarray(array, dtype=np.float64)
     if not np.all(np.isfinite(values)) or np.any(values <= 0):
-        raise ValueError("rates must be positive and finite (every μ_i in (0, inf), no NaN)")
+        raise InvalidInput("rates", "must be finite numbers > 0 (every μ_i in (0, inf)), got one outside")
     return values
 
 
@@ -82,11 +75,9 @@ class Grouping(ABC):
     scheme: ClassVar[str]
 
     def __init__(self, workers: int, sources: int, *, seed: int = 0) -> None:
-        self.workers = check_count("workers (n)", workers, maximum=MAX_WORKERS)
-        self.sources = check_count("sources (S)", sources)
-        if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
-            raise ValueError(f"seed must be an integer, got {seed!r}")
-        self.seed = int(seed)
+        self.workers = check_count("workers", workers, maximum=MAX_WORKERS)
+        self.sources = check_count("sources", sources)
+        self.seed = cast(int, check("seed", seed, Interval(int, None, None)))
         # Local load estimation (PKG §3.2): what each source has sent to each worker.
         self._loads = np.zeros((self.sources, self.workers), dtype=np.int64)
         self._seeds = function_seeds(self.seed, 2)  # H_1 and H_2; kernels compute further seeds
@@ -119,15 +110,30 @@ class Grouping(ABC):
 
     def _check_stream(self, key_hashes: object, sources: npt.ArrayLike) -> tuple[UIntArray, IntArray]:
         if not isinstance(key_hashes, np.ndarray) or key_hashes.dtype != np.uint64 or key_hashes.ndim != 1:
-            raise ValueError("key_hashes must be a one-dimensional numpy array of dtype uint64")
+            raise InvalidInput(
+                "key_hashes",
+                f"must be a one-dimensional numpy array of dtype uint64, got {_described(key_hashes)}",
+            )
         origins = np.asarray(sources)
         if origins.ndim != 1 or origins.shape != key_hashes.shape:
-            raise ValueError(
-                f"sources must be one-dimensional with one entry per key hash ({key_hashes.size})"
+            raise InvalidInput(
+                "sources",
+                f"must be one-dimensional with one entry per key hash ({key_hashes.size}), "
+                f"got shape {origins.shape}",
             )
         if origins.size and origins.dtype.kind not in "iu":
-            raise ValueError(f"sources must be integers, got dtype {origins.dtype}")
+            raise InvalidInput("sources", f"must be integers, got dtype {origins.dtype}")
         origins = origins.astype(np.int64, copy=False)
         if origins.size and (origins.min() < 0 or origins.max() >= self.sources):
-            raise ValueError(f"sources must be source ids in [0, S={self.sources})")
+            raise InvalidInput(
+                "sources",
+                f"must be source ids in [0, {self.sources - 1}], got {origins.min()} to {origins.max()}",
+            )
         return np.ascontiguousarray(key_hashes), np.ascontiguousarray(origins)
+
+
+def _described(value: object) -> str:
+    """The dtype and shape of an array, the type of anything else: what an array check was given."""
+    if isinstance(value, np.ndarray):
+        return f"dtype {value.dtype} and shape {value.shape}"
+    return f"a {type(value).__name__}"

@@ -55,6 +55,23 @@ def scale_threshold(n: int) -> float:
     return ideal + math.sqrt(ideal)
 
 
+@numba.njit(cache=True, inline="always")
+def least_loaded_run(loads: IntArray, s: int, home: int, count: int, n: int) -> int:
+    """The least loaded of the ``count`` workers home, home + 1, … (mod n) at source ``s``, ties to
+    the earliest: chooseBestTask's choice when no scaling check is due."""
+    best = home
+    low = loads[s, home]
+    m = home
+    for _ in range(1, count):
+        m += 1
+        if m == n:
+            m = 0
+        if loads[s, m] < low:
+            best = m
+            low = loads[s, m]
+    return best
+
+
 @numba.njit(cache=True)
 def choose_best_task(
     loads: IntArray,
@@ -76,16 +93,13 @@ def choose_best_task(
     the source has sent anything). ``may_scale`` says whether the key item's check is due.
     """
     count = width[e]
-    best = home
-    below = 0
-    for j in range(count):
-        m = (home + j) % n
-        if sent == 0 or 100.0 * loads[s, m] < threshold * sent:
-            below += 1
-        if loads[s, m] < loads[s, best]:
-            best = m
+    best = least_loaded_run(loads, s, home, count, n)
     if not may_scale:
         return best
+    below = 0
+    for j in range(count):
+        if sent == 0 or 100.0 * loads[s, (home + j) % n] < threshold * sent:
+            below += 1
     if warm and in_old and not (sent == 0 or 100.0 * loads[s, best] < threshold * sent):
         extra = (home + count) % n
         if loads[s, extra] < loads[s, best]:
@@ -94,11 +108,7 @@ def choose_best_task(
         return best
     if count > 2 and below >= 2:
         width[e] = count - 1  # and choose again, with the check spent: among the narrower range
-        best = home
-        for j in range(1, count - 1):
-            m = (home + j) % n
-            if loads[s, m] < loads[s, best]:
-                best = m
+        best = least_loaded_run(loads, s, home, count - 1, n)
     return best
 
 
@@ -149,9 +159,12 @@ def _dkg_kernel(
         if due:
             checked[e] = seen[s]
         home = choice(k, seeds[0], n)
-        w = choose_best_task(
-            loads, s, sent, home, width, e, due, space[e] == OLD, seen[s] > warmup, threshold, n
-        )
+        if due:
+            w = choose_best_task(
+                loads, s, sent, home, width, e, True, space[e] == OLD, seen[s] > warmup, threshold, n
+            )
+        else:
+            w = least_loaded_run(loads, s, home, width[e], n)
         loads[s, w] += 1
         out[i] = w
         if seen[s] % cycle == 0:

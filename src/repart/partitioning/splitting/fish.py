@@ -43,7 +43,15 @@ from repart.partitioning.splitting.base import (
 )
 from repart.partitioning.splitting.keytable import KeyTable, append, find_or_slot
 from repart.partitioning.splitting.ring import build_ring, walk
-from repart.partitioning.splitting.spacesaving import Summaries, admit, bump, decay, default_capacity, locate
+from repart.partitioning.splitting.spacesaving import (
+    Summaries,
+    admit,
+    bump,
+    decay,
+    default_capacity,
+    locate,
+    sink,
+)
 
 I32Array = npt.NDArray[np.int32]
 
@@ -56,20 +64,57 @@ TAIL_CHOICES = 1
 VIRTUAL_NODES = 100
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def waiting_choice(
     candidates: I32Array, row: int, length: int, finish: FloatArray, s: int, now: float
 ) -> int:
     """The candidate of ``candidates[row, :length]`` with the least estimated wait max(0, F_i − now)
-    at source ``s``; ties to the earliest."""
+    at source ``s``; ties to the earliest. A wait is never below 0, so the first idle candidate
+    (F_i ≤ now) ends the scan."""
     best = candidates[row, 0]
-    best_wait = max(0.0, finish[s, best] - now)
-    for q in range(1, length):
+    best_wait = finish[s, best] - now
+    q = 1
+    while best_wait > 0.0 and q < length:
         c = candidates[row, q]
-        wait = max(0.0, finish[s, c] - now)
+        wait = finish[s, c] - now
         if wait < best_wait:
             best, best_wait = c, wait
+        q += 1
     return int(best)
+
+
+@numba.njit(cache=True, inline="always")
+def first_idle(
+    order: I32Array,
+    m: int,
+    length: int,
+    finish: FloatArray,
+    s: int,
+    now: float,
+    resume: IntArray,
+    bound: FloatArray,
+) -> int:
+    """The first idle candidate (F_i ≤ now) of a hot key's ``order[m, :length]``, or −1 when all are
+    busy: then :func:`waiting_choice` decides, and otherwise it would pick this one (its wait, 0, is
+    the least possible and it is the earliest with it), usually without scanning them all.
+
+    ``resume[m]`` is where the key's last idle candidate stood and ``bound[m]`` a lower bound of the
+    F_i before it. F_i only grows and ``now`` too, so while ``now < bound[m]`` every candidate before
+    ``resume[m]`` is still busy and the scan resumes there (the width only grows, keeping it a
+    prefix). It calls no other function (see ``spacesaving``: numba would count references to its
+    arrays on every call).
+    """
+    start = resume[m] if now < bound[m] else 0
+    low = bound[m] if start > 0 else np.inf
+    for q in range(start, length):
+        c = order[m, q]
+        if finish[s, c] <= now:
+            resume[m] = q
+            bound[m] = low
+            return int(c)
+        low = min(low, finish[s, c])
+    resume[m] = 0
+    return -1
 
 
 @numba.njit(cache=True)
@@ -154,6 +199,8 @@ def _fish_kernel(
     hot_in: IntArray,
     order: I32Array,
     ordered: IntArray,
+    resume: IntArray,
+    bound: FloatArray,
     ring_positions: UIntArray,
     ring_owners: IntArray,
     ring_buckets: IntArray,
@@ -194,7 +241,8 @@ def _fish_kernel(
         now = arrived[0] / arrival_rate
         e = locate(ss_keys, ss_index, s, k)
         if e >= 0:
-            bump(ss_counts, ss_heap, ss_positions, ss_sizes, s, e)
+            if bump(ss_counts, ss_positions, ss_sizes, s, e):
+                sink(ss_heap, ss_positions, ss_counts, ss_sizes, s, e)
         else:
             admit(ss_keys, ss_counts, ss_errors, ss_sizes, ss_heap, ss_positions, ss_index, s, k, -e - 1)
         totals[s] += 1.0
@@ -203,7 +251,9 @@ def _fish_kernel(
         if m >= 0 and hot_in[m] == epochs[s]:
             if ordered[m] == 0:  # a hot key's whole ring order, once: its M[k] candidates are a prefix
                 ordered[m] = walk(ring_positions, ring_owners, ring_buckets, k, n, order, m, stamps)
-            w = waiting_choice(order, m, width[m], finish, s, now)
+            w = first_idle(order, m, width[m], finish, s, now, resume, bound)
+            if w < 0:
+                w = waiting_choice(order, m, width[m], finish, s, now)
         else:
             length = walk(ring_positions, ring_owners, ring_buckets, k, tail_choices, scratch, 0, stamps)
             w = waiting_choice(scratch, 0, length, finish, s, now)
@@ -265,6 +315,8 @@ class Fish(Grouping):
                 "hot_in": ((), np.int64, -1),
                 "order": ((n,), np.int32, 0),
                 "ordered": ((), np.int64, 0),
+                "resume": ((), np.int64, 0),  # first_idle's memory of the key's idle candidates
+                "bound": ((), np.float64, 0),
             }
         )
         self._ring = build_ring(n, self.virtual_nodes, self.seed)
@@ -312,6 +364,8 @@ class Fish(Grouping):
                 t.columns["hot_in"],
                 t.columns["order"],
                 t.columns["ordered"],
+                t.columns["resume"],
+                t.columns["bound"],
                 self._ring[0],
                 self._ring[1],
                 self._ring[2],

@@ -10,6 +10,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from repart.errors import InvalidInput
 from repart.partitioning.splitting.base import Grouping, IntArray, UIntArray
 from repart.partitioning.splitting.hashed import pkg_pair
 from repart.partitioning.splitting.hashes import seed_base
@@ -171,7 +172,7 @@ class OfflineGreedy(Grouping):
         t = self._table
         known = np.isin(key_hashes, t.keys[: t.count])
         if not known.all():
-            raise ValueError("key_hashes holds keys that off-greedy was not given in key_hashes/counts")
+            raise InvalidInput("key_hashes", "must hold only the keys off-greedy was built with, got another")
         _table_kernel(key_hashes, sources, out, t.index, t.keys, t.owners, t.columns["worker"], self._loads)
 
     def max_choices(self) -> int:
@@ -190,14 +191,19 @@ def _longest_first(keys: UIntArray, weights: IntArray, n: int) -> IntArray:
 
 
 def _check_frequencies(key_hashes: object, counts: npt.ArrayLike) -> tuple[UIntArray, IntArray]:
+    """Off-greedy's stream keys (distinct uint64 hashes) and their counts (integers >= 1)."""
     if not isinstance(key_hashes, np.ndarray) or key_hashes.dtype != np.uint64 or key_hashes.ndim != 1:
-        raise ValueError("key_hashes (off-greedy's stream keys) must be a one-dimensional uint64 array")
+        raise InvalidInput("key_hashes", "must be a one-dimensional uint64 array (the stream's key hashes)")
     weights = np.asarray(counts)
     if weights.shape != key_hashes.shape or (weights.size and weights.dtype.kind not in "iu"):
-        raise ValueError("counts must be integers, one per key hash")
+        raise InvalidInput(
+            "counts",
+            f"must be integers, one per key hash ({key_hashes.size}), got dtype {weights.dtype}"
+            f" and shape {weights.shape}",
+        )
     weights = weights.astype(np.int64)
     if weights.size and weights.min() < 1:
-        raise ValueError("counts must be >= 1")
+        raise InvalidInput("counts", f"must be integers >= 1, got {weights.min()}")
     if np.unique(key_hashes).size != key_hashes.size:
-        raise ValueError("key_hashes (off-greedy's stream keys) must be distinct")
+        raise InvalidInput("key_hashes", "must be distinct, got a hash twice")
     return key_hashes, weights

@@ -35,12 +35,20 @@ from repart.partitioning.splitting.hashed import pkg_choice, seed_of
 from repart.partitioning.splitting.hashes import choice, seed_base
 from repart.partitioning.splitting.minload import (
     add_tuple,
-    full_sets,
     least_loaded,
     least_loaded_of,
+    level_sets,
+    raise_minimum,
     words,
 )
-from repart.partitioning.splitting.spacesaving import Summaries, admit, bump, default_capacity, locate
+from repart.partitioning.splitting.spacesaving import (
+    Summaries,
+    admit,
+    bump,
+    default_capacity,
+    locate,
+    sink,
+)
 
 I32Array = npt.NDArray[np.int32]
 
@@ -141,7 +149,7 @@ def _head_kernel(
     warm: int,
     loads: IntArray,
     minimum: IntArray,
-    at_minimum: UIntArray,
+    levels: UIntArray,
     seeds: UIntArray,
     base: np.uint64,
     n: int,
@@ -159,6 +167,7 @@ def _head_kernel(
     line_of: IntArray,
     line_owner: IntArray,
     line_d: IntArray,
+    line_floor: IntArray,
     line_length: IntArray,
     lines: I32Array,
     line_masks: UIntArray,
@@ -169,7 +178,8 @@ def _head_kernel(
         k = key_hashes[i]
         e = locate(ss_keys, ss_index, s, k)
         if e >= 0:
-            bump(ss_counts, ss_heap, ss_positions, ss_sizes, s, e)
+            if bump(ss_counts, ss_positions, ss_sizes, s, e):
+                sink(ss_heap, ss_positions, ss_counts, ss_sizes, s, e)
         else:
             e = admit(ss_keys, ss_counts, ss_errors, ss_sizes, ss_heap, ss_positions, ss_index, s, k, -e - 1)
             if e < 0:  # it replaced another key: that key's cached candidates are void
@@ -193,7 +203,7 @@ def _head_kernel(
                     computed_at[s] = seen[s]
                 d = d_of[s]
             if d >= n:
-                w = least_loaded(at_minimum, s)
+                w = least_loaded(levels, minimum, s)
             else:
                 line = line_of[s, e]
                 if line < 0 or line_d[s, line] != d:
@@ -205,18 +215,20 @@ def _head_kernel(
                         line_owner[s, line] = e
                         line_of[s, e] = line
                     line_d[s, line] = d
+                    line_floor[s, line] = minimum[s]
                     line_length[s, line] = _cache_candidates(k, d, seeds, base, n, lines, line_masks, s, line)
-                w = least_loaded_of(at_minimum, s, line_masks, line)
-                if w < 0:  # no candidate at the source's minimum: scan them
+                w = least_loaded_of(levels, minimum, s, line_masks, line, line_floor[s, line])
+                if w < 0:  # every candidate is far above the source's minimum: scan them
                     w = lines[s, line, 0]
                     for q in range(1, line_length[s, line]):
                         c = lines[s, line, q]
                         if loads[s, c] < loads[s, w]:
                             w = c
+                line_floor[s, line] = loads[s, w]
         if mode == ROUND_ROBIN:  # needs no least loaded worker
             loads[s, w] += 1
-        else:
-            add_tuple(loads, minimum, at_minimum, s, w)
+        elif add_tuple(loads, minimum, levels, s, w):
+            raise_minimum(loads, minimum, levels, s)
         out[i] = w
 
 
@@ -257,12 +269,13 @@ class _HeadGrouping(Grouping):
         self._line_of = np.full((self.sources, self.capacity), -1, dtype=np.int64)
         self._line_owner = np.full((self.sources, lines), -1, dtype=np.int64)
         self._line_d = np.zeros((self.sources, lines), dtype=np.int64)
+        self._line_floor = np.zeros((self.sources, lines), dtype=np.int64)  # no candidate's load is below
         self._line_length = np.zeros((self.sources, lines), dtype=np.int64)
         self._lines = np.zeros((self.sources, lines, width), dtype=np.int32)
         self._line_masks = np.zeros((self.sources, lines, words(width)), dtype=np.uint64)
         self._clock = np.zeros(self.sources, dtype=np.int64)
         self._minimum = np.zeros(self.sources, dtype=np.int64)
-        self._at_minimum = full_sets(self.sources, self.workers)
+        self._levels = level_sets(self.sources, self.workers)
 
     def _route(self, key_hashes: UIntArray, sources: IntArray, out: IntArray) -> None:
         ss = self._summaries
@@ -277,7 +290,7 @@ class _HeadGrouping(Grouping):
             math.ceil(1 / self.theta),
             self._loads,
             self._minimum,
-            self._at_minimum,
+            self._levels,
             self._seeds,
             seed_base(self.seed),
             self.workers,
@@ -295,6 +308,7 @@ class _HeadGrouping(Grouping):
             self._line_of,
             self._line_owner,
             self._line_d,
+            self._line_floor,
             self._line_length,
             self._lines,
             self._line_masks,

@@ -24,7 +24,9 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from repart.partitioning.splitting.base import check_count, check_positive, check_rates
+from repart.errors import InvalidInput
+from repart.partitioning.splitting.base import check_rates
+from repart.validation import POSITIVE, POSITIVE_INT, check
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -92,11 +94,13 @@ def _check_ids(values: IntArray, name: str, bound: int, bound_name: str) -> IntA
     """A non-empty 1-d integer array with every entry in [0, bound), as int64."""
     a = np.asarray(values)
     if a.dtype.kind not in "iu":
-        raise ValueError(f"{name} must be an integer array (int64), got dtype {a.dtype}")
+        raise InvalidInput(name, f"must be an integer array (int64), got dtype {a.dtype}")
     if a.ndim != 1 or a.size == 0:
-        raise ValueError(f"{name} must be a non-empty 1-d array, got shape {a.shape}")
+        raise InvalidInput(name, f"must be a non-empty 1-d array, got shape {a.shape}")
     if int(a.min()) < 0 or int(a.max()) >= bound:
-        raise ValueError(f"{name} must hold ids in [0, {bound_name}={bound})")
+        raise InvalidInput(
+            name, f"must hold ids in [0, {bound_name} - 1 = {bound - 1}], got {a.min()} to {a.max()}"
+        )
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
@@ -115,7 +119,7 @@ def imbalance(workers: IntArray, n: int) -> Imbalance:
     imbalance". Computed exactly over every t: Σ_t max_i L_i(t) is an integer and Σ_t t/n =
     m(m+1)/(2n), so both values are exact ratios of integers rounded once.
     """
-    count = check_count("n", n)
+    count = check("n", n, POSITIVE_INT)
     w = _check_ids(workers, "workers", count, "n")
     m = int(w.size)
     top, total = _imbalance_kernel(w, count)
@@ -130,12 +134,12 @@ def memory(key_ids: IntArray, workers: IntArray, n: int, distinct: int) -> float
     1 for key grouping, up to n for shuffle grouping. Distinct (key, worker) pairs are marked in a
     bitmap of distinct·n bits (sorted pair codes instead when that bitmap would exceed 256 MiB).
     """
-    count = check_count("n", n)
-    keys_bound = check_count("distinct", distinct)
+    count = check("n", n, POSITIVE_INT)
+    keys_bound = check("distinct", distinct, POSITIVE_INT)
     w = _check_ids(workers, "workers", count, "n")
     k = _check_ids(key_ids, "key_ids", keys_bound, "distinct")
     if k.size != w.size:
-        raise ValueError(f"key_ids and workers must have the same length, got {k.size} and {w.size}")
+        raise InvalidInput("key_ids", f"must have one entry per entry of workers ({w.size}), got {k.size}")
     cells = keys_bound * count
     if cells <= _BITMAP_LIMIT:
         pairs, keys = _pairs_kernel(k, w, count, keys_bound)
@@ -149,7 +153,7 @@ def load_std(workers: IntArray, n: int) -> float:
 
     A worker that receives no tuple counts as 0 %.
     """
-    count = check_count("n", n)
+    count = check("n", n, POSITIVE_INT)
     w = _check_ids(workers, "workers", count, "n")
     percent = 100.0 * np.bincount(w, minlength=count) / w.size
     return float(np.std(percent))
@@ -171,7 +175,7 @@ def latency(workers: IntArray, rates: FloatArray, arrival_rate: float) -> Latenc
     recursion finish_i = max(finish_i, t/λ) + 1/μ_i, latency = finish_i − t/λ.
     """
     r = check_rates(rates)
-    lam = check_positive("arrival_rate", arrival_rate)
+    lam = check("arrival_rate", arrival_rate, POSITIVE)
     w = _check_ids(workers, "workers", int(r.size), "n")
     values = cast(FloatArray, _latency_kernel(w, 1.0 / r, lam))
     return Latency(mean=float(values.mean()), p99=float(np.percentile(values, 99.0)))
@@ -212,9 +216,9 @@ def evaluate(
     arrival_rate: float,
 ) -> GroupingMetrics:
     """imbalance, memory, load_std, latency and saturation of one stream; ``rates`` must have length n."""
-    count = check_count("n", n)
+    count = check("n", n, POSITIVE_INT)
     r = check_rates(rates, count)
-    lam = check_positive("arrival_rate", arrival_rate)
+    lam = check("arrival_rate", arrival_rate, POSITIVE)
     w = _check_ids(workers, "workers", count, "n")
     imb = imbalance(w, count)
     lat = latency(w, r, lam)

@@ -8,10 +8,14 @@ counts always sum to the tuples offered.
 
 Ties between smallest counts go to the lowest entry number, so the evicted entry is a function of the
 stream alone: a binary min-heap ordered by (count, entry) finds it, and a linear-probing index maps
-keys to entries. Counts are float64 so that FISH can decay them (integers stay exact below 2^53).
+keys to entries. The heap is built when the summary fills up: until then no entry is replaced, so
+increments and decays leave it alone (a skewed stream over fewer than C distinct keys per source
+never pays for it). Counts are float64 so that FISH can decay them (integers stay exact below 2^53).
 
-Kernels inline the hot path — :func:`locate` then :func:`bump` — and call :func:`admit` only for an
-untracked key.
+Kernels inline the hot path — :func:`locate` then :func:`bump` — and call :func:`sink` only when
+:func:`bump` asks for it and :func:`admit` only for an untracked key. Inlined helpers never call a
+compiled function themselves: numba then keeps the arrays' reference counts inside the kernel's loop,
+atomic operations that tripled the cost of a tuple.
 """
 
 from __future__ import annotations
@@ -46,8 +50,8 @@ class Summaries:
     counts: FloatArray  # (S, C)
     errors: FloatArray  # (S, C)
     sizes: IntArray  # (S,)
-    heap: IntArray  # (S, C) entry numbers, a min-heap by (count, entry)
-    positions: IntArray  # (S, C) where each entry sits in the heap
+    heap: IntArray  # (S, C) entry numbers, a min-heap by (count, entry) once the row is full
+    positions: IntArray  # (S, C) where each entry sits in the heap (C before the heap is built)
     index: IntArray  # (S, 4C rounded up to a power of two) entry numbers or -1
 
     @classmethod
@@ -79,21 +83,6 @@ def _before(counts: FloatArray, s: int, a: int, b: int) -> bool:
 
 
 @numba.njit(cache=True)
-def _sift_up(heap: IntArray, positions: IntArray, counts: FloatArray, s: int, p: int) -> None:
-    e = heap[s, p]
-    while p > 0:
-        parent = (p - 1) >> 1
-        other = heap[s, parent]
-        if not _before(counts, s, e, other):
-            break
-        heap[s, p] = other
-        positions[s, other] = p
-        p = parent
-    heap[s, p] = e
-    positions[s, e] = p
-
-
-@numba.njit(cache=True)
 def _sift_down(heap: IntArray, positions: IntArray, counts: FloatArray, s: int, size: int, p: int) -> None:
     e = heap[s, p]
     while True:
@@ -110,6 +99,15 @@ def _sift_down(heap: IntArray, positions: IntArray, counts: FloatArray, s: int, 
         p = child
     heap[s, p] = e
     positions[s, e] = p
+
+
+@numba.njit(cache=True)
+def _heapify(heap: IntArray, positions: IntArray, counts: FloatArray, s: int, size: int) -> None:
+    for p in range(size):
+        heap[s, p] = p
+        positions[s, p] = p
+    for q in range(size // 2 - 1, -1, -1):
+        _sift_down(heap, positions, counts, s, size, q)
 
 
 @numba.njit(cache=True, inline="always")
@@ -149,12 +147,17 @@ def locate(keys: UIntArray, index: IntArray, s: int, key: np.uint64) -> int:
 
 
 @numba.njit(cache=True, inline="always")
-def bump(counts: FloatArray, heap: IntArray, positions: IntArray, sizes: IntArray, s: int, e: int) -> None:
-    """One more tuple of a tracked entry (a heap leaf, where hot keys sit, needs no sifting)."""
+def bump(counts: FloatArray, positions: IntArray, sizes: IntArray, s: int, e: int) -> bool:
+    """One more tuple of a tracked entry; True when it must :func:`sink` (a heap leaf, where hot keys
+    sit, never does, nor any entry before the heap is built)."""
     counts[s, e] += 1.0
-    p = positions[s, e]
-    if 2 * p + 1 < sizes[s]:
-        _sift_down(heap, positions, counts, s, sizes[s], p)
+    return bool(2 * positions[s, e] + 1 < sizes[s])
+
+
+@numba.njit(cache=True)
+def sink(heap: IntArray, positions: IntArray, counts: FloatArray, sizes: IntArray, s: int, e: int) -> None:
+    """Restore the heap order below entry ``e`` after :func:`bump` raised its count."""
+    _sift_down(heap, positions, counts, s, sizes[s], positions[s, e])
 
 
 @numba.njit(cache=True)
@@ -182,9 +185,9 @@ def admit(
         counts[s, e] = 1.0
         errors[s, e] = 0.0
         index[s, position] = e
-        heap[s, e] = e
-        positions[s, e] = e
-        _sift_up(heap, positions, counts, s, e)
+        positions[s, e] = capacity  # in no heap yet: bump never asks to sink it
+        if e + 1 == capacity:
+            _heapify(heap, positions, counts, s, capacity)
         return int(e)
     e = heap[s, 0]
     _forget(index, keys, s, keys[s, e])
@@ -212,14 +215,16 @@ def decay(
 ) -> None:
     """Multiply every count and error of source ``s`` by ``factor`` and restore the heap order.
 
-    Scaling by one factor keeps the order of distinct counts, so the heap stays valid unless rounding
-    made two counts equal whose entries are in the wrong order for the tie rule: only then is it
-    rebuilt.
+    Scaling by one factor keeps the order of distinct counts, so the heap (once there is one) stays
+    valid unless rounding made two counts equal whose entries are in the wrong order for the tie
+    rule: only then is it rebuilt.
     """
     size = sizes[s]
     for e in range(size):
         counts[s, e] *= factor
         errors[s, e] *= factor
+    if size < counts.shape[1]:
+        return
     for p in range(1, size):
         if _before(counts, s, heap[s, p], heap[s, (p - 1) >> 1]):
             for q in range(size // 2 - 1, -1, -1):

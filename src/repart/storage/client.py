@@ -1,0 +1,149 @@
+"""``SqlControllerClient``: the ``ControllerClient`` port over the controller's database (DESIGN §12.1).
+
+Each call is one short transaction (``run_in_transaction``). The plan life cycle is the storage
+layer's (``repart.storage.plans``): a claim moves the plan ``pending → applying`` under a row lock, so a
+plan the controller supersedes meanwhile is never applied, and the controller decides nothing while
+state moves; the job's report moves it on to ``applied`` or ``failed``. A failure's reason is recorded
+as a ``plan-failed`` event on the region, in the same transaction.
+
+Exactly-once batches (``repart.protocol.client``): a snapshot row records the job's batch id (unique per
+region), so a snapshot of a batch already ingested is a no-op; a batch report is unique per (region,
+batch id), so a batch is reported once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from repart.errors import Conflict, NotFound
+from repart.protocol.client import AppliedFunction, PlanOutcome, PlanToApply
+from repart.protocol.snapshot import Snapshot
+from repart.storage import models
+from repart.storage.engine import read_transaction, run_in_transaction
+from repart.storage.events import NewEvent, record_batch_report, record_event
+from repart.storage.plans import list_plans, set_plan_status
+from repart.storage.regions import region_by_name
+from repart.storage.snapshots import ingest_snapshot
+from repart.storage.versions import applied_version, version_function
+from repart.validation import NON_NEGATIVE_INT, check
+
+SOURCE = "repart job"
+
+
+class SqlControllerClient:
+    """The port over ``engine`` (module docstring); ``source`` is recorded with every snapshot."""
+
+    def __init__(self, engine: Engine, *, source: str = SOURCE) -> None:
+        self.engine = engine
+        self.source = source
+
+    def applied_function(self, region: str) -> AppliedFunction:
+        def work(session: Session) -> AppliedFunction:
+            row = applied_version(session, region)
+            if row is None:
+                raise NotFound(
+                    f"region {region!r} has no applied version yet; "
+                    f"run `repart tick {region}` (or the daemon) first"
+                )
+            return AppliedFunction(row.number, version_function(row))
+
+        return read_transaction(self.engine, work)
+
+    def claim_next_plan(self, region: str) -> PlanToApply | None:
+        return run_in_transaction(self.engine, lambda session: _claim(session, region))
+
+    def report_plan(
+        self,
+        plan_id: int,
+        outcome: PlanOutcome,
+        *,
+        moved_rows: int | None = None,
+        moved_bytes: int | None = None,
+        reason: str | None = None,
+    ) -> None:
+        def work(session: Session) -> None:
+            plan = session.get(models.Plan, plan_id)
+            if plan is not None and plan.status == outcome:
+                return
+            changed = set_plan_status(
+                session, plan_id, outcome, moved_rows=moved_rows, moved_bytes=moved_bytes
+            )
+            if outcome == "failed":
+                region = session.get_one(models.Region, changed.region_id).name
+                event = NewEvent(
+                    kind="plan-failed",
+                    rule="job-report",
+                    message=reason or "the job reported the plan failed",
+                    data={"plan_id": plan_id, "to_version": changed.to_version},
+                )
+                record_event(session, region, event)
+
+        run_in_transaction(self.engine, work)
+
+    def submit_snapshot(self, snapshot: Snapshot, batch_id: int | None) -> str:
+        batch = None if batch_id is None else check("batch_id", batch_id, NON_NEGATIVE_INT)
+        row_id = run_in_transaction(self.engine, lambda session: self._ingest(session, snapshot, batch))
+        return f"{self.engine.url.render_as_string(hide_password=True)}#snapshot/{row_id}"
+
+    def report_batch(
+        self, region: str, batch_id: int, payload: Mapping[str, Any], plan_id: int | None
+    ) -> int:
+        return run_in_transaction(
+            self.engine,
+            lambda session: record_batch_report(session, region, batch_id, payload, plan_id=plan_id),
+        )
+
+    def _ingest(self, session: Session, snapshot: Snapshot, batch: int | None) -> int:
+        """The id of the snapshot of ``batch`` if the region has it (the same window; Conflict for
+        another), else of ``snapshot`` stored with ``batch``."""
+        if batch is not None:
+            region_id = region_by_name(session, snapshot.region).id
+            table = models.Snapshot
+            found = session.execute(
+                select(table.id, table.seq).where(table.region_id == region_id, table.batch == batch)
+            ).first()
+            if found is not None:
+                if found.seq != snapshot.seq:
+                    raise Conflict(
+                        f"batch {batch} of region {snapshot.region!r} was observed as window.seq "
+                        f"{found.seq}, not {snapshot.seq}"
+                    )
+                return int(found.id)
+        row_id = ingest_snapshot(session, replace(snapshot, batch=batch), source=self.source)
+        session.get_one(models.Snapshot, row_id).batch = batch
+        session.flush()
+        return row_id
+
+
+def _next(session: Session, region: str) -> PlanToApply | None:
+    """One plan being applied (a job died applying it) or else the pending one (there is at most
+    one, DESIGN §8)."""
+    for status in ("applying", "pending"):
+        rows = list_plans(session, region, status)
+        if rows:
+            row = rows[-1]
+            return PlanToApply(row.id, region, row.from_version, row.to_version, row.plan_json)
+    return None
+
+
+def _claim(session: Session, region: str) -> PlanToApply | None:
+    """``_next``, moved to ``applying`` under a row lock; None if it was superseded meanwhile."""
+    todo = _next(session, region)
+    if todo is None:
+        return None
+    locked = session.scalar(
+        select(models.Plan)
+        .where(models.Plan.id == todo.plan_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    if locked is None or locked.status not in ("pending", "applying"):
+        return None
+    if locked.status == "pending":
+        set_plan_status(session, todo.plan_id, "applying")
+    return todo

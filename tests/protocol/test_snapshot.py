@@ -1,0 +1,154 @@
+"""The snapshot document (DESIGN §3, §12.1): one parser and one writer, and they agree."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import repart.protocol
+from repart.errors import InvalidInput
+from repart.protocol.snapshot import (
+    CHANNEL_FIELDS,
+    OPTIONAL_FIELDS,
+    REQUIRED_FIELDS,
+    ChannelMeasurement,
+    CounterEntry,
+    Snapshot,
+    check_region_name,
+    closed_buckets,
+)
+from tests.factories import small_snapshot, snapshot_document
+
+CHANNEL_ROW = {"channel": 0, "tuples": 1, "busy_seconds": 0.0, "state_bytes": 0}
+MOMENTS = st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.just(UTC))
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> Snapshot:
+    """Valid snapshots: unique keys of one type, counts within tuples, deltas within ε·tuples, slot
+    counts summing to tuples, unique channels in order."""
+    key_type = draw(st.sampled_from(["str", "int"]))
+    keys = st.text(min_size=1, max_size=8) if key_type == "str" else st.integers(-(2**63), 2**63 - 1)
+    unique_keys = draw(st.lists(keys, max_size=6, unique=True))
+    tuples = draw(st.integers(0, 10**6))
+    epsilon = draw(st.floats(0.0, 0.5))
+    bound = closed_buckets(tuples, epsilon)
+    unique_keys = unique_keys[:tuples]  # every item counts at least one tuple
+    counts = draw(st.lists(st.integers(1, 1000), min_size=len(unique_keys), max_size=len(unique_keys)))
+    while sum(counts) > tuples:
+        counts = [max(1, count // 2) for count in counts]
+    items = tuple(
+        CounterEntry(key, count, draw(st.integers(0, bound)))
+        for key, count in zip(unique_keys, counts, strict=True)
+    )
+    slot_bits = draw(st.integers(10, 20))
+    slots = None
+    if tuples and draw(st.booleans()):
+        first = draw(st.integers(0, tuples))
+        chosen = draw(st.lists(st.integers(0, (1 << slot_bits) - 1), min_size=2, max_size=2, unique=True))
+        slots = tuple(sorted(pair for pair in zip(chosen, (first, tuples - first), strict=True) if pair[1]))
+    channels = draw(
+        st.none()
+        | st.lists(st.integers(0, 63), min_size=1, max_size=4, unique=True).map(
+            lambda ids: tuple(ChannelMeasurement(i, 10 * i, 0.5 * i, 1000 + i) for i in sorted(ids))
+        )
+    )
+    start = draw(MOMENTS)
+    return Snapshot(
+        region=draw(st.from_regex(r"[a-z0-9][a-z0-9._-]{0,20}", fullmatch=True)),
+        seq=draw(st.integers(0, 2**63 - 1)),
+        window_start=start,
+        window_end=start + timedelta(seconds=draw(st.integers(1, 3600))),
+        tuples=tuples,
+        distinct_estimate=len(items) + draw(st.integers(0, 100)),
+        epsilon=epsilon,
+        key_type=key_type,
+        items=items,
+        slot_bits=slot_bits,
+        slots=slots or None,
+        version=draw(st.none() | st.integers(1, 2**63 - 1)),
+        channels=channels,
+        batch=draw(st.none() | st.integers(0, 2**63 - 1)),
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(snapshots())
+def test_a_document_reads_back_as_the_snapshot_it_was_written_from(snapshot: Snapshot) -> None:
+    text = json.dumps(snapshot.to_document())
+    assert Snapshot.from_document(json.loads(text)) == snapshot
+
+
+def test_optional_fields_are_written_only_when_set() -> None:
+    bare = small_snapshot(slots=None, channels=None)
+    assert set(bare.to_document()) == set(REQUIRED_FIELDS)
+    full = small_snapshot(version=3, batch=17)
+    assert set(full.to_document()) == set(REQUIRED_FIELDS) | set(OPTIONAL_FIELDS)
+
+
+@pytest.mark.parametrize(
+    ("field", "moment"),
+    [
+        ("window.start", "0001-01-01T00:00:00+14:00"),  # before 0001-01-01 UTC
+        ("window.end", "9999-12-31T23:59:59-14:00"),  # after 9999-12-31 UTC
+    ],
+)
+def test_a_time_outside_the_representable_utc_range_is_invalid_input(field: str, moment: str) -> None:
+    window = {"seq": 1, "start": "2026-01-01T00:00:00+00:00", "end": "2026-01-01T00:01:00+00:00"}
+    window[field.split(".")[1]] = moment
+    if field == "window.start":
+        window["end"] = "0001-01-02T00:00:00+00:00"
+    with pytest.raises(InvalidInput) as raised:
+        Snapshot.from_document(snapshot_document(window=window))
+    assert raised.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"region": "../escape"}, "region"),
+        ({"region": ""}, "region"),
+        ({"batch": -1}, "batch"),
+        ({"batch": 1.5}, "batch"),
+        ({"items": [["AAPL", 40, 0], ["AAPL", 1, 0]]}, "items[1]"),
+        ({"items": [["AAPL", 99, 0], ["MSFT", 2, 0]]}, "items"),
+        ({"items": [["AAPL", 40, 2]]}, "items[0].delta"),
+        ({"items": [["AAPL", 0, 0]]}, "items[0].count"),
+        ({"slots": [[5, 60], [5, 40]]}, "slots[1]"),
+        ({"slots": [[5, 60]]}, "slots"),
+        ({"channels": [CHANNEL_ROW, CHANNEL_ROW]}, "channels[1]"),
+    ],
+)
+def test_a_bad_field_is_named(changes: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidInput) as raised:
+        Snapshot.from_document(snapshot_document(**changes))
+    assert raised.value.field == field
+
+
+def test_region_names_cannot_leave_the_spool_directory() -> None:
+    assert check_region_name("trades.eu-1_a") == "trades.eu-1_a"
+    for name in ("../x", "a/b", ".hidden", "x" * 129, 7):
+        with pytest.raises(InvalidInput):
+            check_region_name(name)
+
+
+def test_json_schema_lists_the_fields_the_parser_accepts() -> None:
+    path = Path(repart.protocol.__file__).parent / "snapshot.schema.json"
+    schema = json.loads(path.read_text(encoding="utf-8"))
+    assert tuple(schema["required"]) == REQUIRED_FIELDS
+    assert set(schema["properties"]) == set(REQUIRED_FIELDS) | set(OPTIONAL_FIELDS)
+    assert schema["additionalProperties"] is False
+    window = schema["properties"]["window"]
+    assert set(window["required"]) == set(window["properties"]) == {"seq", "start", "end"}
+    channel = schema["properties"]["channels"]["items"]
+    assert set(channel["required"]) == set(channel["properties"]) == set(CHANNEL_FIELDS)
+    assert schema["properties"]["format"]["const"] == 1
+    assert schema["properties"]["key_type"]["enum"] == ["str", "int"]
+    bits = schema["properties"]["slot_bits"]
+    assert (bits["minimum"], bits["maximum"]) == (10, 20)
