@@ -14,9 +14,10 @@ Timed run: one ``Daemon`` (interval ``--interval``, lease TTL 3 × interval) run
 seconds. Each region's first tick activates p^(0). A feeder thread ingests new windows half an interval
 after the ticks are due: in each round, to every ``--feed-every``-th region (in turn), so that a region
 gets a new window every ``--feed-every`` intervals; a tick with a new window decides on it, the others
-are idle (the status check alone: DESIGN §12.2). The daemon's ticker is wrapped to record each tick's region, start and end; the runs APScheduler
-drops are counted from its events: "late" (started more than its misfire grace time, 1 s by default,
-after they were due) or "still running" (the region's previous run had not finished).
+are idle (the status check alone: DESIGN §12.2). The daemon's ticker is wrapped to record each tick's
+region, start and end; the runs APScheduler drops are counted from its events: "late" (started more
+than its misfire grace time, 1 s by default, after they were due) or "still running" (the region's
+previous run had not finished).
 
 Report: ticks per region against duration / interval; the lag of each tick behind its scheduled
 start (the first tick: behind the daemon's start plus the region's phase within the interval; every
@@ -128,7 +129,9 @@ def database(backend: str, directory: Path) -> Iterator[str]:
         port = int(probe.getsockname()[1])
     _as_postgres(str(PG_BIN / "initdb"), "-A", "trust", "-U", "postgres", "-D", str(data))
     options = f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100"
-    _as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "start")
+    _as_postgres(
+        str(PG_BIN / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "start"
+    )
     try:
         _as_postgres(str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "repart")
         yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/repart"
@@ -239,25 +242,41 @@ class LogCounter(logging.Handler):
             self.errors.append(f"{line['region']}: {line['error']}")
 
 
-def integrity(engine: Engine, regions: list[str], recorder: Recorder) -> dict[str, list[str]]:
+def integrity(engine: Engine, regions: list[str], recorder: Recorder, feeder: Feeder) -> dict[str, list[str]]:
     """Problems found per check (an empty list: the check passes)."""
 
-    def read(session: Any) -> tuple[list[Any], list[Any], list[Any], dict[int, str]]:
+    def read(session: Any) -> tuple[list[Any], list[Any], list[Any], list[Any], dict[int, str]]:
         names = {row.id: row.name for row in session.execute(select(models.Region.id, models.Region.name))}
         versions = session.execute(select(models.Version.region_id, models.Version.number)).all()
         plans = session.execute(select(models.Plan.region_id, models.Plan.to_version)).all()
         events = session.execute(
             select(models.Event.region_id, models.Event.data_json).where(models.Event.kind == "activated")
         ).all()
-        return versions, plans, events, names
+        decisions = session.execute(
+            select(models.Event.region_id, models.Event.data_json)
+            .where(models.Event.kind.in_(("activated", "no-change")))
+            .order_by(models.Event.id)
+        ).all()
+        return versions, plans, events, decisions, names
 
-    versions, plans, events, names = run_in_transaction(engine, read)
+    versions, plans, events, decisions, names = run_in_transaction(engine, read)
     numbers: dict[str, list[int]] = defaultdict(list)
     for region_id, number in versions:
         numbers[names[region_id]].append(number)
     plan_count = Counter((names[r], v) for r, v in plans)
     event_count = Counter((names[r], load_object(d).get("activated_version")) for r, d in events)
-    problems: dict[str, list[str]] = {"versions": [], "plans+events": [], "concurrency": []}
+    problems: dict[str, list[str]] = {"versions": [], "plans+events": [], "concurrency": [], "windows": []}
+    considered: dict[str, list[int]] = defaultdict(list)
+    for region_id, data in decisions:
+        considered[names[region_id]].append(load_object(data)["considered_seq"])
+    last_start = {region: started for region, started, _, _ in sorted(recorder.spans, key=lambda s: s[1])}
+    for region in regions:
+        seqs = considered[region]
+        if seqs != sorted(set(seqs)):
+            problems["windows"].append(f"{region}: windows decided on {seqs}")
+        due = [seq for at, seq in feeder.newest[region] if at < last_start.get(region, -math.inf)]
+        if due and (not seqs or seqs[-1] != max(due)):
+            problems["windows"].append(f"{region}: last decision on {seqs[-1:]}, newest window {max(due)}")
     for region in regions:
         found = sorted(numbers[region])
         if found != list(range(1, len(found) + 1)):
@@ -290,6 +309,8 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=10.0)
     parser.add_argument("--duration", type=float, default=120.0)
     parser.add_argument("--db-dir", type=Path, default=None)
+    parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--feed-every", type=int, default=1, help="intervals between two windows of a region")
     args = parser.parse_args()
     regions = [f"region-{i:04d}" for i in range(args.regions)]
     templates = [stream_template(seed) for seed in range(STREAMS)]
@@ -300,10 +321,15 @@ def main() -> None:
     daemon_log.propagate = False
     logging.getLogger("apscheduler").setLevel(logging.ERROR)  # missed runs are counted, not printed
 
-    with tempfile.TemporaryDirectory(dir=args.db_dir) as directory:
-        engine = make_engine(f"sqlite:///{Path(directory) / 'daemon.db'}")
-        feeder = Feeder(engine, regions, templates)
+    with (
+        tempfile.TemporaryDirectory(dir=args.db_dir) as directory,
+        database(args.backend, Path(directory)) as url,
+    ):
+        engine = make_engine(url)
+        feeder = Feeder(engine, regions, templates, args.feed_every)
+        setup_started = time.monotonic()
         setup(engine, regions, feeder)
+        setup_seconds = time.monotonic() - setup_started
         setup_rounds = len(feeder.round_seconds)
         recorder = Recorder()
         config = DaemonConfig(interval_seconds=args.interval, lease_ttl_seconds=3 * args.interval)
@@ -322,7 +348,7 @@ def main() -> None:
         daemon.stop()
         thread.join()
         wall = time.monotonic() - origin
-        problems = integrity(engine, regions, recorder)
+        problems = integrity(engine, regions, recorder, feeder)
         engine.dispose()
 
     starts: dict[str, list[float]] = defaultdict(list)
@@ -345,8 +371,9 @@ def main() -> None:
     feed = feeder.round_seconds[setup_rounds:]
 
     print(
-        f"{args.regions} regions, interval {args.interval:g} s, duration {args.duration:g} s "
-        f"(ran {wall:.1f} s); ticks: {sum(counts)} ({dict(sorted(actions.items()))})"
+        f"{args.backend}: {args.regions} regions, interval {args.interval:g} s, a new window per region "
+        f"every {args.feed_every} interval(s), duration {args.duration:g} s (ran {wall:.1f} s; setup "
+        f"{setup_seconds:.1f} s); ticks: {sum(counts)} ({dict(sorted(actions.items()))})"
     )
     print(
         f"ticks per region: min {min(counts)} / mean {np.mean(counts):.2f} / max {max(counts)}, "
@@ -362,7 +389,7 @@ def main() -> None:
         f"max {max(durations):.3f}; tick busy time / wall time: {sum(durations) / wall:.2f}"
     )
     print(
-        f"feeder: {len(feed)} rounds of {args.regions} windows, "
+        f"feeder: {len(feed)} rounds of {args.regions // args.feed_every} windows, "
         f"mean {np.mean(feed) if feed else math.nan:.3f} s, max {max(feed, default=math.nan):.3f} s"
     )
     print(f"daemon log lines: {dict(sorted(log_counter.kinds.items()))}")
@@ -379,6 +406,7 @@ def main() -> None:
         ("versions", "versions 1..k without gaps or duplicates"),
         ("plans+events", "one plan and one activated event per version after the first"),
         ("concurrency", "no region ticked concurrently with itself"),
+        ("windows", "every window decided on once, in order, up to the newest before the last tick"),
     ):
         print(f"{'FAIL' if problems[check] else 'PASS'}  {label}")
         for problem in problems[check][:5]:

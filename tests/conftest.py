@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
@@ -129,6 +130,24 @@ def engine(db_url: str) -> Iterator[Engine]:
     created = make_engine(db_url, busy_timeout=2.0)
     yield created
     created.dispose()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One SparkSession (local[2], no UI, few shuffle partitions) for every test that asks for it: the
+    tests under tests/spark and the demo's. pyspark is imported only when a test needs it."""
+    from repart.spark.session import spark_session
+
+    session = spark_session("local[2]", "repart-tests", shuffle_partitions=4)
+    yield session
+    session.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses the ``spark`` fixture is a Spark test: ``pytest -m 'not spark'`` leaves it out."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
 
 
 @pytest.fixture

@@ -207,3 +207,23 @@ def test_last_considered_seq_follows_the_decisions(db: Engine) -> None:
     ingest(db, counted_snapshot(REGION, 1, [f"k{i % 50}" for i in range(5000)]))
     tick(db, REGION)
     assert run_in_transaction(db, lambda session: last_considered_seq(session, REGION)) == 1
+
+
+def test_a_batch_is_observed_and_reported_once_under_its_id(db: Engine) -> None:
+    add_region(db, n_channels_initial=4, max_channels=8)
+    tick(db, REGION)
+    client = SqlControllerClient(db)
+    keys = [f"k{i % 40}" for i in range(2000)]
+    first = client.submit_snapshot(counted_snapshot(REGION, 3, keys, batch=3))
+    assert client.submit_snapshot(counted_snapshot(REGION, 3, keys[:100], batch=3)) == first
+    with pytest.raises(
+        InvalidInput, match=r"batch 3 of region 'trades' was observed as window\.seq 3, got 4"
+    ):
+        client.submit_snapshot(counted_snapshot(REGION, 4, keys, batch=3))
+    with pytest.raises(InvalidInput, match=r"window\.seq 3 was already ingested"):  # no batch id: no no-op
+        client.submit_snapshot(counted_snapshot(REGION, 3, keys))
+    report = client.report_batch(REGION, 3, {"rows": 2000}, None)
+    assert client.report_batch(REGION, 3, {"rows": 1}, None) == report
+    with Session(db) as session:
+        assert session.scalars(select(models.Snapshot.batch)).all() == [3]
+        assert session.scalars(select(models.BatchReport.payload_json)).all() == ['{"rows":2000}']

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import SparkSession
 
+from repart.errors import InvalidInput
 from repart.partitioning.hashing import INT64_MAX, INT64_MIN, hash_key, slot_of_hash
-from repart.spark.errors import JobInputError
 from repart.spark.keys import key_column
 
 
@@ -33,10 +33,10 @@ def test_string_and_integer_columns_hash_like_repart(spark: SparkSession) -> Non
 
 def test_bad_key_columns_are_named(spark: SparkSession) -> None:
     df = spark.createDataFrame([(1.5, "a")], "price double, `odd.name` string")
-    with pytest.raises(JobInputError, match=r"no column 'ticker'.*price, odd.name"):
+    with pytest.raises(InvalidInput, match=r"no column 'ticker'.*price, odd.name"):
         key_column(df, "ticker")
-    with pytest.raises(JobInputError, match=r"'price' has type double; accepted key types: string, tinyint"):
+    with pytest.raises(InvalidInput, match=r"'price' has type double; accepted key types: string, tinyint"):
         key_column(df, "price")
-    with pytest.raises(JobInputError, match="holds 'str' keys"):
+    with pytest.raises(InvalidInput, match="holds 'str' keys"):
         key_column(df, "odd.name", expected="int")
     assert df.select(key_column(df, "odd.name").hash).count() == 1

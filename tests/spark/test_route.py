@@ -13,10 +13,10 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from repart.errors import InvalidInput
 from repart.partitioning import ConsistentSpec, PartitionFunction, initial_function
 from repart.partitioning.consistent import ConsistentMethod
 from repart.partitioning.hashing import INT64_MAX, INT64_MIN, Key, KeyType, hash_key, slot_of_hash
-from repart.spark.errors import JobInputError
 from repart.spark.route import partition, route
 
 KEYS = 100_000
@@ -159,17 +159,17 @@ def test_bad_inputs_raise_job_input_errors(spark: SparkSession) -> None:
     df = spark.createDataFrame([("a", 1.5, 3, 0)], "k string, price double, n bigint, Channel int")
     str_version = PartitionFunction(n_channels=3, explicit={"a": 1})
     int_version = PartitionFunction(n_channels=3, explicit={7: 1})
-    with pytest.raises(JobInputError, match="no column 'ticker'"):
+    with pytest.raises(InvalidInput, match="no column 'ticker'"):
         route(df, "ticker", str_version, channel_col="c")
-    with pytest.raises(JobInputError, match="'price' has type double"):
+    with pytest.raises(InvalidInput, match="'price' has type double"):
         partition(df, "price", str_version, channel_col="c")
-    with pytest.raises(JobInputError, match=r"column 'k' holds 'str' keys.*routes 'int' keys"):
+    with pytest.raises(InvalidInput, match=r"column 'k' holds 'str' keys.*routes 'int' keys"):
         route(df, "k", int_version, channel_col="c")
-    with pytest.raises(JobInputError, match=r"column 'n' holds 'int' keys.*routes 'str' keys"):
+    with pytest.raises(InvalidInput, match=r"column 'n' holds 'int' keys.*routes 'str' keys"):
         partition(df, "n", str_version, channel_col="c")
-    with pytest.raises(JobInputError, match="already has a column 'channel'"):
+    with pytest.raises(InvalidInput, match="already has a column 'channel'"):
         route(df, "k", str_version)  # Spark resolves names case-insensitively: 'Channel' is taken
-    with pytest.raises(JobInputError, match="already has a column 'k'"):
+    with pytest.raises(InvalidInput, match="already has a column 'k'"):
         partition(df, "k", str_version, channel_col="k")
-    with pytest.raises(JobInputError, match="version must be a PartitionFunction"):
+    with pytest.raises(InvalidInput, match="version must be a PartitionFunction"):
         route(df, "k", str_version.to_json(), channel_col="c")  # type: ignore[arg-type]

@@ -102,9 +102,7 @@ def test_a_combine_that_invents_or_duplicates_keys_is_refused(spark: SparkSessio
         InvalidInput, match=r"combine must .* returned key 'stranger', which is neither in channel"
     ):
         update_state(store, frame, invents, version=1, function=function)
-    with pytest.raises(
-        InvalidInput, match=r"one row per key: .*several rows for one key"
-    ):
+    with pytest.raises(InvalidInput, match=r"one row per key: .*several rows for one key"):
         update_state(store, frame, duplicates, version=1, function=function)
     assert StateStore.open(tmp_path / "state").generation == 0
 

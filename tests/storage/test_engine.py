@@ -126,7 +126,7 @@ def test_reads_work_while_another_connection_holds_the_write_lock(tmp_path: Path
 def test_a_read_transaction_cannot_write(db_url: str) -> None:
     engine = make_engine(db_url)
     try:
-        with pytest.raises(DBAPIError, match="(?i)read-only|readonly"):
+        with pytest.raises(DBAPIError, match=r"(?i)read-only|readonly"):
             read_transaction(engine, _create, attempts=1)
         assert read_transaction(engine, _count_regions) == 0
     finally:

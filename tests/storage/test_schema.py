@@ -6,13 +6,15 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, inspect, select, text
 from sqlalchemy.orm import Session
 
-from repart.storage import current_revision, database_url, head_revision, make_engine, upgrade
-from repart.storage.models import Base, Event
+from repart.storage import RegionStatus, current_revision, database_url, head_revision, make_engine, upgrade
+from repart.storage.models import Base, Event, Region
+from repart.storage.schema import alembic_config
 
 from .helpers import add_region, row_counts
 
@@ -92,5 +94,59 @@ def test_database_url_prefers_argument_then_environment_then_default(
     try:
         upgrade(engine)
         assert (tmp_path / ".repart" / "repart.db").is_file()
+    finally:
+        engine.dispose()
+
+
+def test_revision_0002_backfills_the_region_status_from_versions_and_decisions(empty_url: str) -> None:
+    engine = make_engine(empty_url)
+    try:
+        config = alembic_config(engine)
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "0001")
+        t0 = datetime(2026, 1, 1, tzinfo=UTC)
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO regions (id, name, key_type, n_channels_initial, resources, alpha, sigma, "
+                    "algorithm, utility, policy, min_channels, max_channels, tail_aware, slot_bits, "
+                    "consistent_method, settings_json, created_at, updated_at) VALUES (1, 'trades', 'str', "
+                    "2, 'LCL', 1.2, 0.1, 'auto', 'APM', 'fixed', 1, 8, false, 4, 'jump', '{}', :t, :t)"
+                ),
+                {"t": t0},
+            )
+            for number, parent, n, status, minutes in [
+                (1, None, 2, "applied", 0),
+                (2, 1, 4, "abandoned", 1),
+                (3, 1, 2, "planned", 2),
+            ]:
+                connection.execute(
+                    text(
+                        "INSERT INTO versions (region_id, number, parent_number, n_channels, digest, "
+                        "function_json, algorithm, status, report_json, created_at) VALUES (1, :number, "
+                        ":parent, :n, 'd', '{}', 'readj', :status, '{}', :at)"
+                    ),
+                    {
+                        "number": number,
+                        "parent": parent,
+                        "n": n,
+                        "status": status,
+                        "at": t0 + timedelta(minutes=minutes),
+                    },
+                )
+            for kind, seq in [("activated", 5), ("no-change", 7), ("rollback", None)]:
+                connection.execute(
+                    text(
+                        "INSERT INTO events (region_id, at, kind, rule, message, data_json) "
+                        "VALUES (1, :t, :kind, 'r', 'm', :data)"
+                    ),
+                    {"t": t0, "kind": kind, "data": "{}" if seq is None else f'{{"considered_seq": {seq}}}'},
+                )
+        upgrade(engine)
+        with Session(engine) as session:
+            row = session.scalars(select(Region)).one()
+            assert RegionStatus.of(row) == RegionStatus(1, 3, 7, t0 + timedelta(minutes=1))
+            assert row.lease_token == 0
     finally:
         engine.dispose()

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from repart.cli.errors import reports_bad_input
 from repart.cli.simulate import STDOUT, check_output_path
+from repart.errors import NotFound
 from repart.protocol.files import durable_output
 from repart.sim.plot import plot_demo
 
@@ -66,7 +67,7 @@ def demo(
     try:
         from repart.demo.run import DemoConfig, run_demo
     except ModuleNotFoundError as missing:
-        raise ValueError(
+        raise NotFound(
             f"repart demo needs the Spark extra ({missing.name} is not installed): "
             "pip install 'repart[spark]'"
         ) from None

@@ -30,8 +30,8 @@ def verify(
     """Check every file of the store's current generation (rows, checksum); exit 4 on damage."""
     try:
         store = StateStore.open(state)
-    except Corrupt as damaged:
-        _report({"state": str(state), "ok": False, "damaged": [_damage(damaged)]}, as_json)
+    except Corrupt as unreadable:
+        _report({"state": str(state), "ok": False, "damaged": [_damage(unreadable)]}, as_json)
         raise typer.Exit(Corrupt.exit_code) from None
     damaged = store.damaged_files()
     summary = {

@@ -30,6 +30,7 @@ from sqlalchemy import Engine
 from repart.controller.daemon import Daemon, DaemonConfig
 from repart.controller.tick import last_considered_seq, tick
 from repart.demo.vwap import BatchOutcome, VwapPipeline, totals
+from repart.errors import InvalidInput
 from repart.partitioning import ConsistentSpec, PartitionFunction, initial_function
 from repart.partitioning.metrics import channel_loads, imbalance
 from repart.partitioning.resources import Resources
@@ -37,6 +38,7 @@ from repart.sim.trades import Trades, TradeStream
 from repart.spark.session import DEFAULT_MASTER, spark_session
 from repart.storage import RegionConfig, create_region, make_engine, run_in_transaction, upgrade
 from repart.storage.client import SqlControllerClient
+from repart.validation import Interval, check
 
 REGION = "trades"
 MARKER = ".repart-demo"
@@ -60,8 +62,7 @@ class DemoConfig:
     stream: TradeStream = field(default_factory=TradeStream)
 
     def __post_init__(self) -> None:
-        if isinstance(self.batches, bool) or not isinstance(self.batches, int) or not 1 <= self.batches <= 30:
-            raise ValueError(f"batches must be an integer in [1, 30], got {self.batches!r}")
+        check("batches", self.batches, Interval(int, 1, 30))
 
 
 @dataclass(frozen=True)
@@ -140,9 +141,12 @@ def run_demo(config: DemoConfig, on_batch: Callable[[DemoRow], None] | None = No
 def _fresh_workdir(path: Path) -> Path:
     """The demo's work directory, emptied if an earlier demo left it; refuses any other directory."""
     if path.exists() and not path.is_dir():
-        raise ValueError(f"workdir: {path} is a file; give a directory")
+        raise InvalidInput("workdir", f"must be a directory: {path} is a file")
     if path.exists() and any(path.iterdir()) and not (path / MARKER).exists():
-        raise ValueError(f"workdir: {path} is not empty and was not made by repart demo; choose another")
+        raise InvalidInput(
+            "workdir",
+            f"must be new or made by repart demo: {path} is not empty and was not made by repart demo",
+        )
     if path.exists():
         shutil.rmtree(path)
     path.mkdir(parents=True)

@@ -193,11 +193,12 @@ class VwapPipeline:
             KEY,
             self.region,
             Window(seq=seq, start=start, end=start + timedelta(seconds=self.window_seconds)),
-            ControllerSink(self.client, batch_id=seq),
+            ControllerSink(self.client),
             epsilon=self.epsilon,
             slot_bits=function.slot_bits,
             version=version,
             channels=self._measurements(updates, function.n_channels),
+            batch=seq,
         )
         seconds = time.perf_counter() - started
         plan_id = None if migration is None else migration[0].plan_id

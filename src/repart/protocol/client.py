@@ -10,7 +10,8 @@ implementation is ``repart.storage.client.SqlControllerClient``. A batch goes th
    job died applying is handed out again: the state store's manifest tells whether it committed);
 3. ``report_plan(plan_id, "applied" | "failed", ...)``: its outcome; a failure carries the reason
    (the damaged file, the refused argument) for the operator;
-4. ``submit_snapshot(snapshot, batch_id)``: the batch's key frequencies (``repart.protocol.snapshot``);
+4. ``submit_snapshot(snapshot)``: the batch's key frequencies (``repart.protocol.snapshot``), whose
+   ``batch`` is the job's batch id;
 5. ``report_batch(region, batch_id, payload, plan_id)``: what the batch did.
 
 Every call is idempotent under the batch id the job chose (exactly-once batches): a snapshot of a batch
@@ -78,9 +79,9 @@ class ControllerClient(Protocol):
         already in ``outcome`` is left as it is."""
         ...
 
-    def submit_snapshot(self, snapshot: Snapshot, batch_id: int | None) -> str:
-        """Hand the controller a batch's snapshot; returns where it went. A snapshot for a ``batch_id``
-        already ingested for the region is a no-op (the same window; Conflict for another)."""
+    def submit_snapshot(self, snapshot: Snapshot) -> str:
+        """Hand the controller a batch's snapshot; returns where it went. A snapshot whose ``batch`` was
+        already ingested for the region is a no-op (the same window; InvalidInput for another)."""
         ...
 
     def report_batch(

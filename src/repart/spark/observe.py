@@ -52,7 +52,6 @@ from repart.protocol.snapshot import (
     check_region_name,
 )
 from repart.spark.counting import count_partition
-from repart.spark.errors import JobInputError
 from repart.spark.keys import key_column
 
 if TYPE_CHECKING:  # no import of the sinks (and the database) at run time
@@ -64,7 +63,7 @@ _INT64 = npt.NDArray[np.int64]
 @dataclass(frozen=True)
 class Window:
     """The tumbling window a batch belongs to: ``seq`` (new per region) and ``start < end``, both
-    timezone-aware. JobInputError naming the field otherwise."""
+    timezone-aware. InvalidInput naming the field otherwise."""
 
     seq: int
     start: datetime
@@ -74,18 +73,14 @@ class Window:
         require_int(self.seq, "window.seq")
         for name, value in (("window.start", self.start), ("window.end", self.end)):
             if not isinstance(value, datetime) or value.utcoffset() is None or not _has_utc_time(value):
-                raise JobInputError(
-                    f"{name} must be a timezone-aware datetime in years 1-9999 UTC, got {value!r}"
+                raise InvalidInput(
+                    name, f"must be a timezone-aware datetime in years 1-9999 UTC, got {value!r}"
                 )
         if self.end <= self.start:
-            raise JobInputError(
-                "window.end must be after window.start, "
-                f"got {self.start.isoformat()} .. {self.end.isoformat()}"
+            raise InvalidInput(
+                "window.end",
+                f"must be after window.start, got {self.start.isoformat()} .. {self.end.isoformat()}",
             )
-
-    def to_json(self) -> dict[str, Any]:
-        """The document's ``window`` object: seq and ISO-8601 timestamps with their UTC offsets."""
-        return {"seq": self.seq, "start": self.start.isoformat(), "end": self.end.isoformat()}
 
 
 def _has_utc_time(moment: datetime) -> bool:
@@ -136,6 +131,7 @@ def observe(
     slot_bits: int = DEFAULT_SLOT_BITS,
     version: int | None = None,
     channels: Sequence[dict[str, Any]] | None = None,
+    batch: int | None = None,
 ) -> Observation:
     """Count the keys of ``df[key_col]`` and write the batch's snapshot for ``region`` to ``sink``.
 
@@ -143,38 +139,37 @@ def observe(
     entries ``[key, count, delta]`` with ``count <= true count <= count + delta`` and ``delta <= epsilon
     * tuples`` (every key occurring more than ``epsilon * tuples`` times is among them), the tuple
     count of every non-empty slot of ``slot_bits`` bits, ``approx_count_distinct`` of the keys as
-    ``distinct_estimate``, and ``version`` and ``channels`` (per-channel measurements: dicts with
-    channel, tuples, busy_seconds, state_bytes) as given.
+    ``distinct_estimate``, and ``version``, ``channels`` (per-channel measurements: dicts with
+    channel, tuples, busy_seconds, state_bytes) and ``batch`` (the job's id of the batch, so that a
+    batch run again after a crash is ingested once) as given.
 
     Rows whose key is null are not counted: not in ``tuples``, items or slots. Their number is
     returned as ``Observation.null_keys``; ``repart.spark.route`` sends them to channel 0.
 
-    Raises JobInputError naming the field and accepted range, before any Spark work, for: a missing
+    Raises InvalidInput naming the field and accepted range, before any Spark work, for: a missing
     key column or one of an unsupported type, ``epsilon`` outside (0, 1), ``slot_bits`` outside
     [10, 20], a ``window`` that is not a ``Window``, a bad region name, version or channels. A sink
-    that rejects the document (such as a window already ingested) raises its ValueError. Nothing is
-    written when anything raises.
+    that rejects the document (such as a window already ingested under another batch) raises its
+    ReparError. Nothing is written when anything raises.
     """
     began = time.perf_counter()
     key = key_column(df, key_col)
     if isinstance(epsilon, bool) or not isinstance(epsilon, int | float) or not 0.0 < epsilon < 1.0:
-        raise JobInputError(f"epsilon must be a number in (0, 1), got {epsilon!r}")
+        raise InvalidInput("epsilon", f"must be a number in (0, 1), got {epsilon!r}")
     if not isinstance(window, Window):
-        raise JobInputError(f"window must be a repart.spark.observe.Window, got {type(window).__name__}")
-    try:  # the fields given, checked before the Spark job runs
-        check_slot_bits(slot_bits)
-        fields = partial(
-            _snapshot,
-            region=check_region_name(region),
-            window=window,
-            epsilon=float(epsilon),
-            key_type=key.key_type,
-            slot_bits=slot_bits,
-            version=None if version is None else require_int(version, "version", 1),
-            channels=None if not channels else channel_measurements(list(channels)),
-        )
-    except InvalidInput as error:
-        raise JobInputError(str(error)) from None
+        raise InvalidInput("window", f"must be a repart.spark.observe.Window, got {type(window).__name__}")
+    check_slot_bits(slot_bits)  # the fields given, checked before the Spark job runs
+    fields = partial(
+        _snapshot,
+        region=check_region_name(region),
+        window=window,
+        epsilon=float(epsilon),
+        key_type=key.key_type,
+        slot_bits=slot_bits,
+        version=None if version is None else require_int(version, "version", 1),
+        channels=None if not channels else channel_measurements(list(channels)),
+        batch=None if batch is None else require_int(batch, "batch"),
+    )
 
     counts = _count(
         df.select(key.hash.alias("hash"), key.value.alias("key")), key.key_type, epsilon, slot_bits
@@ -201,8 +196,9 @@ def _snapshot(
     slot_bits: int,
     version: int | None,
     channels: tuple[ChannelMeasurement, ...] | None,
+    batch: int | None,
 ) -> Snapshot:
-    """The snapshot of ``counts`` in ``window``; ``version`` and ``channels`` only when given."""
+    """The snapshot of ``counts`` in ``window``; ``version``, ``channels`` and ``batch`` only when given."""
     return Snapshot(
         region=region,
         seq=window.seq,
@@ -217,6 +213,7 @@ def _snapshot(
         slots=tuple((slot, count) for slot, count in counts.slots) or None,
         version=version,
         channels=channels,
+        batch=batch,
     )
 
 

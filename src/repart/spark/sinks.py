@@ -32,11 +32,9 @@ class SnapshotSink(Protocol):
 
 @dataclass(frozen=True)
 class ControllerSink:
-    """Submit snapshot documents to the controller as the snapshot of batch ``batch_id`` (None: a
-    snapshot without batch identity, ingested once or refused as a window already ingested)."""
+    """Submit snapshot documents to the controller through the ``ControllerClient`` port."""
 
     client: ControllerClient
-    batch_id: int | None = None
 
     def write(self, document: Mapping[str, Any]) -> str:
         """Parse ``document`` and submit it; returns where the controller stored it.
@@ -45,7 +43,7 @@ class ControllerSink:
         region rejects it: unknown region, other key type or slot bits, a window already ingested
         under another batch or overlapping one. Nothing is stored then.
         """
-        return self.client.submit_snapshot(Snapshot.from_document(document), self.batch_id)
+        return self.client.submit_snapshot(Snapshot.from_document(document))
 
 
 @dataclass(frozen=True)

@@ -7,30 +7,27 @@ state moves; the job's report moves it on to ``applied`` or ``failed``. A failur
 as a ``plan-failed`` event on the region, in the same transaction.
 
 Exactly-once batches (``repart.protocol.client``): a snapshot row records the job's batch id (unique per
-region), so a snapshot of a batch already ingested is a no-op; a batch report is unique per (region,
-batch id), so a batch is reported once.
+region), so a snapshot of a batch already ingested is a no-op (``ingest_snapshot``); a batch report is
+unique per (region, batch id), so a batch is reported once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from repart.errors import Conflict, NotFound
+from repart.errors import NotFound
 from repart.protocol.client import AppliedFunction, PlanOutcome, PlanToApply
 from repart.protocol.snapshot import Snapshot
 from repart.storage import models
 from repart.storage.engine import read_transaction, run_in_transaction
 from repart.storage.events import NewEvent, record_batch_report, record_event
 from repart.storage.plans import list_plans, set_plan_status
-from repart.storage.regions import region_by_name
 from repart.storage.snapshots import ingest_snapshot
 from repart.storage.versions import applied_version, version_function
-from repart.validation import NON_NEGATIVE_INT, check
 
 SOURCE = "repart job"
 
@@ -85,9 +82,10 @@ class SqlControllerClient:
 
         run_in_transaction(self.engine, work)
 
-    def submit_snapshot(self, snapshot: Snapshot, batch_id: int | None) -> str:
-        batch = None if batch_id is None else check("batch_id", batch_id, NON_NEGATIVE_INT)
-        row_id = run_in_transaction(self.engine, lambda session: self._ingest(session, snapshot, batch))
+    def submit_snapshot(self, snapshot: Snapshot) -> str:
+        row_id = run_in_transaction(
+            self.engine, lambda session: ingest_snapshot(session, snapshot, source=self.source)
+        )
         return f"{self.engine.url.render_as_string(hide_password=True)}#snapshot/{row_id}"
 
     def report_batch(
@@ -97,27 +95,6 @@ class SqlControllerClient:
             self.engine,
             lambda session: record_batch_report(session, region, batch_id, payload, plan_id=plan_id),
         )
-
-    def _ingest(self, session: Session, snapshot: Snapshot, batch: int | None) -> int:
-        """The id of the snapshot of ``batch`` if the region has it (the same window; Conflict for
-        another), else of ``snapshot`` stored with ``batch``."""
-        if batch is not None:
-            region_id = region_by_name(session, snapshot.region).id
-            table = models.Snapshot
-            found = session.execute(
-                select(table.id, table.seq).where(table.region_id == region_id, table.batch == batch)
-            ).first()
-            if found is not None:
-                if found.seq != snapshot.seq:
-                    raise Conflict(
-                        f"batch {batch} of region {snapshot.region!r} was observed as window.seq "
-                        f"{found.seq}, not {snapshot.seq}"
-                    )
-                return int(found.id)
-        row_id = ingest_snapshot(session, replace(snapshot, batch=batch), source=self.source)
-        session.get_one(models.Snapshot, row_id).batch = batch
-        session.flush()
-        return row_id
 
 
 def _next(session: Session, region: str) -> PlanToApply | None:

@@ -150,8 +150,8 @@ class Region(Base):
 class Snapshot(Base):
     """One tumbling window's lossy counter and measurements (DESIGN §3); ``version`` was active.
 
-    ``batch`` is the id of the job's batch the window observed (None for a snapshot from a spool file
-    or another source), unique per region: a job that submits a batch's snapshot again after a crash
+    ``batch`` is the id of the job's batch the window observed (None when the document has none),
+    unique per region: a job that submits a batch's snapshot again after a crash
     finds it there (exactly-once batches, ``repart.storage.client``).
     """
 

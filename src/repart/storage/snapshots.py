@@ -35,8 +35,26 @@ def ingest_snapshot(session: Session, snapshot: Snapshot, *, source: str | None 
     seq of a window that starts after it ends (InvalidInput naming ``window.seq``; a job that restarts
     its seq from 0 is refused, not silently ignored by the tick).
     ``source`` records where the snapshot came from (a spool file, a job id).
+
+    Exactly once: a snapshot whose ``batch`` the region already has is not stored again; the stored
+    one's id is returned when it is the same window (the job ran the batch again after a crash), and
+    InvalidInput naming ``batch`` is raised when it is another.
     """
     region = region_by_name(session, snapshot.region)
+    if snapshot.batch is not None:
+        stored = session.execute(
+            select(models.Snapshot.id, models.Snapshot.seq).where(
+                models.Snapshot.region_id == region.id, models.Snapshot.batch == snapshot.batch
+            )
+        ).first()
+        if stored is not None:
+            if stored.seq != snapshot.seq:
+                raise InvalidInput(
+                    "batch",
+                    f"must identify one window: batch {snapshot.batch} of region {region.name!r} was "
+                    f"observed as window.seq {stored.seq}, got {snapshot.seq}",
+                )
+            return int(stored.id)
     if snapshot.key_type != region.key_type:
         raise InvalidInput("key_type", f"must be the region's {region.key_type!r}, got {snapshot.key_type!r}")
     if snapshot.slot_bits != region.slot_bits:
@@ -65,6 +83,7 @@ def ingest_snapshot(session: Session, snapshot: Snapshot, *, source: str | None 
                 key_type=snapshot.key_type,
                 slot_bits=snapshot.slot_bits,
                 version=snapshot.version,
+                batch=snapshot.batch,
                 source=source,
             )
             session.add(row)
@@ -235,4 +254,5 @@ def _from_row(
         slots=tuple((slot, count) for slot, count in slots) or None,
         version=row.version,
         channels=tuple(ChannelMeasurement(*values) for values in channels) or None,
+        batch=row.batch,
     )

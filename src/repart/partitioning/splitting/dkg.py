@@ -41,6 +41,8 @@ from repart.partitioning.splitting.keytable import KeyTable, append, find_or_slo
 FORGOTTEN, BABY, TEENAGE, OLD = -1, 0, 1, 2
 _RUNNING, _GROW, _PROMOTE = 0, 1, 2
 NEVER = -1  # a key item not yet checked for scaling
+RECENT_SLOTS = 64  # a power of two: each source's cache of key-table entries, by the key hash's low bits
+_RECENT_MASK = np.uint64(RECENT_SLOTS - 1)
 
 # Defaults (docs/DECISIONS.md): the paper's E = 100 expected keys; a 15 s cycle of 20,000 tuples per
 # source; Teenage → Old and each key's scaling check every 4 cycles (60 s).
@@ -58,14 +60,16 @@ def scale_threshold(n: int) -> float:
 @numba.njit(cache=True, inline="always")
 def least_loaded_run(loads: IntArray, s: int, home: int, count: int, n: int) -> int:
     """The least loaded of the ``count`` workers home, home + 1, … (mod n) at source ``s``, ties to
-    the earliest: chooseBestTask's choice when no scaling check is due."""
+    the earliest: chooseBestTask's choice when no scaling check is due. The run is scanned as its
+    two contiguous pieces, home … n − 1 and then 0, 1, …, with no modulo per candidate."""
+    first_end = min(n, home + count)
     best = home
     low = loads[s, home]
-    m = home
-    for _ in range(1, count):
-        m += 1
-        if m == n:
-            m = 0
+    for m in range(home + 1, first_end):
+        if loads[s, m] < low:
+            best = m
+            low = loads[s, m]
+    for m in range(home + count - first_end):
         if loads[s, m] < low:
             best = m
             low = loads[s, m]
@@ -126,6 +130,7 @@ def _dkg_kernel(
     check_interval: int,
     loads: IntArray,
     seen: IntArray,
+    cycle_end: IntArray,
     seeds: UIntArray,
     index: IntArray,
     keys: UIntArray,
@@ -135,20 +140,29 @@ def _dkg_kernel(
     space: IntArray,
     width: IntArray,
     checked: IntArray,
+    recent_key: UIntArray,
+    recent_entry: IntArray,
 ) -> int:
     """Route from ``start``; stops to let the caller grow the table or run a promotion cycle."""
     for i in range(start, key_hashes.size):
         s = sources[i]
         k = key_hashes[i]
-        e = find_or_slot(index, keys, owners, k, s)
-        if e < 0:
-            if size[0] == keys.size:
-                status[0] = _GROW
-                return i
-            e = append(index, keys, owners, size, -e - 1, k, s)
-            counts[e] = 0
-            space[e] = FORGOTTEN
-            width[e] = min(2, n)
+        # Each source's direct-mapped cache of recent keys (by the hash's low bits) spares hot keys the
+        # key-table lookup; entries never move or leave the table, so a cached one stays valid.
+        slot = k & _RECENT_MASK
+        e = recent_entry[s, slot]
+        if e < 0 or recent_key[s, slot] != k:
+            e = find_or_slot(index, keys, owners, k, s)
+            if e < 0:
+                if size[0] == keys.size:
+                    status[0] = _GROW
+                    return i
+                e = append(index, keys, owners, size, -e - 1, k, s)
+                counts[e] = 0
+                space[e] = FORGOTTEN
+                width[e] = min(2, n)
+            recent_key[s, slot] = k
+            recent_entry[s, slot] = e
         if space[e] == FORGOTTEN:  # a new key item (its width, if any, survives)
             space[e] = BABY
             checked[e] = NEVER
@@ -167,7 +181,8 @@ def _dkg_kernel(
             w = least_loaded_run(loads, s, home, width[e], n)
         loads[s, w] += 1
         out[i] = w
-        if seen[s] % cycle == 0:
+        if seen[s] == cycle_end[s]:  # seen[s] % cycle == 0, without a division per tuple
+            cycle_end[s] += cycle
             status[0] = _PROMOTE
             status[1] = s
             return i + 1
@@ -207,6 +222,7 @@ class DynamicKeyGrouping(Grouping):
         self.baby_capacity = max(1, self.expected_keys // 2)
         self.threshold = scale_threshold(self.workers)
         self._seen = np.zeros(self.sources, dtype=np.int64)
+        self._cycle_end = np.full(self.sources, self.cycle, dtype=np.int64)  # each source's next cycle end
         self._status = np.zeros(2, dtype=np.int64)
         self._table = KeyTable(
             {
@@ -216,6 +232,12 @@ class DynamicKeyGrouping(Grouping):
                 "checked": ((), np.int64, NEVER),
             }
         )
+        # Each source's key-table entries, kept up to date as the table grows (entries never leave it):
+        # a promotion cycle then costs O(its source's items), not a pass over every source's.
+        self._entries = [np.zeros(0, dtype=np.int64) for _ in range(self.sources)]
+        self._listed = 0
+        self._recent_key = np.zeros((self.sources, RECENT_SLOTS), dtype=np.uint64)
+        self._recent_entry = np.full((self.sources, RECENT_SLOTS), -1, dtype=np.int64)
 
     def _route(self, key_hashes: UIntArray, sources: IntArray, out: IntArray) -> None:
         t = self._table
@@ -234,6 +256,7 @@ class DynamicKeyGrouping(Grouping):
                 self.check_interval,
                 self._loads,
                 self._seen,
+                self._cycle_end,
                 self._seeds,
                 t.index,
                 t.keys,
@@ -243,6 +266,8 @@ class DynamicKeyGrouping(Grouping):
                 t.columns["space"],
                 t.columns["width"],
                 t.columns["checked"],
+                self._recent_key,
+                self._recent_entry,
             )
             if self._status[0] == _GROW:
                 t.grow()
@@ -253,38 +278,51 @@ class DynamicKeyGrouping(Grouping):
 
     def _promote(self, source: int) -> None:
         """One promotion cycle of ``source`` (Algorithm 1, then 2 every ``old_every``-th cycle)."""
-        self._truncate_baby(source)
-        self._promote_space(source, BABY, TEENAGE, self.teenage_capacity)
+        entries = self._entries_of(source)
+        self._truncate_baby(entries)
+        self._promote_space(entries, BABY, TEENAGE, self.teenage_capacity)
         if (self._seen[source] // self.cycle) % self.old_every == 0:
-            self._promote_space(source, TEENAGE, OLD, self.old_capacity)
+            self._promote_space(entries, TEENAGE, OLD, self.old_capacity)
 
-    def _truncate_baby(self, source: int) -> None:
-        """Forget all but Baby's 50 %·E most frequent items (their counts; widths stay)."""
+    def _entries_of(self, source: int) -> IntArray:
+        """Source ``source``'s key-table entries in insertion order (``KeyTable.entries``, kept)."""
         t = self._table
-        entries = t.entries(source)
-        baby = entries[t.columns["space"][entries] == BABY]
+        if self._listed < t.count:
+            new = np.arange(self._listed, t.count, dtype=np.int64)
+            owners = t.owners[self._listed : t.count]
+            for owner in np.unique(owners).tolist():
+                self._entries[owner] = np.concatenate([self._entries[owner], new[owners == owner]])
+            self._listed = t.count
+        return self._entries[source]
+
+    def _truncate_baby(self, entries: IntArray) -> None:
+        """Forget all but Baby's 50 %·E most frequent items (their counts; widths stay) among one
+        source's ``entries``."""
+        t = self._table
+        space, counts, checked = t.columns["space"], t.columns["count"], t.columns["checked"]
+        baby = entries[space[entries] == BABY]
         if baby.size <= self.baby_capacity:
             return
-        kept = _by_occurrence(baby, t.columns["count"], t.keys, limit=self.baby_capacity)
-        dropped = np.setdiff1d(baby, kept)
-        t.columns["space"][dropped] = FORGOTTEN
-        t.columns["count"][dropped] = 0
-        t.columns["checked"][dropped] = NEVER
+        kept = _by_occurrence(baby, counts, t.keys, limit=self.baby_capacity)
+        kept_counts, kept_checked = counts[kept], checked[kept]
+        space[baby], counts[baby], checked[baby] = FORGOTTEN, 0, NEVER
+        space[kept], counts[kept], checked[kept] = BABY, kept_counts, kept_checked
 
-    def _promote_space(self, source: int, lower: int, upper: int, capacity: int) -> None:
-        """Algorithm 3, promoteToNextSpace: swap while the lower space's best is ≥ the upper's worst."""
+    def _promote_space(self, entries: IntArray, lower: int, upper: int, capacity: int) -> None:
+        """Algorithm 3, promoteToNextSpace, among one source's ``entries``: swap while the lower
+        space's best is ≥ the upper's worst."""
         t = self._table
-        entries = t.entries(source)
         counts, space, keys = t.columns["count"], t.columns["space"], t.keys
         below = _by_occurrence(entries[space[entries] == lower], counts, keys, limit=capacity)
         above = _by_occurrence(entries[space[entries] == upper], counts, keys, limit=capacity)
         slots: list[int | None] = [*above.tolist(), *([None] * (capacity - above.size))]
+        count_of = dict(zip(above.tolist(), counts[above].tolist(), strict=True))
         last = capacity - 1
-        for candidate in below.tolist():
+        for candidate, occurrences in zip(below.tolist(), counts[below].tolist(), strict=True):
             if last < 0:
                 break
             resident = slots[last]
-            if resident is not None and counts[resident] > counts[candidate]:
+            if resident is not None and count_of[resident] > occurrences:
                 break
             space[candidate] = upper
             if resident is not None:

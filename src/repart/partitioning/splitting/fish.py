@@ -293,7 +293,7 @@ class Fish(Grouping):
             if arrival_rate is None
             else check_positive("arrival_rate", arrival_rate)
         )
-        self.theta = default_theta(n) if theta is None else check_fraction("theta (θ)", theta)
+        self.theta = default_theta(n) if theta is None else check_fraction("theta", theta)
         self.epoch = check_count("epoch", epoch)
         self.decay = check_fraction("decay", decay)
         self.spread = check_positive("spread", spread)

@@ -139,7 +139,7 @@ class PartialKeyGrouping(Grouping):
 
     def __init__(self, workers: int, sources: int, *, choices: int = 2, seed: int = 0) -> None:
         super().__init__(workers, sources, seed=seed)
-        self.choices = check_count("choices (d)", choices, minimum=2)
+        self.choices = check_count("choices", choices, minimum=2)
         self._seeds = function_seeds(self.seed, 2 * self.choices)
         self._scratch = np.zeros(self.choices, dtype=np.int64)
 

@@ -249,11 +249,11 @@ class _HeadGrouping(Grouping):
         seed: int = 0,
     ) -> None:
         super().__init__(workers, sources, seed=seed)
-        self.theta = default_theta(self.workers) if theta is None else check_fraction("theta (θ)", theta)
+        self.theta = default_theta(self.workers) if theta is None else check_fraction("theta", theta)
         self.capacity = (
             default_capacity(self.theta) if capacity is None else check_count("capacity", capacity)
         )
-        self.epsilon = check_positive("epsilon (ε)", epsilon)
+        self.epsilon = check_positive("epsilon", epsilon)
         self.recompute_every = check_count("recompute_every", recompute_every)
         self._summaries = Summaries.empty(self.sources, self.capacity)
         self._seen = np.zeros(self.sources, dtype=np.int64)
