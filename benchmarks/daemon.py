@@ -287,7 +287,7 @@ def integrity(engine: Engine, regions: list[str], recorder: Recorder, feeder: Fe
                     f"{region} v{number}: {plan_count[(region, number)]} plans, "
                     f"{event_count[(region, number)]} activated events"
                 )
-    extra = (set(plan_count) | set(event_count)) - {(r, n) for r in regions for n in numbers[r][1:]}
+    extra = (set(plan_count) | set(event_count)) - {(r, n) for r in regions for n in sorted(numbers[r])[1:]}
     problems["plans+events"] += [f"{r} v{n}: plan or event without a version" for r, n in sorted(extra)]
     by_region: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for region, started, ended, _ in recorder.spans:

@@ -15,10 +15,20 @@ import numpy as np
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from repart.partitioning import LossyCounter
+from repart.migration import plan_migration
+from repart.partitioning import LossyCounter, PartitionFunction, build, initial_function
 from repart.partitioning.hashing import Key, KeyType, hash_keys, slots_of_hashes
 from repart.protocol.snapshot import ChannelMeasurement, CounterEntry, Snapshot
-from repart.storage import RegionConfig, create_region, ingest_snapshot, run_in_transaction
+from repart.storage import (
+    NewEvent,
+    NewVersion,
+    RegionConfig,
+    activate,
+    create_region,
+    ingest_snapshot,
+    make_engine,
+    run_in_transaction,
+)
 from repart.storage.models import Base
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -120,10 +130,61 @@ def ingest(engine: Engine, *snapshots: Snapshot) -> None:
         run_in_transaction(engine, lambda session, s=snapshot: ingest_snapshot(session, s))
 
 
-def row_counts(engine: Engine) -> dict[str, int]:
-    """The number of rows of every table."""
-    with Session(engine) as session:
-        return {
-            table.name: session.scalar(select(func.count()).select_from(table)) or 0
-            for table in Base.metadata.sorted_tables
-        }
+def row_counts(database: Engine | str) -> dict[str, int]:
+    """The number of rows of every table of ``database`` (an engine or a URL)."""
+    engine = make_engine(database) if isinstance(database, str) else database
+    try:
+        with Session(engine) as session:
+            return {
+                table.name: session.scalar(select(func.count()).select_from(table)) or 0
+                for table in Base.metadata.sorted_tables
+            }
+    finally:
+        if isinstance(database, str):
+            engine.dispose()
+
+
+def skewed_keys(seed: int = 1, count: int = 20_000) -> list[str]:
+    """Zipf-like ticker keys: a few hot, many cold."""
+    rng = np.random.default_rng(seed)
+    return [f"K{int(k)}" for k in rng.zipf(1.3, count) % 500]
+
+
+def counter_document(region: str, seq: int, keys: Sequence[Key], **changes: Any) -> dict[str, Any]:
+    """The document of ``counted_snapshot(region, seq, keys)`` with top-level fields replaced by
+    ``changes`` (to break it)."""
+    document = counted_snapshot(region, seq, keys).to_document()
+    document.update(changes)
+    return document
+
+
+def add_versions(db: str, region: str, channels: tuple[int, ...]) -> list[PartitionFunction]:
+    """Activate one version per entry of ``channels`` (built with redist from the previous one), each
+    later one with a plan from the first, the applied one; returns the functions. The last plan is
+    pending, the earlier ones superseded."""
+    estimate = counted_snapshot(region, 0, skewed_keys()).to_estimate()
+    event = NewEvent(kind="activate", rule="test", message="built by the test")
+    functions: list[PartitionFunction] = []
+    previous = initial_function(channels[0], "str", 16)
+    engine = make_engine(db)
+    try:
+        for n in channels:
+            result = build(previous, estimate, n, algorithm="redist")
+            plan = plan_migration(functions[0], result.function, estimate) if functions else None
+            version = NewVersion(
+                function_json=result.function.to_json(),
+                digest=result.function.digest,
+                n_channels=result.function.n_channels,
+                algorithm="redist",
+                report={
+                    "predicted_b": result.report.predicted_b,
+                    "explicit_size": len(result.function.explicit),
+                },
+            )
+            with Session(engine) as session, session.begin():
+                activate(session, region, version, plan, event)
+            functions.append(result.function)
+            previous = result.function
+    finally:
+        engine.dispose()
+    return functions

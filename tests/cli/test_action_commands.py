@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.cli.helpers import counter_document, repart, repart_json, row_counts, skewed_keys
+from tests.cli.helpers import repart, repart_json
+from tests.factories import counter_document, row_counts, skewed_keys
 
 RESULT_FIELDS = {
     "region",
@@ -98,7 +99,7 @@ def test_bad_input_exits_2_and_writes_nothing(db: str) -> None:
         (("rollback", "ops", "--to", "9"), "--to: region 'ops' has no version 9; its versions are 1"),
         (("rollback", "ops", "--to", "1"), "nothing to roll back"),
         (("scale", "ops", "--channels", "9"), "--channels must be an integer in [1, 8], got 9"),
-        (("scale", "ops", "--channels", "0"), "--channels must be in [1, 8], got 0"),
+        (("scale", "ops", "--channels", "0"), "--channels must be an integer in [1, 8], got 0"),
         (("scale", "nope", "--channels", "2"), "nope"),
         (("explain", "nope"), "nope"),
     ]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cli.helpers import repart, repart_json, row_counts
+from tests.cli.helpers import repart, repart_json
+from tests.factories import row_counts
 
 
 def test_settings_are_stored_merged_and_used(db: str) -> None:

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from repart.migration import plan_migration
-from tests.cli.helpers import add_versions, counter_document, repart, repart_json, row_counts, skewed_keys
+from tests.cli.helpers import repart, repart_json
+from tests.factories import add_versions, counter_document, row_counts, skewed_keys
 
 VERSION_FIELDS = {"version", "N", "status", "digest", "algorithm", "explicit_size", "parent", "created_at"}
 PLAN_FIELDS = {"id", "from_version", "to_version", "status", "predicted_m", "explicit_moves", "slot_moves"}

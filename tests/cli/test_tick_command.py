@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.cli.helpers import counter_document, repart, repart_json, row_counts, skewed_keys
+from tests.cli.helpers import repart, repart_json
+from tests.factories import counter_document, row_counts, skewed_keys
 
 
 def test_tick_initializes_then_rebalances_a_skewed_window(db: str, tmp_path: Path) -> None:

@@ -20,6 +20,8 @@ from repart.protocol.snapshot import (
     ChannelMeasurement,
     CounterEntry,
     Snapshot,
+    _checked_items,
+    _well_formed_items,
     check_region_name,
     closed_buckets,
 )
@@ -152,3 +154,28 @@ def test_json_schema_lists_the_fields_the_parser_accepts() -> None:
     assert schema["properties"]["key_type"]["enum"] == ["str", "int"]
     bits = schema["properties"]["slot_bits"]
     assert (bits["minimum"], bits["maximum"]) == (10, 20)
+
+
+ROW_VALUES = st.one_of(
+    st.integers(-(2**64), 2**64),
+    st.text(max_size=3),
+    st.sampled_from(["\ud800", True, None, 1.0, []]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.one_of(st.lists(ROW_VALUES, min_size=2, max_size=4), ROW_VALUES), max_size=6),
+    st.sampled_from(["str", "int"]),
+    st.integers(0, 3),
+)
+def test_the_bulk_item_checks_accept_exactly_what_the_row_checks_accept(
+    rows: list[Any], key_type: str, closed: int
+) -> None:
+    bulk = _well_formed_items(rows, key_type, closed)  # type: ignore[arg-type]
+    try:
+        checked = _checked_items(rows, key_type, closed)  # type: ignore[arg-type]
+    except InvalidInput:
+        assert bulk is None
+    else:
+        assert bulk == checked

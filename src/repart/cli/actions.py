@@ -16,7 +16,15 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from repart.cli.database import DbOption, JsonOption, console, number, open_database, print_json, query
+from repart.cli.database import (
+    DbOption,
+    JsonOption,
+    console,
+    number,
+    open_database,
+    print_json,
+    read_query,
+)
 from repart.cli.errors import reports_bad_input
 from repart.controller.actions import ActionResult
 from repart.controller.actions import explain as explain_region
@@ -55,7 +63,7 @@ def scale(
 @reports_bad_input
 def explain(region: RegionName, db: DbOption = None, as_json: JsonOption = False) -> None:
     """Why the region runs what it runs: its last decision, its rule and its numbers."""
-    shown = query(db, lambda session: explain_region(session, region))
+    shown = read_query(db, lambda session: explain_region(session, region))
     if as_json:
         print_json(shown)
         return

@@ -19,7 +19,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
-from sqlalchemy import Engine
+from sqlalchemy import URL, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -58,11 +58,7 @@ def open_database(url: str | None) -> Iterator[Engine]:
     directory, a server that cannot be reached, a database at another schema revision, and a read-only
     database when the command writes (raised from the body of the ``with`` block).
     """
-    try:
-        resolved = database_url(url)
-        engine = make_engine(url)
-    except InvalidInput as error:
-        raise InvalidInput(DB_OPTION, error.requirement) from None
+    resolved, engine = engine_for(url)
     path = resolved.database or ""
     sqlite = resolved.get_backend_name() == "sqlite"
     shown = path if sqlite else resolved.render_as_string(hide_password=True)
@@ -78,21 +74,39 @@ def open_database(url: str | None) -> Iterator[Engine]:
             DB_OPTION, f"names no database: {path} does not exist; create it with `repart init`"
         )
     try:
-        revision = current_revision(engine)
-        if revision != head_revision():
-            raise InvalidInput(
-                DB_OPTION,
-                f"names a database at schema revision {revision or '(none)'}, not {head_revision()}; "
-                "run `repart init` to upgrade it",
-            )
-        yield engine
+        with database_errors(shown):
+            revision = current_revision(engine)
+            if revision != head_revision():
+                raise InvalidInput(
+                    DB_OPTION,
+                    f"names a database at schema revision {revision or '(none)'}, not {head_revision()}; "
+                    "run `repart init` to upgrade it",
+                )
+            yield engine
+    finally:
+        engine.dispose()
+
+
+def engine_for(url: str | None) -> tuple[URL, Engine]:
+    """The resolved URL of ``--db`` and an engine on it; InvalidInput naming ``--db`` for text that is
+    not a database URL."""
+    try:
+        return database_url(url), make_engine(url)
+    except InvalidInput as error:
+        raise InvalidInput(DB_OPTION, error.requirement) from None
+
+
+@contextmanager
+def database_errors(shown: str) -> Iterator[None]:
+    """Turn a driver error that says what is wrong with the database (not there, not a database, not
+    reachable, read-only) into InvalidInput naming ``--db``; other driver errors propagate."""
+    try:
+        yield
     except DBAPIError as error:
         problem = database_problem(error)
         if problem is None:
             raise
         raise InvalidInput(DB_OPTION, f"{shown}: {problem}") from None
-    finally:
-        engine.dispose()
 
 
 def query(url: str | None, work: Callable[[Session], T]) -> T:

@@ -30,7 +30,7 @@ R = TypeVar("R")
 
 # Fields whose command-line parameter has another name: field -> the parameter's Python name.
 FIELD_PARAMETERS = {"n_channels_initial": "channels", "n_channels": "channels", "to_version": "to"}
-_stderr = Console(stderr=True)
+_stderr = Console(stderr=True, soft_wrap=True)  # one line, however long
 
 
 def reports_bad_input(command: Callable[P, R]) -> Callable[P, R]:

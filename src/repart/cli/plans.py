@@ -13,7 +13,16 @@ import typer
 from rich.table import Table
 from sqlalchemy.orm import Session
 
-from repart.cli.database import DbOption, JsonOption, console, number, print_json, query, timestamp
+from repart.cli.database import (
+    DbOption,
+    JsonOption,
+    console,
+    number,
+    print_json,
+    query,
+    read_query,
+    timestamp,
+)
 from repart.cli.errors import reports_bad_input
 from repart.cli.versions import plan_dict, print_plan
 from repart.errors import NotFound
@@ -66,7 +75,7 @@ def plan_of_region(session: Session, region: str, plan_id: int) -> Plan:
 @reports_bad_input
 def list_(region: RegionName, db: DbOption = None, as_json: JsonOption = False) -> None:
     """List a region's plans, oldest first."""
-    rows = query(db, lambda s: [plan_summary(p) for p in list_plans(s, region)])
+    rows = read_query(db, lambda s: [plan_summary(p) for p in list_plans(s, region)])
     if as_json:
         print_json(rows)
         return
@@ -105,7 +114,7 @@ def show(region: RegionName, plan_id: PlanId, db: DbOption = None, as_json: Json
         row = plan_of_region(session, region, plan_id)
         return {**plan_summary(row), "plan": plan_dict(MigrationPlan.from_json(row.plan_json))}
 
-    shown = query(db, work)
+    shown = read_query(db, work)
     if as_json:
         print_json(shown)
         return

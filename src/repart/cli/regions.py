@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 from sqlalchemy.orm import Session
 
-from repart.cli.database import DbOption, JsonOption, console, print_json, query, timestamp
+from repart.cli.database import DbOption, JsonOption, console, print_json, query, read_query, timestamp
 from repart.cli.errors import options_of, reports_bad_input
 from repart.controller.settings import ControllerSettings
 from repart.errors import InvalidInput
@@ -158,7 +158,7 @@ def create(
 @reports_bad_input
 def list_(db: DbOption = None, as_json: JsonOption = False) -> None:
     """List the regions and their main settings."""
-    regions = query(db, lambda session: [region_dict(row) for row in list_regions(session)])
+    regions = read_query(db, lambda session: [region_dict(row) for row in list_regions(session)])
     if as_json:
         print_json(regions)
         return
@@ -196,7 +196,7 @@ def list_(db: DbOption = None, as_json: JsonOption = False) -> None:
 @reports_bad_input
 def show(name: Name, db: DbOption = None, as_json: JsonOption = False) -> None:
     """Show a region's whole configuration."""
-    _show(query(db, lambda session: region_dict(region_by_name(session, name))), as_json)
+    _show(read_query(db, lambda session: region_dict(region_by_name(session, name))), as_json)
 
 
 @region_app.command("update")

@@ -10,7 +10,15 @@ from rich.table import Table
 from rich.text import Text
 from sqlalchemy.orm import Session
 
-from repart.cli.database import DbOption, JsonOption, console, number, print_json, query, timestamp
+from repart.cli.database import (
+    DbOption,
+    JsonOption,
+    console,
+    number,
+    print_json,
+    read_query,
+    timestamp,
+)
 from repart.cli.errors import reports_bad_input
 from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning import PartitionFunction
@@ -93,7 +101,7 @@ def print_plan(plan: dict[str, Any], title: str) -> None:
 @reports_bad_input
 def list_(region: RegionName, db: DbOption = None, as_json: JsonOption = False) -> None:
     """List a region's versions, oldest first."""
-    rows = query(db, lambda s: [version_dict(v, version_function(v)) for v in list_versions(s, region)])
+    rows = read_query(db, lambda s: [version_dict(v, version_function(v)) for v in list_versions(s, region)])
     if as_json:
         print_json(rows)
         return
@@ -140,7 +148,7 @@ def show(
             "function": json.loads(row.function_json),
         }
 
-    shown = query(db, work)
+    shown = read_query(db, work)
     if as_json:
         print_json(shown)
         return
@@ -171,7 +179,7 @@ def diff(
         target = version_function(get_version(session, region, b))
         return {"from_version": a, "to_version": b, **plan_dict(plan_migration(source, target))}
 
-    plan = query(db, work)
+    plan = read_query(db, work)
     if as_json:
         print_json(plan)
     else:

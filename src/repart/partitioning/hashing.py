@@ -56,7 +56,7 @@ def key_type_of(key: object, field: str = "key") -> KeyType:
     """The key type of one key; ``InvalidInput(field)`` for anything but str or a signed 64-bit int."""
     if isinstance(key, str):
         return "str"
-    if INT64_KEY.accepts(key):
+    if (type(key) is int and INT64_MIN <= key <= INT64_MAX) or INT64_KEY.accepts(key):
         return "int"
     raise InvalidInput(field, f"{_KEY_REQUIREMENT}, got {shown(key)} of type {type(key).__name__}")
 
@@ -64,8 +64,17 @@ def key_type_of(key: object, field: str = "key") -> KeyType:
 def common_key_type(keys: Iterable[object], field: str = "keys") -> KeyType | None:
     """The one key type shared by all ``keys`` (None when empty); ``InvalidInput(field)`` for a key
     that is not one, or keys of both types (one region uses one key type)."""
+    listed = keys if isinstance(keys, list | tuple) else list(keys)
+    if listed and all(type(key) is str for key in listed):  # fast paths for plain keys
+        return "str"
+    if (
+        listed
+        and all(type(key) is int for key in listed)
+        and INT64_MIN <= min(listed) <= max(listed) <= INT64_MAX
+    ):
+        return "int"
     found: KeyType | None = None
-    for key in keys:
+    for key in listed:
         kind = key_type_of(key, field)
         if found is None:
             found = kind

@@ -253,20 +253,57 @@ def _timestamp(value: object, name: str) -> datetime:
 
 
 def _items(value: object, key_type: KeyType, tuples: int, epsilon: float) -> tuple[CounterEntry, ...]:
-    rows = [
-        require_row(row, f"items[{i}]", ("key", "count", "delta"))
-        for i, row in enumerate(require_list(value, "items"))
-    ]
-    keys = [require_key(row[0], f"items[{i}]") for i, row in enumerate(rows)]
+    """The ``items`` field, checked row by row (``_checked_items``) unless the whole list passes the
+    bulk checks of ``_well_formed_items`` (a large window has millions of items: the bulk checks look
+    at each value once, with no per-item function calls, and accept exactly what the row checks do)."""
+    rows = require_list(value, "items")
+    closed = closed_buckets(tuples, epsilon)
+    entries = _well_formed_items(rows, key_type, closed)
+    if entries is None:
+        entries = _checked_items(rows, key_type, closed)
+    total = sum(entry.count for entry in entries)
+    if total > tuples:
+        raise InvalidInput("items", f"counts sum to {total}, more than tuples ({tuples})")
+    return entries
+
+
+def _well_formed_items(rows: list[Any], key_type: KeyType, closed: int) -> tuple[CounterEntry, ...] | None:
+    """The items of ``rows`` if every row is a ``[key, count, delta]`` list with a unique key of
+    ``key_type``, ``count`` in [1, 2^63 - 1] and ``delta`` in [0, closed]; None when any is not (then
+    ``_checked_items`` names the first bad row)."""
+    if not all(type(row) is list and len(row) == 3 for row in rows):
+        return None
+    keys, counts, deltas = ([row[i] for row in rows] for i in range(3))
+    if key_type == "str":
+        if not all(type(key) is str for key in keys):
+            return None
+        try:
+            "".join(keys).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate
+            return None
+    elif not all(type(key) is int and -(2**63) <= key < 2**63 for key in keys):
+        return None
+    if not (all(type(count) is int for count in counts) and all(type(delta) is int for delta in deltas)):
+        return None
+    if rows and (min(counts) < 1 or max(counts) >= 2**63 or min(deltas) < 0 or max(deltas) > closed):
+        return None
+    if len(set(keys)) != len(keys):
+        return None
+    return tuple(map(CounterEntry, keys, counts, deltas))
+
+
+def _checked_items(rows: list[Any], key_type: KeyType, closed: int) -> tuple[CounterEntry, ...]:
+    """The items of ``rows``, each row checked in turn: InvalidInput naming the first bad one."""
+    checked = [require_row(row, f"items[{i}]", ("key", "count", "delta")) for i, row in enumerate(rows)]
+    keys = [require_key(row[0], f"items[{i}]") for i, row in enumerate(checked)]
     require_key_type(
         key_type,
         found=require_one_key_type(keys, "items"),
         found_in="the items' keys",
     )
-    closed = closed_buckets(tuples, epsilon)
     entries = []
     seen: dict[Key, int] = {}
-    for i, (key, (_, raw_count, raw_delta)) in enumerate(zip(keys, rows, strict=True)):
+    for i, (key, (_, raw_count, raw_delta)) in enumerate(zip(keys, checked, strict=True)):
         if key in seen:
             raise InvalidInput(
                 f"items[{i}]", f"repeats the key {key!r} of items[{seen[key]}]; keys must be unique"
@@ -281,9 +318,6 @@ def _items(value: object, key_type: KeyType, tuples: int, epsilon: float) -> tup
                 f"at most epsilon * tuples), got {delta}",
             )
         entries.append(CounterEntry(key, count, delta))
-    total = sum(entry.count for entry in entries)
-    if total > tuples:
-        raise InvalidInput("items", f"counts sum to {total}, more than tuples ({tuples})")
     return tuple(entries)
 
 

@@ -8,10 +8,12 @@ snapshot leaves the database unchanged. Every error names the field and the acce
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any, cast
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import Table, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -22,6 +24,9 @@ from repart.storage import models
 from repart.storage.keys import key_columns, key_from_columns
 from repart.storage.regions import region_by_name
 from repart.validation import POSITIVE_INT, check
+
+# Rows per executemany when a snapshot's items, slots and channels are inserted.
+INSERT_CHUNK = 20_000
 
 
 def ingest_snapshot(session: Session, snapshot: Snapshot, *, source: str | None = None) -> int:
@@ -149,30 +154,33 @@ def _check_new_window(session: Session, region_id: int, snapshot: Snapshot) -> N
 
 
 def _insert_children(session: Session, snapshot_id: int, snapshot: Snapshot) -> None:
-    if snapshot.items:
-        session.execute(
-            insert(models.SnapshotItem),
-            [
-                {
-                    "snapshot_id": snapshot_id,
-                    "idx": i,
-                    "count": item.count,
-                    "delta": item.delta,
-                    **key_columns(item.key),
-                }
-                for i, item in enumerate(snapshot.items)
-            ],
-        )
-    if snapshot.slots:
-        session.execute(
-            insert(models.SnapshotSlot),
-            [{"snapshot_id": snapshot_id, "slot": slot, "count": count} for slot, count in snapshot.slots],
-        )
-    if snapshot.channels:
-        session.execute(
-            insert(models.SnapshotChannel),
-            [{"snapshot_id": snapshot_id, **asdict(measured)} for measured in snapshot.channels],
-        )
+    """Insert the snapshot's items, slots and channels with Core ``executemany`` in chunks of
+    ``INSERT_CHUNK`` rows: a window of millions of items never has all its row dicts in memory at once,
+    and no ORM objects are built."""
+    connection = session.connection()
+    items = (
+        {
+            "snapshot_id": snapshot_id,
+            "idx": i,
+            "count": item.count,
+            "delta": item.delta,
+            **key_columns(item.key),
+        }
+        for i, item in enumerate(snapshot.items)
+    )
+    slots = (
+        {"snapshot_id": snapshot_id, "slot": slot, "count": count} for slot, count in snapshot.slots or ()
+    )
+    channels = ({"snapshot_id": snapshot_id, **asdict(measured)} for measured in snapshot.channels or ())
+    tables: list[tuple[type[models.Base], Iterator[dict[str, Any]]]] = [
+        (models.SnapshotItem, items),
+        (models.SnapshotSlot, slots),
+        (models.SnapshotChannel, channels),
+    ]
+    for model, rows in tables:
+        table = cast(Table, model.__table__)
+        while chunk := list(itertools.islice(rows, INSERT_CHUNK)):
+            connection.execute(insert(table), chunk)
 
 
 def get_snapshot(session: Session, region: str, seq: int) -> Snapshot:

@@ -39,8 +39,8 @@ from repart.partitioning.splitting.hashes import choice
 from repart.partitioning.splitting.keytable import KeyTable, append, find_or_slot
 
 FORGOTTEN, BABY, TEENAGE, OLD = -1, 0, 1, 2
-_RUNNING, _GROW, _PROMOTE = 0, 1, 2
 NEVER = -1  # a key item not yet checked for scaling
+RESCAN = 2**62  # resume_run's position past any run: scan the whole run
 RECENT_SLOTS = 64  # a power of two: each source's cache of key-table entries, by the key hash's low bits
 _RECENT_MASK = np.uint64(RECENT_SLOTS - 1)
 
@@ -116,22 +116,140 @@ def choose_best_task(
     return best
 
 
+@numba.njit(cache=True, inline="always")
+def resume_run(
+    loads: IntArray, s: int, home: int, count: int, n: int, level: IntArray, at: IntArray, e: int
+) -> int:
+    """:func:`least_loaded_run` for key item ``e``, resumed where its previous choice left off; −1 when
+    it cannot tell (the caller scans the run and calls :func:`settle_run`).
+
+    ``level[e]`` is a load no candidate is below and ``at[e]`` a position in the run (0 … count − 1)
+    before which every candidate is above it. Loads only grow, so both stay true whatever the other
+    keys send, and the first candidate from ``at[e]`` on at exactly ``level[e]`` is the least loaded
+    and the earliest. It is chosen, so it goes up by one and the next search starts after it. Only
+    when none is left at the level is the whole run scanned (and ``at[e]`` past the run forces that,
+    for a new item or a changed width): a hot key's run is swept about once per level, not per tuple.
+    """
+    q = at[e]
+    c = home + q - n if home + q >= n else home + q
+    while q < count:
+        if loads[s, c] == level[e]:
+            at[e] = q + 1
+            return c
+        q += 1
+        c = c + 1 if c + 1 < n else 0
+    return -1
+
+
+@numba.njit(cache=True, inline="always")
+def settle_run(loads: IntArray, s: int, home: int, n: int, level: IntArray, at: IntArray, e: int, w: int) -> None:
+    """Key item ``e``'s memory for :func:`resume_run` after a full scan chose ``w``: its load is the level,
+    and the search resumes after it."""
+    level[e] = loads[s, w]
+    at[e] = (w - home if w >= home else w - home + n) + 1
+
+
+@numba.njit(cache=True)
+def _ordered(first: int, after: IntArray, counts: IntArray, keys: UIntArray, space: IntArray, which: int) -> IntArray:
+    """The entries of one source's list (from ``first``, linked by ``after``) in key space ``which``, by
+    decreasing occurrence then increasing key hash."""
+    found = 0
+    e = first
+    while e >= 0:
+        found += space[e] == which
+        e = after[e]
+    chosen = np.empty(found, dtype=np.int64)
+    found = 0
+    e = first
+    while e >= 0:
+        if space[e] == which:
+            chosen[found] = e
+            found += 1
+        e = after[e]
+    chosen = chosen[np.argsort(keys[chosen], kind="mergesort")]
+    return chosen[np.argsort(-counts[chosen], kind="mergesort")]  # stable: equal counts keep key order
+
+
+@numba.njit(cache=True)
+def _promote_space(
+    first: int,
+    after: IntArray,
+    counts: IntArray,
+    keys: UIntArray,
+    space: IntArray,
+    lower: int,
+    upper: int,
+    capacity: int,
+) -> None:
+    """Algorithm 3, promoteToNextSpace: the lower space's items, most frequent first, swap with the upper
+    space's, least frequent first (an empty slot counts as least), while the lower's are at least as
+    frequent."""
+    below = _ordered(first, after, counts, keys, space, lower)
+    above = _ordered(first, after, counts, keys, space, upper)
+    slots = np.full(capacity, -1, dtype=np.int64)
+    kept = min(capacity, above.size)
+    slots[:kept] = above[:kept]
+    last = capacity - 1
+    for q in range(min(capacity, below.size)):
+        if last < 0:
+            break
+        candidate = below[q]
+        resident = slots[last]
+        if resident >= 0 and counts[resident] > counts[candidate]:
+            break
+        space[candidate] = upper
+        if resident >= 0:
+            space[resident] = lower
+        slots[last] = candidate
+        last -= 1
+
+
+@numba.njit(cache=True)
+def _promotion_cycle(
+    first: int,
+    after: IntArray,
+    counts: IntArray,
+    keys: UIntArray,
+    space: IntArray,
+    checked: IntArray,
+    baby_capacity: int,
+    teenage_capacity: int,
+    old_capacity: int,
+    to_old: bool,
+) -> None:
+    """One promotion cycle of a source (Algorithm 1, then 2 when ``to_old``): Baby keeps its
+    ``baby_capacity`` most frequent items and forgets the rest (their counts; widths stay), then its
+    best move up into Teenage, and Teenage's into Old."""
+    baby = _ordered(first, after, counts, keys, space, BABY)
+    for q in range(baby_capacity, baby.size):
+        e = baby[q]
+        space[e] = FORGOTTEN
+        counts[e] = 0
+        checked[e] = NEVER
+    _promote_space(first, after, counts, keys, space, BABY, TEENAGE, teenage_capacity)
+    if to_old:
+        _promote_space(first, after, counts, keys, space, TEENAGE, OLD, old_capacity)
+
+
 @numba.njit(cache=True)
 def _dkg_kernel(
     key_hashes: UIntArray,
     sources: IntArray,
     out: IntArray,
     start: int,
-    status: IntArray,
     n: int,
     threshold: float,
     warmup: int,
     cycle: int,
+    old_every: int,
+    capacities: IntArray,
     check_interval: int,
     loads: IntArray,
     seen: IntArray,
     cycle_end: IntArray,
     seeds: UIntArray,
+    first_of: IntArray,
+    last_of: IntArray,
     index: IntArray,
     keys: UIntArray,
     owners: IntArray,
@@ -140,10 +258,14 @@ def _dkg_kernel(
     space: IntArray,
     width: IntArray,
     checked: IntArray,
+    home_of: IntArray,
+    level: IntArray,
+    at: IntArray,
+    after: IntArray,
     recent_key: UIntArray,
     recent_entry: IntArray,
 ) -> int:
-    """Route from ``start``; stops to let the caller grow the table or run a promotion cycle."""
+    """Route from ``start``; returns where it stopped for the caller to grow the table, or the length."""
     for i in range(start, key_hashes.size):
         s = sources[i]
         k = key_hashes[i]
@@ -155,12 +277,19 @@ def _dkg_kernel(
             e = find_or_slot(index, keys, owners, k, s)
             if e < 0:
                 if size[0] == keys.size:
-                    status[0] = _GROW
                     return i
                 e = append(index, keys, owners, size, -e - 1, k, s)
                 counts[e] = 0
                 space[e] = FORGOTTEN
                 width[e] = min(2, n)
+                home_of[e] = choice(k, seeds[0], n)
+                at[e] = RESCAN
+                after[e] = -1  # the source's list of entries, in insertion order
+                if last_of[s] >= 0:
+                    after[last_of[s]] = e
+                else:
+                    first_of[s] = e
+                last_of[s] = e
             recent_key[s, slot] = k
             recent_entry[s, slot] = e
         if space[e] == FORGOTTEN:  # a new key item (its width, if any, survives)
@@ -169,24 +298,33 @@ def _dkg_kernel(
         counts[e] += 1
         sent = seen[s]
         seen[s] = sent + 1
-        due = checked[e] == NEVER or seen[s] - checked[e] > check_interval
-        if due:
+        if checked[e] == NEVER or seen[s] - checked[e] > check_interval:  # a scaling check is due
             checked[e] = seen[s]
-        home = choice(k, seeds[0], n)
-        if due:
             w = choose_best_task(
-                loads, s, sent, home, width, e, True, space[e] == OLD, seen[s] > warmup, threshold, n
+                loads, s, sent, home_of[e], width, e, True, space[e] == OLD, seen[s] > warmup, threshold, n
             )
+            at[e] = RESCAN  # the width may have changed
         else:
-            w = least_loaded_run(loads, s, home, width[e], n)
+            w = resume_run(loads, s, home_of[e], width[e], n, level, at, e)
+            if w < 0:
+                w = least_loaded_run(loads, s, home_of[e], width[e], n)
+                settle_run(loads, s, home_of[e], n, level, at, e, w)
         loads[s, w] += 1
         out[i] = w
         if seen[s] == cycle_end[s]:  # seen[s] % cycle == 0, without a division per tuple
             cycle_end[s] += cycle
-            status[0] = _PROMOTE
-            status[1] = s
-            return i + 1
-    status[0] = _RUNNING
+            _promotion_cycle(
+                first_of[s],
+                after,
+                counts,
+                keys,
+                space,
+                checked,
+                capacities[BABY],
+                capacities[TEENAGE],
+                capacities[OLD],
+                (seen[s] // cycle) % old_every == 0,
+            )
     return key_hashes.size
 
 
@@ -221,21 +359,27 @@ class DynamicKeyGrouping(Grouping):
         self.teenage_capacity = max(1, (4 * self.expected_keys) // 10)
         self.baby_capacity = max(1, self.expected_keys // 2)
         self.threshold = scale_threshold(self.workers)
+        self._capacities = np.array(  # indexed by key space
+            [self.baby_capacity, self.teenage_capacity, self.old_capacity], dtype=np.int64
+        )
         self._seen = np.zeros(self.sources, dtype=np.int64)
         self._cycle_end = np.full(self.sources, self.cycle, dtype=np.int64)  # each source's next cycle end
-        self._status = np.zeros(2, dtype=np.int64)
         self._table = KeyTable(
             {
                 "count": ((), np.int64, 0),
                 "space": ((), np.int64, FORGOTTEN),
                 "width": ((), np.int64, 2),
                 "checked": ((), np.int64, NEVER),
+                "home": ((), np.int64, 0),  # H_1(k) mod n, the run's first worker
+                "level": ((), np.int64, 0),  # resume_run's memory of the run
+                "at": ((), np.int64, RESCAN),
+                "after": ((), np.int64, -1),  # the next entry of the same source
             }
         )
-        # Each source's key-table entries, kept up to date as the table grows (entries never leave it):
-        # a promotion cycle then costs O(its source's items), not a pass over every source's.
-        self._entries = [np.zeros(0, dtype=np.int64) for _ in range(self.sources)]
-        self._listed = 0
+        # Each source's entries as a list linked through "after", in insertion order (entries never leave
+        # the table): a promotion cycle costs O(its source's entries), not a pass over every source's.
+        self._first_of = np.full(self.sources, -1, dtype=np.int64)
+        self._last_of = np.full(self.sources, -1, dtype=np.int64)
         self._recent_key = np.zeros((self.sources, RECENT_SLOTS), dtype=np.uint64)
         self._recent_entry = np.full((self.sources, RECENT_SLOTS), -1, dtype=np.int64)
 
@@ -248,16 +392,19 @@ class DynamicKeyGrouping(Grouping):
                 sources,
                 out,
                 done,
-                self._status,
                 self.workers,
                 self.threshold,
                 self.warmup,
                 self.cycle,
+                self.old_every,
+                self._capacities,
                 self.check_interval,
                 self._loads,
                 self._seen,
                 self._cycle_end,
                 self._seeds,
+                self._first_of,
+                self._last_of,
                 t.index,
                 t.keys,
                 t.owners,
@@ -266,69 +413,16 @@ class DynamicKeyGrouping(Grouping):
                 t.columns["space"],
                 t.columns["width"],
                 t.columns["checked"],
+                t.columns["home"],
+                t.columns["level"],
+                t.columns["at"],
+                t.columns["after"],
                 self._recent_key,
                 self._recent_entry,
             )
-            if self._status[0] == _GROW:
-                t.grow()
-            elif self._status[0] == _PROMOTE:
-                self._promote(int(self._status[1]))
-            if done == key_hashes.size and self._status[0] != _GROW:
+            if done == key_hashes.size:
                 return
-
-    def _promote(self, source: int) -> None:
-        """One promotion cycle of ``source`` (Algorithm 1, then 2 every ``old_every``-th cycle)."""
-        entries = self._entries_of(source)
-        self._truncate_baby(entries)
-        self._promote_space(entries, BABY, TEENAGE, self.teenage_capacity)
-        if (self._seen[source] // self.cycle) % self.old_every == 0:
-            self._promote_space(entries, TEENAGE, OLD, self.old_capacity)
-
-    def _entries_of(self, source: int) -> IntArray:
-        """Source ``source``'s key-table entries in insertion order (``KeyTable.entries``, kept)."""
-        t = self._table
-        if self._listed < t.count:
-            new = np.arange(self._listed, t.count, dtype=np.int64)
-            owners = t.owners[self._listed : t.count]
-            for owner in np.unique(owners).tolist():
-                self._entries[owner] = np.concatenate([self._entries[owner], new[owners == owner]])
-            self._listed = t.count
-        return self._entries[source]
-
-    def _truncate_baby(self, entries: IntArray) -> None:
-        """Forget all but Baby's 50 %·E most frequent items (their counts; widths stay) among one
-        source's ``entries``."""
-        t = self._table
-        space, counts, checked = t.columns["space"], t.columns["count"], t.columns["checked"]
-        baby = entries[space[entries] == BABY]
-        if baby.size <= self.baby_capacity:
-            return
-        kept = _by_occurrence(baby, counts, t.keys, limit=self.baby_capacity)
-        kept_counts, kept_checked = counts[kept], checked[kept]
-        space[baby], counts[baby], checked[baby] = FORGOTTEN, 0, NEVER
-        space[kept], counts[kept], checked[kept] = BABY, kept_counts, kept_checked
-
-    def _promote_space(self, entries: IntArray, lower: int, upper: int, capacity: int) -> None:
-        """Algorithm 3, promoteToNextSpace, among one source's ``entries``: swap while the lower
-        space's best is ≥ the upper's worst."""
-        t = self._table
-        counts, space, keys = t.columns["count"], t.columns["space"], t.keys
-        below = _by_occurrence(entries[space[entries] == lower], counts, keys, limit=capacity)
-        above = _by_occurrence(entries[space[entries] == upper], counts, keys, limit=capacity)
-        slots: list[int | None] = [*above.tolist(), *([None] * (capacity - above.size))]
-        count_of = dict(zip(above.tolist(), counts[above].tolist(), strict=True))
-        last = capacity - 1
-        for candidate, occurrences in zip(below.tolist(), counts[below].tolist(), strict=True):
-            if last < 0:
-                break
-            resident = slots[last]
-            if resident is not None and count_of[resident] > occurrences:
-                break
-            space[candidate] = upper
-            if resident is not None:
-                space[resident] = lower
-            slots[last] = candidate
-            last -= 1
+            t.grow()
 
     def spaces(self, source: int) -> dict[str, set[int]]:
         """Key hashes of source ``source`` in each key space."""
@@ -355,11 +449,3 @@ class DynamicKeyGrouping(Grouping):
         t = self._table
         return int(t.columns["width"][: t.count].max()) if t.count else min(2, self.workers)
 
-
-def _by_occurrence(entries: IntArray, counts: IntArray, keys: UIntArray, limit: int) -> IntArray:
-    """The ``limit`` most frequent of ``entries``, by decreasing occurrence then increasing key hash."""
-    if entries.size > limit:
-        bar = np.partition(counts[entries], entries.size - limit)[entries.size - limit]
-        entries = entries[counts[entries] >= bar]
-    order = np.lexsort((keys[entries], -counts[entries]))
-    return entries[order][:limit]
