@@ -10,18 +10,20 @@ of 16 distinct streams is reused across regions and windows.
 (``initdb`` and ``pg_ctl`` from /usr/lib/postgresql/15/bin as the ``postgres`` user, in a temporary
 directory, on a free loopback port, as tests/conftest.py does).
 
-Timed run: one ``Daemon`` (interval ``--interval``, lease TTL 3 × interval) runs for ``--duration``
-seconds. Each region's first tick activates p^(0). A feeder thread ingests new windows half an interval
-after the ticks are due: in each round, to every ``--feed-every``-th region (in turn), so that a region
-gets a new window every ``--feed-every`` intervals; a tick with a new window decides on it, the others
-are idle (the status check alone: DESIGN §12.2). The daemon's ticker is wrapped to record each tick's
-region, start and end; the runs APScheduler drops are counted from its events: "late" (started more
-than its misfire grace time, 1 s by default, after they were due) or "still running" (the region's
-previous run had not finished).
+Timed run: one ``Daemon`` (interval ``--interval``, lease TTL 3 × interval, ``--workers`` tick threads) runs
+for ``--duration`` seconds; its sweep k is due at ``k · interval`` after the start and hands every region to
+the tick threads. Each region's first tick activates p^(0). A feeder thread ingests new windows half an
+interval after the ticks are due: in each round, to every ``--feed-every``-th region (in turn), so that a
+region gets a new window every ``--feed-every`` intervals; a tick with a new window decides on it, the
+others are idle (the status check alone: DESIGN §12.2). The daemon's ticker is wrapped to record each tick's
+region, start and end; the sweeps APScheduler drops are counted from its events ("late" or "still running":
+the previous sweep had not finished), and the regions a sweep skipped because their previous tick was still
+queued or running from the daemon's ``overruns``.
 
 Report: ticks per region against duration / interval; the lag of each tick behind its scheduled
-start (the first tick: behind the daemon's start plus the region's phase within the interval; every
-later one: behind the previous start plus the interval); tick durations; and integrity checks on the
+start (a region's k-th tick, counting from 0, is due with sweep k: a skipped interval shows as a lag
+of more than an interval); tick durations; the load average before and after the run (the machine
+is shared); and integrity checks on the
 database: every region's versions are 1..k without gaps or duplicates, every version after the first
 has exactly one plan and one ``activated`` event, and no region was ticked concurrently with itself.
 
@@ -30,7 +32,7 @@ twice, no stale decision after a newer one), and the last one considered is the 
 before the region's last tick.
 
     .venv/bin/python benchmarks/daemon.py [--regions 200] [--interval 10] [--duration 120] [--db-dir /tmp]
-    .venv/bin/python benchmarks/daemon.py --backend postgresql --regions 1000 --feed-every 5
+    .venv/bin/python benchmarks/daemon.py --backend postgresql --regions 1000 --feed-every 10 [--workers 4]
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import shutil
 import socket
 import subprocess
@@ -57,7 +60,7 @@ import numpy as np
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobEvent
 from sqlalchemy import Engine, select
 
-from repart.controller.daemon import Daemon, DaemonConfig
+from repart.controller.daemon import DEFAULT_WORKERS, Daemon, DaemonConfig
 from repart.controller.tick import TickResult, tick
 from repart.partitioning import LossyCounter
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
@@ -311,6 +314,7 @@ def main() -> None:
     parser.add_argument("--db-dir", type=Path, default=None)
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--feed-every", type=int, default=1, help="intervals between two windows of a region")
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="the daemon's tick threads")
     args = parser.parse_args()
     regions = [f"region-{i:04d}" for i in range(args.regions)]
     templates = [stream_template(seed) for seed in range(STREAMS)]
@@ -332,11 +336,14 @@ def main() -> None:
         setup_seconds = time.monotonic() - setup_started
         setup_rounds = len(feeder.round_seconds)
         recorder = Recorder()
-        config = DaemonConfig(interval_seconds=args.interval, lease_ttl_seconds=3 * args.interval)
+        config = DaemonConfig(
+            interval_seconds=args.interval, lease_ttl_seconds=3 * args.interval, workers=args.workers
+        )
         daemon = Daemon(engine, config, ticker=recorder)
         stop = threading.Event()
+        load_before = os.getloadavg()
         origin = time.monotonic()
-        # The scheduler is private to Daemon; a listener only observes its missed and skipped runs.
+        # The scheduler is private to Daemon; a listener only observes its missed and skipped sweeps.
         daemon._scheduler.add_listener(recorder.on_missed, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
         daemon.start()
         thread = threading.Thread(
@@ -348,23 +355,22 @@ def main() -> None:
         daemon.stop()
         thread.join()
         wall = time.monotonic() - origin
+        load_after = os.getloadavg()
         problems = integrity(engine, regions, recorder, feeder)
         engine.dispose()
 
     starts: dict[str, list[float]] = defaultdict(list)
     for region, started, _, _ in sorted(recorder.spans, key=lambda span: span[1]):
         starts[region].append(started)
-    lags = []
-    for region, region_starts in starts.items():
-        lags.append(region_starts[0] - origin - daemon.phase(region))
-        lags += [later - earlier - args.interval for earlier, later in pairwise(region_starts)]
-    counts = [len(starts.get(region, [])) for region in regions]
-    # A region's ticks fall due at its phase, then every interval; those due in the last second may be
-    # cut off by the stop and are not expected.
-    due = [
-        math.floor((args.duration - END_GRACE - daemon.phase(region)) / args.interval) + 1
-        for region in regions
+    lags = [
+        started - origin - k * args.interval
+        for region_starts in starts.values()
+        for k, started in enumerate(region_starts)
     ]
+    counts = [len(starts.get(region, [])) for region in regions]
+    # Sweeps fall due at the start, then every interval; the ticks of one due in the last second may be
+    # cut off by the stop and are not expected.
+    due = [math.floor((args.duration - END_GRACE) / args.interval) + 1] * len(regions)
     short = sum(count < expected_count for count, expected_count in zip(counts, due, strict=True))
     durations = [ended - started for _, started, ended, _ in recorder.spans]
     actions = Counter(action for *_, action in recorder.spans)
@@ -373,12 +379,18 @@ def main() -> None:
     print(
         f"{args.backend}: {args.regions} regions, interval {args.interval:g} s, a new window per region "
         f"every {args.feed_every} interval(s), duration {args.duration:g} s (ran {wall:.1f} s; setup "
-        f"{setup_seconds:.1f} s); ticks: {sum(counts)} ({dict(sorted(actions.items()))})"
+        f"{setup_seconds:.1f} s), {args.workers} tick threads; ticks: {sum(counts)} "
+        f"({dict(sorted(actions.items()))})"
+    )
+    print(
+        "load average (1/5/15 min) before {:.2f} {:.2f} {:.2f}, after {:.2f} {:.2f} {:.2f} ({} cores)".format(
+            *load_before, *load_after, os.cpu_count()
+        )
     )
     print(
         f"ticks per region: min {min(counts)} / mean {np.mean(counts):.2f} / max {max(counts)}, "
-        f"expected {min(due)}-{max(due)} (by phase); regions short of it: {short}; "
-        f"runs APScheduler dropped: {dict(recorder.missed)}"
+        f"expected {due[0]}; regions short of it: {short}; sweeps APScheduler dropped: "
+        f"{dict(recorder.missed)}; ticks skipped as still running: {daemon.overruns}"
     )
     print(
         f"start lag s: max {max(lags, default=math.nan):.3f}, p99 {percentile(lags, 99):.3f}, "
@@ -399,7 +411,12 @@ def main() -> None:
     )
     for error in log_counter.errors:
         print(f"  error: {error}")
-    on_schedule = short == 0 and not recorder.missed and max(lags, default=math.inf) < args.interval
+    on_schedule = (
+        short == 0
+        and not recorder.missed
+        and not daemon.overruns
+        and max(lags, default=math.inf) < args.interval
+    )
     verdict = "PASS" if on_schedule else "FAIL"
     print(f"{verdict}  every region ticked on schedule (every interval, lag < interval)")
     for check, label in (

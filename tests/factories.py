@@ -1,24 +1,34 @@
-"""Builders shared by the tests: snapshots, regions, versions and plans, row counts (DESIGN §12 tests).
+"""Builders shared by the tests: snapshots, regions, versions and plans, row counts, state stores
+(DESIGN §12 tests). No test module imports another; what two tests share is built here.
 
 Every snapshot a test needs is built here as a ``Snapshot`` (``repart.protocol.snapshot``) and turned
 into its document with ``to_document``: no test writes a snapshot document by hand, except to break
 one on purpose (``snapshot_document(**changes)`` replaces top-level fields of a valid one).
+
+Two kinds of region: ``add_region`` (string keys, 65,536 slots, the storage tests' ``small_snapshot``
+windows) and ``add_zipf_region`` (integer keys, ``SMALL_SLOT_BITS`` slots, the controller tests'
+``zipf_snapshot`` windows, whose channel measurements set the demand of the target-utilization
+policy).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from repart.migration import plan_migration
+from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning import LossyCounter, PartitionFunction, build, initial_function
+from repart.partitioning.consistent import MAX_CHANNELS
 from repart.partitioning.hashing import Key, KeyType, hash_keys, slots_of_hashes
 from repart.protocol.snapshot import ChannelMeasurement, CounterEntry, Snapshot
+from repart.state.store import FileEntry, StateStore, write_channel_files
 from repart.storage import (
     NewEvent,
     NewVersion,
@@ -26,13 +36,23 @@ from repart.storage import (
     activate,
     create_region,
     ingest_snapshot,
+    list_events,
+    list_plans,
+    list_versions,
     make_engine,
+    models,
     run_in_transaction,
+    version_function,
 )
 from repart.storage.models import Base
 
+REGION = "trades"
 START = datetime(2026, 1, 1, tzinfo=UTC)
 WINDOW = timedelta(minutes=1)
+# Slot bits of the Zipf regions and of the state stores built here: few slots keep the tests fast.
+SMALL_SLOT_BITS = 10
+# Keys of a Zipf window are 0 .. ZIPF_DOMAIN - 1.
+ZIPF_DOMAIN = 2000
 
 
 def window_times(seq: int, start: datetime = START, length: timedelta = WINDOW) -> tuple[datetime, datetime]:
@@ -64,9 +84,8 @@ def counted_snapshot(
     )
     slot_counts = None
     if slots:
-        filled, filled_counts = np.unique(
-            slots_of_hashes(hash_keys(list(keys)), slot_bits), return_counts=True
-        )
+        hashes = hash_keys(keys if isinstance(keys, np.ndarray) else list(keys))
+        filled, filled_counts = np.unique(slots_of_hashes(hashes, slot_bits), return_counts=True)
         slot_counts = tuple((int(s), int(c)) for s, c in zip(filled, filled_counts, strict=True))
     start, end = window_times(seq)
     return Snapshot(
@@ -118,10 +137,44 @@ def snapshot_document(**changes: Any) -> dict[str, Any]:
     return document
 
 
-def add_region(engine: Engine, name: str = "trades", key_type: str = "str", **config: Any) -> None:
+def zipf_keys(seed: int, length: int, exponent: float) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """``length`` keys 0 .. ZIPF_DOMAIN - 1 drawn with weights 1/(rank + 1)^exponent."""
+    weights = 1.0 / np.arange(1, ZIPF_DOMAIN + 1) ** exponent
+    rng = np.random.default_rng(seed)
+    return rng.choice(ZIPF_DOMAIN, size=length, p=weights / weights.sum()).astype(np.int64)
+
+
+def zipf_snapshot(
+    seq: int, *, n_channels: int, demand: float, u: float = 0.5, exponent: float = 1.0, length: int = 20_000
+) -> Snapshot:
+    """Window ``seq`` (one minute) of region ``REGION`` (as ``add_zipf_region`` creates it): a Zipf
+    stream seeded by ``seq``, counted by ``LossyCounter`` (ε = 0.001), with its exact slot counts and
+    the measurements of ``n_channels`` channels.
+
+    The channels' busy time is chosen so that the target-utilization policy at ``u`` computes a raw
+    demand of ``demand`` channels: demand = rate_in / (u · rate_one) = Σ busy / (u · window seconds).
+    """
+    busy = demand * u * WINDOW.total_seconds() / n_channels
+    per_channel = np.full(n_channels, length // n_channels)
+    per_channel[0] += length - per_channel.sum()
+    channels = [ChannelMeasurement(i, int(t), busy, 1000) for i, t in enumerate(per_channel)]
+    keys = zipf_keys(seq, length, exponent)
+    return counted_snapshot(
+        REGION, seq, keys, key_type="int", slot_bits=SMALL_SLOT_BITS, slots=True, channels=channels
+    )
+
+
+def add_region(engine: Engine, name: str = REGION, key_type: str = "str", **config: Any) -> None:
     """Create region ``name`` with a default configuration (4 channels, at most 16) and ``config``."""
     settings = {"n_channels_initial": 4, "max_channels": 16, **config}
     run_in_transaction(engine, lambda s: create_region(s, name, RegionConfig(key_type=key_type, **settings)))
+
+
+def add_zipf_region(engine: Engine, **config: Any) -> None:
+    """Create region ``REGION`` for ``zipf_snapshot`` windows: integer keys, ``SMALL_SLOT_BITS`` slots,
+    2 channels, the default channel bounds, and ``config``."""
+    defaults = {"n_channels_initial": 2, "max_channels": MAX_CHANNELS, "slot_bits": SMALL_SLOT_BITS}
+    add_region(engine, REGION, "int", **(defaults | config))
 
 
 def ingest(engine: Engine, *snapshots: Snapshot) -> None:
@@ -142,6 +195,62 @@ def row_counts(database: Engine | str) -> dict[str, int]:
     finally:
         if isinstance(database, str):
             engine.dispose()
+
+
+def new_version(
+    function: PartitionFunction, algorithm: str = "readj", parent: int | None = None
+) -> NewVersion:
+    """A ``NewVersion`` of ``function`` built by ``algorithm`` from version ``parent``."""
+    return NewVersion(
+        function_json=function.to_json(),
+        digest=function.digest,
+        n_channels=function.n_channels,
+        algorithm=algorithm,
+        report={"b": 1.05, "m": 0.1},
+        parent_number=parent,
+    )
+
+
+def new_plan(source: PartitionFunction, target: PartitionFunction) -> MigrationPlan:
+    """The migration plan from ``source`` to ``target`` under the estimate of ``small_snapshot()``."""
+    return plan_migration(source, target, small_snapshot().to_estimate())
+
+
+REBALANCE_EVENT = NewEvent(
+    kind="activate", rule="rebalance", message="b above threshold", data={"b": 1.4, "threshold": 1.2}
+)
+
+
+def events(engine: Engine, region: str = REGION) -> list[models.Event]:
+    """The region's events, newest first."""
+    return run_in_transaction(engine, lambda session: list_events(session, region))
+
+
+def versions(engine: Engine, region: str = REGION) -> list[models.Version]:
+    """The region's versions, oldest first."""
+    return run_in_transaction(engine, lambda session: list_versions(session, region))
+
+
+def plans(engine: Engine, status: str | None = None, region: str = REGION) -> list[models.Plan]:
+    """The region's plans (of ``status`` if given)."""
+    return run_in_transaction(engine, lambda session: list_plans(session, region, status))
+
+
+def assert_plans_route_like_functions(engine: Engine) -> None:
+    """Every stored plan of the Zipf region sends each key from its source version's channel to its
+    target version's (the plan's oracle is the two functions themselves)."""
+    by_number = {version.number: version_function(version) for version in versions(engine)}
+    keys = list(range(ZIPF_DOMAIN))
+    slots = slots_of_hashes(hash_keys(np.array(keys, dtype=np.int64)), SMALL_SLOT_BITS).tolist()
+    stored = plans(engine)
+    assert stored
+    for row in stored:
+        plan = MigrationPlan.from_json(row.plan_json)
+        a, b = by_number[row.from_version], by_number[row.to_version]
+        assert (plan.source_digest, plan.target_digest) == (a.digest, b.digest)
+        before, after = a.lookup_many(keys), b.lookup_many(keys)
+        routed = [plan.destination(k, s, int(c)) for k, s, c in zip(keys, slots, before, strict=True)]
+        assert routed == after.tolist()
 
 
 def skewed_keys(seed: int = 1, count: int = 20_000) -> list[str]:
@@ -188,3 +297,81 @@ def add_versions(db: str, region: str, channels: tuple[int, ...]) -> list[Partit
     finally:
         engine.dispose()
     return functions
+
+
+def state_table(n: int, key_type: KeyType, seed: int = 0) -> pa.Table:
+    """A state of ``n`` distinct keys (``ticker-<i>`` or scattered ints) with int, float and string
+    columns holding nulls."""
+    rng = np.random.default_rng(seed)
+    keys: Any = [f"ticker-{i}" for i in range(n)] if key_type == "str" else rng.permutation(n) * 7919 - 10**6
+    volume = rng.integers(0, 10**6, n)
+    notional = pa.array(rng.random(n) * 1e6).to_pylist()
+    notional[::17] = [None] * len(notional[::17])
+    return pa.table(
+        {
+            "key": pa.array(keys, pa.string() if key_type == "str" else pa.int64()),
+            "volume": pa.array(volume, pa.int64()),
+            "notional": pa.array(notional, pa.float64()),
+            "venue": pa.array([f"v{i % 5}" if i % 11 else None for i in range(n)], pa.string()),
+        }
+    )
+
+
+def new_store(
+    root: Path,
+    function: PartitionFunction,
+    table: pa.Table,
+    slot_groups: int = 16,
+    routed_by: PartitionFunction | None = None,
+) -> StateStore:
+    """A store of region ``REGION`` at version 1 of ``function`` holding ``table`` routed by
+    ``function`` (or ``routed_by``)."""
+    key_type: KeyType = "str" if pa.types.is_string(table.schema.field("key").type) else "int"
+    store = StateStore.create(
+        root,
+        region=REGION,
+        version=1,
+        function_digest=function.digest,
+        n_channels=function.n_channels,
+        slot_bits=function.slot_bits,
+        key_type=key_type,
+        key_col="key",
+        schema=table.schema,
+        slot_groups=slot_groups,
+    )
+    channels = (routed_by or function).lookup_many(table.column("key").to_pylist())
+    replaced = {
+        channel: write_channel_files(
+            root,
+            channel,
+            table.filter(pa.array(channels == channel)),
+            key_col="key",
+            key_type=key_type,
+            slot_bits=function.slot_bits,
+            slot_groups=slot_groups,
+        )
+        for channel in range(function.n_channels)
+    }
+    return store.commit(replaced, version=1, function_digest=function.digest, n_channels=function.n_channels)
+
+
+def all_files(store: StateStore) -> list[FileEntry]:
+    """Every file entry of the store's current generation, channel by channel."""
+    return [entry for channel in range(store.n_channels) for entry in store.files(channel)]
+
+
+def sorted_rows(table: pa.Table) -> pa.Table:
+    """The state columns of ``table`` sorted by key (to compare contents whatever the layout)."""
+    return table.select(["key", "volume", "notional", "venue"]).sort_by("key")
+
+
+def check_oracle(store: StateStore, old: pa.Table, target: PartitionFunction) -> None:
+    """Every row on ``target.lookup(key)``, the same rows as before, entries true to the files."""
+    new = store.read()
+    keys = new.column("key").to_pylist()
+    expected = np.array([target.lookup(key) for key in keys])
+    assert np.array_equal(new.column("channel").to_numpy(), expected)
+    assert sorted_rows(new).equals(sorted_rows(old))
+    assert store.rows() == old.num_rows
+    store.verify()
+    assert StateStore.open(store.root).generation == store.generation

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -107,7 +108,24 @@ class Kind:
         return self.name
 
 
-Constraint = Interval | Options | Kind
+@dataclass(frozen=True)
+class Matches:
+    """A string that ``pattern`` (a regular expression) matches in full; ``name`` says what it is."""
+
+    pattern: str
+    name: str
+
+    def accepts(self, value: object) -> bool:
+        return isinstance(value, str) and re.fullmatch(self.pattern, value) is not None
+
+    def convert(self, value: Any) -> Any:
+        return value
+
+    def __str__(self) -> str:
+        return self.name
+
+
+Constraint = Interval | Options | Kind | Matches
 
 NONE = Kind(None, "None")
 STRING = Kind(str, "a string")
@@ -117,6 +135,11 @@ NON_NEGATIVE_INT = Interval(int, 0, None)
 POSITIVE = Interval(float, 0, None, closed="neither")
 NON_NEGATIVE = Interval(float, 0, None)
 FRACTION = Interval(float, 0, 1, closed="right")
+# A region's name (it also names spool files, so it cannot hold a path separator).
+REGION_NAME = Matches(
+    r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}",
+    "a name of 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit",
+)
 PROBABILITY = Interval(float, 0, 1)
 
 

@@ -70,27 +70,29 @@ def test_region_create_list_show_update_round_trip(db: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("options", "field"),
+    ("options", "option", "given"),
     [
-        (["--alpha", "0.5"], "--alpha"),
-        (["--resources", "XYZ"], "--resources must be one of"),
-        (["--utility", "best"], "--utility must be one of"),
-        (["--algorithm", "magic"], "--algorithm must be one of"),
-        (["--policy", "random"], "--policy must be one of"),
-        (["--min-channels", "8", "--max-channels", "4"], "--max-channels must be"),
-        (["--channels", "20", "--max-channels", "8"], "--channels"),
-        (["--key-type", "float"], "--key-type must be"),
+        (["--alpha", "0.5"], "--alpha", "0.5"),
+        (["--alpha", "1"], "--alpha", "1.0"),
+        (["--resources", "XYZ"], "--resources", "'XYZ'"),
+        (["--utility", "best"], "--utility", "'best'"),
+        (["--algorithm", "magic"], "--algorithm", "'magic'"),
+        (["--policy", "random"], "--policy", "'random'"),
+        (["--min-channels", "8", "--max-channels", "4"], "--max-channels", "4"),
+        (["--channels", "20", "--max-channels", "8"], "--channels", "20"),
+        (["--key-type", "float"], "--key-type", "'float'"),
     ],
 )
-def test_region_create_rejects_bad_options(db: str, options: list[str], field: str) -> None:
+def test_region_create_rejects_bad_options(db: str, options: list[str], option: str, given: str) -> None:
+    """The refused value's field is shown as its option, with what is accepted and what was given."""
     before = row_counts(db)
     args = ["region", "create", "bad"]
     if "--key-type" not in options:
         args += ["--key-type", "str"]
     result = repart(db, *args, *options)
     assert result.exit_code == 2
-    assert result.stderr.startswith("error:")
-    assert field in result.stderr, result.stderr
+    assert result.stderr.startswith(f"error: {option} must be "), result.stderr
+    assert result.stderr.rstrip().endswith(f"got {given}"), result.stderr
     assert "Traceback" not in result.output
     assert row_counts(db) == before
 

@@ -1,8 +1,7 @@
 """Operator actions (DESIGN §6–§8, §10): rollback, scale and explain, on a migrated SQLite file.
 
-Snapshots are the documents ``tests.controller.test_tick`` builds (Zipf streams counted by
-``LossyCounter`` with slot counts and channel measurements); every refusal must leave every table as
-it was.
+Snapshots are ``tests.factories.zipf_snapshot`` windows (Zipf streams counted by ``LossyCounter``
+with slot counts and channel measurements); every refusal must leave every table as it was.
 """
 
 from __future__ import annotations
@@ -19,18 +18,24 @@ from repart.migration import MigrationPlan
 from repart.partitioning import ConsistentSpec, initial_function
 from repart.storage import run_in_transaction, set_plan_status
 from repart.storage.jsontext import load_object
-from tests.controller.test_tick import (
+from tests.factories import (
     REGION,
-    SLOT_BITS,
+    SMALL_SLOT_BITS,
+    add_zipf_region,
     assert_plans_route_like_functions,
     events,
     ingest,
-    make_region,
     plans,
     row_counts,
-    snapshot_document,
     versions,
+    zipf_snapshot,
 )
+
+
+@pytest.fixture
+def backend() -> str:
+    """The ``engine`` of these tests is a migrated SQLite file (tests/storage covers PostgreSQL)."""
+    return "sqlite"
 
 
 def apply(engine: Engine, plan_id: int) -> None:
@@ -41,131 +46,131 @@ def apply(engine: Engine, plan_id: int) -> None:
 
 def rebalanced_and_applied(engine: Engine, algorithm: str = "redist") -> None:
     """Version 1 (p^(0) on 4 channels), then version 2 built by tick on a skewed window, applied."""
-    make_region(engine, n_channels_initial=4, max_channels=8, algorithm=algorithm)
+    add_zipf_region(engine, n_channels_initial=4, max_channels=8, algorithm=algorithm)
     tick(engine, REGION)
-    ingest(engine, snapshot_document(1, n_channels=4, demand=4, exponent=1.3))
+    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3))
     plan_id = tick(engine, REGION).plan_id
     assert plan_id is not None
     apply(engine, plan_id)
 
 
 def test_rollback_writes_a_new_version_with_the_old_function_and_a_plan_from_the_applied_one(
-    db: Engine,
+    engine: Engine,
 ) -> None:
-    rebalanced_and_applied(db)
-    first, second = versions(db)
+    rebalanced_and_applied(engine)
+    first, second = versions(engine)
     contents = [(v.number, v.digest, v.function_json) for v in (first, second)]
     moment = datetime(2026, 2, 1, tzinfo=UTC)
 
-    result = rollback(db, REGION, 1, now=moment)
+    result = rollback(engine, REGION, 1, now=moment)
     assert isinstance(result, ActionResult)
     assert (result.action, result.version, result.from_version, result.n_channels) == ("rollback", 3, 2, 4)
     assert result.digest == first.digest and result.plan_m is not None
-    old_one, old_two, new = versions(db)
+    old_one, old_two, new = versions(engine)
     assert [(v.number, v.digest, v.function_json) for v in (old_one, old_two)] == contents
     assert (new.digest, new.function_json, new.parent_number) == (first.digest, first.function_json, 2)
     assert (old_two.status, new.status) == ("applied", "planned")
     assert load_object(new.report_json)["rollback_of"] == 1
 
-    plan = plans(db, "pending")[0]
+    plan = plans(engine, "pending")[0]
     assert (plan.id, plan.from_version, plan.to_version) == (result.plan_id, 2, 3)
     stored = MigrationPlan.from_json(plan.plan_json)
     assert (stored.source_digest, stored.target_digest) == (second.digest, first.digest)
-    assert_plans_route_like_functions(db)
+    assert_plans_route_like_functions(engine)
 
-    event = events(db)[0]
+    event = events(engine)[0]
     data = load_object(event.data_json)
     assert (event.kind, event.rule, event.at) == ("rollback", "operator", moment)
     assert (data["to_version"], data["from_version"], data["activated_version"]) == (1, 2, 3)
     assert data["b_before"] is not None and data["predicted_m"] is not None
 
 
-def test_rollback_refusals_name_the_parameter_and_write_nothing(db: Engine) -> None:
-    rebalanced_and_applied(db)
-    before = row_counts(db)
+def test_rollback_refusals_name_the_parameter_and_write_nothing(engine: Engine) -> None:
+    rebalanced_and_applied(engine)
+    before = row_counts(engine)
 
     with pytest.raises(NotFound, match=r"--to: .* no version 7; its versions are 1, 2"):
-        rollback(db, REGION, 7)
+        rollback(engine, REGION, 7)
     with pytest.raises(InvalidInput, match="another function than the applied version 2") as excinfo:
-        rollback(db, REGION, 2)
+        rollback(engine, REGION, 2)
     assert excinfo.value.field == "to_version"
-    assert row_counts(db) == before
+    assert row_counts(engine) == before
 
-    ingest(db, snapshot_document(2, n_channels=4, demand=4, exponent=1.6))
-    plan_id = tick(db, REGION).plan_id
+    ingest(engine, zipf_snapshot(2, n_channels=4, demand=4, exponent=1.6))
+    plan_id = tick(engine, REGION).plan_id
     assert plan_id is not None
-    run_in_transaction(db, lambda session: set_plan_status(session, plan_id, "applying"))
-    applying = row_counts(db)
+    run_in_transaction(engine, lambda session: set_plan_status(session, plan_id, "applying"))
+    applying = row_counts(engine)
     with pytest.raises(Conflict, match=f"plan {plan_id} .* is being applied"):
-        rollback(db, REGION, 1)
-    assert row_counts(db) == applying
+        rollback(engine, REGION, 1)
+    assert row_counts(engine) == applying
 
 
-def test_scale_builds_on_the_window_and_activates_n_with_a_plan(db: Engine) -> None:
-    rebalanced_and_applied(db, algorithm="auto")
-    applied = versions(db)[1]
+def test_scale_builds_on_the_window_and_activates_n_with_a_plan(engine: Engine) -> None:
+    rebalanced_and_applied(engine, algorithm="auto")
+    applied = versions(engine)[1]
 
-    result = scale(db, REGION, 6)
+    result = scale(engine, REGION, 6)
     assert (result.action, result.version, result.from_version, result.n_channels) == ("scaled", 3, 2, 6)
-    new = versions(db)[2]
+    new = versions(engine)[2]
     assert (new.n_channels, new.status, new.parent_number) == (6, "planned", 2)
-    plan = plans(db, "pending")[0]
+    plan = plans(engine, "pending")[0]
     assert (plan.id, plan.from_version, plan.to_version) == (result.plan_id, 2, 3)
     assert MigrationPlan.from_json(plan.plan_json).source_digest == applied.digest
-    assert_plans_route_like_functions(db)
-    event = events(db)[0]
+    assert_plans_route_like_functions(engine)
+    event = events(engine)[0]
     data = load_object(event.data_json)
     assert (event.kind, event.rule, data["n_before"], data["n_next"]) == ("scaled", "operator", 4, 6)
     assert [c["algorithm"] for c in data["candidates"]] == ["scan", "redist", "readj"]
 
 
-def test_scale_without_snapshots_runs_the_consistent_hash_on_n(db: Engine) -> None:
-    make_region(db, n_channels_initial=2, max_channels=8)
-    tick(db, REGION)
+def test_scale_without_snapshots_runs_the_consistent_hash_on_n(engine: Engine) -> None:
+    add_zipf_region(engine, n_channels_initial=2, max_channels=8)
+    tick(engine, REGION)
 
-    result = scale(db, REGION, 5)
-    new = versions(db)[1]
-    expected = initial_function(5, "int", SLOT_BITS, ConsistentSpec())
+    result = scale(engine, REGION, 5)
+    new = versions(engine)[1]
+    expected = initial_function(5, "int", SMALL_SLOT_BITS, ConsistentSpec())
     assert (result.n_channels, result.plan_m, new.digest, new.algorithm) == (
         5,
         None,
         expected.digest,
         "consistent",
     )
-    assert plans(db, "pending")[0].to_version == 2
+    assert plans(engine, "pending")[0].to_version == 2
 
-    apply(db, result.plan_id)
-    back = rollback(db, REGION, 1)
-    assert (back.n_channels, back.digest) == (2, versions(db)[0].digest)
+    apply(engine, result.plan_id)
+    back = rollback(engine, REGION, 1)
+    assert (back.n_channels, back.digest) == (2, versions(engine)[0].digest)
 
 
-def test_scale_refuses_n_outside_the_bounds_or_unchanged_and_writes_nothing(db: Engine) -> None:
-    make_region(db, n_channels_initial=2, min_channels=2, max_channels=8)
-    tick(db, REGION)
-    before = row_counts(db)
+def test_scale_refuses_n_outside_the_bounds_or_unchanged_and_writes_nothing(engine: Engine) -> None:
+    add_zipf_region(engine, n_channels_initial=2, min_channels=2, max_channels=8)
+    tick(engine, REGION)
+    before = row_counts(engine)
     for n in (1, 9):
         with pytest.raises(
             InvalidInput, match=rf"n_channels must be an integer in \[2, 8\], got {n}"
         ) as excinfo:
-            scale(db, REGION, n)
+            scale(engine, REGION, n)
         assert excinfo.value.field == "n_channels"
     with pytest.raises(
         InvalidInput, match=r"n_channels must differ from the 2 channels .* already runs"
     ) as excinfo:
-        scale(db, REGION, 2)
+        scale(engine, REGION, 2)
     assert excinfo.value.field == "n_channels"
-    assert row_counts(db) == before
+    assert row_counts(engine) == before
 
 
-def test_explain_shows_the_last_decision_with_every_auto_candidate(db: Engine) -> None:
-    make_region(db, n_channels_initial=4, algorithm="auto")
+def test_explain_shows_the_last_decision_with_every_auto_candidate(engine: Engine) -> None:
+    add_zipf_region(engine, n_channels_initial=4, algorithm="auto")
     with pytest.raises(NotFound, match="no decision to explain"):
-        run_in_transaction(db, lambda session: explain(session, REGION))
-    tick(db, REGION)
-    ingest(db, snapshot_document(1, n_channels=4, demand=4, exponent=1.3))
-    assert tick(db, REGION).action == "activated"
+        run_in_transaction(engine, lambda session: explain(session, REGION))
+    tick(engine, REGION)
+    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3))
+    assert tick(engine, REGION).action == "activated"
 
-    shown = run_in_transaction(db, lambda session: explain(session, REGION))
+    shown = run_in_transaction(engine, lambda session: explain(session, REGION))
     assert (shown["kind"], shown["rule"], shown["version"]) == ("activated", "imbalance-threshold", 2)
     assert shown["policy"] == "fixed" and shown["b_before"] > shown["threshold"]
     assert shown["predicted_b"] == shown["data"]["predicted_b"] and shown["predicted_m"] is not None

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,9 +24,9 @@ from sqlalchemy import Engine, func, select, text
 from sqlalchemy.orm import Session
 
 from repart.controller.tick import tick
-from repart.storage import make_engine, models, run_in_transaction, upgrade, version_function
+from repart.storage import models, run_in_transaction, version_function
 from repart.storage.jsontext import load_object
-from tests.controller.test_tick import REGION, ingest, make_region, snapshot_document
+from tests.factories import REGION, add_zipf_region, ingest, zipf_snapshot
 
 TRIALS = 20
 SEED = 20260103
@@ -35,20 +34,22 @@ N_CHANNELS = 4
 
 
 @pytest.fixture
-def database(tmp_path: Path) -> Iterator[tuple[str, Engine]]:
-    url = f"sqlite:///{tmp_path / 'repart.db'}"
-    engine = make_engine(url)
-    upgrade(engine)
-    make_region(engine, n_channels_initial=N_CHANNELS, settings={"rebalance_threshold": 0.5})
+def backend() -> str:
+    """The ``engine`` of this test is a migrated SQLite file (``PRAGMA integrity_check`` below)."""
+    return "sqlite"
+
+
+@pytest.fixture
+def initialized_region(engine: Engine) -> None:
+    """The region, its first version applied by a tick."""
+    add_zipf_region(engine, n_channels_initial=N_CHANNELS, settings={"rebalance_threshold": 0.5})
     assert tick(engine, REGION).action == "initialized"
-    yield url, engine
-    engine.dispose()
 
 
 def ingest_window(engine: Engine, seq: int) -> None:
     """Window ``seq``, its skew alternating so that the applied function is out of balance again."""
     exponent = 1.0 if seq % 2 else 1.4
-    ingest(engine, snapshot_document(seq, n_channels=N_CHANNELS, demand=1.0, exponent=exponent))
+    ingest(engine, zipf_snapshot(seq, n_channels=N_CHANNELS, demand=1.0, exponent=exponent))
 
 
 def tick_command(url: str) -> list[str]:
@@ -94,16 +95,16 @@ def check_consistent(session: Session) -> None:
 
 
 @pytest.mark.slow
-def test_a_killed_tick_leaves_the_database_consistent(database: tuple[str, Engine]) -> None:
-    url, engine = database
+@pytest.mark.usefixtures("initialized_region")
+def test_a_killed_tick_leaves_the_database_consistent(engine: Engine, db_url: str) -> None:
     rng = random.Random(SEED)
     ingest_window(engine, 1)
     started = time.perf_counter()
-    subprocess.run(tick_command(url), check=True, capture_output=True)
+    subprocess.run(tick_command(db_url), check=True, capture_output=True)
     duration = time.perf_counter() - started
     # `repart tick --help` imports everything and exits: kills are aimed after that start-up, at the tick.
     started = time.perf_counter()
-    subprocess.run([*tick_command(url), "--help"], check=True, capture_output=True)
+    subprocess.run([*tick_command(db_url), "--help"], check=True, capture_output=True)
     start_up = min(time.perf_counter() - started, 0.8 * duration)
     run_in_transaction(engine, check_consistent)
     assert run_in_transaction(engine, lambda session: session.scalar(select(func.count(models.Plan.id)))) == 1
@@ -111,7 +112,7 @@ def test_a_killed_tick_leaves_the_database_consistent(database: tuple[str, Engin
     outcomes = Counter[str]()
     for trial in range(TRIALS):
         ingest_window(engine, 2 * trial + 2)
-        process = subprocess.Popen(tick_command(url), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = subprocess.Popen(tick_command(db_url), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(start_up, duration))
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)

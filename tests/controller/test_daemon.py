@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
@@ -21,11 +20,10 @@ from sqlalchemy.orm import Session
 from repart.controller.daemon import Daemon, DaemonConfig
 from repart.controller.tick import TickResult, decide, observe, persist, tick
 from repart.errors import Conflict
+from repart.partitioning.consistent import MAX_CHANNELS
 from repart.storage import (
     Fence,
-    RegionConfig,
     acquire_lease,
-    create_region,
     current_lease,
     make_engine,
     models,
@@ -33,19 +31,15 @@ from repart.storage import (
     run_in_transaction,
 )
 from repart.storage.jsontext import load_object
-from tests.controller.test_tick import REGION, ingest, make_region, row_counts, snapshot_document
+from tests.factories import REGION, add_region, add_zipf_region, ingest, row_counts, zipf_snapshot
 
 
 @pytest.fixture
-def database(db_url: str) -> Iterator[tuple[str, Engine]]:
-    """Two regions in a fresh migrated database on each backend (SQLite and PostgreSQL)."""
-    url = db_url
-    engine = make_engine(url)
+def two_regions(engine: Engine) -> None:
+    """Regions alpha and beta (string keys, 2 channels) in the ``engine``'s fresh database (SQLite and
+    PostgreSQL)."""
     for name in ("alpha", "beta"):
-        config = RegionConfig(key_type="str", n_channels_initial=2)
-        run_in_transaction(engine, lambda session, n=name, c=config: create_region(session, n, c))
-    yield url, engine
-    engine.dispose()
+        add_region(engine, name, "str", n_channels_initial=2, max_channels=MAX_CHANNELS)
 
 
 def leases(engine: Engine) -> int:
@@ -54,8 +48,8 @@ def leases(engine: Engine) -> int:
     )
 
 
-def test_run_once_ticks_every_region(database: tuple[str, Engine]) -> None:
-    _, engine = database
+@pytest.mark.usefixtures("two_regions")
+def test_run_once_ticks_every_region(engine: Engine) -> None:
     results = Daemon(engine, DaemonConfig(interval_seconds=1, lease_ttl_seconds=5, holder="a")).run_once()
     assert [(r.region, r.action) for r in results if r is not None] == [
         ("alpha", "initialized"),
@@ -63,8 +57,8 @@ def test_run_once_ticks_every_region(database: tuple[str, Engine]) -> None:
     ]
 
 
-def test_a_second_daemon_skips_leased_regions_until_they_are_released(database: tuple[str, Engine]) -> None:
-    _, engine = database
+@pytest.mark.usefixtures("two_regions")
+def test_a_second_daemon_skips_leased_regions_until_they_are_released(engine: Engine) -> None:
     first = Daemon(engine, DaemonConfig(interval_seconds=1, lease_ttl_seconds=60, holder="first"))
     second = Daemon(engine, DaemonConfig(interval_seconds=1, lease_ttl_seconds=60, holder="second"))
     assert all(r is not None for r in first.run_once())
@@ -74,19 +68,17 @@ def test_a_second_daemon_skips_leased_regions_until_they_are_released(database: 
     assert all(r is not None for r in second.run_once())
 
 
-def test_an_expired_lease_is_taken_over(database: tuple[str, Engine]) -> None:
-    _, engine = database
+@pytest.mark.usefixtures("two_regions")
+def test_an_expired_lease_is_taken_over(engine: Engine) -> None:
     Daemon(engine, DaemonConfig(interval_seconds=0.1, lease_ttl_seconds=0.3, holder="gone")).run_once()
     time.sleep(0.4)
     assert all(r is not None for r in Daemon(engine, DaemonConfig(1, 5, holder="heir")).run_once())
 
 
+@pytest.mark.usefixtures("two_regions")
 @pytest.mark.parametrize("seconds", [2.5, pytest.param(30.0, marks=pytest.mark.slow)])
-def test_two_running_daemons_never_tick_one_region_at_the_same_time(
-    database: tuple[str, Engine], seconds: float
-) -> None:
+def test_two_running_daemons_never_tick_one_region_at_the_same_time(engine: Engine, seconds: float) -> None:
     """Issue #3: two daemons on one database for 30 s; every region is acted on by one of them at a time."""
-    _, engine = database
     spans: list[tuple[str, str, float, float]] = []
     lock = threading.Lock()
 
@@ -123,11 +115,11 @@ def test_two_running_daemons_never_tick_one_region_at_the_same_time(
     assert leases(engine) == 0
 
 
-def test_sigterm_stops_the_daemon_cleanly(database: tuple[str, Engine]) -> None:
-    url, engine = database
+@pytest.mark.usefixtures("two_regions")
+def test_sigterm_stops_the_daemon_cleanly(engine: Engine, db_url: str) -> None:
     repart = Path(sys.executable).with_name("repart")
     process = subprocess.Popen(
-        [str(repart), "run", "--db", url, "--interval", "0.2", "--lease-ttl", "2"],
+        [str(repart), "run", "--db", db_url, "--interval", "0.2", "--lease-ttl", "2"],
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -159,9 +151,9 @@ def test_bad_configuration_names_the_field(kwargs: dict[str, Any], field: str) -
         DaemonConfig(**kwargs)
 
 
-def test_stop_does_not_deadlock_with_a_discovery_in_progress(database: tuple[str, Engine]) -> None:
+@pytest.mark.usefixtures("two_regions")
+def test_stop_does_not_deadlock_with_a_discovery_in_progress(engine: Engine) -> None:
     """APScheduler's shutdown holds its job-store lock while it waits for jobs; discovery must not need it."""
-    _, engine = database
     for attempt in range(5):
         daemon = Daemon(
             engine,
@@ -179,12 +171,12 @@ def test_stop_does_not_deadlock_with_a_discovery_in_progress(database: tuple[str
 
 def fenced_region(engine: Engine) -> None:
     """One region whose every new, alternately skewed window makes the tick activate a version."""
-    make_region(engine, n_channels_initial=4, algorithm="redist", settings={"rebalance_threshold": 0.5})
+    add_zipf_region(engine, n_channels_initial=4, algorithm="redist", settings={"rebalance_threshold": 0.5})
 
 
 def ingest_window(engine: Engine, seq: int) -> None:
     exponent = 1.0 if seq % 2 else 1.4
-    ingest(engine, snapshot_document(seq, n_channels=4, demand=1.0, exponent=exponent))
+    ingest(engine, zipf_snapshot(seq, n_channels=4, demand=1.0, exponent=exponent))
 
 
 def acquire(engine: Engine, holder: str, now: datetime, ttl: float) -> int:
@@ -193,51 +185,41 @@ def acquire(engine: Engine, holder: str, now: datetime, ttl: float) -> int:
     return token
 
 
-def test_a_daemon_paused_past_its_lease_cannot_write(db_url: str) -> None:
+def test_a_daemon_paused_past_its_lease_cannot_write(engine: Engine) -> None:
     """Daemon a decides, is paused past its 1 s lease, b takes over and activates; a's write is refused."""
-    engine = make_engine(db_url)
-    try:
-        fenced_region(engine)
-        assert tick(engine, REGION).action == "initialized"
-        ingest_window(engine, 1)
-        started = datetime.now(UTC) - timedelta(seconds=2)  # a acquired 2 s ago: its 1 s lease has expired
-        fence_a = Fence("a", acquire(engine, "a", started, ttl=1.0))
-        observation = read_transaction(engine, lambda session: observe(session, REGION))
-        verdict = decide(observation, started)
-        assert verdict.action == "activated"
+    fenced_region(engine)
+    assert tick(engine, REGION).action == "initialized"
+    ingest_window(engine, 1)
+    started = datetime.now(UTC) - timedelta(seconds=2)  # a acquired 2 s ago: its 1 s lease has expired
+    fence_a = Fence("a", acquire(engine, "a", started, ttl=1.0))
+    observation = read_transaction(engine, lambda session: observe(session, REGION))
+    verdict = decide(observation, started)
+    assert verdict.action == "activated"
 
-        fence_b = Fence("b", acquire(engine, "b", datetime.now(UTC), ttl=30.0))
-        assert fence_b.token > fence_a.token
-        taken_over = tick(engine, REGION, fence=fence_b)
-        assert (taken_over.action, taken_over.version) == ("activated", 2)
-        before = row_counts(engine)
-        with pytest.raises(Conflict, match="not held by 'a'"):
-            run_in_transaction(
-                engine, lambda session: persist(session, observation, verdict, started, fence_a)
-            )
-        assert row_counts(engine) == before
-        ingest_window(engine, 2)
-        with pytest.raises(Conflict, match="not held by 'a'"):  # a whole tick of a on a new window, too
-            tick(engine, REGION, fence=fence_a)
-        assert row_counts(engine) == before
-    finally:
-        engine.dispose()
+    fence_b = Fence("b", acquire(engine, "b", datetime.now(UTC), ttl=30.0))
+    assert fence_b.token > fence_a.token
+    taken_over = tick(engine, REGION, fence=fence_b)
+    assert (taken_over.action, taken_over.version) == ("activated", 2)
+    before = row_counts(engine)
+    with pytest.raises(Conflict, match="not held by 'a'"):
+        run_in_transaction(engine, lambda session: persist(session, observation, verdict, started, fence_a))
+    assert row_counts(engine) == before
+    ingest_window(engine, 2)
+    with pytest.raises(Conflict, match="not held by 'a'"):  # a whole tick of a on a new window, too
+        tick(engine, REGION, fence=fence_a)
+    assert row_counts(engine) == before
 
 
-def test_an_expired_lease_refuses_the_write_even_before_a_takeover(db_url: str) -> None:
-    engine = make_engine(db_url)
-    try:
-        fenced_region(engine)
-        fence = Fence("a", acquire(engine, "a", datetime.now(UTC) - timedelta(seconds=2), ttl=1.0))
-        before = row_counts(engine)
-        with pytest.raises(Conflict, match="expired"):
-            tick(engine, REGION, fence=fence)
-        assert row_counts(engine) == before
-        renewed = Fence("a", acquire(engine, "a", datetime.now(UTC), ttl=30.0))
-        assert renewed == fence  # a renewal by the same holder keeps the token
-        assert tick(engine, REGION, fence=renewed).action == "initialized"
-    finally:
-        engine.dispose()
+def test_an_expired_lease_refuses_the_write_even_before_a_takeover(engine: Engine) -> None:
+    fenced_region(engine)
+    fence = Fence("a", acquire(engine, "a", datetime.now(UTC) - timedelta(seconds=2), ttl=1.0))
+    before = row_counts(engine)
+    with pytest.raises(Conflict, match="expired"):
+        tick(engine, REGION, fence=fence)
+    assert row_counts(engine) == before
+    renewed = Fence("a", acquire(engine, "a", datetime.now(UTC), ttl=30.0))
+    assert renewed == fence  # a renewal by the same holder keeps the token
+    assert tick(engine, REGION, fence=renewed).action == "initialized"
 
 
 def decision_problems(engine: Engine) -> list[str]:

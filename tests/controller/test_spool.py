@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,19 +12,21 @@ from sqlalchemy import Engine, select
 from repart.cli.app import app
 from repart.controller.daemon import Daemon, DaemonConfig
 from repart.controller.spool import ingest_spool
-from repart.storage import make_engine, models, run_in_transaction, upgrade
+from repart.storage import models, run_in_transaction
 from tests.cli.helpers import runner
-from tests.controller.test_tick import REGION, make_region, snapshot_document
+from tests.factories import REGION, add_zipf_region, zipf_snapshot
 
 
 @pytest.fixture
-def database(tmp_path: Path) -> Iterator[tuple[str, Engine]]:
-    url = f"sqlite:///{tmp_path / 'repart.db'}"
-    engine = make_engine(url)
-    upgrade(engine)
-    make_region(engine)
-    yield url, engine
-    engine.dispose()
+def backend() -> str:
+    """The ``engine`` of these tests is a migrated SQLite file (tests/storage covers PostgreSQL)."""
+    return "sqlite"
+
+
+@pytest.fixture(autouse=True)
+def region(engine: Engine) -> None:
+    """The region the spool's snapshots are for."""
+    add_zipf_region(engine)
 
 
 @pytest.fixture
@@ -36,7 +37,7 @@ def spool(tmp_path: Path) -> Path:
 
 
 def document(seq: int) -> dict[str, Any]:
-    return snapshot_document(seq, n_channels=2, demand=1.0, length=2000)
+    return zipf_snapshot(seq, n_channels=2, demand=1.0, length=2000).to_document()
 
 
 def write(directory: Path, name: str, content: dict[str, Any] | str | bytes) -> None:
@@ -58,8 +59,7 @@ def names(directory: Path) -> set[str]:
     return {path.name for path in directory.iterdir()}
 
 
-def test_good_and_bad_files_end_where_they_should(database: tuple[str, Engine], spool: Path) -> None:
-    _, engine = database
+def test_good_and_bad_files_end_where_they_should(engine: Engine, spool: Path) -> None:
     negative = document(3)
     negative["items"][0][1] = -3
     unknown = document(4) | {"region": "nowhere"}
@@ -100,7 +100,7 @@ def test_good_and_bad_files_end_where_they_should(database: tuple[str, Engine], 
     assert "items[0].count" in reasons["03-negative.json"]
     assert "nowhere" in reasons["04-unknown.json"]
     assert "window.seq 1 was already ingested" in reasons["05-duplicate.json"]
-    assert reasons["06-broken.json"].startswith("not JSON")
+    assert reasons["06-broken.json"].startswith("file must be JSON text")
     assert reasons["07-binary.json"].startswith("cannot read the file")
     assert names(spool / "rejected") == set(reasons) | {f"{name}.reason" for name in reasons}
     assert names(spool) == {
@@ -117,8 +117,7 @@ def test_good_and_bad_files_end_where_they_should(database: tuple[str, Engine], 
     assert len(names(spool / "done")) == 2
 
 
-def test_a_taken_name_gets_a_numeric_suffix(database: tuple[str, Engine], spool: Path) -> None:
-    _, engine = database
+def test_a_taken_name_gets_a_numeric_suffix(engine: Engine, spool: Path) -> None:
     write(spool, "window.json", document(1))
     ingest_spool(engine, spool)
     write(spool, "window.json", document(2))
@@ -137,16 +136,14 @@ def test_a_taken_name_gets_a_numeric_suffix(database: tuple[str, Engine], spool:
     assert stored_seqs(engine) == [1, 2]
 
 
-def test_a_spool_that_is_not_a_directory_is_refused(database: tuple[str, Engine], tmp_path: Path) -> None:
-    _, engine = database
+def test_a_spool_that_is_not_a_directory_is_refused(engine: Engine, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="spool"):
         ingest_spool(engine, tmp_path / "missing")
     with pytest.raises(ValueError, match="spool"):
         DaemonConfig(interval_seconds=1, lease_ttl_seconds=5, spool=tmp_path / "missing")
 
 
-def test_the_daemon_ingests_the_spool_before_ticking(database: tuple[str, Engine], spool: Path) -> None:
-    _, engine = database
+def test_the_daemon_ingests_the_spool_before_ticking(engine: Engine, spool: Path) -> None:
     daemon = Daemon(engine, DaemonConfig(interval_seconds=1, lease_ttl_seconds=5, holder="a", spool=spool))
     assert [r.action for r in daemon.run_once() if r is not None] == ["initialized"]
     write(spool, "window-1.json", document(1))
@@ -159,34 +156,31 @@ def test_the_daemon_ingests_the_spool_before_ticking(database: tuple[str, Engine
     daemon.stop()
 
 
-def test_run_once_with_a_spool_command(database: tuple[str, Engine], spool: Path) -> None:
-    url, engine = database
+def test_run_once_with_a_spool_command(engine: Engine, db_url: str, spool: Path) -> None:
     write(spool, "window-1.json", document(1))
-    args = ["run", "--once", "--spool", str(spool), "--interval", "1", "--lease-ttl", "5", "--db", url]
+    args = ["run", "--once", "--spool", str(spool), "--interval", "1", "--lease-ttl", "5", "--db", db_url]
     result = runner.invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output
     assert stored_seqs(engine) == [1]
     assert names(spool / "done") == {"window-1.json"}
 
 
-def test_snapshot_ingest_spool_command(database: tuple[str, Engine], spool: Path) -> None:
-    url, engine = database
+def test_snapshot_ingest_spool_command(engine: Engine, db_url: str, spool: Path) -> None:
     write(spool, "good.json", document(1))
     write(spool, "bad.json", document(1) | {"tuples": -1})
-    result = runner.invoke(app, ["snapshot", "ingest", "--spool", str(spool), "--db", url, "--json"])
+    result = runner.invoke(app, ["snapshot", "ingest", "--spool", str(spool), "--db", db_url, "--json"])
     assert result.exit_code == 2, result.output
     by_name = {Path(o["file"]).name: o for o in json.loads(result.stdout)}
     assert by_name["good.json"]["status"] == "ingested"
     assert by_name["good.json"]["moved_to"] == str(spool / "done" / "good.json")
     assert by_name["bad.json"]["status"] == "rejected" and "tuples" in by_name["bad.json"]["error"]
     assert stored_seqs(engine) == [1]
-    again = runner.invoke(app, ["snapshot", "ingest", "--spool", str(spool), "--db", url, "--json"])
+    again = runner.invoke(app, ["snapshot", "ingest", "--spool", str(spool), "--db", db_url, "--json"])
     assert again.exit_code == 0 and json.loads(again.stdout) == []
 
 
-def test_snapshot_ingest_needs_files_or_a_spool(database: tuple[str, Engine]) -> None:
-    url, _ = database
-    result = runner.invoke(app, ["snapshot", "ingest", "--db", url])
+def test_snapshot_ingest_needs_files_or_a_spool(db_url: str) -> None:
+    result = runner.invoke(app, ["snapshot", "ingest", "--db", db_url])
     assert result.exit_code == 2
     assert "--spool" in result.output
 
@@ -202,9 +196,8 @@ def test_snapshot_ingest_needs_files_or_a_spool(database: tuple[str, Engine]) ->
     ],
 )
 def test_a_window_at_the_edge_of_the_dates_is_rejected_and_blocks_nothing(
-    database: tuple[str, Engine], spool: Path, window: dict[str, Any], field: str
+    engine: Engine, spool: Path, window: dict[str, Any], field: str
 ) -> None:
-    _, engine = database
     write(spool, "01-edge.json", document(3) | {"window": window})
     write(spool, "02-good.json", document(1))
 
@@ -218,10 +211,7 @@ def test_a_window_at_the_edge_of_the_dates_is_rejected_and_blocks_nothing(
     assert stored_seqs(engine) == [1]
 
 
-def test_a_job_that_restarts_its_seq_is_rejected_with_the_accepted_range(
-    database: tuple[str, Engine], spool: Path
-) -> None:
-    _, engine = database
+def test_a_job_that_restarts_its_seq_is_rejected_with_the_accepted_range(engine: Engine, spool: Path) -> None:
     write(spool, "01.json", document(5))
     later_but_seq_zero = document(6) | {"window": document(6)["window"] | {"seq": 0}}
     write(spool, "02.json", later_but_seq_zero)
@@ -231,3 +221,21 @@ def test_a_job_that_restarts_its_seq_is_rejected_with_the_accepted_range(
     assert [o.status for o in outcomes] == ["ingested", "rejected"]
     reason = (spool / "rejected" / "02.json.reason").read_text(encoding="utf-8")
     assert reason.startswith("window.seq must be in (5, inf)")
+
+
+@pytest.mark.parametrize(
+    "content",
+    ['{"format": ' + "9" * 5000 + "}", "[" * 100_000 + "]" * 100_000, '{"format": 1, "format": 1}'],
+    ids=["5000-digit integer", "deep nesting", "repeated field"],
+)
+def test_text_the_json_reader_refuses_is_rejected_and_blocks_nothing(
+    engine: Engine, spool: Path, content: str
+) -> None:
+    write(spool, "a-1.json", content)
+    write(spool, "b-1.json", document(1))
+    outcomes = ingest_spool(engine, spool)
+    assert [(Path(o.file).name, o.status) for o in outcomes] == [
+        ("a-1.json", "rejected"),
+        ("b-1.json", "ingested"),
+    ]
+    assert outcomes[0].error is not None and outcomes[0].error.startswith("file must ")

@@ -1,21 +1,19 @@
 """One controller tick (DESIGN §8, Gedik §4.5): initialize, measure, analyze, plan, activate.
 
-Every test runs on a migrated SQLite file (the storage suite covers PostgreSQL). Snapshots are the
-documents a job would emit: Zipf streams counted by ``LossyCounter``, with slot counts and per-channel
-measurements whose busy time sets the demand of the target-utilization policy.
+Every test runs on SQLite and PostgreSQL (the ``engine`` fixture of tests/conftest.py). Snapshots are
+what a job would emit (``tests.factories.zipf_snapshot``): Zipf streams counted by ``LossyCounter``,
+with slot counts and per-channel measurements whose busy time sets the demand of the
+target-utilization policy.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from repart.controller.actions import scale
@@ -23,17 +21,9 @@ from repart.controller.settings import ControllerSettings
 from repart.controller.tick import TickResult, decide, last_considered_seq, observe, persist, tick
 from repart.errors import Conflict
 from repart.migration import MigrationPlan
-from repart.partitioning import LossyCounter
-from repart.partitioning.hashing import hash_keys, slots_of_hashes
-from repart.protocol.snapshot import Snapshot
 from repart.storage import (
     RegionConfig,
     RegionStatus,
-    create_region,
-    ingest_snapshot,
-    list_events,
-    list_plans,
-    list_versions,
     make_engine,
     models,
     read_transaction,
@@ -44,119 +34,21 @@ from repart.storage import (
     version_function,
 )
 from repart.storage.jsontext import load_object
-
-REGION = "trades"
-SLOT_BITS = 10
-DOMAIN = 2000
-WINDOW_SECONDS = 60
-START = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-@pytest.fixture
-def engine(db_url: str) -> Iterator[Engine]:
-    """A fresh migrated database on each backend (SQLite and PostgreSQL, tests/conftest.py)."""
-    engine = make_engine(db_url)
-    yield engine
-    engine.dispose()
-
-
-def make_region(engine: Engine, **config: Any) -> None:
-    values: dict[str, Any] = {"key_type": "int", "n_channels_initial": 2, "slot_bits": SLOT_BITS} | config
-    run_in_transaction(engine, lambda session: create_region(session, REGION, RegionConfig(**values)))
-
-
-def zipf_stream(seed: int, length: int, exponent: float) -> np.ndarray[Any, np.dtype[np.int64]]:
-    """Keys 0..DOMAIN-1 drawn with weights 1/(rank + 1)^exponent."""
-    weights = 1.0 / np.arange(1, DOMAIN + 1) ** exponent
-    rng = np.random.default_rng(seed)
-    return rng.choice(DOMAIN, size=length, p=weights / weights.sum()).astype(np.int64)
-
-
-def snapshot_document(
-    seq: int, *, n_channels: int, demand: float, u: float = 0.5, exponent: float = 1.0, length: int = 20_000
-) -> dict[str, Any]:
-    """Window ``seq`` (one minute) of a Zipf stream, with its slot counts and channel measurements.
-
-    The channels' busy time is chosen so that the target-utilization policy at ``u`` computes a raw
-    demand of ``demand`` channels: demand = rate_in / (u · rate_one) = Σ busy / (u · window seconds).
-    """
-    keys = zipf_stream(seq, length, exponent)
-    counter = LossyCounter(0.001, key_type="int")
-    counter.update(keys)
-    entries, counts, deltas = counter.entries()
-    slots, slot_counts = np.unique(slots_of_hashes(hash_keys(keys), SLOT_BITS), return_counts=True)
-    busy = demand * u * WINDOW_SECONDS / n_channels
-    per_channel = np.full(n_channels, length // n_channels)
-    per_channel[0] += length - per_channel.sum()
-    return {
-        "format": 1,
-        "region": REGION,
-        "window": {
-            "seq": seq,
-            "start": (START + timedelta(seconds=WINDOW_SECONDS * seq)).isoformat(),
-            "end": (START + timedelta(seconds=WINDOW_SECONDS * (seq + 1))).isoformat(),
-        },
-        "tuples": length,
-        "distinct_estimate": len(np.unique(keys)),
-        "epsilon": counter.epsilon,
-        "key_type": "int",
-        "items": [[int(k), int(c), int(d)] for k, c, d in zip(entries, counts, deltas, strict=True)],
-        "slot_bits": SLOT_BITS,
-        "slots": [[int(s), int(c)] for s, c in zip(slots, slot_counts, strict=True)],
-        "channels": [
-            {"channel": i, "tuples": int(t), "busy_seconds": busy, "state_bytes": 1000}
-            for i, t in enumerate(per_channel)
-        ],
-    }
-
-
-def ingest(engine: Engine, *documents: dict[str, Any]) -> None:
-    for document in documents:
-        snapshot = Snapshot.from_document(document)
-        run_in_transaction(engine, lambda session, s=snapshot: ingest_snapshot(session, s))
-
-
-def row_counts(engine: Engine) -> dict[str, int]:
-    tables = (models.Version, models.Plan, models.PlanMove, models.Event, models.VersionExplicit)
-
-    def count(session: Any) -> dict[str, int]:
-        return {
-            table.__tablename__: session.scalar(select(func.count()).select_from(table)) for table in tables
-        }
-
-    return run_in_transaction(engine, count)
-
-
-def events(engine: Engine) -> list[models.Event]:
-    return run_in_transaction(engine, lambda session: list_events(session, REGION))
-
-
-def versions(engine: Engine) -> list[models.Version]:
-    return run_in_transaction(engine, lambda session: list_versions(session, REGION))
-
-
-def plans(engine: Engine, status: str | None = None) -> list[models.Plan]:
-    return run_in_transaction(engine, lambda session: list_plans(session, REGION, status))
-
-
-def assert_plans_route_like_functions(engine: Engine) -> None:
-    """Every stored plan sends each key from its source version's channel to its target version's."""
-    by_number = {version.number: version_function(version) for version in versions(engine)}
-    keys = list(range(DOMAIN))
-    slots = slots_of_hashes(hash_keys(np.array(keys, dtype=np.int64)), SLOT_BITS).tolist()
-    stored = plans(engine)
-    assert stored
-    for row in stored:
-        plan = MigrationPlan.from_json(row.plan_json)
-        a, b = by_number[row.from_version], by_number[row.to_version]
-        assert (plan.source_digest, plan.target_digest) == (a.digest, b.digest)
-        before, after = a.lookup_many(keys), b.lookup_many(keys)
-        routed = [plan.destination(k, s, int(c)) for k, s, c in zip(keys, slots, before, strict=True)]
-        assert routed == after.tolist()
+from tests.factories import (
+    REGION,
+    add_zipf_region,
+    assert_plans_route_like_functions,
+    events,
+    ingest,
+    plans,
+    row_counts,
+    versions,
+    zipf_snapshot,
+)
 
 
 def test_first_tick_initializes_and_a_tick_without_snapshots_is_idle(engine: Engine) -> None:
-    make_region(engine, n_channels_initial=3)
+    add_zipf_region(engine, n_channels_initial=3)
     first = tick(engine, REGION)
     assert (first.action, first.version, first.plan_id, first.n_channels) == ("initialized", 1, None, 3)
     [version] = versions(engine)
@@ -171,7 +63,7 @@ def test_first_tick_initializes_and_a_tick_without_snapshots_is_idle(engine: Eng
 
 
 def test_more_load_activates_the_policys_channel_count_with_a_pending_plan(engine: Engine) -> None:
-    make_region(
+    add_zipf_region(
         engine,
         policy="target-utilization",
         max_channels=8,
@@ -179,7 +71,7 @@ def test_more_load_activates_the_policys_channel_count_with_a_pending_plan(engin
         settings={"target_utilization": 0.5, "rebalance_threshold": 50.0},
     )
     assert tick(engine, REGION).action == "initialized"
-    ingest(engine, *(snapshot_document(seq, n_channels=2, demand=3.6) for seq in (1, 2, 3)))
+    ingest(engine, *(zipf_snapshot(seq, n_channels=2, demand=3.6) for seq in (1, 2, 3)))
 
     result = tick(engine, REGION)
     assert isinstance(result, TickResult)
@@ -210,9 +102,9 @@ def test_more_load_activates_the_policys_channel_count_with_a_pending_plan(engin
 def test_fixed_policy_rebalances_a_skewed_window_at_the_same_channel_count(
     engine: Engine, tail_aware: bool
 ) -> None:
-    make_region(engine, n_channels_initial=4, algorithm="redist", tail_aware=tail_aware)
+    add_zipf_region(engine, n_channels_initial=4, algorithm="redist", tail_aware=tail_aware)
     tick(engine, REGION)
-    ingest(engine, snapshot_document(1, n_channels=4, demand=4, exponent=1.3))
+    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3))
 
     result = tick(engine, REGION)
     assert (result.action, result.n_channels, result.version) == ("activated", 4, 2)
@@ -227,9 +119,9 @@ def test_fixed_policy_rebalances_a_skewed_window_at_the_same_channel_count(
 
 
 def test_a_balanced_window_within_the_threshold_is_unchanged_once(engine: Engine) -> None:
-    make_region(engine, n_channels_initial=2, settings={"rebalance_threshold": 100.0})
+    add_zipf_region(engine, n_channels_initial=2, settings={"rebalance_threshold": 100.0})
     tick(engine, REGION)
-    ingest(engine, snapshot_document(1, n_channels=2, demand=2, exponent=0.5))
+    ingest(engine, zipf_snapshot(1, n_channels=2, demand=2, exponent=0.5))
 
     result = tick(engine, REGION)
     assert (result.action, result.version, result.plan_id, result.n_channels) == ("unchanged", None, None, 2)
@@ -243,13 +135,13 @@ def test_a_balanced_window_within_the_threshold_is_unchanged_once(engine: Engine
 
 
 def test_a_tick_while_a_plan_is_applying_is_blocked_and_writes_nothing(engine: Engine) -> None:
-    make_region(engine, n_channels_initial=4, algorithm="redist")
+    add_zipf_region(engine, n_channels_initial=4, algorithm="redist")
     tick(engine, REGION)
-    ingest(engine, snapshot_document(1, n_channels=4, demand=4, exponent=1.3))
+    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3))
     plan_id = tick(engine, REGION).plan_id
     assert plan_id is not None
     run_in_transaction(engine, lambda session: set_plan_status(session, plan_id, "applying"))
-    ingest(engine, snapshot_document(2, n_channels=4, demand=4, exponent=1.4))
+    ingest(engine, zipf_snapshot(2, n_channels=4, demand=4, exponent=1.4))
     before = row_counts(engine)
 
     result = tick(engine, REGION)
@@ -260,11 +152,11 @@ def test_a_tick_while_a_plan_is_applying_is_blocked_and_writes_nothing(engine: E
 
 
 def test_a_new_plan_supersedes_the_pending_one(engine: Engine) -> None:
-    make_region(engine, n_channels_initial=4, algorithm="redist")
+    add_zipf_region(engine, n_channels_initial=4, algorithm="redist")
     tick(engine, REGION)
-    ingest(engine, snapshot_document(1, n_channels=4, demand=4, exponent=1.3))
+    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3))
     first = tick(engine, REGION)
-    ingest(engine, snapshot_document(2, n_channels=4, demand=4, exponent=1.6))
+    ingest(engine, zipf_snapshot(2, n_channels=4, demand=4, exponent=1.6))
 
     second = tick(engine, REGION)
     assert (second.action, second.version) == ("activated", 3)
@@ -276,9 +168,9 @@ def test_a_new_plan_supersedes_the_pending_one(engine: Engine) -> None:
 
 
 def test_auto_records_all_three_candidates(engine: Engine) -> None:
-    make_region(engine, n_channels_initial=4, algorithm="auto")
+    add_zipf_region(engine, n_channels_initial=4, algorithm="auto")
     tick(engine, REGION)
-    ingest(engine, snapshot_document(1, n_channels=4, demand=4, exponent=1.3))
+    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3))
 
     assert tick(engine, REGION).action == "activated"
     new = versions(engine)[1]
@@ -293,7 +185,7 @@ def test_auto_records_all_three_candidates(engine: Engine) -> None:
 
 
 def test_cooldown_keeps_the_channel_count_after_a_change(engine: Engine) -> None:
-    make_region(
+    add_zipf_region(
         engine,
         policy="target-utilization",
         max_channels=8,
@@ -301,9 +193,9 @@ def test_cooldown_keeps_the_channel_count_after_a_change(engine: Engine) -> None
         settings={"target_utilization": 0.5, "cooldown_seconds": 3600, "rebalance_threshold": 50.0},
     )
     tick(engine, REGION)
-    ingest(engine, snapshot_document(1, n_channels=2, demand=3.6))
+    ingest(engine, zipf_snapshot(1, n_channels=2, demand=3.6))
     assert tick(engine, REGION).n_channels == 4
-    ingest(engine, snapshot_document(2, n_channels=4, demand=6.5))
+    ingest(engine, zipf_snapshot(2, n_channels=4, demand=6.5))
 
     result = tick(engine, REGION)
     assert result.action == "unchanged"
@@ -329,15 +221,15 @@ def test_settings_are_checked_by_name() -> None:
 
 
 def test_now_must_be_timezone_aware(engine: Engine) -> None:
-    make_region(engine)
+    add_zipf_region(engine)
     with pytest.raises(ValueError, match="timezone-aware"):
         tick(engine, REGION, now=datetime(2026, 1, 1))
 
 
 def test_a_build_that_reproduces_the_applied_function_is_unchanged(engine: Engine) -> None:
-    make_region(engine, n_channels_initial=4, algorithm="consistent")
+    add_zipf_region(engine, n_channels_initial=4, algorithm="consistent")
     tick(engine, REGION)
-    ingest(engine, snapshot_document(1, n_channels=4, demand=4, exponent=1.3))
+    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3))
 
     result = tick(engine, REGION)
     assert (result.action, result.version, result.n_channels) == ("unchanged", None, 4)
@@ -352,7 +244,7 @@ def region_row(engine: Engine) -> models.Region:
 
 
 def test_the_status_is_kept_on_the_region_row(engine: Engine) -> None:
-    make_region(
+    add_zipf_region(
         engine,
         policy="target-utilization",
         max_channels=8,
@@ -363,12 +255,12 @@ def test_the_status_is_kept_on_the_region_row(engine: Engine) -> None:
     start = datetime(2026, 2, 1, tzinfo=UTC)
     tick(engine, REGION, now=start)
     assert RegionStatus.of(region_row(engine)) == RegionStatus(1, 1, None, None)
-    ingest(engine, snapshot_document(1, n_channels=2, demand=3.6))
+    ingest(engine, zipf_snapshot(1, n_channels=2, demand=3.6))
     changed = tick(engine, REGION, now=start + timedelta(minutes=1))
     assert (changed.action, changed.n_channels) == ("activated", 4)
     assert RegionStatus.of(region_row(engine)) == RegionStatus(1, 2, 1, start + timedelta(minutes=1))
     assert versions(engine)[1].created_at == start + timedelta(minutes=1)
-    ingest(engine, snapshot_document(2, n_channels=2, demand=2.0))
+    ingest(engine, zipf_snapshot(2, n_channels=2, demand=2.0))
     cooled = tick(engine, REGION, now=start + timedelta(minutes=2))
     assert cooled.action == "unchanged" and "cooldown" in cooled.reason  # measured from last_change_at
     assert RegionStatus.of(region_row(engine)) == RegionStatus(1, 2, 2, start + timedelta(minutes=1))
@@ -384,9 +276,9 @@ def test_the_status_is_kept_on_the_region_row(engine: Engine) -> None:
 def test_an_idle_tick_reads_the_status_and_never_the_window(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    make_region(engine, n_channels_initial=4, settings={"rebalance_threshold": 100.0})
+    add_zipf_region(engine, n_channels_initial=4, settings={"rebalance_threshold": 100.0})
     tick(engine, REGION)
-    ingest(engine, snapshot_document(1, n_channels=4, demand=4))
+    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4))
     assert tick(engine, REGION).action == "unchanged"
 
     def refuse(*_: object) -> None:
@@ -399,9 +291,9 @@ def test_an_idle_tick_reads_the_status_and_never_the_window(
 
 
 def test_decide_is_a_pure_function_of_what_was_read_and_now(engine: Engine) -> None:
-    make_region(engine, n_channels_initial=4, algorithm="redist")
+    add_zipf_region(engine, n_channels_initial=4, algorithm="redist")
     tick(engine, REGION)
-    ingest(engine, snapshot_document(1, n_channels=4, demand=4, exponent=1.3))
+    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3))
     observation = read_transaction(engine, lambda session: observe(session, REGION))
     before = row_counts(engine)
     engine.dispose()
@@ -415,9 +307,9 @@ def test_decide_is_a_pure_function_of_what_was_read_and_now(engine: Engine) -> N
 
 def test_a_decision_on_a_status_that_changed_since_the_read_is_refused(engine: Engine) -> None:
     """Another tick persisted first: the stale decision is a Conflict and writes nothing (DESIGN §12.2)."""
-    make_region(engine, n_channels_initial=4, algorithm="redist")
+    add_zipf_region(engine, n_channels_initial=4, algorithm="redist")
     tick(engine, REGION)
-    ingest(engine, snapshot_document(1, n_channels=4, demand=4, exponent=1.3))
+    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3))
     now = datetime.now(UTC)
     stale = read_transaction(engine, lambda session: observe(session, REGION))
     verdict = decide(stale, now)
@@ -430,9 +322,9 @@ def test_a_decision_on_a_status_that_changed_since_the_read_is_refused(engine: E
 
 
 def test_an_operator_action_makes_a_pending_decision_stale(engine: Engine) -> None:
-    make_region(engine, n_channels_initial=4, algorithm="redist", settings={"rebalance_threshold": 100.0})
+    add_zipf_region(engine, n_channels_initial=4, algorithm="redist", settings={"rebalance_threshold": 100.0})
     tick(engine, REGION)
-    ingest(engine, snapshot_document(1, n_channels=4, demand=4))
+    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4))
     now = datetime.now(UTC)
     stale = read_transaction(engine, lambda session: observe(session, REGION))
     verdict = decide(stale, now)
@@ -450,13 +342,13 @@ def test_the_tick_reads_while_another_connection_holds_the_write_lock(tmp_path: 
     upgrade(url)
     engine = make_engine(url, busy_timeout=0.05)
     try:
-        make_region(engine, n_channels_initial=3)
+        add_zipf_region(engine, n_channels_initial=3)
         tick(engine, REGION)
         holder = sqlite3.connect(tmp_path / "repart.db", isolation_level=None)
         holder.execute("BEGIN IMMEDIATE")
         try:
             assert tick(engine, REGION).action == "idle"  # reads only
-            ingest_later = snapshot_document(1, n_channels=3, demand=3)
+            ingest_later = zipf_snapshot(1, n_channels=3, demand=3)
             with pytest.raises(Conflict, match="database is locked"):
                 ingest(engine, ingest_later)
         finally:

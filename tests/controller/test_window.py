@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from repart.controller import merge_snapshots, window_size
 from repart.errors import InvalidInput
 from repart.partitioning.frequency import LossyCounter
-from repart.protocol.snapshot import Snapshot
+from repart.protocol.snapshot import CounterEntry, Snapshot
 
 SLOT_BITS = 10
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -189,7 +189,6 @@ def other(snapshot: Snapshot, **changes: Any) -> Snapshot:
         ({"region": "orders"}, "region"),
         ({"key_type": "str", "items": ()}, "key_type"),
         ({"slot_bits": 12, "slots": None}, "slot_bits"),
-        ({"epsilon": 0.02}, "epsilon"),
         ({"seq": 1}, "seq"),
         ({"window_start": START + timedelta(seconds=90)}, "overlap"),
     ],
@@ -199,6 +198,30 @@ def test_incompatible_snapshots_are_rejected(changes: dict[str, Any], field: str
     with pytest.raises(InvalidInput, match=field) as excinfo:
         merge_snapshots([snapshot, other(snapshot, **changes)])
     assert excinfo.value.field == "snapshots"
+
+
+def test_windows_before_a_change_of_epsilon_leave_the_estimate() -> None:
+    counters, [first, second] = count_windows([[1, 2, 2], [3, 3, 1]], 0.01)
+    exact = LossyCounter(0.0, "int")
+    exact.update([4, 4, 4, 5])
+    entries = exact.entries()
+    changed = other(
+        second,
+        seq=2,
+        epsilon=0.0,
+        tuples=exact.n,
+        items=tuple(CounterEntry(int(k), int(c), 0) for k, c in zip(entries[0], entries[1], strict=True)),
+        slots=None,
+        window_start=START + timedelta(minutes=2),
+        window_end=START + timedelta(minutes=3),
+    )
+    merged = merge_snapshots([first, second, changed])
+    assert (merged.total, merged.epsilon, dict(zip(merged.keys, merged.counts.tolist(), strict=True))) == (
+        4,
+        0.0,
+        {4: 3.0, 5: 1.0},
+    )
+    assert merge_snapshots([first, second]).total == counters[0].n + counters[1].n
 
 
 def test_gaps_between_windows_are_allowed_and_empty_input_is_rejected() -> None:

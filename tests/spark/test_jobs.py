@@ -19,9 +19,13 @@ from repart.spark.jobs import apply_next_plan
 from repart.state.store import StateStore, write_channel_files
 from repart.storage import models, run_in_transaction, set_plan_status
 from repart.storage.client import SqlControllerClient
-from tests.factories import add_region, counted_snapshot, ingest
+from tests.factories import REGION, add_region, counted_snapshot, ingest
 
-REGION = "trades"
+
+@pytest.fixture
+def backend() -> str:
+    """The ``engine`` of these tests is a migrated SQLite file (tests/storage covers PostgreSQL)."""
+    return "sqlite"
 
 
 @dataclass(frozen=True)
@@ -70,17 +74,17 @@ def planned(engine: Engine) -> int:
     return plan_id
 
 
-def test_before_the_first_tick_there_is_no_function_and_nothing_to_apply(db: Engine) -> None:
-    add_region(db, n_channels_initial=4)
-    client = SqlControllerClient(db)
+def test_before_the_first_tick_there_is_no_function_and_nothing_to_apply(engine: Engine) -> None:
+    add_region(engine, n_channels_initial=4)
+    client = SqlControllerClient(engine)
     with pytest.raises(NotFound, match="no applied version yet"):
         client.applied_function(REGION)
     assert apply_next_plan(client, REGION, FakeStore()) is None
 
 
-def test_apply_next_plan_takes_the_plan_through_applying_to_applied(db: Engine) -> None:
-    plan_id = planned(db)
-    client = SqlControllerClient(db)
+def test_apply_next_plan_takes_the_plan_through_applying_to_applied(engine: Engine) -> None:
+    plan_id = planned(engine)
+    client = SqlControllerClient(engine)
     assert client.applied_function(REGION).version == 1
     store = FakeStore()
     done = apply_next_plan(client, REGION, store)
@@ -88,13 +92,13 @@ def test_apply_next_plan_takes_the_plan_through_applying_to_applied(db: Engine) 
     todo, moved = done
     assert (todo.plan_id, todo.from_version, todo.to_version) == (plan_id, 1, 2)
     assert store.calls == [(plan_id, 1, 2)] and moved.moved_rows == 123
-    (row,) = plans(db)
+    (row,) = plans(engine)
     assert (row.status, row.moved_rows, row.moved_bytes) == ("applied", 123, 4567)
     number, function = client.applied_function(REGION)
     assert number == 2 and function.digest == MigrationPlan.from_json(row.plan_json).target_digest
     assert client.claim_next_plan(REGION) is None
     client.report_plan(plan_id, "applied", moved_rows=1, moved_bytes=1)  # reported again: a no-op
-    assert (plans(db)[0].moved_rows, plans(db)[0].moved_bytes) == (123, 4567)
+    assert (plans(engine)[0].moved_rows, plans(engine)[0].moved_bytes) == (123, 4567)
 
 
 @pytest.mark.parametrize(
@@ -105,46 +109,46 @@ def test_apply_next_plan_takes_the_plan_through_applying_to_applied(db: Engine) 
     ],
 )
 def test_a_plan_the_store_refuses_fails_with_its_reason_and_the_error_propagates(
-    db: Engine, error: Exception
+    engine: Engine, error: Exception
 ) -> None:
-    plan_id = planned(db)
-    client = SqlControllerClient(db)
+    plan_id = planned(engine)
+    client = SqlControllerClient(engine)
     with pytest.raises(type(error), match=str(error)):
         apply_next_plan(client, REGION, FakeStore(error=error))
-    (row,) = plans(db)
+    (row,) = plans(engine)
     assert row.status == "failed"
-    (event,) = failure_events(db)
+    (event,) = failure_events(engine)
     assert event.message == f"{type(error).__name__}: {error}" and f'"plan_id":{plan_id}' in event.data_json
     assert client.applied_function(REGION).version == 1
     assert client.claim_next_plan(REGION) is None
 
 
-def test_an_error_that_may_follow_the_commit_leaves_the_plan_applying_for_a_retry(db: Engine) -> None:
-    plan_id = planned(db)
-    client = SqlControllerClient(db)
+def test_an_error_that_may_follow_the_commit_leaves_the_plan_applying_for_a_retry(engine: Engine) -> None:
+    plan_id = planned(engine)
+    client = SqlControllerClient(engine)
     with pytest.raises(OSError, match="disk full"):
         apply_next_plan(client, REGION, FakeStore(error=OSError("disk full")))
-    assert plans(db)[0].status == "applying"
+    assert plans(engine)[0].status == "applying"
     # The retry finds the plan committed in the store: applied, with the moved amounts unknown.
     done = apply_next_plan(client, REGION, FakeStore(committed_before=True))
     assert done is not None and done[0].plan_id == plan_id
-    (row,) = plans(db)
+    (row,) = plans(engine)
     assert (row.status, row.moved_rows, row.moved_bytes) == ("applied", None, None)
 
 
-def test_a_plan_left_applying_by_a_dead_job_is_retried(db: Engine) -> None:
-    plan_id = planned(db)
-    run_in_transaction(db, lambda session: set_plan_status(session, plan_id, "applying"))
-    client = SqlControllerClient(db)
+def test_a_plan_left_applying_by_a_dead_job_is_retried(engine: Engine) -> None:
+    plan_id = planned(engine)
+    run_in_transaction(engine, lambda session: set_plan_status(session, plan_id, "applying"))
+    client = SqlControllerClient(engine)
     todo = client.claim_next_plan(REGION)
     assert todo is not None and todo.plan_id == plan_id
     assert apply_next_plan(client, REGION, FakeStore()) is not None
-    assert plans(db)[0].status == "applied"
+    assert plans(engine)[0].status == "applied"
 
 
-def store_at_version_1(db: Engine, root: Path) -> StateStore:
+def store_at_version_1(engine: Engine, root: Path) -> StateStore:
     """A real state store laid out by the region's applied version, 4,000 rows routed by it."""
-    number, function = SqlControllerClient(db).applied_function(REGION)
+    number, function = SqlControllerClient(engine).applied_function(REGION)
     schema = pa.schema([("key", pa.string()), ("n", pa.int64())])
     store = StateStore.create(
         root,
@@ -179,40 +183,42 @@ def store_at_version_1(db: Engine, root: Path) -> StateStore:
 
 
 @pytest.mark.parametrize("damage", ["deleted", "truncated"])
-def test_a_damaged_state_file_fails_the_plan_naming_the_file(db: Engine, tmp_path: Path, damage: str) -> None:
-    plan_id = planned(db)
-    store = store_at_version_1(db, tmp_path / "state")
-    plan = MigrationPlan.from_json(plans(db)[0].plan_json)
+def test_a_damaged_state_file_fails_the_plan_naming_the_file(
+    engine: Engine, tmp_path: Path, damage: str
+) -> None:
+    plan_id = planned(engine)
+    store = store_at_version_1(engine, tmp_path / "state")
+    plan = MigrationPlan.from_json(plans(engine)[0].plan_json)
     victim = next(e for c in plan.channels_losing_keys for e in store.files(c))  # a file the plan reads
     path = store.root / victim.path
     if damage == "deleted":
         path.unlink()
     else:
         path.write_bytes(path.read_bytes()[: victim.bytes // 2])
-    client = SqlControllerClient(db)
+    client = SqlControllerClient(engine)
     with pytest.raises(Corrupt) as raised:
         apply_next_plan(client, REGION, store)
     assert raised.value.path == str(path)
-    (row,) = plans(db)
+    (row,) = plans(engine)
     assert row.status == "failed" and row.id == plan_id
-    (event,) = failure_events(db)
+    (event,) = failure_events(engine)
     assert event.message.startswith(f"Corrupt: {path}: state file")
     assert StateStore.open(store.root).generation == 1  # nothing committed
 
 
-def test_last_considered_seq_follows_the_decisions(db: Engine) -> None:
-    add_region(db, n_channels_initial=4, max_channels=8)
-    tick(db, REGION)
-    assert run_in_transaction(db, lambda session: last_considered_seq(session, REGION)) is None
-    ingest(db, counted_snapshot(REGION, 1, [f"k{i % 50}" for i in range(5000)]))
-    tick(db, REGION)
-    assert run_in_transaction(db, lambda session: last_considered_seq(session, REGION)) == 1
+def test_last_considered_seq_follows_the_decisions(engine: Engine) -> None:
+    add_region(engine, n_channels_initial=4, max_channels=8)
+    tick(engine, REGION)
+    assert run_in_transaction(engine, lambda session: last_considered_seq(session, REGION)) is None
+    ingest(engine, counted_snapshot(REGION, 1, [f"k{i % 50}" for i in range(5000)]))
+    tick(engine, REGION)
+    assert run_in_transaction(engine, lambda session: last_considered_seq(session, REGION)) == 1
 
 
-def test_a_batch_is_observed_and_reported_once_under_its_id(db: Engine) -> None:
-    add_region(db, n_channels_initial=4, max_channels=8)
-    tick(db, REGION)
-    client = SqlControllerClient(db)
+def test_a_batch_is_observed_and_reported_once_under_its_id(engine: Engine) -> None:
+    add_region(engine, n_channels_initial=4, max_channels=8)
+    tick(engine, REGION)
+    client = SqlControllerClient(engine)
     keys = [f"k{i % 40}" for i in range(2000)]
     first = client.submit_snapshot(counted_snapshot(REGION, 3, keys, batch=3))
     assert client.submit_snapshot(counted_snapshot(REGION, 3, keys[:100], batch=3)) == first
@@ -224,6 +230,6 @@ def test_a_batch_is_observed_and_reported_once_under_its_id(db: Engine) -> None:
         client.submit_snapshot(counted_snapshot(REGION, 3, keys))
     report = client.report_batch(REGION, 3, {"rows": 2000}, None)
     assert client.report_batch(REGION, 3, {"rows": 1}, None) == report
-    with Session(db) as session:
+    with Session(engine) as session:
         assert session.scalars(select(models.Snapshot.batch)).all() == [3]
         assert session.scalars(select(models.BatchReport.payload_json)).all() == ['{"rows":2000}']

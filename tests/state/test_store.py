@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,82 +23,14 @@ from repart.partitioning import ConsistentSpec, PartitionFunction, initial_funct
 from repart.partitioning.hashing import KeyType, hash_keys, slots_of_hashes
 from repart.state.batches import AbsorbedBatch, ChannelUpdate, absorbed_batch
 from repart.state.store import FileEntry, StateStore, write_channel_files
-
-BITS = 10
-REGION = "trades"
-
-
-def state_table(n: int, key_type: KeyType, seed: int = 0) -> pa.Table:
-    rng = np.random.default_rng(seed)
-    keys: Any = [f"ticker-{i}" for i in range(n)] if key_type == "str" else rng.permutation(n) * 7919 - 10**6
-    volume = rng.integers(0, 10**6, n)
-    notional = pa.array(rng.random(n) * 1e6).to_pylist()
-    notional[::17] = [None] * len(notional[::17])
-    return pa.table(
-        {
-            "key": pa.array(keys, pa.string() if key_type == "str" else pa.int64()),
-            "volume": pa.array(volume, pa.int64()),
-            "notional": pa.array(notional, pa.float64()),
-            "venue": pa.array([f"v{i % 5}" if i % 11 else None for i in range(n)], pa.string()),
-        }
-    )
-
-
-def new_store(
-    root: Path,
-    function: PartitionFunction,
-    table: pa.Table,
-    slot_groups: int = 16,
-    routed_by: PartitionFunction | None = None,
-) -> StateStore:
-    """A store at version 1 of ``function`` holding ``table`` routed by ``function`` (or ``routed_by``)."""
-    key_type: KeyType = "str" if pa.types.is_string(table.schema.field("key").type) else "int"
-    store = StateStore.create(
-        root,
-        region=REGION,
-        version=1,
-        function_digest=function.digest,
-        n_channels=function.n_channels,
-        slot_bits=function.slot_bits,
-        key_type=key_type,
-        key_col="key",
-        schema=table.schema,
-        slot_groups=slot_groups,
-    )
-    channels = (routed_by or function).lookup_many(table.column("key").to_pylist())
-    replaced = {
-        channel: write_channel_files(
-            root,
-            channel,
-            table.filter(pa.array(channels == channel)),
-            key_col="key",
-            key_type=key_type,
-            slot_bits=function.slot_bits,
-            slot_groups=slot_groups,
-        )
-        for channel in range(function.n_channels)
-    }
-    return store.commit(replaced, version=1, function_digest=function.digest, n_channels=function.n_channels)
-
-
-def all_files(store: StateStore) -> list[FileEntry]:
-    return [entry for channel in range(store.n_channels) for entry in store.files(channel)]
-
-
-def sorted_rows(table: pa.Table) -> pa.Table:
-    return table.select(["key", "volume", "notional", "venue"]).sort_by("key")
-
-
-def check_oracle(store: StateStore, old: pa.Table, target: PartitionFunction) -> None:
-    """Every row on ``target.lookup(key)``, the same rows as before, entries true to the files."""
-    new = store.read()
-    keys = new.column("key").to_pylist()
-    expected = np.array([target.lookup(key) for key in keys])
-    assert np.array_equal(new.column("channel").to_numpy(), expected)
-    assert sorted_rows(new).equals(sorted_rows(old))
-    assert store.rows() == old.num_rows
-    store.verify()
-    assert StateStore.open(store.root).generation == store.generation
+from tests.factories import (
+    REGION,
+    SMALL_SLOT_BITS,
+    all_files,
+    check_oracle,
+    new_store,
+    state_table,
+)
 
 
 def listing(root: Path) -> dict[str, float]:
@@ -110,21 +41,27 @@ def listing(root: Path) -> dict[str, float]:
 
 def functions(kind: str, key_type: KeyType, table: pa.Table) -> tuple[PartitionFunction, PartitionFunction]:
     keys = table.column("key").to_pylist()
-    a = PartitionFunction(n_channels=4, key_type=key_type, slot_bits=BITS, explicit={keys[0]: 3, keys[1]: 0})
+    a = PartitionFunction(
+        n_channels=4, key_type=key_type, slot_bits=SMALL_SLOT_BITS, explicit={keys[0]: 3, keys[1]: 0}
+    )
     if kind == "grow":
         b = PartitionFunction(
-            n_channels=6, key_type=key_type, slot_bits=BITS, explicit={keys[0]: 5, keys[2]: 1}
+            n_channels=6, key_type=key_type, slot_bits=SMALL_SLOT_BITS, explicit={keys[0]: 5, keys[2]: 1}
         )
     elif kind == "shrink":
-        a, b = initial_function(6, key_type, BITS), initial_function(4, key_type, BITS)
+        a, b = initial_function(6, key_type, SMALL_SLOT_BITS), initial_function(4, key_type, SMALL_SLOT_BITS)
     elif kind == "explicit-only":
         b = PartitionFunction(
-            n_channels=4, key_type=key_type, slot_bits=BITS, explicit={keys[0]: 2, keys[3]: 1}
+            n_channels=4, key_type=key_type, slot_bits=SMALL_SLOT_BITS, explicit={keys[0]: 2, keys[3]: 1}
         )
     else:  # slot-only: overrides moving every slot of two slot groups off their channels, plus strays
         overrides = {slot: (int(a.table[slot]) + 1) % 4 for slot in [*range(0, 128), 500, 501, 777]}
         b = PartitionFunction(
-            n_channels=4, key_type=key_type, slot_bits=BITS, explicit=a.explicit, slot_overrides=overrides
+            n_channels=4,
+            key_type=key_type,
+            slot_bits=SMALL_SLOT_BITS,
+            explicit=a.explicit,
+            slot_overrides=overrides,
         )
     return a, b
 
@@ -211,13 +148,13 @@ def test_apply_matches_the_target_function_on_random_states(
     def random_function(n: int) -> PartitionFunction:
         explicit = data.draw(st.dictionaries(st.sampled_from(keys), st.integers(0, n - 1))) if keys else {}
         overrides = data.draw(
-            st.dictionaries(st.integers(0, 2**BITS - 1), st.integers(0, n - 1), max_size=50)
+            st.dictionaries(st.integers(0, 2**SMALL_SLOT_BITS - 1), st.integers(0, n - 1), max_size=50)
         )
         method = data.draw(st.sampled_from(["jump", "ring"]))
         return PartitionFunction(
             n_channels=n,
             key_type=key_type,
-            slot_bits=BITS,
+            slot_bits=SMALL_SLOT_BITS,
             explicit=explicit,
             slot_overrides=overrides,
             consistent=ConsistentSpec(method=method),
@@ -227,7 +164,7 @@ def test_apply_matches_the_target_function_on_random_states(
     store = new_store(tmp_path_factory.mktemp("s"), a, table, slot_groups=groups)
     plan = plan_migration(a, b)
     # the vectorized destination is MigrationPlan.destination
-    slots = slots_of_hashes(hash_keys(keys, key_type), BITS).tolist() if keys else []
+    slots = slots_of_hashes(hash_keys(keys, key_type), SMALL_SLOT_BITS).tolist() if keys else []
     result = store.apply(plan, plan_id=1, region=REGION, from_version=1, to_version=2)
     check_oracle(store, table, b)
     moved = sum(
@@ -278,8 +215,10 @@ def test_a_plan_for_another_region_or_generation_is_refused(
 def test_a_state_that_does_not_match_the_plan_fails_verification(tmp_path: Path) -> None:
     """State routed by another function than the store's: rows stay on a channel the target lacks."""
     table = state_table(600, "str")
-    a, b = initial_function(4, "str", BITS), initial_function(2, "str", BITS)
-    ring = PartitionFunction(n_channels=4, key_type="str", slot_bits=BITS, consistent=ConsistentSpec("ring"))
+    a, b = initial_function(4, "str", SMALL_SLOT_BITS), initial_function(2, "str", SMALL_SLOT_BITS)
+    ring = PartitionFunction(
+        n_channels=4, key_type="str", slot_bits=SMALL_SLOT_BITS, consistent=ConsistentSpec("ring")
+    )
     store = new_store(tmp_path / "s", a, table, routed_by=ring)
     manifest = (store.root / "MANIFEST").read_text()
     with pytest.raises(Corrupt, match=r"channel [23] keeps \d+ rows after the plan, but the target"):
@@ -310,11 +249,11 @@ def test_commit_refuses_another_layout(tmp_path: Path) -> None:
 
 def test_commit_refuses_files_of_another_schema(tmp_path: Path) -> None:
     table = state_table(200, "str")
-    a = initial_function(2, "str", BITS)
+    a = initial_function(2, "str", SMALL_SLOT_BITS)
     store = new_store(tmp_path / "s", a, table)
     other = table.drop_columns(["venue"])
     entries = write_channel_files(
-        store.root, 0, other, key_col="key", key_type="str", slot_bits=BITS, slot_groups=16
+        store.root, 0, other, key_col="key", key_type="str", slot_bits=SMALL_SLOT_BITS, slot_groups=16
     )
     with pytest.raises(InvalidInput, match=r"replaced\[0\] must list files with the store's schema"):
         store.commit({0: entries}, version=1, function_digest=a.digest, n_channels=2)
@@ -322,7 +261,7 @@ def test_commit_refuses_files_of_another_schema(tmp_path: Path) -> None:
 
 def test_open_names_a_missing_or_corrupt_manifest(tmp_path: Path) -> None:
     table = state_table(100, "str")
-    store = new_store(tmp_path / "s", initial_function(2, "str", BITS), table)
+    store = new_store(tmp_path / "s", initial_function(2, "str", SMALL_SLOT_BITS), table)
     manifest = store.root / "MANIFEST"
     text = manifest.read_text()
     manifest.write_text("{not json")
@@ -349,7 +288,7 @@ def test_open_names_a_missing_or_corrupt_manifest(tmp_path: Path) -> None:
 
 def test_verify_names_a_damaged_file(tmp_path: Path) -> None:
     table = state_table(400, "int")
-    store = new_store(tmp_path / "s", initial_function(2, "int", BITS), table)
+    store = new_store(tmp_path / "s", initial_function(2, "int", SMALL_SLOT_BITS), table)
     victim = store.files(1)[0]
     replacement = write_channel_files(
         tmp_path / "other",
@@ -357,7 +296,7 @@ def test_verify_names_a_damaged_file(tmp_path: Path) -> None:
         table.slice(0, 5),
         key_col="key",
         key_type="int",
-        slot_bits=BITS,
+        slot_bits=SMALL_SLOT_BITS,
         slot_groups=16,
     )[0]
     os.replace(tmp_path / "other" / replacement.path, store.root / victim.path)
@@ -380,7 +319,8 @@ def test_verify_names_a_damaged_file(tmp_path: Path) -> None:
         ({"key_type": "int"}, "key column 'key' has type string; 'int' keys need a signed integer type"),
         ({"n_channels": 0}, r"n_channels must be an integer in \[1, 65536\], got 0"),
         ({"function_digest": "abc"}, "function_digest must be a SHA-256 digest"),
-        ({"region": ""}, "region must be a non-empty string"),
+        ({"region": ""}, "region must be a name of 1-128 letters"),
+        ({"region": "a/b"}, "region must be a name of 1-128 letters"),
         ({"version": -1}, r"version must be an integer in \[0, "),
         ({"schema": pa.schema([("key", pa.string()), ("_slot", pa.int32())])}, "'_slot', reserved"),
         ({"schema": pa.schema([("key", pa.string()), ("d", pa.decimal128(5, 2))])}, "column 'd' has type"),
@@ -392,7 +332,7 @@ def test_create_validates_every_argument(tmp_path: Path, change: dict[str, Any],
         "version": 1,
         "function_digest": "0" * 64,
         "n_channels": 2,
-        "slot_bits": BITS,
+        "slot_bits": SMALL_SLOT_BITS,
         "key_type": "str",
         "key_col": "key",
         "schema": pa.schema([("key", pa.string()), ("v", pa.int64())]),
@@ -410,7 +350,7 @@ def test_create_refuses_a_non_empty_root_but_finishes_a_killed_create(tmp_path: 
             version=1,
             function_digest="0" * 64,
             n_channels=2,
-            slot_bits=BITS,
+            slot_bits=SMALL_SLOT_BITS,
             key_type="str",
             key_col="key",
             schema=pa.schema([("key", pa.string())]),
@@ -428,21 +368,25 @@ def test_create_refuses_a_non_empty_root_but_finishes_a_killed_create(tmp_path: 
 def test_write_channel_files_lays_out_slot_groups(tmp_path: Path) -> None:
     table = state_table(1000, "str")
     entries = write_channel_files(
-        tmp_path, 3, table, key_col="key", key_type="str", slot_bits=BITS, slot_groups=8
+        tmp_path, 3, table, key_col="key", key_type="str", slot_bits=SMALL_SLOT_BITS, slot_groups=8
     )
     assert sorted(entry.slot_group for entry in entries) == list(range(8))
     assert sum(entry.rows for entry in entries) == 1000
     assert all(FileEntry.from_dict(entry.to_dict()) == entry for entry in entries)
     with pytest.raises(InvalidInput, match="key_col must name a column"):
-        write_channel_files(tmp_path, 0, table, key_col="k", key_type="str", slot_bits=BITS, slot_groups=8)
+        write_channel_files(
+            tmp_path, 0, table, key_col="k", key_type="str", slot_bits=SMALL_SLOT_BITS, slot_groups=8
+        )
     nulls = pa.table({"key": pa.array(["a", None])})
     with pytest.raises(InvalidInput, match="holds nulls"):
-        write_channel_files(tmp_path, 0, nulls, key_col="key", key_type="str", slot_bits=BITS, slot_groups=8)
+        write_channel_files(
+            tmp_path, 0, nulls, key_col="key", key_type="str", slot_bits=SMALL_SLOT_BITS, slot_groups=8
+        )
 
 
 def test_read_channel_and_columns(tmp_path: Path) -> None:
     table = state_table(300, "str")
-    store = new_store(tmp_path / "s", initial_function(3, "str", BITS), table)
+    store = new_store(tmp_path / "s", initial_function(3, "str", SMALL_SLOT_BITS), table)
     assert store.read_channel(1, ["volume"]).column_names == ["volume"]
     with pytest.raises(InvalidInput, match=r"columns must be state columns .*, got \['nope'\]"):
         store.read_channel(1, ["nope"])
@@ -458,7 +402,13 @@ def test_vacuum_removes_unreferenced_files_and_keeps_the_store_readable(tmp_path
     old_paths = {entry.path for entry in all_files(store)}
     store.apply(plan_migration(a, b), plan_id=1, region=REGION, from_version=1, to_version=2)
     orphan = write_channel_files(
-        store.root, 0, table.slice(0, 3), key_col="key", key_type="str", slot_bits=BITS, slot_groups=16
+        store.root,
+        0,
+        table.slice(0, 3),
+        key_col="key",
+        key_type="str",
+        slot_bits=SMALL_SLOT_BITS,
+        slot_groups=16,
     )
     (store.root / "generations" / "00000009.json").write_text("{}")
     removed = store.vacuum(keep_generations=1)
@@ -513,7 +463,7 @@ def test_a_deleted_or_truncated_data_file_is_corrupt_naming_the_file(tmp_path: P
 
 def test_a_deleted_manifest_is_corrupt_and_no_store_is_created_over_it(tmp_path: Path) -> None:
     table = state_table(300, "str")
-    function = initial_function(3, "str", BITS)
+    function = initial_function(3, "str", SMALL_SLOT_BITS)
     store = new_store(tmp_path / "s", function, table)
     manifest = store.root / "MANIFEST"
     manifest.unlink()
@@ -529,7 +479,7 @@ def test_a_deleted_manifest_is_corrupt_and_no_store_is_created_over_it(tmp_path:
             version=1,
             function_digest=function.digest,
             n_channels=3,
-            slot_bits=BITS,
+            slot_bits=SMALL_SLOT_BITS,
             key_type="str",
             key_col="key",
             schema=table.schema,

@@ -16,7 +16,7 @@ import pytest
 from repart.migration import plan_migration
 from repart.partitioning import PartitionFunction, initial_function
 from repart.state.store import StateStore
-from tests.state.test_store import BITS, REGION, all_files, check_oracle, new_store, state_table
+from tests.factories import REGION, SMALL_SLOT_BITS, all_files, check_oracle, new_store, state_table
 
 TRIALS = 10
 ROWS = 200_000
@@ -48,11 +48,11 @@ def start_apply(root: Path, plan_file: Path) -> subprocess.Popen[str]:
 def test_a_killed_apply_leaves_a_complete_generation_and_a_retry_finishes(tmp_path: Path) -> None:
     table = state_table(ROWS, "str")
     keys = table.column("key").to_pylist()
-    a = PartitionFunction(n_channels=8, key_type="str", slot_bits=BITS, explicit={keys[0]: 1})
+    a = PartitionFunction(n_channels=8, key_type="str", slot_bits=SMALL_SLOT_BITS, explicit={keys[0]: 1})
     b = PartitionFunction(
         n_channels=11,
         key_type="str",
-        slot_bits=BITS,
+        slot_bits=SMALL_SLOT_BITS,
         explicit={keys[0]: 9, keys[1]: 10},
         slot_overrides=dict.fromkeys(range(64), 10),  # a whole slot group moves: files are relocated
     )
@@ -100,7 +100,7 @@ def test_vacuum_after_a_crash_removes_orphans(tmp_path: Path) -> None:
     """A child killed right after it wrote some files and a generation document (simulated by
     stopping it at its first fsync of a generation document)."""
     table = state_table(2000, "str")
-    a, b = initial_function(3, "str", BITS), initial_function(5, "str", BITS)
+    a, b = initial_function(3, "str", SMALL_SLOT_BITS), initial_function(5, "str", SMALL_SLOT_BITS)
     store = new_store(tmp_path / "s", a, table)
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(plan_migration(a, b).to_json())

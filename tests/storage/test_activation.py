@@ -17,7 +17,6 @@ from repart.partitioning.function import PartitionFunction
 from repart.storage import (
     NewEvent,
     NewVersion,
-    StorageError,
     activate,
     applied_version,
     get_plan,
@@ -32,8 +31,8 @@ from repart.storage import (
 from repart.storage.jsontext import load_object
 from repart.storage.keys import key_columns
 from repart.storage.models import Event
-
-from .helpers import EVENT, add_region, new_plan, new_version, row_counts
+from tests.factories import REBALANCE_EVENT as EVENT
+from tests.factories import add_region, new_plan, new_version, row_counts
 
 V1 = PartitionFunction(n_channels=4, key_type="str", explicit={"AAPL": 1, "nul\x00": 2})
 V2 = PartitionFunction(n_channels=5, key_type="str", explicit={"AAPL": 4, "nul\x00": 2, "日本": 0})
@@ -291,170 +290,196 @@ OTHER_V2 = PartitionFunction(n_channels=5, key_type="str", explicit={"AAPL": 3})
 NO_MOVES = {"key_type": "str", "slot_bits": 16, "source_n_channels": 4, "target_n_channels": 5}
 
 # The plan column holds anything a caller might pass: a plan, its JSON text, None or the wrong type.
-BAD_ACTIVATIONS: list[tuple[str, NewVersion, Any, type[Exception], str]] = [
-    (
-        "digest",
-        NewVersion(V2.to_json(), "0" * 64, 5, "readj"),
-        PLAN_1_2,
-        StorageError,
-        "digest must be the SHA-256",
-    ),
+# (case, version, plan, the error, the field named (InvalidInput), a message fragment where it is the
+# point: which check of a field refused it)
+BAD_ACTIVATIONS: list[tuple[str, NewVersion, Any, type[Exception], str | None, str | None]] = [
+    ("digest", NewVersion(V2.to_json(), "0" * 64, 5, "readj"), PLAN_1_2, InvalidInput, "digest", "SHA-256"),
     (
         "not canonical",
         NewVersion(V2.to_json() + " ", V2.digest, 5, "readj"),
         PLAN_1_2,
-        StorageError,
+        InvalidInput,
+        "function_json",
         "canonical",
     ),
     (
         "not json",
         NewVersion("{", V2.digest, 5, "readj"),
         PLAN_1_2,
-        StorageError,
-        "not a valid partition function",
+        InvalidInput,
+        "function_json",
+        "partition function's JSON",
+    ),
+    (
+        "not text",
+        NewVersion(b"{}", V2.digest, 5, "readj"),  # type: ignore[arg-type]
+        PLAN_1_2,
+        InvalidInput,
+        "function_json",
+        "a string",
     ),
     (
         "n",
         NewVersion(V2.to_json(), V2.digest, 6, "readj"),
         PLAN_1_2,
-        StorageError,
-        r"n_channels must be the function's N \(5\)",
+        InvalidInput,
+        "n_channels",
+        "the function's N (5)",
     ),
-    ("algorithm", new_version(V2, "best"), PLAN_1_2, ValueError, "algorithm must be one of"),
+    ("algorithm", new_version(V2, "best"), PLAN_1_2, InvalidInput, "algorithm", None),
     (
         "key type",
         new_version(PartitionFunction(n_channels=5, explicit={1: 0})),
         PLAN_1_2,
-        StorageError,
-        "key_type must be the region's 'str'",
+        InvalidInput,
+        "function_json",
+        "the region's key_type 'str'",
     ),
     (
         "too many channels",
         new_version(PartitionFunction(n_channels=17)),
         PLAN_1_2,
-        StorageError,
-        r"N must be in \[1, 16\]",
+        InvalidInput,
+        "n_channels",
+        "[1, 16] (the region's channel bounds)",
     ),
     (
         "slot bits",
         new_version(PartitionFunction(n_channels=5, slot_bits=12)),
         PLAN_1_2,
-        StorageError,
-        "slot_bits must be the region's 16",
+        InvalidInput,
+        "function_json",
+        "the region's slot_bits 16",
     ),
-    ("parent", new_version(V2, parent=9), PLAN_1_2, NotFound, "has no version 9"),
-    ("no plan", new_version(V2), None, StorageError, "a plan is required"),
+    (
+        "report",
+        dataclasses.replace(new_version(V2), report={"b": float("nan")}),
+        PLAN_1_2,
+        InvalidInput,
+        "report",
+        None,
+    ),
+    ("parent", new_version(V2, parent=9), PLAN_1_2, NotFound, None, "has no version 9"),
+    ("no plan", new_version(V2), None, InvalidInput, "plan", "is required"),
     (
         "plan source digest",
         new_version(V2),
         new_plan(OTHER_V1, V2),
-        StorageError,
-        f"plan source_digest must be '{V1.digest}' \\(the digest of the applied version 1",
+        InvalidInput,
+        "plan",
+        f"source_digest must be '{V1.digest}' (the digest of the applied version 1",
     ),
     (
         "plan target digest",
         new_version(V2),
         new_plan(V1, OTHER_V2),
-        StorageError,
-        f"plan target_digest must be '{V2.digest}' \\(the digest of the new version",
+        InvalidInput,
+        "plan",
+        f"target_digest must be '{V2.digest}' (the digest of the new version",
     ),
     (
         "plan backwards",
         new_version(V2),
         new_plan(V2, V1),
-        StorageError,
-        r"plan source_n_channels must be 4 \(N of the applied version 1",
+        InvalidInput,
+        "plan",
+        "source_n_channels must be 4 (N of the applied version 1",
     ),
     (
         "plan target channels",
         new_version(V2),
         dataclasses.replace(PLAN_1_2, target_n_channels=6),
-        StorageError,
-        r"plan target_n_channels must be 5 \(N of the new version",
+        InvalidInput,
+        "plan",
+        "target_n_channels must be 5 (N of the new version",
     ),
     (
         "plan key_type",
         new_version(V2),
         MigrationPlan(**NO_MOVES | {"key_type": "int"}, source_digest=V1.digest, target_digest=V2.digest),
-        StorageError,
-        "plan key_type must be 'str' \\(the region's key type, or None",
+        InvalidInput,
+        "plan",
+        "key_type must be 'str' (the region's key type, or None",
     ),
     (
         "plan slot_bits",
         new_version(V2),
         MigrationPlan(**NO_MOVES | {"slot_bits": 12}, source_digest=V1.digest, target_digest=V2.digest),
-        StorageError,
-        r"plan slot_bits must be 16 \(the region's slot bits",
+        InvalidInput,
+        "plan",
+        "slot_bits must be 16 (the region's slot bits",
     ),
-    (
-        "plan type",
-        new_version(V2),
-        42,
-        StorageError,
-        "plan must be a MigrationPlan or its JSON text, got int",
-    ),
-    ("plan not json", new_version(V2), "{", StorageError, "plan_json is not a valid migration plan"),
+    ("plan type", new_version(V2), 42, InvalidInput, "plan", "a MigrationPlan or its JSON text, got 42"),
+    ("plan not json", new_version(V2), "{", InvalidInput, "plan_json", "a migration plan's JSON"),
     (
         "plan fields",
         new_version(V2),
         plan_json(explicit=[]),
-        StorageError,
-        r"unknown field\(s\) \['explicit'\] in the plan",
+        InvalidInput,
+        "plan_json",
+        "unknown field(s) ['explicit']",
     ),
     (
         "plan shape",
         new_version(V2),
         plan_json(explicit_moves=[["AAPL", 1, 4]]),
-        StorageError,
-        r"explicit_moves\[0\] must be a \[key, source, target, weight\] row",
+        InvalidInput,
+        "plan_json",
+        "explicit_moves[0] must be a [key, source, target, weight] row",
     ),
     (
         "plan key",
         new_version(V2),
         plan_json(explicit_moves=[[5, 1, 4, 1.0]]),
-        StorageError,
-        "key_type: keys mix types",
+        InvalidInput,
+        "plan_json",
+        "'int' keys or all 'str' keys, got both",
     ),
     (
         "plan source",
         new_version(V2),
         plan_json(explicit_moves=[["AAPL", 4, 0, 1.0]]),
-        StorageError,
-        r"explicit_moves\[0\]: source must be in \[0, 3\]",
+        InvalidInput,
+        "plan_json",
+        "explicit_moves[0].source must be an integer in [0, 3]",
     ),
     (
         "plan target",
         new_version(V2),
         plan_json(slot_moves=[[0, 1, 0, 5]]),
-        StorageError,
-        r"slot_moves\[0\] = \[0, 1, 0, 5\]: target must be in \[0, 4\]",
+        InvalidInput,
+        "plan_json",
+        "slot_moves[0] must have target in [0, 4], got [0, 1, 0, 5]",
     ),
     (
         "plan self move",
         new_version(V2),
         plan_json(slot_moves=[[0, 1, 2, 2]]),
-        StorageError,
-        "source and target must differ",
+        InvalidInput,
+        "plan_json",
+        "a source and a target that differ",
     ),
     (
         "plan slot order",
         new_version(V2),
         plan_json(slot_moves=[[5, 1, 0, 4]]),
-        StorageError,
-        r"last_slot must be in \[first_slot, 65535\]",
+        InvalidInput,
+        "plan_json",
+        "last_slot in [first_slot, 65535]",
     ),
     (
         "plan weight",
         new_version(V2),
         plan_json(explicit_moves=[["AAPL", 1, 4, -1.0]]),
-        StorageError,
-        r"explicit_moves\[0\]: weight must be in \[0.0, inf\)",
+        InvalidInput,
+        "plan_json",
+        "explicit_moves[0].weight must be a number in [0, inf)",
     ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("version", "plan", "error", "message"),
+    ("version", "plan", "error", "field", "fragment"),
     [c[1:] for c in BAD_ACTIVATIONS],
     ids=[c[0] for c in BAD_ACTIVATIONS],
 )
@@ -463,25 +488,39 @@ def test_bad_activations_write_nothing(
     version: NewVersion,
     plan: Any,
     error: type[Exception],
-    message: str,
+    field: str | None,
+    fragment: str | None,
 ) -> None:
     before = row_counts(region)
-    with pytest.raises(error, match=message):
+    with pytest.raises(error) as raised:
         run_in_transaction(region, lambda s: activate(s, "trades", version, plan, EVENT))
+    assert field is None or (isinstance(raised.value, InvalidInput) and raised.value.field == field)
+    assert fragment is None or fragment in str(raised.value)
     assert row_counts(region) == before
 
 
-def test_event_data_must_be_finite_json() -> None:
-    with pytest.raises(StorageError, match="event data must be JSON-serializable"):
-        NewEvent("activate", "rule", "message", {"b": float("nan")})
-    with pytest.raises(StorageError, match="event kind must be a string of 1-32"):
-        NewEvent("", "rule", "message")
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"data": {"b": float("nan")}}, "data"),
+        ({"data": [1.4]}, "data"),
+        ({"kind": ""}, "kind"),
+        ({"kind": "k" * 33}, "kind"),
+        ({"rule": "r" * 65}, "rule"),
+        ({"message": None}, "message"),
+    ],
+)
+def test_a_bad_event_names_its_field(fields: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidInput) as raised:
+        NewEvent(**{"kind": "activate", "rule": "rule", "message": "message", **fields})
+    assert raised.value.field == field
 
 
 def test_a_first_version_needs_no_plan_and_refuses_one(engine: Engine) -> None:
     add_region(engine)
-    with pytest.raises(StorageError, match="no applied version"):
+    with pytest.raises(InvalidInput) as raised:
         run_in_transaction(engine, lambda s: activate(s, "trades", new_version(V1), PLAN_1_2, EVENT))
+    assert raised.value.field == "plan" and "no applied version" in str(raised.value)
     assert row_counts(engine)["versions"] == 0
 
 

@@ -3,7 +3,6 @@ from 0, or a seq of 2^63 - 1 dated before the existing windows, is refused)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -21,11 +20,9 @@ MINUTE = timedelta(minutes=1)
 
 
 @pytest.fixture
-def engine(db_url: str) -> Iterator[Engine]:
-    engine = make_engine(db_url)
+def region(engine: Engine) -> None:
+    """Region ``trades`` in the ``engine``'s fresh database (SQLite and PostgreSQL)."""
     add_region(engine)
-    yield engine
-    engine.dispose()
 
 
 def window(seq: int, minute: int, length: int = 1) -> Snapshot:
@@ -41,6 +38,7 @@ def stored(engine: Engine) -> list[int]:
     )
 
 
+@pytest.mark.usefixtures("region")
 def test_a_job_that_restarts_its_seq_from_zero_is_refused(engine: Engine) -> None:
     ingest(engine, window(41, 41), window(42, 42))
     before = row_counts(engine)
@@ -51,6 +49,7 @@ def test_a_job_that_restarts_its_seq_from_zero_is_refused(engine: Engine) -> Non
     assert row_counts(engine) == before
 
 
+@pytest.mark.usefixtures("region")
 def test_a_huge_seq_dated_before_the_existing_windows_is_refused(engine: Engine) -> None:
     ingest(engine, window(5, 5), window(6, 6))
     with pytest.raises(InvalidInput) as raised:
@@ -60,6 +59,7 @@ def test_a_huge_seq_dated_before_the_existing_windows_is_refused(engine: Engine)
     assert stored(engine) == [5, 6]
 
 
+@pytest.mark.usefixtures("region")
 def test_a_late_window_between_two_others_is_accepted_with_a_seq_between_theirs(engine: Engine) -> None:
     ingest(engine, window(1, 1), window(9, 9))
     ingest(engine, window(4, 4))
@@ -68,6 +68,7 @@ def test_a_late_window_between_two_others_is_accepted_with_a_seq_between_theirs(
     assert stored(engine) == [1, 4, 9]
 
 
+@pytest.mark.usefixtures("region")
 def test_a_repeated_seq_and_an_overlapping_window_name_their_field(engine: Engine) -> None:
     ingest(engine, window(3, 3))
     with pytest.raises(InvalidInput) as repeated:

@@ -19,8 +19,7 @@ from repart.storage import (
     release_lease,
     run_in_transaction,
 )
-
-from .helpers import add_region
+from tests.factories import add_region
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -15,8 +15,7 @@ from sqlalchemy.orm import Session
 from repart.storage import RegionStatus, current_revision, database_url, head_revision, make_engine, upgrade
 from repart.storage.models import Base, Event, Region
 from repart.storage.schema import alembic_config
-
-from .helpers import add_region, row_counts
+from tests.factories import add_region, row_counts
 
 
 def test_upgrade_creates_every_table_on_an_empty_database(empty_url: str) -> None:

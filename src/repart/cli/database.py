@@ -58,21 +58,21 @@ def open_database(url: str | None) -> Iterator[Engine]:
     directory, a server that cannot be reached, a database at another schema revision, and a read-only
     database when the command writes (raised from the body of the ``with`` block).
     """
-    resolved, engine = engine_for(url)
+    resolved = _resolved(url)
     path = resolved.database or ""
     sqlite = resolved.get_backend_name() == "sqlite"
     shown = path if sqlite else resolved.render_as_string(hide_password=True)
-    if (
+    if (  # checked before an engine exists: making one creates the SQLite file's directory
         sqlite
         and path
         and path != ":memory:"
         and not path.startswith("file:")
         and not Path(path).expanduser().exists()
     ):
-        engine.dispose()
         raise InvalidInput(
             DB_OPTION, f"names no database: {path} does not exist; create it with `repart init`"
         )
+    _, engine = engine_for(url)
     try:
         with database_errors(shown):
             revision = current_revision(engine)
@@ -88,10 +88,18 @@ def open_database(url: str | None) -> Iterator[Engine]:
 
 
 def engine_for(url: str | None) -> tuple[URL, Engine]:
-    """The resolved URL of ``--db`` and an engine on it; InvalidInput naming ``--db`` for text that is
-    not a database URL."""
+    """The resolved URL of ``--db`` and an engine on it (for SQLite, the file's directory is created);
+    InvalidInput naming ``--db`` for text that is not a database URL."""
     try:
-        return database_url(url), make_engine(url)
+        return _resolved(url), make_engine(url)
+    except InvalidInput as error:
+        raise InvalidInput(DB_OPTION, error.requirement) from None
+
+
+def _resolved(url: str | None) -> URL:
+    """``database_url(url)``, with InvalidInput naming ``--db``."""
+    try:
+        return database_url(url)
     except InvalidInput as error:
         raise InvalidInput(DB_OPTION, error.requirement) from None
 

@@ -29,7 +29,12 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 # Fields whose command-line parameter has another name: field -> the parameter's Python name.
-FIELD_PARAMETERS = {"n_channels_initial": "channels", "n_channels": "channels", "to_version": "to"}
+FIELD_PARAMETERS = {
+    "n_channels_initial": "channels",
+    "n_channels": "channels",
+    "to_version": "to",
+    "region": "name",
+}
 _stderr = Console(stderr=True, soft_wrap=True)  # one line, however long
 
 
@@ -60,7 +65,8 @@ def option_of(field: str, command: Callable[..., Any]) -> str | None:
     """``command``'s option (``--channels``) or argument (``NAME``) for ``field``, if it has one."""
     if field.startswith("settings."):
         return f"--set {field.removeprefix('settings.')}"
-    return options_of(command).get(FIELD_PARAMETERS.get(field, field))
+    options = options_of(command)
+    return options.get(field) or options.get(FIELD_PARAMETERS.get(field, field))
 
 
 def options_of(command: Callable[..., Any]) -> dict[str, str]:

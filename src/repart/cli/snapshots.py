@@ -1,6 +1,6 @@
 """``repart snapshot ingest``: store snapshot documents that Spark jobs wrote (DESIGN §3, §8).
 
-Each file holds one snapshot JSON document (``repart/storage/snapshot.schema.json``) and is ingested
+Each file holds one snapshot JSON document (``repart/protocol/snapshot.schema.json``) and is ingested
 in its own transaction: all of it or none of it. A rejected file does not stop the others; the
 command reports every file and exits 2 if any was rejected. ``--spool DIR`` runs one pass over a
 spool directory (``repart.controller.spool``): its files move to ``done/`` or ``rejected/``.

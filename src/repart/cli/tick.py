@@ -12,7 +12,7 @@ from repart.cli.database import DbOption, JsonOption, console, open_database, pr
 from repart.cli.errors import reports_bad_input
 from repart.controller.tick import TickResult
 from repart.controller.tick import tick as tick_region
-from repart.storage import list_regions, region_by_name, run_in_transaction
+from repart.storage import list_regions, read_transaction, region_by_name
 
 
 @reports_bad_input
@@ -26,9 +26,9 @@ def tick(
     """Run measure → analyze → plan → activate once for each region (or one) and show what it did."""
     with open_database(db) as engine:
         if region is None:
-            names = run_in_transaction(engine, lambda session: [r.name for r in list_regions(session)])
+            names = read_transaction(engine, lambda session: [r.name for r in list_regions(session)])
         else:
-            run_in_transaction(engine, lambda session: region_by_name(session, region))
+            read_transaction(engine, lambda session: region_by_name(session, region))
             names = [region]
         results = [tick_region(engine, name) for name in names]
     if as_json:

@@ -1,17 +1,26 @@
-"""The long-running controller: one scheduled tick per region, guarded by a lease (DESIGN §8).
+"""The long-running controller: a sweep of every region each interval, ticks under leases (DESIGN §8).
 
-``Daemon`` runs an APScheduler job per region on a fixed interval (coalescing missed runs, never
-dropping a late one, never two runs of one region at once, each region at its own phase within the
-interval) and a discovery job that adds jobs for regions created later. With a
-spool directory configured, a spool job ingests the snapshot files waiting there on the same interval
-(``repart.controller.spool``), and ``run_once`` ingests them before ticking. Before each
-tick it takes or renews the region's lease in the database (``repart.storage.acquire_lease``), so two
+``Daemon`` runs one APScheduler job, the sweep, on a fixed interval (coalescing missed runs, never two
+sweeps at once). A sweep renews every lease this daemon holds in one statement
+(``repart.storage.leases.renew_leases``), reads every region with its lease in one query
+(``region_leases``; a region created later is found by the next sweep), and hands each region to a
+pool of ``workers`` tick threads, except a region another daemon holds a valid lease of (logged as
+``skipped``) and a region whose previous tick is still queued or running: that one is skipped, logged
+and counted (``overruns``), never queued twice. A region whose lease was renewed is ticked under that
+lease's token; any other (a free or expired lease) first takes the lease (``acquire_lease``), so two
 daemons on one database do not act on the same region at the same time: the other daemon skips the
-region until the lease expires (its holder stopped renewing it), then takes it over with a new
-fencing token. The tick presents the lease's token with its write (DESIGN §12.2), so a daemon that was
-paused past its lease (SIGSTOP, swap) cannot write when it resumes: its tick ends in a ``Conflict``,
-logged as ``conflict``, and the next interval starts from the database's state again. ``run`` stops on
-SIGTERM or SIGINT after the ticks in progress finish, and releases its leases.
+region until the lease expires (its holder stopped renewing it), then takes it over with a new fencing
+token. The tick presents the token with its write (DESIGN §12.2), so a daemon that was paused past its
+lease (SIGSTOP, swap) cannot write when it resumes: its tick ends in a ``Conflict``, logged as
+``conflict``, and the next sweep starts from the database's state again. With a spool directory
+configured, a spool job ingests the snapshot files waiting there on the same interval
+(``repart.controller.spool``), and ``run_once`` ingests them before ticking. ``run`` stops on SIGTERM
+or SIGINT: no new sweep, the queued ticks are dropped, the running ones finish, and the leases are
+released.
+
+The tick threads and the sweep each hold one database connection at a time, so the engine's
+connection pool must hold ``workers + 2`` (the sweep, the spool job and the workers);
+``Daemon`` refuses a smaller pool.
 
 Every tick, skip and lifecycle step is logged as one JSON object per line (structured logs).
 """
@@ -25,10 +34,10 @@ import signal
 import socket
 import threading
 import uuid
-import zlib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -36,10 +45,11 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import QueuePool
 
 from repart.controller.spool import SpoolOutcome, ingest_spool
 from repart.controller.tick import TickResult, tick
-from repart.errors import Conflict
+from repart.errors import Conflict, InvalidInput
 from repart.partitioning.documents import require_number
 from repart.storage import (
     Fence,
@@ -49,8 +59,14 @@ from repart.storage import (
     release_lease,
     run_in_transaction,
 )
+from repart.storage.leases import RegionLease, region_leases, renew_leases
+from repart.validation import Interval, check
 
 LOG = logging.getLogger("repart.daemon")
+
+DEFAULT_WORKERS = 4
+"""Tick threads: ticks are mostly Python (GIL-bound builds, ORM), so more threads than cores add waiting,
+not throughput; four overlap one tick's database round trips with another's computing."""
 
 
 def default_holder() -> str:
@@ -60,19 +76,25 @@ def default_holder() -> str:
 
 @dataclass(frozen=True)
 class DaemonConfig:
-    """How often to tick, how long a lease lasts, who holds it, how often to look for new regions,
-    and the spool directory whose snapshot files are ingested every interval (None: no spool)."""
+    """How often to sweep, how long a lease lasts, who holds it, how many threads tick, and the spool
+    directory whose snapshot files are ingested every interval (None: no spool).
+
+    ``discover_seconds`` is accepted for the callers that still pass it; every sweep discovers the
+    regions created since the last one, so it no longer changes anything.
+    """
 
     interval_seconds: float = 10.0
     lease_ttl_seconds: float = 30.0
     discover_seconds: float = 30.0
     holder: str = field(default_factory=default_holder)
     spool: Path | None = None
+    workers: int = DEFAULT_WORKERS
 
     def __post_init__(self) -> None:
         require_number(self.interval_seconds, "interval", 0.01)
         require_number(self.discover_seconds, "discover", 0.01)
         require_number(self.lease_ttl_seconds, "lease_ttl", 0.01)
+        check("workers", self.workers, Interval(int, 1, 256, "both"))
         if self.lease_ttl_seconds <= self.interval_seconds:
             raise ValueError(
                 f"lease_ttl must exceed the interval ({self.interval_seconds:g} s) so that a live daemon "
@@ -83,46 +105,69 @@ class DaemonConfig:
         if self.spool is not None and not self.spool.is_dir():
             raise ValueError(f"spool: {str(self.spool)!r} is not a directory")
 
+    @property
+    def connections(self) -> int:
+        """Database connections the daemon may hold at once: the workers', the sweep's and the spool's."""
+        return self.workers + 2
+
 
 def log_event(kind: str, **fields: Any) -> None:
     """One structured log line: ``{"event": kind, "at": ISO-8601 UTC, …fields}``."""
     LOG.info(json.dumps({"event": kind, "at": datetime.now(UTC).isoformat(), **fields}, default=str))
 
 
+def pool_capacity(engine: Engine) -> int | None:
+    """The most connections ``engine``'s pool opens at once; None when it has no limit."""
+    pool = engine.pool
+    if not isinstance(pool, QueuePool):
+        return None  # SQLite :memory: and NullPool-style pools open connections on demand
+    overflow = pool._max_overflow  # QueuePool exposes size() but not its overflow limit
+    return None if overflow < 0 else pool.size() + overflow
+
+
 class Daemon:
-    """Ticks every region on an interval under a lease; see the module docstring."""
+    """Sweeps every region on an interval and ticks it under a lease; see the module docstring."""
 
     def __init__(self, engine: Engine, config: DaemonConfig, ticker: Callable[..., TickResult] = tick):
+        capacity = pool_capacity(engine)
+        if capacity is not None and capacity < config.connections:
+            raise InvalidInput(
+                "workers",
+                f"needs {config.connections} database connections (workers + 2), but the engine's pool "
+                f"holds at most {capacity}; lower workers or enlarge the pool",
+            )
         self.engine = engine
         self.config = config
         self._tick = ticker
         self._scheduler = BackgroundScheduler(timezone=UTC)
+        self._workers = ThreadPoolExecutor(config.workers, thread_name_prefix="repart-tick")
         self._held: set[str] = set()
+        self._in_flight: set[str] = set()
         self._lock = threading.Lock()
-        # The discovery job is the only job that calls the scheduler. APScheduler's shutdown holds the
-        # job-store lock while it waits for running jobs, so a discovery calling get_job then would
-        # deadlock it: stop() first waits for a discovery in progress and makes later ones return.
-        self._discovery = threading.Lock()
+        # stop() takes this lock to set _stopping, so no sweep hands a tick to the stopped pool.
+        self._dispatch = threading.Lock()
         self._stopping = threading.Event()
+        self.overruns = 0
+        """Regions a sweep skipped because their previous tick was still queued or running."""
 
-    def tick_region(self, region: str) -> TickResult | None:
-        """Take or renew ``region``'s lease and tick it under the lease's fencing token; None when
-        another holder has the lease. Conflict when the tick's write is refused (see the module doc)."""
-        now = datetime.now(UTC)
-        token = run_in_transaction(
-            self.engine,
-            lambda session: acquire_lease(
-                session, region, self.config.holder, self.config.lease_ttl_seconds, now
-            ),
-        )
+    def tick_region(self, region: str, token: int | None = None) -> TickResult | None:
+        """Tick ``region`` under its lease: under ``token`` when the caller just renewed it, else after
+        taking or renewing the lease; None when another holder has the lease. Conflict when the tick's
+        write is refused (see the module doc)."""
+        moment = datetime.now(UTC)
         if token is None:
-            log_event(
-                "skipped", region=region, holder=self.config.holder, reason="lease held by another daemon"
+            token = run_in_transaction(
+                self.engine,
+                lambda session: acquire_lease(
+                    session, region, self.config.holder, self.config.lease_ttl_seconds, moment
+                ),
             )
+        if token is None:
+            self._skipped(region, "lease held by another daemon")
             return None
         with self._lock:
             self._held.add(region)
-        result = self._tick(self.engine, region, now=now, fence=Fence(self.config.holder, token))
+        result = self._tick(self.engine, region, now=moment, fence=Fence(self.config.holder, token))
         log_event("tick", holder=self.config.holder, token=token, **asdict(result))
         return result
 
@@ -138,38 +183,72 @@ class Daemon:
     def run_once(self) -> list[TickResult | None]:
         """Ingest the spool, then one tick of every region, in name order (``repart run --once``)."""
         self.ingest_spool()
-        return [self.tick_region(region) for region in self._regions()]
+        regions = read_transaction(self.engine, lambda session: [r.name for r in list_regions(session)])
+        return [self.tick_region(region) for region in regions]
+
+    def sweep(self) -> int:
+        """Renew this daemon's leases, read every region's lease, and hand every region this daemon
+        holds or may take to the tick threads (see the module docstring); returns how many it handed."""
+        now = datetime.now(UTC)
+        holder, ttl = self.config.holder, self.config.lease_ttl_seconds
+        renewed = run_in_transaction(self.engine, lambda session: renew_leases(session, holder, ttl, now))
+        leases: list[RegionLease] = read_transaction(self.engine, region_leases)
+        with self._lock:
+            self._held.update(renewed)
+        handed = 0
+        for lease in leases:
+            token = renewed.get(lease.region)
+            if token is None and lease.held_by_another(holder, now):
+                self._skipped(lease.region, "lease held by another daemon")
+                continue
+            with self._dispatch:
+                if self._stopping.is_set():
+                    return handed
+                with self._lock:
+                    running = lease.region in self._in_flight
+                    if running:
+                        self.overruns += 1
+                    else:
+                        self._in_flight.add(lease.region)
+                if running:
+                    self._skipped(lease.region, "its previous tick is still running")
+                    continue
+                self._workers.submit(self._guarded_tick, lease.region, token)
+                handed += 1
+        return handed
 
     def start(self) -> None:
-        """Schedule the spool, every known region and the discovery of new ones; returns at once."""
+        """Schedule the spool and the sweep, both due at once and then every interval; returns at once."""
+        jobs = [("sweep", self._guarded_sweep)]
         if self.config.spool is not None:
+            jobs.insert(0, ("spool", self._guarded_spool))
+        for job_id, job in jobs:
             self._scheduler.add_job(
-                self._guarded_spool,
+                job,
                 "interval",
                 seconds=self.config.interval_seconds,
-                id="spool",
+                id=job_id,
                 coalesce=True,
                 max_instances=1,
+                misfire_grace_time=None,
                 next_run_time=datetime.now(UTC),
             )
-        self._discover()
-        self._scheduler.add_job(
-            self._discover,
-            "interval",
-            seconds=self.config.discover_seconds,
-            id="discover",
-            coalesce=True,
-            max_instances=1,
-        )
         self._scheduler.start()
-        log_event("started", holder=self.config.holder, interval=self.config.interval_seconds)
+        log_event(
+            "started",
+            holder=self.config.holder,
+            interval=self.config.interval_seconds,
+            workers=self.config.workers,
+        )
 
     def stop(self) -> None:
-        """Stop scheduling, wait for the ticks in progress, and release the leases this daemon holds."""
-        with self._discovery:
+        """Stop sweeping, drop the queued ticks, wait for the running ones, and release the leases this
+        daemon holds."""
+        with self._dispatch:
             self._stopping.set()
         if self._scheduler.running:
             self._scheduler.shutdown(wait=True)
+        self._workers.shutdown(wait=True, cancel_futures=True)
         with self._lock:
             held = sorted(self._held)
         if held:
@@ -183,34 +262,15 @@ class Daemon:
 
         return release
 
-    def _regions(self) -> list[str]:
-        return read_transaction(self.engine, lambda session: [r.name for r in list_regions(session)])
+    def _skipped(self, region: str, reason: str) -> None:
+        log_event("skipped", region=region, holder=self.config.holder, reason=reason)
 
-    def _discover(self) -> None:
-        with self._discovery:
-            if not self._stopping.is_set():
-                self._add_jobs()
-
-    def _add_jobs(self) -> None:
-        for region in self._regions():
-            job_id = f"tick:{region}"
-            if self._scheduler.get_job(job_id) is None:
-                self._scheduler.add_job(
-                    self._guarded_tick,
-                    "interval",
-                    args=[region],
-                    seconds=self.config.interval_seconds,
-                    id=job_id,
-                    coalesce=True,
-                    max_instances=1,
-                    misfire_grace_time=None,
-                    next_run_time=datetime.now(UTC) + timedelta(seconds=self.phase(region)),
-                )
-
-    def phase(self, region: str) -> float:
-        """A fixed offset within the interval for the region's ticks, so that regions do not all fall due
-        at the same instant (and queue behind each other) every interval."""
-        return zlib.crc32(region.encode("utf-8")) / 2**32 * self.config.interval_seconds
+    def _guarded_sweep(self) -> None:
+        """A scheduled sweep: an error is logged and the next interval tries again."""
+        try:
+            self.sweep()
+        except Exception as error:  # the daemon outlives a failed sweep (say, the database is down)
+            log_event("error", sweep=True, holder=self.config.holder, error=repr(error))
 
     def _guarded_spool(self) -> None:
         """A scheduled spool pass: an error is logged and the next interval tries again."""
@@ -219,14 +279,18 @@ class Daemon:
         except Exception as error:  # the daemon outlives a failed pass (say, the database is down)
             log_event("error", spool=str(self.config.spool), holder=self.config.holder, error=repr(error))
 
-    def _guarded_tick(self, region: str) -> None:
-        """A scheduled tick: a refused write or an error is logged and the next interval tries again."""
+    def _guarded_tick(self, region: str, token: int | None) -> None:
+        """A tick on a worker thread: a refused write or an error is logged and the next sweep tries
+        again; the region is free for the next sweep afterwards."""
         try:
-            self.tick_region(region)
+            self.tick_region(region, token)
         except Conflict as error:  # a lost lease or a status changed since the read: nothing was written
             log_event("conflict", region=region, holder=self.config.holder, reason=str(error))
         except Exception as error:  # the daemon outlives one region's failure
             log_event("error", region=region, holder=self.config.holder, error=repr(error))
+        finally:
+            with self._lock:
+                self._in_flight.discard(region)
 
 
 def run(engine: Engine, config: DaemonConfig, stop: threading.Event | None = None) -> None:

@@ -13,7 +13,6 @@ database) propagates and leaves the file for the next pass.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +20,7 @@ from typing import Any, Literal
 from sqlalchemy import Engine
 
 from repart.errors import InvalidInput, NotFound
+from repart.partitioning.documents import parse_json
 from repart.protocol.snapshot import Snapshot
 from repart.protocol.spool import check_spool, locked, settle, waiting_files
 from repart.storage import ingest_snapshot, run_in_transaction
@@ -60,7 +60,7 @@ def ingest_file(engine: Engine, path: Path) -> IngestOutcome:
     region: str | None = None
     seq: int | None = None
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = parse_json(path.read_text(encoding="utf-8"), "file")
         if isinstance(document, dict) and isinstance(document.get("region"), str):
             region = document["region"]
         snapshot = Snapshot.from_document(document)
@@ -68,8 +68,6 @@ def ingest_file(engine: Engine, path: Path) -> IngestOutcome:
         run_in_transaction(engine, lambda session: ingest_snapshot(session, snapshot, source=str(path)))
     except (OSError, UnicodeDecodeError) as error:
         return IngestOutcome(str(path), "rejected", seq, region, f"cannot read the file: {error}")
-    except json.JSONDecodeError as error:
-        return IngestOutcome(str(path), "rejected", seq, region, f"not JSON: {error}")
     except (InvalidInput, NotFound) as error:
         return IngestOutcome(str(path), "rejected", seq, region, str(error))
     return IngestOutcome(str(path), "ingested", seq, region, None)

@@ -158,7 +158,7 @@ def tick(
     ``now`` (timezone-aware; default: the current time) is the time the channel-count policy's
     cooldown is measured to and the time of what is written. ``fence`` is the caller's lease of the
     region (a daemon's); without one (``repart tick``) the compare-and-set on the region's status alone
-    guards the write. Raises NotFound for an unknown region, ValueError naming the field for a region
+    guards the write. Raises NotFound for an unknown region, InvalidInput naming the field for a region
     configuration the controller cannot act on (DESIGN §10), and Conflict when the lease is lost or
     the status changed between the read and the write; nothing is written then.
     """
@@ -254,9 +254,7 @@ def decide(observation: Observation, now: datetime) -> Verdict:
         )
     current, window = observation.applied_function, observation.window
     if current is None or not window:
-        raise InvalidInput(
-            "observation", "must hold the applied function and the window when a decision is due (observe)"
-        )
+        raise TypeError("an observation with a decision due must hold the applied function and the window")
     return _analyze(observation.settings, status, current, window, now)
 
 
@@ -354,7 +352,7 @@ def persist(
     """Step 3: write ``verdict`` if the region's status is still ``observation.status`` (and, with a
     ``fence``, its lease is still the caller's); Conflict otherwise, and nothing is written."""
     if verdict.event is None:
-        raise InvalidInput("verdict", f"must have something to write, got a {verdict.action!r} verdict")
+        raise TypeError(f"persist needs a verdict with something to write, got a {verdict.action!r} verdict")
     region = observation.region
     row = region_by_name(session, region)
     session.refresh(row, with_for_update=True)  # region row, then lease row: the order acquire_lease locks

@@ -36,7 +36,14 @@ from repart.partitioning.metrics import channel_loads, imbalance
 from repart.partitioning.resources import Resources
 from repart.sim.trades import Trades, TradeStream
 from repart.spark.session import DEFAULT_MASTER, spark_session
-from repart.storage import RegionConfig, create_region, make_engine, run_in_transaction, upgrade
+from repart.storage import (
+    RegionConfig,
+    create_region,
+    make_engine,
+    read_transaction,
+    run_in_transaction,
+    upgrade,
+)
 from repart.storage.client import SqlControllerClient
 from repart.validation import Interval, check
 
@@ -187,7 +194,7 @@ def _wait_for_decision(engine: Engine, seq: int, timeout: float) -> None:
     """Block until the controller has decided on window ``seq`` (it ticks on its own schedule)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        considered = run_in_transaction(engine, lambda session: last_considered_seq(session, REGION))
+        considered = read_transaction(engine, lambda session: last_considered_seq(session, REGION))
         if considered is not None and considered >= seq:
             return
         time.sleep(0.1)

@@ -33,8 +33,10 @@ def parse_json(text: str, name: str = "document") -> Any:
         return json.loads(text, object_pairs_hook=reject_duplicate_fields)
     except _DuplicateField as duplicate:
         raise InvalidInput(name, f"must not repeat field {duplicate.args[0]!r} in a JSON object") from None
-    except (ValueError, TypeError) as problem:  # json.JSONDecodeError, or text that is not a str
+    except (ValueError, TypeError) as problem:  # not JSON, an integer of over 4,300 digits, not a str
         raise InvalidInput(name, f"must be JSON text: {problem}") from None
+    except RecursionError:
+        raise InvalidInput(name, "must be JSON text nested less deeply (arrays or objects)") from None
 
 
 class _DuplicateField(ValueError):

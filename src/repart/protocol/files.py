@@ -18,6 +18,17 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+def _process_umask() -> int:
+    """The process's umask, read once at import: reading it means setting it, which would race with
+    threads creating files, so it is not read again."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+_UMASK = _process_umask()
+
+
 def write_durably(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path``: all of it or nothing, durable when this returns."""
     with durable_output(path) as temporary:
@@ -37,9 +48,7 @@ def durable_output(path: Path) -> Iterator[Path]:
     try:
         yield temporary
         fsync_path(temporary)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)
+        os.chmod(temporary, 0o666 & ~_UMASK)
         os.replace(temporary, path)
         fsync_path(path.parent)
     finally:

@@ -26,7 +26,6 @@ exactly the tables ``LossyCounter.from_entries`` accepts, so the controller merg
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -48,9 +47,9 @@ from repart.partitioning.documents import (
 )
 from repart.partitioning.frequency import FrequencyEstimate, bucket_width
 from repart.partitioning.hashing import Key, KeyType, check_slot_bits
+from repart.validation import REGION_NAME, check
 
 FORMAT_VERSION = 1
-REGION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 REQUIRED_FIELDS = (
     "format",
     "region",
@@ -115,9 +114,10 @@ class Snapshot:
 
         InvalidInput naming the field for: a missing or unknown field, a format other than 1, an end
         not after the start (or a timestamp without a UTC offset, or one whose UTC time is outside
-        years 1-9999), a negative or non-integer count, a delta above ``epsilon * tuples``, a key of
-        the wrong type, mixed key types, duplicate keys, slots or channels, item counts summing to more
-        than ``tuples``, slot counts not summing to ``tuples``, or a slot outside ``[0, 2**slot_bits)``.
+        years 1-9999), a count below 1 or not an integer, a delta above ``floor(tuples /
+        ceil(1/epsilon))``, a key of the wrong type, mixed key types, duplicate keys, slots or
+        channels, item counts summing to more than ``tuples``, slot counts not summing to ``tuples``,
+        or a slot outside ``[0, 2**slot_bits)``.
         """
         return _parse(document)
 
@@ -218,15 +218,9 @@ def closed_buckets(tuples: int, epsilon: float) -> int:
 
 
 def check_region_name(name: object) -> str:
-    """``name`` if it is a region name: 1-128 letters, digits, ``.``, ``_`` or ``-``, starting with a
-    letter or digit (InvalidInput naming ``region`` otherwise)."""
-    if not isinstance(name, str) or not REGION_NAME.fullmatch(name):
-        raise InvalidInput(
-            "region",
-            "must be a name of 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit; "
-            f"got {name!r}",
-        )
-    return name
+    """``name`` if it is a region name (``repart.validation.REGION_NAME``); InvalidInput naming
+    ``region`` otherwise."""
+    return str(check("region", name, REGION_NAME))
 
 
 def channel_measurements(value: object) -> tuple[ChannelMeasurement, ...]:

@@ -78,6 +78,7 @@ def settle(path: Path, status: Literal["ingested", "rejected"], reason: str | No
         write_durably(reason_path(target), f"{reason}\n")
     os.replace(path, target)
     fsync_path(folder)
+    fsync_path(path.parent)  # the name is gone from the spool too: a crash cannot bring it back
     return target
 
 

@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 from repart.errors import Corrupt, InvalidInput
 from repart.partitioning.documents import KEY_TYPES, require_int, require_object
 from repart.partitioning.hashing import KeyType, check_slot_bits, slots_of_hashes
+from repart.protocol.files import fsync_path
 from repart.state.checksum import U64, checksum, is_bytes_like, is_hashable_type, key_hashes, row_hashes
 
 SLOT_COLUMN = "_slot"
@@ -308,25 +309,3 @@ def read_parquet(path: Path, columns: Sequence[str] | None = None) -> pa.Table:
 def channel_dir(root: str | os.PathLike[str], channel: int) -> Path:
     """``ROOT/channel=<c>``."""
     return Path(root) / f"channel={channel}"
-
-
-def fsync_path(path: Path) -> None:
-    """``fsync`` a file or a directory (a directory, to make the names in it durable)."""
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def write_durably(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` all or nothing: a temporary file, ``fsync``, rename, ``fsync`` of the
-    directory. (``repart.controller.spool.write_atomically`` renames too but does not ``fsync``: a
-    power loss could leave an empty manifest behind.)"""
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "w", encoding="utf-8") as sink:
-        sink.write(text)
-        sink.flush()
-        os.fsync(sink.fileno())
-    os.replace(temporary, path)
-    fsync_path(path.parent)

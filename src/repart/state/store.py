@@ -64,6 +64,7 @@ from repart.partitioning.documents import (
     sha256_hex,
 )
 from repart.partitioning.hashing import KeyType
+from repart.protocol.files import fsync_path, write_durably
 from repart.state.batches import AbsorbedBatch
 from repart.state.checksum import add_checksums
 from repart.state.files import (
@@ -71,13 +72,12 @@ from repart.state.files import (
     FileEntry,
     Layout,
     checked_layout,
-    fsync_path,
     read_parquet,
     read_verified,
     write_channel_files,
-    write_durably,
 )
 from repart.state.migrate import migrate_files
+from repart.validation import REGION_NAME, check
 
 __all__ = ["ApplyResult", "FileEntry", "StateStore", "write_channel_files"]
 
@@ -540,7 +540,9 @@ class StateStore:
             removed += _relative(self._root, filter(stale, self._root.glob(f"{GENERATIONS}/*")))
             data = _relative(self._root, self._root.glob("channel=*/*"))
             removed += [name for name in data if name not in referenced]
-            removed += _relative(self._root, self._root.glob(f".{MANIFEST}.tmp"))
+            removed += _relative(
+                self._root, self._root.glob(f".{MANIFEST}.*")
+            )  # a killed writer's temporaries
             for name in removed:
                 (self._root / name).unlink()
         return sorted(removed)
@@ -693,8 +695,11 @@ def _is_fresh(root: Path) -> bool:
     if not root.is_dir():
         return False
     first = f"{0:08d}.json"
-    leftovers = {path.name for path in root.iterdir()} - {LOCK, GENERATIONS}
-    documents = {path.name for path in (root / GENERATIONS).glob("*")} - {first, f".{first}.tmp"}
+    # The durable writer's temporaries are hidden files (``.<name>.<random>``, repart.protocol.files).
+    leftovers = {path.name for path in root.iterdir() if not path.name.startswith(".")} - {LOCK, GENERATIONS}
+    documents = {path.name for path in (root / GENERATIONS).glob("*") if not path.name.startswith(".")} - {
+        first
+    }
     return not leftovers and not documents
 
 
@@ -707,9 +712,7 @@ def _sorted_files(files: Sequence[FileEntry]) -> tuple[FileEntry, ...]:
 
 
 def _checked_region(region: object) -> str:
-    if not isinstance(region, str) or not region:
-        raise InvalidInput("region", f"must be a non-empty string, got {region!r}")
-    return region
+    return str(check("region", region, REGION_NAME))
 
 
 def _checked_digest(digest: object, name: str) -> str:

@@ -2,9 +2,10 @@
 
 SQLAlchemy 2.0 typed models (``models``), Alembic migrations (``migrations``, run by ``upgrade``),
 engine setup with retried transactions (``engine``), and repository functions that take a ``Session``
-and leave committing to the caller (``run_in_transaction`` is the usual way to get one). Snapshot
-documents are parsed and ingested by ``snapshots`` (DESIGN §3); every bad input raises a ValueError
-subclass from ``errors`` naming the field and leaves the database unchanged (DESIGN §10).
+and leave committing to the caller (``run_in_transaction`` is the usual way to get one). Snapshots
+(parsed by ``repart.protocol``) are ingested by ``snapshots`` (DESIGN §3); every bad input raises
+``repart.errors.InvalidInput`` naming the field, a clash with the stored state ``Conflict``, and
+either leaves the database unchanged (DESIGN §10, §12.4).
 """
 
 from repart.storage.activation import Activation, NewVersion, activate
@@ -17,7 +18,6 @@ from repart.storage.engine import (
     read_transaction,
     run_in_transaction,
 )
-from repart.storage.errors import StorageError
 from repart.storage.events import NewEvent, list_events, record_batch_report, record_event
 from repart.storage.leases import Fence, acquire_lease, check_fence, current_lease, release_lease
 from repart.storage.plans import get_plan, list_plans, set_plan_status
@@ -41,7 +41,6 @@ __all__ = [
     "NewVersion",
     "RegionConfig",
     "RegionStatus",
-    "StorageError",
     "acquire_lease",
     "activate",
     "applied_version",

@@ -21,12 +21,11 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from repart.errors import Conflict, NotFound
+from repart.errors import Conflict, InvalidInput, NotFound
 from repart.migration import MigrationPlan
 from repart.partitioning.algorithms.builder import check_algorithm
 from repart.partitioning.function import PartitionFunction
 from repart.storage import models
-from repart.storage.errors import StorageError
 from repart.storage.events import NewEvent
 from repart.storage.jsontext import dump_object
 from repart.storage.keys import key_columns
@@ -34,6 +33,7 @@ from repart.storage.models import utc_now
 from repart.storage.plans import move_rows, transition_plan
 from repart.storage.regions import region_by_name
 from repart.storage.status import RegionStatus, compare_and_set_status
+from repart.validation import STRING, Interval, check, shown
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,11 @@ def activate(
     is the first, ``considered_seq`` as the newest window considered (default: unchanged), and ``at``
     (default: now; also the version's and the event's time) as the last change when N differs from the
     parent version's. A status that is no longer ``expected`` is a Conflict, and nothing is written.
+
+    A version or plan that does not fit raises ``InvalidInput`` naming the field: ``function_json``,
+    ``digest``, ``n_channels``, ``algorithm`` or ``report`` of ``version``, ``plan`` (missing, not
+    wanted, of the wrong type or not from the applied version to the new one) or ``plan_json`` (plan
+    text that is not a migration plan).
     """
     row = region_by_name(session, region)
     session.refresh(row, with_for_update=True)
@@ -105,13 +110,16 @@ def activate(
     )
     _check_not_applying(session, row)
     if plan is None and applied is not None:
-        raise StorageError(
-            f"a plan is required: region {region!r} has applied version {applied.number}, "
-            "so a new version needs a plan from it"
+        raise InvalidInput(
+            "plan",
+            f"is required: region {region!r} has applied version {applied.number}, so a new version "
+            "needs a plan from it; got None",
         )
     if plan is not None and applied is None:
-        raise StorageError(
-            f"region {region!r} has no applied version; its first version is activated without a plan"
+        raise InvalidInput(
+            "plan",
+            f"must be None: region {region!r} has no applied version, and its first version is "
+            f"activated without a plan; got {shown(plan)}",
         )
     checked_plan = None if plan is None or applied is None else _checked_plan(plan, row, applied, function)
     latest = session.scalar(select(func.max(models.Version.number)).where(models.Version.region_id == row.id))
@@ -153,7 +161,7 @@ def activate(
                 rule=event.rule,
                 message=event.message,
                 data_json=dump_object(
-                    {**event.data, "activated_version": number, "plan_id": plan_id}, "event data"
+                    {**event.data, "activated_version": number, "plan_id": plan_id}, "data"
                 ),
             )
             session.add(event_row)
@@ -166,34 +174,42 @@ def activate(
 
 
 def _checked_function(version: NewVersion, region: models.Region) -> PartitionFunction:
-    if not isinstance(version.function_json, str):
-        raise StorageError(f"function_json must be a string, got {type(version.function_json).__name__}")
+    """The partition function of ``version`` if its JSON is canonical, matches the version's digest and
+    N, and fits the region (channel bounds, key type, slot bits)."""
+    text = check("function_json", version.function_json, STRING)
     try:
-        function = PartitionFunction.from_json(version.function_json)
+        function = PartitionFunction.from_json(text)
     except ValueError as error:
-        raise StorageError(f"function_json is not a valid partition function: {error}") from None
-    if function.to_json() != version.function_json:
-        raise StorageError("function_json must be canonical JSON (as PartitionFunction.to_json() writes it)")
+        raise InvalidInput("function_json", f"must be a partition function's JSON: {error}") from None
+    if function.to_json() != text:
+        raise InvalidInput(
+            "function_json",
+            f"must be canonical JSON (as PartitionFunction.to_json() writes it), got {shown(text)}",
+        )
     if version.digest != function.digest:
-        raise StorageError(
-            f"digest must be the SHA-256 of function_json ({function.digest}), got {version.digest!r}"
+        raise InvalidInput(
+            "digest", f"must be the SHA-256 of function_json ({function.digest}), got {shown(version.digest)}"
         )
     if version.n_channels != function.n_channels:
-        raise StorageError(
-            f"n_channels must be the function's N ({function.n_channels}), got {version.n_channels!r}"
+        raise InvalidInput(
+            "n_channels", f"must be the function's N ({function.n_channels}), got {shown(version.n_channels)}"
         )
-    if not region.min_channels <= function.n_channels <= region.max_channels:
-        raise StorageError(
-            f"N must be in [{region.min_channels}, {region.max_channels}] (the region's channel bounds), "
-            f"got {function.n_channels}"
+    bounds = Interval(int, region.min_channels, region.max_channels)
+    if not bounds.accepts(function.n_channels):
+        raise InvalidInput(
+            "n_channels", f"must be {bounds} (the region's channel bounds), got {function.n_channels}"
         )
     if function.key_type not in (None, region.key_type):
-        raise StorageError(
-            f"the function's key_type must be the region's {region.key_type!r}, got {function.key_type!r}"
+        raise InvalidInput(
+            "function_json",
+            f"must be a function of the region's key_type {region.key_type!r} (or of none), "
+            f"got key_type {function.key_type!r}",
         )
     if function.slot_bits != region.slot_bits:
-        raise StorageError(
-            f"the function's slot_bits must be the region's {region.slot_bits}, got {function.slot_bits}"
+        raise InvalidInput(
+            "function_json",
+            f"must be a function of the region's slot_bits {region.slot_bits}, "
+            f"got slot_bits {function.slot_bits}",
         )
     return function
 
@@ -244,9 +260,12 @@ def _checked_plan(
         try:
             plan = MigrationPlan.from_json(plan)
         except ValueError as error:
-            raise StorageError(f"plan_json is not a valid migration plan: {error}") from None
+            raise InvalidInput("plan_json", f"must be a migration plan's JSON: {error}") from None
     if not isinstance(plan, MigrationPlan):
-        raise StorageError(f"plan must be a MigrationPlan or its JSON text, got {type(plan).__name__}")
+        raise InvalidInput(
+            "plan",
+            f"must be a MigrationPlan or its JSON text, got {shown(plan)} of type {type(plan).__name__}",
+        )
     expected = (
         ("key_type", (region.key_type, None), "the region's key type, or None"),
         ("slot_bits", (region.slot_bits,), "the region's slot bits"),
@@ -258,9 +277,10 @@ def _checked_plan(
     for name, accepted, what in expected:
         value = getattr(plan, name)
         if value not in accepted:
-            raise StorageError(
-                f"plan {name} must be {accepted[0]!r} ({what}: a plan goes from the applied version to "
-                f"the new one), got {value!r}"
+            raise InvalidInput(
+                "plan",
+                f"must go from the applied version to the new one: its {name} must be {accepted[0]!r} "
+                f"({what}), got {value!r}",
             )
     return plan
 

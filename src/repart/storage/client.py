@@ -109,7 +109,10 @@ def _next(session: Session, region: str) -> PlanToApply | None:
 
 
 def _claim(session: Session, region: str) -> PlanToApply | None:
-    """``_next``, moved to ``applying`` under a row lock; None if it was superseded meanwhile."""
+    """``_next``, moved to ``applying`` under the region row's lock, then the plan row's (the order
+    ``activate`` takes them in, so a tick that supersedes pending plans and a claim never interleave);
+    None if the plan was superseded meanwhile."""
+    session.execute(select(models.Region.id).where(models.Region.name == region).with_for_update())
     todo = _next(session, region)
     if todo is None:
         return None

@@ -17,18 +17,18 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from repart.errors import NotFound
+from repart.errors import InvalidInput, NotFound
 from repart.partitioning.documents import require_int
 from repart.storage import models
-from repart.storage.errors import StorageError
 from repart.storage.jsontext import dump_object
 from repart.storage.regions import region_by_name
-from repart.validation import NON_NEGATIVE_INT, check
+from repart.validation import NON_NEGATIVE_INT, STRING, check, shown
 
 
 @dataclass(frozen=True)
 class NewEvent:
-    """An event to record: ``kind`` and ``rule`` are short identifiers, ``data`` a JSON object."""
+    """An event to record: ``kind`` and ``rule`` are short identifiers, ``data`` a JSON object; a bad
+    field raises ``InvalidInput`` naming it."""
 
     kind: str
     rule: str
@@ -39,10 +39,9 @@ class NewEvent:
         for name, limit in (("kind", 32), ("rule", 64)):
             value = getattr(self, name)
             if not isinstance(value, str) or not 1 <= len(value) <= limit:
-                raise StorageError(f"event {name} must be a string of 1-{limit} characters, got {value!r}")
-        if not isinstance(self.message, str):
-            raise StorageError(f"event message must be a string, got {self.message!r}")
-        dump_object(self.data, "event data")
+                raise InvalidInput(name, f"must be a string of 1-{limit} characters, got {shown(value)}")
+        check("message", self.message, STRING)
+        dump_object(self.data, "data")
 
 
 def record_event(session: Session, region: str | None, event: NewEvent, *, at: datetime | None = None) -> int:
@@ -53,7 +52,7 @@ def record_event(session: Session, region: str | None, event: NewEvent, *, at: d
         kind=event.kind,
         rule=event.rule,
         message=event.message,
-        data_json=dump_object(event.data, "event data"),
+        data_json=dump_object(event.data, "data"),
     )
     if at is not None:
         row.at = at

@@ -6,6 +6,7 @@ str (PostgreSQL text cannot hold NUL characters, which are valid keys).
 
 from __future__ import annotations
 
+from repart.errors import Corrupt
 from repart.partitioning.hashing import Key
 
 
@@ -21,5 +22,5 @@ def key_from_columns(key_int: int | None, key_utf8: bytes | None) -> Key:
     if key_utf8 is not None:
         return bytes(key_utf8).decode("utf-8")
     if key_int is None:
-        raise ValueError("a stored key has neither key_int nor key_utf8")
+        raise Corrupt("a stored key has neither key_int nor key_utf8")
     return key_int

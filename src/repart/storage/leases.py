@@ -105,6 +105,59 @@ def acquire_lease(
     return None if inserted is None else token
 
 
+def renew_leases(session: Session, holder: str, ttl_seconds: float, now: datetime) -> dict[str, int]:
+    """Renew every lease ``holder`` holds (expired or not) until ``now + ttl_seconds`` in one statement,
+    as ``acquire_lease`` renews one; returns region name → fencing token of each lease renewed."""
+    _check_holder(holder)
+    expires = now + timedelta(seconds=check("ttl_seconds", ttl_seconds, POSITIVE))
+    lease = models.Lease
+    renewed = session.execute(
+        update(lease)
+        .where(lease.holder == holder)
+        .values(expires_at=expires)
+        .returning(lease.region_id, lease.token)
+        .execution_options(synchronize_session=False)
+    ).all()
+    if not renewed:
+        return {}
+    names = dict(
+        session.execute(
+            select(models.Region.id, models.Region.name).where(
+                models.Region.id.in_([region_id for region_id, _ in renewed])
+            )
+        ).all()
+    )
+    return {names[region_id]: token for region_id, token in renewed}
+
+
+@dataclass(frozen=True)
+class RegionLease:
+    """A region's name and who holds its lease until when (both None when nobody does)."""
+
+    region: str
+    holder: str | None
+    expires_at: datetime | None
+
+    def held_by_another(self, holder: str, now: datetime) -> bool:
+        """True while a holder other than ``holder`` has a valid lease (``expires_at > now``)."""
+        return (
+            self.holder is not None
+            and self.holder != holder
+            and self.expires_at is not None
+            and self.expires_at > now
+        )
+
+
+def region_leases(session: Session) -> list[RegionLease]:
+    """Every region with its lease, in name order: one query."""
+    rows = session.execute(
+        select(models.Region.name, models.Lease.holder, models.Lease.expires_at)
+        .outerjoin(models.Lease, models.Lease.region_id == models.Region.id)
+        .order_by(models.Region.name)
+    ).all()
+    return [RegionLease(name, holder, expires_at) for name, holder, expires_at in rows]
+
+
 def _next_token(session: Session, region_id: int) -> int:
     """Draw the next fencing token of region ``region_id``."""
     table = models.Region

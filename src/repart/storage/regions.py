@@ -2,7 +2,8 @@
 
 ``RegionConfig`` validates a configuration with the partitioning package's own checks, so a region
 that is stored can be built for; the repository functions create, read, update and delete regions by
-name. Every bad value raises a ``ValueError`` naming the field and its accepted values (DESIGN §10).
+name. Every bad value raises ``InvalidInput`` naming the field (the dataclass field's name) and its
+accepted values (DESIGN §10, §12.4).
 """
 
 from __future__ import annotations
@@ -17,19 +18,21 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from repart.errors import Conflict, NotFound
+from repart.errors import Conflict, InvalidInput, NotFound
 from repart.partitioning.algorithms.builder import check_algorithm
 from repart.partitioning.consistent import DEFAULT_METHOD, MAX_CHANNELS, METHODS
 from repart.partitioning.documents import require_int
 from repart.partitioning.hashing import DEFAULT_SLOT_BITS, KeyType, check_slot_bits
-from repart.partitioning.resources import RESOURCE_CODES, check_alpha, check_sigma
+from repart.partitioning.resources import RESOURCE_CODES, check_sigma
 from repart.partitioning.utility import check_utility
 from repart.protocol.snapshot import check_region_name
 from repart.storage import models
-from repart.storage.errors import StorageError
 from repart.storage.jsontext import dump_object, load_object
+from repart.validation import BOOLEAN, Interval, Options, check
 
 POLICIES = ("fixed", "target-utilization")
+# α of a region: α = 1 tolerates no imbalance, so no function could be built for it (Eq. 15: θ = 0).
+REGION_ALPHA = Interval(float, 1, None, closed="neither")
 # Fields whose change would make stored snapshots and versions inconsistent with the region.
 _FIXED_ONCE_USED = ("key_type", "slot_bits")
 
@@ -58,31 +61,19 @@ class RegionConfig:
     settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
-        if self.key_type not in ("str", "int"):
-            raise StorageError(f"key_type must be 'str' or 'int', got {self.key_type!r}")
-        if self.resources not in RESOURCE_CODES:
-            raise StorageError(
-                f"resources must be one of {', '.join(RESOURCE_CODES)}, got {self.resources!r}"
-            )
-        if check_alpha(self.alpha) == 1.0:
-            raise StorageError(
-                "alpha must be > 1 (alpha = 1 tolerates no imbalance; no function can be built)"
-            )
+        check("key_type", self.key_type, Options(("str", "int")))
+        check("resources", self.resources, Options(RESOURCE_CODES))
+        check("alpha", self.alpha, REGION_ALPHA)
         check_sigma(self.sigma)
         check_algorithm(self.algorithm)
         object.__setattr__(self, "utility", check_utility(self.utility))
-        if self.policy not in POLICIES:
-            raise StorageError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
+        check("policy", self.policy, Options(POLICIES))
         require_int(self.min_channels, "min_channels", 1, MAX_CHANNELS)
         require_int(self.max_channels, "max_channels", self.min_channels, MAX_CHANNELS)
         require_int(self.n_channels_initial, "n_channels_initial", self.min_channels, self.max_channels)
-        if not isinstance(self.tail_aware, bool):
-            raise StorageError(f"tail_aware must be true or false, got {self.tail_aware!r}")
+        check("tail_aware", self.tail_aware, BOOLEAN)
         check_slot_bits(self.slot_bits)
-        if self.consistent_method not in METHODS:
-            raise StorageError(
-                f"consistent_method must be one of {', '.join(METHODS)}, got {self.consistent_method!r}"
-            )
+        check("consistent_method", self.consistent_method, Options(METHODS))
         dump_object(self.settings, "settings")
         object.__setattr__(self, "settings", MappingProxyType(dict(self.settings)))
 
@@ -133,9 +124,10 @@ def update_region(session: Session, name: str, **changes: Any) -> models.Region:
     (Conflict): the stored keys and slot counts would no longer fit it.
     """
     row = region_by_name(session, name)
-    unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(RegionConfig)})
+    fields = [f.name for f in dataclasses.fields(RegionConfig)]
+    unknown = sorted(set(changes) - set(fields))
     if unknown:
-        raise StorageError(f"unknown region field(s) {', '.join(unknown)}")
+        raise InvalidInput(unknown[0], f"is not a region field; accepted: {', '.join(fields)}")
     old = RegionConfig.from_row(row)
     new = dataclasses.replace(old, **changes)
     fixed = [f for f in _FIXED_ONCE_USED if getattr(new, f) != getattr(old, f)]

@@ -46,6 +46,9 @@ def ingest_snapshot(session: Session, snapshot: Snapshot, *, source: str | None 
     InvalidInput naming ``batch`` is raised when it is another.
     """
     region = region_by_name(session, snapshot.region)
+    # The region row's lock serializes ingests of one region, so the window checks below see every
+    # window committed before (PostgreSQL; SQLite writes are serial anyway).
+    session.execute(select(models.Region.id).where(models.Region.id == region.id).with_for_update())
     if snapshot.batch is not None:
         stored = session.execute(
             select(models.Snapshot.id, models.Snapshot.seq).where(

@@ -75,12 +75,15 @@ def least_loaded_of(
     when every candidate is in the overflow. ``floor`` is a load no candidate is below (loads only
     grow, so any load a candidate once had as the least loaded of the set): the scan starts there."""
     top = levels.shape[1] - 1
-    for level in range(max(0, floor - minimum[s]), top):
-        row = (minimum[s] + level) & (top - 1)
-        for j in range(levels.shape[2]):
+    low = minimum[s]
+    for level in range(max(0, floor - low), top):
+        row = (low + level) & (top - 1)
+        found = -1
+        for j in range(levels.shape[2] - 1, -1, -1):  # the lowest word that meets the mask, without a branch
             both = levels[s, row, j] & masks[s, line, j]
-            if both != 0:
-                return 64 * j + lowest_bit(both)
+            found = 64 * j + lowest_bit(both) if both != 0 else found
+        if found >= 0:
+            return found
     return -1
 
 

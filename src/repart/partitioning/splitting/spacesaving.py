@@ -26,14 +26,13 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 import numpy.typing as npt
+from numba.cpython.unsafe.numbers import leading_zeros
 
-from repart.partitioning.splitting.hashes import mix64
+from repart.partitioning.splitting.hashes import GOLDEN
 
 IntArray = npt.NDArray[np.int64]
 UIntArray = npt.NDArray[np.uint64]
 FloatArray = npt.NDArray[np.float64]
-
-_INDEX_SEED = np.uint64(0x51ACE5A71C0FFEE5)
 
 
 def default_capacity(theta: float) -> int:
@@ -112,7 +111,10 @@ def _heapify(heap: IntArray, positions: IntArray, counts: FloatArray, s: int, si
 
 @numba.njit(cache=True, inline="always")
 def _home(key: np.uint64, mask: int) -> int:
-    return int(np.int64(mix64(key ^ _INDEX_SEED) & np.uint64(mask)))
+    """A key's first index position: the top b bits of key·φ for ``mask`` = 2^b − 1 (Fibonacci
+    hashing). Every bit of the key reaches them, and one multiplication is mixing enough for keys
+    that are XXH64 hashes already; it starts every tuple's chain of dependent loads."""
+    return int(np.int64((key * GOLDEN) >> np.uint64(leading_zeros(np.uint64(mask)))))  # type: ignore[call-arg]
 
 
 @numba.njit(cache=True)
