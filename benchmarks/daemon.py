@@ -11,21 +11,22 @@ of 16 distinct streams is reused across regions and windows.
 directory, on a free loopback port, as tests/conftest.py does).
 
 Timed run: one ``Daemon`` (interval ``--interval``, lease TTL 3 × interval, ``--workers`` tick threads) runs
-for ``--duration`` seconds; its sweep k is due at ``k · interval`` after the start and hands every region to
-the tick threads. Each region's first tick activates p^(0). A feeder thread ingests new windows half an
-interval after the ticks are due: in each round, to every ``--feed-every``-th region (in turn), so that a
-region gets a new window every ``--feed-every`` intervals; a tick with a new window decides on it, the
-others are idle (the status check alone: DESIGN §12.2). The daemon's ticker is wrapped to record each tick's
-region, start and end; the sweeps APScheduler drops are counted from its events ("late" or "still running":
-the previous sweep had not finished), and the regions a sweep skipped because their previous tick was still
-queued or running from the daemon's ``overruns``.
+for ``--duration`` seconds; its sweep k is due at ``k · interval`` after the start and hands each region to
+the tick threads at ``k · interval`` plus the region's phase. Each region's first tick activates p^(0). A
+feeder thread ingests new windows half an interval after the ticks are due: in each round, to every
+``--feed-every``-th region (in turn), so that a region gets a new window every ``--feed-every`` intervals; a
+tick with a new window decides on it, the others are idle (the status check alone: DESIGN §12.2). The
+daemon's ticker is wrapped to record each tick's region, start and end; the daemon counts the sweeps it
+coalesced (``missed_sweeps``: due while the previous one still ran) and the regions a sweep skipped because
+their previous tick was still queued or running (``overruns``).
 
-Report: ticks per region against duration / interval; the lag of each tick behind its scheduled
-start (a region's k-th tick, counting from 0, is due with sweep k: a skipped interval shows as a lag
-of more than an interval); tick durations; the load average before and after the run (the machine
-is shared); and integrity checks on the
-database: every region's versions are 1..k without gaps or duplicates, every version after the first
-has exactly one plan and one ``activated`` event, and no region was ticked concurrently with itself.
+Report: ticks per region against duration / interval; how many regions ticked in each interval (a
+startup backlog shows as intervals with fewer); the lag of each tick behind its scheduled start (a
+region's k-th tick, counting from 0, is due at ``k · interval`` plus its phase: a skipped interval shows as
+a lag of more than an interval); tick durations; the load average before and after the run (the machine is
+shared); and integrity checks on the database: every region's versions are 1..k without gaps or duplicates,
+every version after the first has exactly one plan and one ``activated`` event, and no region was ticked
+concurrently with itself.
 
 Windows: every region's decisions considered increasing window seqs, each once (no window decided on
 twice, no stale decision after a newer one), and the last one considered is the newest ingested
@@ -57,7 +58,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobEvent
 from sqlalchemy import Engine, select
 
 from repart.controller.daemon import DEFAULT_WORKERS, Daemon, DaemonConfig
@@ -208,7 +208,6 @@ class Recorder:
 
     def __init__(self) -> None:
         self.spans: list[tuple[str, float, float, str]] = []
-        self.missed: Counter[str] = Counter()
         self.failures: Counter[str] = Counter()
         self._lock = threading.Lock()
 
@@ -224,10 +223,6 @@ class Recorder:
         with self._lock:
             self.spans.append((region, started, ended, result.action))
         return result
-
-    def on_missed(self, event: JobEvent) -> None:
-        with self._lock:
-            self.missed["late" if event.code == EVENT_JOB_MISSED else "still running"] += 1
 
 
 class LogCounter(logging.Handler):
@@ -323,7 +318,6 @@ def main() -> None:
     daemon_log.setLevel(logging.INFO)
     daemon_log.addHandler(log_counter)
     daemon_log.propagate = False
-    logging.getLogger("apscheduler").setLevel(logging.ERROR)  # missed runs are counted, not printed
 
     with (
         tempfile.TemporaryDirectory(dir=args.db_dir) as directory,
@@ -343,8 +337,6 @@ def main() -> None:
         stop = threading.Event()
         load_before = os.getloadavg()
         origin = time.monotonic()
-        # The scheduler is private to Daemon; a listener only observes its missed and skipped sweeps.
-        daemon._scheduler.add_listener(recorder.on_missed, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
         daemon.start()
         thread = threading.Thread(
             target=feeder.run, args=(PRELOADED + 1, origin, args.interval, stop), daemon=True
@@ -363,14 +355,28 @@ def main() -> None:
     for region, started, _, _ in sorted(recorder.spans, key=lambda span: span[1]):
         starts[region].append(started)
     lags = [
-        started - origin - k * args.interval
-        for region_starts in starts.values()
+        started - origin - k * args.interval - daemon.phase(region)
+        for region, region_starts in starts.items()
         for k, started in enumerate(region_starts)
     ]
     counts = [len(starts.get(region, [])) for region in regions]
-    # Sweeps fall due at the start, then every interval; the ticks of one due in the last second may be
+    # A region's ticks fall due at its phase, then every interval; those due in the last second may be
     # cut off by the stop and are not expected.
-    due = [math.floor((args.duration - END_GRACE) / args.interval) + 1] * len(regions)
+    due = [
+        math.floor((args.duration - END_GRACE - daemon.phase(region)) / args.interval) + 1
+        for region in regions
+    ]
+    # Interval k of a region: [k · interval, (k + 1) · interval) after the start plus its phase.
+    slots = max(due)
+    ticked_in: list[set[str]] = [set() for _ in range(slots)]
+    for region, region_starts in starts.items():
+        for started in region_starts:
+            k = math.floor((started - origin - daemon.phase(region)) / args.interval)
+            if 0 <= k < slots:
+                ticked_in[k].add(region)
+    coverage = [len(ticked) for ticked in ticked_in]
+    full = [k for k in range(slots) if coverage[k] == len(regions) or k >= min(due)]
+    steady = next((k for k in range(slots) if all(j in full for j in range(k, slots))), slots)
     short = sum(count < expected_count for count, expected_count in zip(counts, due, strict=True))
     durations = [ended - started for _, started, ended, _ in recorder.spans]
     actions = Counter(action for *_, action in recorder.spans)
@@ -389,8 +395,12 @@ def main() -> None:
     )
     print(
         f"ticks per region: min {min(counts)} / mean {np.mean(counts):.2f} / max {max(counts)}, "
-        f"expected {due[0]}; regions short of it: {short}; sweeps APScheduler dropped: "
-        f"{dict(recorder.missed)}; ticks skipped as still running: {daemon.overruns}"
+        f"expected {min(due)}-{max(due)} (by phase); regions short of it: {short}; sweeps coalesced: "
+        f"{daemon.missed_sweeps}; ticks skipped as still running: {daemon.overruns}"
+    )
+    print(
+        f"regions ticked in interval k (by phase): {coverage}; every region in every interval from "
+        f"interval {steady} on"
     )
     print(
         f"start lag s: max {max(lags, default=math.nan):.3f}, p99 {percentile(lags, 99):.3f}, "
@@ -413,7 +423,7 @@ def main() -> None:
         print(f"  error: {error}")
     on_schedule = (
         short == 0
-        and not recorder.missed
+        and not daemon.missed_sweeps
         and not daemon.overruns
         and max(lags, default=math.inf) < args.interval
     )

@@ -148,12 +148,3 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Engine]:
-    """A fresh SQLite database at the newest schema (for tests that need one backend only)."""
-    engine = make_engine(f"sqlite:///{tmp_path / 'repart.db'}")
-    upgrade(engine)
-    yield engine
-    engine.dispose()

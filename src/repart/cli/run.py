@@ -11,7 +11,7 @@ import typer
 
 from repart.cli.database import DbOption, JsonOption, open_database, print_json
 from repart.cli.errors import reports_bad_input
-from repart.controller.daemon import LOG, Daemon, DaemonConfig, default_holder
+from repart.controller.daemon import DEFAULT_WORKERS, LOG, Daemon, DaemonConfig, default_holder
 from repart.controller.daemon import run as run_daemon
 
 
@@ -24,6 +24,13 @@ def run(
     holder: Annotated[
         str | None, typer.Option(help="Lease holder name (default: host:pid:random).", show_default=False)
     ] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="Threads that tick regions; the database pool must hold workers + 2 connections "
+            "(the default pool holds 15)."
+        ),
+    ] = DEFAULT_WORKERS,
     once: Annotated[bool, typer.Option("--once", help="Tick every region once and exit.")] = False,
     spool: Annotated[
         Path | None,
@@ -45,6 +52,7 @@ def run(
         lease_ttl_seconds=lease_ttl,
         holder=holder or default_holder(),
         spool=spool,
+        workers=workers,
     )
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))

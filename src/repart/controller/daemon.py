@@ -1,22 +1,22 @@
 """The long-running controller: a sweep of every region each interval, ticks under leases (DESIGN §8).
 
-``Daemon`` runs one APScheduler job, the sweep, on a fixed interval (coalescing missed runs, never two
-sweeps at once). A sweep renews every lease this daemon holds in one statement
-(``repart.storage.leases.renew_leases``), reads every region with its lease in one query
-(``region_leases``; a region created later is found by the next sweep), and hands each region to a
-pool of ``workers`` tick threads, except a region another daemon holds a valid lease of (logged as
-``skipped``) and a region whose previous tick is still queued or running: that one is skipped, logged
-and counted (``overruns``), never queued twice. A region whose lease was renewed is ticked under that
-lease's token; any other (a free or expired lease) first takes the lease (``acquire_lease``), so two
-daemons on one database do not act on the same region at the same time: the other daemon skips the
-region until the lease expires (its holder stopped renewing it), then takes it over with a new fencing
-token. The tick presents the token with its write (DESIGN §12.2), so a daemon that was paused past its
-lease (SIGSTOP, swap) cannot write when it resumes: its tick ends in a ``Conflict``, logged as
-``conflict``, and the next sweep starts from the database's state again. With a spool directory
-configured, a spool job ingests the snapshot files waiting there on the same interval
-(``repart.controller.spool``), and ``run_once`` ingests them before ticking. ``run`` stops on SIGTERM
-or SIGINT: no new sweep, the queued ticks are dropped, the running ones finish, and the leases are
-released.
+``Daemon`` runs a sweep every interval on its own thread (never two at once; sweeps that fall due while one
+still runs are coalesced into the next and counted). A sweep renews every lease this daemon holds in one
+statement (``repart.storage.leases.renew_leases``), reads every region with its lease in one query
+(``region_leases``; a region created later is found by the next sweep), and hands each region, at the
+region's fixed phase within the interval (so that ticks do not all queue at its start), to a pool of
+``workers`` tick threads, except a region another daemon holds a valid lease of (logged as ``skipped``) and
+a region whose previous tick is still queued or running: that one is skipped, logged and counted
+(``overruns``), never queued twice. A region whose lease was renewed is ticked under that lease's token; any
+other (a free or expired lease) first takes the lease (``acquire_lease``), so two daemons on one database do
+not act on the same region at the same time: the other daemon skips the region until the lease expires (its
+holder stopped renewing it), then takes it over with a new fencing token. The tick presents the token with
+its write (DESIGN §12.2), so a daemon that was paused past its lease (SIGSTOP, swap) cannot write when it
+resumes: its tick ends in a ``Conflict``, logged as ``conflict``, and the next sweep starts from the
+database's state again. With a spool directory configured, an APScheduler job ingests the snapshot files
+waiting there on the same interval (``repart.controller.spool``), and ``run_once`` ingests them before
+ticking. ``run`` stops on SIGTERM or SIGINT: no new sweep, the queued ticks are dropped, the running ones
+finish, and the leases are released.
 
 The tick threads and the sweep each hold one database connection at a time, so the engine's
 connection pool must hold ``workers + 2`` (the sweep, the spool job and the workers);
@@ -29,11 +29,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import socket
 import threading
+import time
 import uuid
+import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -147,8 +150,11 @@ class Daemon:
         # stop() takes this lock to set _stopping, so no sweep hands a tick to the stopped pool.
         self._dispatch = threading.Lock()
         self._stopping = threading.Event()
+        self._sweeper = threading.Thread(target=self._sweep_loop, name="repart-sweep", daemon=True)
         self.overruns = 0
         """Regions a sweep skipped because their previous tick was still queued or running."""
+        self.missed_sweeps = 0
+        """Sweeps that fell due while the previous one still ran (skipped: the next one covers them)."""
 
     def tick_region(self, region: str, token: int | None = None) -> TickResult | None:
         """Tick ``region`` under its lease: under ``token`` when the caller just renewed it, else after
@@ -186,21 +192,29 @@ class Daemon:
         regions = read_transaction(self.engine, lambda session: [r.name for r in list_regions(session)])
         return [self.tick_region(region) for region in regions]
 
-    def sweep(self) -> int:
+    def sweep(self, due: float | None = None) -> int:
         """Renew this daemon's leases, read every region's lease, and hand every region this daemon
-        holds or may take to the tick threads (see the module docstring); returns how many it handed."""
+        holds or may take to the tick threads (see the module docstring); returns how many it handed.
+
+        With ``due`` (the ``time.monotonic()`` the sweep was due), each region is handed at ``due`` plus
+        its ``phase``, so that the interval's ticks are spread over it instead of queueing at its start;
+        without, all at once."""
         now = datetime.now(UTC)
         holder, ttl = self.config.holder, self.config.lease_ttl_seconds
         renewed = run_in_transaction(self.engine, lambda session: renew_leases(session, holder, ttl, now))
         leases: list[RegionLease] = read_transaction(self.engine, region_leases)
         with self._lock:
             self._held.update(renewed)
+        if due is not None:
+            leases.sort(key=lambda lease: self.phase(lease.region))
         handed = 0
         for lease in leases:
             token = renewed.get(lease.region)
             if token is None and lease.held_by_another(holder, now):
                 self._skipped(lease.region, "lease held by another daemon")
                 continue
+            if due is not None:
+                self._stopping.wait(due + self.phase(lease.region) - time.monotonic())
             with self._dispatch:
                 if self._stopping.is_set():
                     return handed
@@ -217,23 +231,26 @@ class Daemon:
                 handed += 1
         return handed
 
+    def phase(self, region: str) -> float:
+        """A fixed offset within the interval at which a paced sweep hands ``region`` to the tick
+        threads, so that regions do not all fall due at the same instant (and queue behind each other)."""
+        return zlib.crc32(region.encode("utf-8")) / 2**32 * self.config.interval_seconds
+
     def start(self) -> None:
-        """Schedule the spool and the sweep, both due at once and then every interval; returns at once."""
-        jobs = [("sweep", self._guarded_sweep)]
+        """Start the sweep thread and schedule the spool job, both due at once and then every interval;
+        returns at once."""
         if self.config.spool is not None:
-            jobs.insert(0, ("spool", self._guarded_spool))
-        for job_id, job in jobs:
             self._scheduler.add_job(
-                job,
+                self._guarded_spool,
                 "interval",
                 seconds=self.config.interval_seconds,
-                id=job_id,
+                id="spool",
                 coalesce=True,
                 max_instances=1,
-                misfire_grace_time=None,
                 next_run_time=datetime.now(UTC),
             )
-        self._scheduler.start()
+            self._scheduler.start()
+        self._sweeper.start()
         log_event(
             "started",
             holder=self.config.holder,
@@ -246,6 +263,8 @@ class Daemon:
         daemon holds."""
         with self._dispatch:
             self._stopping.set()
+        if self._sweeper.is_alive():
+            self._sweeper.join()
         if self._scheduler.running:
             self._scheduler.shutdown(wait=True)
         self._workers.shutdown(wait=True, cancel_futures=True)
@@ -254,6 +273,24 @@ class Daemon:
         if held:
             run_in_transaction(self.engine, self._release_all(held))
         log_event("stopped", holder=self.config.holder, released=held)
+
+    def _sweep_loop(self) -> None:
+        """Paced sweeps every interval until stop(); a sweep that ends after the next one was due makes
+        the next start at once, and the sweeps due meanwhile are counted in ``missed_sweeps`` (coalesced)."""
+        interval = self.config.interval_seconds
+        due = time.monotonic()
+        while not self._stopping.is_set():
+            try:
+                self.sweep(due)
+            except Exception as error:  # the daemon outlives a failed sweep (say, the database is down)
+                log_event("error", sweep=True, holder=self.config.holder, error=repr(error))
+            due += interval
+            late = time.monotonic() - due
+            if late > 0:
+                missed = math.floor(late / interval)
+                self.missed_sweeps += missed
+                due += missed * interval
+            self._stopping.wait(due - time.monotonic())
 
     def _release_all(self, regions: list[str]) -> Callable[[Session], None]:
         def release(session: Session) -> None:
@@ -264,13 +301,6 @@ class Daemon:
 
     def _skipped(self, region: str, reason: str) -> None:
         log_event("skipped", region=region, holder=self.config.holder, reason=reason)
-
-    def _guarded_sweep(self) -> None:
-        """A scheduled sweep: an error is logged and the next interval tries again."""
-        try:
-            self.sweep()
-        except Exception as error:  # the daemon outlives a failed sweep (say, the database is down)
-            log_event("error", sweep=True, holder=self.config.holder, error=repr(error))
 
     def _guarded_spool(self) -> None:
         """A scheduled spool pass: an error is logged and the next interval tries again."""

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from repart.errors import InvalidInput, NotFound
@@ -89,6 +90,13 @@ def record_batch_report(
         return reported
     payload_json = dump_object(payload, "payload")
     row = table(region_id=region_id, plan_id=plan_id, batch=number, payload_json=payload_json)
-    session.add(row)
-    session.flush()
+    try:
+        with session.begin_nested():  # a concurrent report of the same batch may commit first
+            session.add(row)
+            session.flush()
+    except IntegrityError:
+        first = session.scalar(select(table.id).where(table.region_id == region_id, table.batch == number))
+        if first is None:
+            raise
+        return first
     return row.id

@@ -25,6 +25,11 @@ Time-based periods become tuple counts per source, since the simulator has no cl
 second per source the paper's 15 s are 15·r tuples. The default r ≈ 1,333/s (a 20,000-tuple cycle)
 lies within the throughputs the paper measured on its 5-spout topology (2,739–9,511 records/s in all,
 Table 3, so 550–1,900 per source).
+
+The kernel runs the promotion cycles itself (a source's entries are a list linked through the key
+table, so a cycle costs O(that source's entries)), and between scaling checks it finds a key's least
+loaded candidate with :func:`resume_run`, which sweeps a hot key's run about once per load level
+instead of once per tuple.
 """
 
 from __future__ import annotations
@@ -135,14 +140,16 @@ def resume_run(
     while q < count:
         if loads[s, c] == level[e]:
             at[e] = q + 1
-            return c
+            return int(c)
         q += 1
         c = c + 1 if c + 1 < n else 0
     return -1
 
 
 @numba.njit(cache=True, inline="always")
-def settle_run(loads: IntArray, s: int, home: int, n: int, level: IntArray, at: IntArray, e: int, w: int) -> None:
+def settle_run(
+    loads: IntArray, s: int, home: int, n: int, level: IntArray, at: IntArray, e: int, w: int
+) -> None:
     """Key item ``e``'s memory for :func:`resume_run` after a full scan chose ``w``: its load is the level,
     and the search resumes after it."""
     level[e] = loads[s, w]
@@ -150,7 +157,9 @@ def settle_run(loads: IntArray, s: int, home: int, n: int, level: IntArray, at: 
 
 
 @numba.njit(cache=True)
-def _ordered(first: int, after: IntArray, counts: IntArray, keys: UIntArray, space: IntArray, which: int) -> IntArray:
+def _ordered(
+    first: int, after: IntArray, counts: IntArray, keys: UIntArray, space: IntArray, which: int
+) -> IntArray:
     """The entries of one source's list (from ``first``, linked by ``after``) in key space ``which``, by
     decreasing occurrence then increasing key hash."""
     found = 0
@@ -448,4 +457,3 @@ class DynamicKeyGrouping(Grouping):
     def max_choices(self) -> int:
         t = self._table
         return int(t.columns["width"][: t.count].max()) if t.count else min(2, self.workers)
-

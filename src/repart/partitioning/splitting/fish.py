@@ -42,6 +42,7 @@ from repart.partitioning.splitting.base import (
     default_theta,
 )
 from repart.partitioning.splitting.keytable import KeyTable, append, find_or_slot
+from repart.partitioning.splitting.minload import lowest_bit, words
 from repart.partitioning.splitting.ring import build_ring, walk
 from repart.partitioning.splitting.spacesaving import (
     Summaries,
@@ -62,6 +63,8 @@ DECAY = 0.8
 SPREAD = 4.0
 TAIL_CHOICES = 1
 VIRTUAL_NODES = 100
+_ONE = np.uint64(1)
+UNLINKED, ABSENT = -2, -1  # a summary entry's key-table entry not looked up yet, or not there
 
 
 @numba.njit(cache=True, inline="always")
@@ -135,20 +138,39 @@ def _classify(
     width: IntArray,
     hot_in: IntArray,
     hot_entries: IntArray,
+    entry_of: IntArray,
+    marked: UIntArray,
 ) -> bool:
-    """CHK at an epoch end; returns False (changing nothing) when the key table needs to grow first."""
+    """CHK at an epoch end; returns False (changing nothing) when the key table needs to grow first.
+
+    Only the entries ``marked`` — hot at the previous epoch end, or counted since — are read, in entry
+    order as a pass over the whole summary would (so the hot mass sums alike). Any other entry is not
+    hot: its count has only decayed with the total since it was below θ·total, while the total grew by
+    the epoch's tuples, a margin far above the rounding of those products (exact while the decayed
+    total stays below 10^14 tuples; it tends to epoch/(1 − decay)). Afterwards the hot entries stay
+    marked and the rest are cleared.
+    """
     bar = theta * total
     hot_mass = 0.0
     hot = 0
-    for e in range(ss_sizes[s]):
-        if ss_counts[s, e] >= bar:
-            hot_mass += ss_counts[s, e] / total
-            hot_entries[hot] = e
-            hot += 1
+    for word in range((ss_sizes[s] + 63) >> 6):
+        bits = marked[s, word]
+        while bits != 0:
+            bit = bits & (~bits + _ONE)
+            bits ^= bit
+            e = 64 * word + lowest_bit(bit)
+            if ss_counts[s, e] >= bar:
+                hot_mass += ss_counts[s, e] / total
+                hot_entries[hot] = e
+                hot += 1
+    if hot > 0 and size[0] + hot > keys.size:
+        return False
+    for word in range((ss_sizes[s] + 63) >> 6):
+        marked[s, word] = 0
+    for q in range(hot):
+        marked[s, hot_entries[q] >> 6] |= _ONE << np.uint64(hot_entries[q] & 63)
     if hot == 0:
         return True
-    if size[0] + hot > keys.size:
-        return False
     floor = max(2, (math.ceil(n * hot_mass / hot)))
     for q in range(hot):
         e = hot_entries[q]
@@ -158,6 +180,7 @@ def _classify(
         m = find_or_slot(index, keys, owners, k, s)
         if m < 0:
             m = append(index, keys, owners, size, -m - 1, k, s)
+        entry_of[s, e] = m
         width[m] = max(width[m], d)
         hot_in[m] = epoch_number
     return True
@@ -207,6 +230,8 @@ def _fish_kernel(
     scratch: I32Array,
     stamps: IntArray,
     hot_entries: IntArray,
+    entry_of: IntArray,
+    marked: UIntArray,
 ) -> int:
     """Route from ``start``; returns where it stopped (the key table must grow) or the length."""
     for i in range(start, key_hashes.size):
@@ -231,6 +256,8 @@ def _fish_kernel(
                 width,
                 hot_in,
                 hot_entries,
+                entry_of,
+                marked,
             ):
                 return i
             decay(ss_counts, ss_errors, ss_sizes, ss_heap, ss_positions, s, decay_factor)
@@ -244,10 +271,16 @@ def _fish_kernel(
             if bump(ss_counts, ss_positions, ss_sizes, s, e):
                 sink(ss_heap, ss_positions, ss_counts, ss_sizes, s, e)
         else:
-            admit(ss_keys, ss_counts, ss_errors, ss_sizes, ss_heap, ss_positions, ss_index, s, k, -e - 1)
+            e = admit(ss_keys, ss_counts, ss_errors, ss_sizes, ss_heap, ss_positions, ss_index, s, k, -e - 1)
+            e = e if e >= 0 else -e - 1
+            entry_of[s, e] = UNLINKED  # a new key in this summary entry
+        marked[s, e >> 6] |= _ONE << np.uint64(e & 63)  # counted this epoch: the classification reads it
         totals[s] += 1.0
         in_epoch[s] += 1
-        m = find_or_slot(index, keys, owners, k, s)
+        m = entry_of[s, e]
+        if m == UNLINKED:
+            m = find_or_slot(index, keys, owners, k, s)
+            entry_of[s, e] = max(m, ABSENT)
         if m >= 0 and hot_in[m] == epochs[s]:
             if ordered[m] == 0:  # a hot key's whole ring order, once: its M[k] candidates are a prefix
                 ordered[m] = walk(ring_positions, ring_owners, ring_buckets, k, n, order, m, stamps)
@@ -324,6 +357,11 @@ class Fish(Grouping):
         # Per-worker stamps of ring walks, the last cell counting walks; and the classification's scratch.
         self._stamps = np.zeros(n + 1, dtype=np.int64)
         self._hot_entries = np.zeros(self.capacity, dtype=np.int64)
+        # Each summary entry's key-table entry: ABSENT while its key has none (only the classification
+        # adds keys to the table, and it links them), UNLINKED until looked up once.
+        self._entry_of = np.full((self.sources, self.capacity), UNLINKED, dtype=np.int64)
+        # The summary entries each source's classification reads (a bit per entry): see _classify.
+        self._marked = np.zeros((self.sources, words(self.capacity)), dtype=np.uint64)
 
     def _route(self, key_hashes: UIntArray, sources: IntArray, out: IntArray) -> None:
         ss, t = self._summaries, self._table
@@ -372,6 +410,8 @@ class Fish(Grouping):
                 self._scratch,
                 self._stamps,
                 self._hot_entries,
+                self._entry_of,
+                self._marked,
             )
             if done == key_hashes.size:
                 return

@@ -54,9 +54,6 @@ I32Array = npt.NDArray[np.int32]
 
 D_CHOICES, W_CHOICES, ROUND_ROBIN = 0, 1, 2
 
-#: Tuples the head kernel groups by source at a time (at least 4 per source): group_by_source.
-BLOCK = 8192
-
 #: D-Choices recomputes d after this many tuples of a source (docs/DECISIONS.md: 1 … 10,000 route alike).
 RECOMPUTE_EVERY = 1000
 
@@ -140,30 +137,6 @@ def _cache_candidates(
     return length
 
 
-@numba.njit(cache=True, inline="always")
-def group_by_source(sources: IntArray, begin: int, stop: int, bounds: IntArray, order: IntArray) -> None:
-    """Tuples ``begin`` … ``stop`` − 1 grouped by source, in stream order within each: source s's are
-    ``order[bounds[s]:bounds[s + 1]]`` (a counting sort). It calls no compiled function (see
-    ``spacesaving``).
-
-    A source's decisions depend on its own state alone (summary, loads, d, turn), so routing a block
-    source by source decides every tuple as routing it in stream order does, and with the source
-    fixed for a run of tuples the kernel's per-source rows stay put.
-    """
-    bounds[:] = 0
-    for i in range(begin, stop):
-        bounds[sources[i] + 1] += 1
-    for s in range(1, bounds.size):
-        bounds[s] += bounds[s - 1]
-    for i in range(begin, stop):  # bounds[s] runs up to the start of source s + 1, then steps back
-        s = sources[i]
-        order[bounds[s]] = i
-        bounds[s] += 1
-    for s in range(bounds.size - 1, 0, -1):
-        bounds[s] = bounds[s - 1]
-    bounds[0] = 0
-
-
 @numba.njit(cache=True)
 def _head_kernel(
     key_hashes: UIntArray,
@@ -200,70 +173,63 @@ def _head_kernel(
     line_masks: UIntArray,
     clock: IntArray,
 ) -> None:
-    bounds = np.zeros(seen.size + 1, dtype=np.int64)
-    block = max(BLOCK, 4 * seen.size)
-    order = np.empty(block, dtype=np.int64)
-    for begin in range(0, key_hashes.size, block):
-        stop = min(key_hashes.size, begin + block)
-        group_by_source(sources, begin, stop, bounds, order)
-        for s in range(seen.size):
-            for j in range(bounds[s], bounds[s + 1]):
-                i = order[j]
-                k = key_hashes[i]
-                e = locate(ss_keys, ss_index, s, k)
-                if e >= 0:
-                    if bump(ss_counts, ss_positions, ss_sizes, s, e):
-                        sink(ss_heap, ss_positions, ss_counts, ss_sizes, s, e)
-                else:
-                    e = admit(ss_keys, ss_counts, ss_errors, ss_sizes, ss_heap, ss_positions, ss_index, s, k, -e - 1)
-                    if e < 0:  # it replaced another key: that key's cached candidates are void
-                        e = -e - 1
-                        if line_of[s, e] >= 0:
-                            line_owner[s, line_of[s, e]] = -1
-                            line_of[s, e] = -1
-                seen[s] += 1
-                if seen[s] < warm or ss_counts[s, e] < theta * seen[s]:
-                    w = pkg_choice(loads, s, k, seeds, base, n)
-                elif mode == ROUND_ROBIN:  # worker (s + j) mod n for the source's j-th head tuple
-                    w = turn[s]
-                    turn[s] = w + 1 if w + 1 < n else 0
-                else:
-                    d = n
-                    if mode == D_CHOICES:
-                        if d_of[s] == 0 or seen[s] - computed_at[s] >= recompute_every:
-                            head = _head_frequencies(ss_counts[s], ss_sizes[s], theta * seen[s], float(seen[s]))
-                            tail = max(0.0, 1.0 - head.sum())
-                            d_of[s] = optimal_choices(head, tail, n, epsilon)
-                            computed_at[s] = seen[s]
-                        d = d_of[s]
-                    if d >= n:
-                        w = least_loaded(levels, minimum, s)
-                    else:
-                        line = line_of[s, e]
-                        if line < 0 or line_d[s, line] != d:
-                            if line < 0:
-                                line = clock[s]
-                                clock[s] = (line + 1) % line_owner.shape[1]
-                                if line_owner[s, line] >= 0:
-                                    line_of[s, line_owner[s, line]] = -1
-                                line_owner[s, line] = e
-                                line_of[s, e] = line
-                            line_d[s, line] = d
-                            line_floor[s, line] = minimum[s]
-                            line_length[s, line] = _cache_candidates(k, d, seeds, base, n, lines, line_masks, s, line)
-                        w = least_loaded_of(levels, minimum, s, line_masks, line, line_floor[s, line])
-                        if w < 0:  # every candidate is far above the source's minimum: scan them
-                            w = lines[s, line, 0]
-                            for q in range(1, line_length[s, line]):
-                                c = lines[s, line, q]
-                                if loads[s, c] < loads[s, w]:
-                                    w = c
-                        line_floor[s, line] = loads[s, w]
-                if mode == ROUND_ROBIN:  # needs no least loaded worker
-                    loads[s, w] += 1
-                elif add_tuple(loads, minimum, levels, s, w):
-                    raise_minimum(loads, minimum, levels, s)
-                out[i] = w
+    for i in range(key_hashes.size):
+        s = np.uint64(sources[i])  # unsigned: numba then skips the negative-index fix-up of every s[...]
+        k = key_hashes[i]
+        e = locate(ss_keys, ss_index, s, k)
+        if e >= 0:
+            if bump(ss_counts, ss_positions, ss_sizes, s, e):
+                sink(ss_heap, ss_positions, ss_counts, ss_sizes, s, e)
+        else:
+            e = admit(ss_keys, ss_counts, ss_errors, ss_sizes, ss_heap, ss_positions, ss_index, s, k, -e - 1)
+            if e < 0:  # it replaced another key: that key's cached candidates are void
+                e = -e - 1
+                if line_of[s, e] >= 0:
+                    line_owner[s, line_of[s, e]] = -1
+                    line_of[s, e] = -1
+        seen[s] += 1
+        if seen[s] < warm or ss_counts[s, e] < theta * seen[s]:
+            w = pkg_choice(loads, s, k, seeds, base, n)
+        elif mode == ROUND_ROBIN:  # worker (s + j) mod n for the source's j-th head tuple
+            w = turn[s]
+            turn[s] = w + 1 if w + 1 < n else 0
+        else:
+            d = n
+            if mode == D_CHOICES:
+                if d_of[s] == 0 or seen[s] - computed_at[s] >= recompute_every:
+                    head = _head_frequencies(ss_counts[s], ss_sizes[s], theta * seen[s], float(seen[s]))
+                    tail = max(0.0, 1.0 - head.sum())
+                    d_of[s] = optimal_choices(head, tail, n, epsilon)
+                    computed_at[s] = seen[s]
+                d = d_of[s]
+            if d >= n:
+                w = least_loaded(levels, minimum, s)
+            else:
+                line = line_of[s, e]
+                if line < 0 or line_d[s, line] != d:
+                    if line < 0:
+                        line = clock[s]
+                        clock[s] = (line + 1) % line_owner.shape[1]
+                        if line_owner[s, line] >= 0:
+                            line_of[s, line_owner[s, line]] = -1
+                        line_owner[s, line] = e
+                        line_of[s, e] = line
+                    line_d[s, line] = d
+                    line_floor[s, line] = minimum[s]
+                    line_length[s, line] = _cache_candidates(k, d, seeds, base, n, lines, line_masks, s, line)
+                w = least_loaded_of(levels, minimum, s, line_masks, line, line_floor[s, line])
+                if w < 0:  # every candidate is far above the source's minimum: scan them
+                    w = lines[s, line, 0]
+                    for q in range(1, line_length[s, line]):
+                        c = lines[s, line, q]
+                        if loads[s, c] < loads[s, w]:
+                            w = c
+                line_floor[s, line] = loads[s, w]
+        if mode == ROUND_ROBIN:  # needs no least loaded worker
+            loads[s, w] += 1
+        elif add_tuple(loads, minimum, levels, s, w):
+            raise_minimum(loads, minimum, levels, s)
+        out[i] = w
 
 
 class _HeadGrouping(Grouping):
