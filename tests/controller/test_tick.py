@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from repart.controller.actions import scale
 from repart.controller.settings import ControllerSettings
 from repart.controller.tick import TickResult, decide, last_considered_seq, observe, persist, tick
-from repart.errors import Conflict
+from repart.errors import Conflict, InvalidInput
 from repart.migration import MigrationPlan
 from repart.storage import (
     RegionConfig,
@@ -206,15 +206,15 @@ def test_cooldown_keeps_the_channel_count_after_a_change(engine: Engine) -> None
 
 def test_settings_are_checked_by_name() -> None:
     config = RegionConfig(key_type="int", n_channels_initial=2, settings={"counters": 1})
-    with pytest.raises(ValueError, match=r"settings\.counters"):
+    with pytest.raises(InvalidInput, match=r"settings\.counters"):
         ControllerSettings.from_config(config)
     config = RegionConfig(key_type="int", n_channels_initial=2, settings={"treshold": 1})
-    with pytest.raises(ValueError, match=r"settings\.treshold is not a parameter"):
+    with pytest.raises(InvalidInput, match=r"settings\.treshold is not a parameter"):
         ControllerSettings.from_config(config)
     config = RegionConfig(
         key_type="int", n_channels_initial=2, policy="target-utilization", settings={"target_utilization": 0}
     )
-    with pytest.raises(ValueError, match=r"settings\.target_utilization"):
+    with pytest.raises(InvalidInput, match=r"settings\.target_utilization"):
         ControllerSettings.from_config(config)
     settings = ControllerSettings.from_config(RegionConfig(key_type="int", n_channels_initial=2))
     assert (settings.counters, settings.rebalance_threshold, settings.algorithm) == (3, 1.0, "auto")
@@ -222,7 +222,7 @@ def test_settings_are_checked_by_name() -> None:
 
 def test_now_must_be_timezone_aware(engine: Engine) -> None:
     add_zipf_region(engine)
-    with pytest.raises(ValueError, match="timezone-aware"):
+    with pytest.raises(InvalidInput, match="timezone-aware"):
         tick(engine, REGION, now=datetime(2026, 1, 1))
 
 

@@ -4,7 +4,6 @@ database and spool sinks; bad input rejected before any Spark work with nothing 
 from __future__ import annotations
 
 import math
-import shutil
 import subprocess
 import sys
 import time
@@ -29,7 +28,7 @@ from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.protocol.snapshot import Snapshot
 from repart.spark.observe import Observation, Window, observe
 from repart.spark.sinks import ControllerSink, SpoolSink
-from repart.storage import get_snapshot, make_engine, run_in_transaction
+from repart.storage import get_snapshot, run_in_transaction
 from repart.storage.client import SqlControllerClient
 from tests.factories import add_region, row_counts, snapshot_document
 
@@ -177,35 +176,36 @@ def test_small_batches_keep_the_merged_counter_guarantees(
 
 
 @pytest.fixture
-def sqlite_engine(sqlite_template: Path, tmp_path: Path) -> Iterator[Engine]:
-    """A fresh migrated SQLite database (a copy of the session's template) with regions 'trades' (str)
-    and 'ids' (int)."""
-    path = tmp_path / "repart.db"
-    shutil.copyfile(sqlite_template, path)
-    engine = make_engine(f"sqlite:///{path}", busy_timeout=2.0)
+def backend() -> str:
+    """The ``engine`` of these tests is a migrated SQLite file (tests/storage covers PostgreSQL)."""
+    return "sqlite"
+
+
+@pytest.fixture
+def regions(engine: Engine) -> None:
+    """Regions 'trades' (str keys) and 'ids' (int keys, 12 slot bits)."""
     add_region(engine, "trades", "str")
     add_region(engine, "ids", "int", slot_bits=12)
-    yield engine
-    engine.dispose()
 
 
 SMALL = ["AAPL"] * 50 + ["MSFT"] * 30 + ["IBM"] * 5 + [None] * 3 + [f"x{i}" for i in range(40)]
 CHANNELS = [{"channel": 1, "tuples": 60, "busy_seconds": 1.5, "state_bytes": 1024}]
 
 
-def test_database_sink_stores_a_readable_snapshot(spark: SparkSession, sqlite_engine: Engine) -> None:
+@pytest.mark.usefixtures("regions")
+def test_database_sink_stores_a_readable_snapshot(spark: SparkSession, engine: Engine) -> None:
     df = frame(spark, SMALL, "string", pieces=2)
     observation = observe(
         df,
         "k",
         "trades",
         WINDOW,
-        to_controller(sqlite_engine),
+        to_controller(engine),
         epsilon=1e-3,
         channels=CHANNELS,
     )
     assert observation.destination.startswith("sqlite:///") and "#snapshot/" in observation.destination
-    stored = run_in_transaction(sqlite_engine, lambda s: get_snapshot(s, "trades", 7))
+    stored = run_in_transaction(engine, lambda s: get_snapshot(s, "trades", 7))
     assert stored.tuples == observation.tuples == len(SMALL) - 3 and observation.null_keys == 3
     exact = Counter(key for key in SMALL if key is not None)
     assert {(item.key, item.count, item.delta) for item in stored.items} == {
@@ -215,26 +215,27 @@ def test_database_sink_stores_a_readable_snapshot(spark: SparkSession, sqlite_en
     assert stored.channels is not None and stored.channels[0].busy_seconds == 1.5
     assert stored.window_start == START and stored.distinct_estimate >= len(exact)
 
-    before = row_counts(sqlite_engine)
+    before = row_counts(engine)
     with pytest.raises(InvalidInput, match=r"window.seq 7 was already ingested"):
-        observe(df, "k", "trades", WINDOW, to_controller(sqlite_engine), epsilon=0.01)
+        observe(df, "k", "trades", WINDOW, to_controller(engine), epsilon=0.01)
     with pytest.raises(NotFound, match="nowhere"):
-        observe(df, "k", "nowhere", WINDOW, to_controller(sqlite_engine), epsilon=0.01)
+        observe(df, "k", "nowhere", WINDOW, to_controller(engine), epsilon=0.01)
     with pytest.raises(InvalidInput, match="key_type must be the region's 'int'"):
         observe(
             df,
             "k",
             "ids",
             WINDOW,
-            to_controller(sqlite_engine),
+            to_controller(engine),
             epsilon=0.01,
             slot_bits=12,
         )
-    assert row_counts(sqlite_engine) == before
+    assert row_counts(engine) == before
 
 
+@pytest.mark.usefixtures("regions")
 def test_spool_sink_writes_files_the_spool_ingests(
-    spark: SparkSession, sqlite_engine: Engine, tmp_path: Path
+    spark: SparkSession, engine: Engine, tmp_path: Path
 ) -> None:
     spool = tmp_path / "spool"
     spool.mkdir()
@@ -248,11 +249,11 @@ def test_spool_sink_writes_files_the_spool_ingests(
     assert Path(second.destination) == spool / "ids-00000000000000000007.json"  # name order = seq order
     assert Path(again.destination) == spool / "ids-00000000000000000010.1.json"  # never overwrites
 
-    outcomes = {Path(outcome.file).name: outcome for outcome in ingest_spool(sqlite_engine, spool)}
+    outcomes = {Path(outcome.file).name: outcome for outcome in ingest_spool(engine, spool)}
     assert len(outcomes) == 3
     assert sorted(outcome.status for outcome in outcomes.values()) == ["ingested", "ingested", "rejected"]
     assert outcomes["ids-00000000000000000007.json"].status == "ingested"
-    stored = run_in_transaction(sqlite_engine, lambda s: get_snapshot(s, "ids", 10))
+    stored = run_in_transaction(engine, lambda s: get_snapshot(s, "ids", 10))
     assert {item.key: item.count for item in stored.items} == {7: 2, -3: 1, 2**62: 1}
     assert stored.tuples == 4 and stored.slot_bits == 12
 

@@ -10,6 +10,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, inspect, select, text
+from sqlalchemy.exc import IntegrityError, StatementError
 from sqlalchemy.orm import Session
 
 from repart.storage import RegionStatus, current_revision, database_url, head_revision, make_engine, upgrade
@@ -57,7 +58,7 @@ def test_timestamps_are_utc_aware_on_the_way_out(engine: Engine) -> None:
 
 
 def test_naive_timestamps_are_rejected(engine: Engine) -> None:
-    with Session(engine) as session, pytest.raises(Exception, match="timezone-aware"), session.begin():
+    with Session(engine) as session, pytest.raises(StatementError, match="timezone-aware"), session.begin():
         session.add(Event(kind="k", rule="r", message="m", data_json="{}", at=datetime(2026, 1, 1)))
         session.flush()
     assert row_counts(engine)["events"] == 0
@@ -76,7 +77,7 @@ def test_sqlite_connections_use_wal_and_foreign_keys(tmp_path: Path) -> None:
 
 def test_foreign_keys_are_enforced(engine: Engine) -> None:
     add_region(engine)
-    with Session(engine) as session, pytest.raises(Exception, match=r"(?i)foreign key"), session.begin():
+    with Session(engine) as session, pytest.raises(IntegrityError, match=r"(?i)foreign key"), session.begin():
         session.execute(text("INSERT INTO snapshot_slots (snapshot_id, slot, count) VALUES (999, 1, 1)"))
 
 

@@ -258,6 +258,7 @@ def test_snapshots_that_do_not_fit_the_region_are_rejected(
     assert row_counts(engine) == before
 
 
-def test_every_error_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="format"):
+def test_a_document_error_is_invalid_input_naming_the_field() -> None:
+    with pytest.raises(InvalidInput) as raised:
         Snapshot.from_document(snapshot_document(format=0))
+    assert raised.value.field == "format"

@@ -235,7 +235,7 @@ def _fish_kernel(
 ) -> int:
     """Route from ``start``; returns where it stopped (the key table must grow) or the length."""
     for i in range(start, key_hashes.size):
-        s = sources[i]
+        s = np.uint64(sources[i])  # unsigned: numba then skips the negative-index fix-up of every s[...]
         if in_epoch[s] == epoch:
             # The previous tuple closed this source's epoch: classify on its frequencies (decay scales
             # counts and total alike), then decay.
