@@ -139,6 +139,8 @@ def bucket_width(epsilon: float) -> int:
     """Lossy counting's bucket width ``w = ceil(1/epsilon)`` (Manku & Motwani), ``EXACT_WIDTH`` for an
     exact counter (``epsilon = 0``) or an epsilon so small that no stream would close a bucket."""
     return math.ceil(1.0 / epsilon) if epsilon > 1.0 / EXACT_WIDTH else EXACT_WIDTH
+
+
 KEY_TYPE = (Options(("str", "int")), NONE)
 
 

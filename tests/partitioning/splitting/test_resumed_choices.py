@@ -1,5 +1,4 @@
-"""The kernels' resumed searches against plain ones: DKG's ``resume_run`` against a scan of the whole run,
-and the head kernel's ``group_by_source`` against a stable sort by source."""
+"""DKG's resumed search for a key's least loaded candidate (``resume_run``) against a scan of the run."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from repart.partitioning.splitting.dkg import RESCAN, least_loaded_run, resume_run, settle_run
-from repart.partitioning.splitting.head import group_by_source
 
 
 def oracle_run(loads: list[int], home: int, count: int) -> int:
@@ -47,22 +45,3 @@ def test_resume_run_picks_the_least_loaded_of_the_run(n: int, seed: int, others:
             settle_run(loads, 0, home, n, level, at, 0, w)
         assert w == expected
         loads[0, w] += 1
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.integers(1, 9), st.lists(st.integers(0, 8), min_size=1, max_size=300), st.data())
-def test_group_by_source_is_a_stable_sort_by_source(
-    sources_count: int, raw: list[int], data: st.DataObject
-) -> None:
-    sources = np.array([r % sources_count for r in raw], dtype=np.int64)
-    begin = data.draw(st.integers(0, sources.size - 1))
-    stop = data.draw(st.integers(begin + 1, sources.size))
-    bounds = np.full(sources_count + 1, -7, dtype=np.int64)
-    order = np.full(stop - begin, -7, dtype=np.int64)
-    group_by_source(sources, begin, stop, bounds, order)
-    expected = begin + np.argsort(sources[begin:stop], kind="stable")
-    assert order.tolist() == expected.tolist()
-    for s in range(sources_count):
-        assert (sources[order[bounds[s] : bounds[s + 1]]] == s).all()
-    assert bounds[0] == 0
-    assert bounds[-1] == stop - begin

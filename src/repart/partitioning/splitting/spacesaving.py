@@ -15,7 +15,9 @@ never pays for it). Counts are float64 so that FISH can decay them (integers sta
 Kernels inline the hot path — :func:`locate` then :func:`bump` — and call :func:`sink` only when
 :func:`bump` asks for it and :func:`admit` only for an untracked key. Inlined helpers never call a
 compiled function themselves: numba then keeps the arrays' reference counts inside the kernel's loop,
-atomic operations that tripled the cost of a tuple.
+atomic operations that tripled the cost of a tuple. Some loop shapes in an inlined helper do the same
+(seen: a second loop, an array read after the loop, a loop inside a loop with an early return), so a
+new helper is checked for ``NRT_incref`` in the kernel's optimised IR (``inspect_llvm``, uncached).
 """
 
 from __future__ import annotations
