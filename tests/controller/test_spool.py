@@ -12,6 +12,7 @@ from sqlalchemy import Engine, select
 from repart.cli.app import app
 from repart.controller.daemon import Daemon, DaemonConfig
 from repart.controller.spool import ingest_spool
+from repart.errors import InvalidInput
 from repart.storage import models, run_in_transaction
 from tests.cli.helpers import runner
 from tests.factories import REGION, add_zipf_region, zipf_snapshot
@@ -137,10 +138,11 @@ def test_a_taken_name_gets_a_numeric_suffix(engine: Engine, spool: Path) -> None
 
 
 def test_a_spool_that_is_not_a_directory_is_refused(engine: Engine, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="spool"):
+    with pytest.raises(InvalidInput) as ingesting:
         ingest_spool(engine, tmp_path / "missing")
-    with pytest.raises(ValueError, match="spool"):
+    with pytest.raises(InvalidInput) as configuring:
         DaemonConfig(interval_seconds=1, lease_ttl_seconds=5, spool=tmp_path / "missing")
+    assert ingesting.value.field == configuring.value.field == "spool"
 
 
 def test_the_daemon_ingests_the_spool_before_ticking(engine: Engine, spool: Path) -> None:

@@ -54,6 +54,7 @@ from repart.controller.spool import SpoolOutcome, ingest_spool
 from repart.controller.tick import TickResult, tick
 from repart.errors import Conflict, InvalidInput
 from repart.partitioning.documents import require_number
+from repart.protocol.spool import check_spool
 from repart.storage import (
     Fence,
     acquire_lease,
@@ -80,33 +81,29 @@ def default_holder() -> str:
 @dataclass(frozen=True)
 class DaemonConfig:
     """How often to sweep, how long a lease lasts, who holds it, how many threads tick, and the spool
-    directory whose snapshot files are ingested every interval (None: no spool).
-
-    ``discover_seconds`` is accepted for the callers that still pass it; every sweep discovers the
-    regions created since the last one, so it no longer changes anything.
-    """
+    directory whose snapshot files are ingested every interval (None: no spool). Every sweep discovers
+    the regions created since the last one. InvalidInput naming the field for a bad value."""
 
     interval_seconds: float = 10.0
     lease_ttl_seconds: float = 30.0
-    discover_seconds: float = 30.0
     holder: str = field(default_factory=default_holder)
     spool: Path | None = None
     workers: int = DEFAULT_WORKERS
 
     def __post_init__(self) -> None:
         require_number(self.interval_seconds, "interval", 0.01)
-        require_number(self.discover_seconds, "discover", 0.01)
         require_number(self.lease_ttl_seconds, "lease_ttl", 0.01)
         check("workers", self.workers, Interval(int, 1, 256, "both"))
         if self.lease_ttl_seconds <= self.interval_seconds:
-            raise ValueError(
-                f"lease_ttl must exceed the interval ({self.interval_seconds:g} s) so that a live daemon "
-                f"renews its leases in time, got {self.lease_ttl_seconds:g}"
+            raise InvalidInput(
+                "lease_ttl",
+                f"must exceed the interval ({self.interval_seconds:g} s) so that a live daemon renews its "
+                f"leases in time, got {self.lease_ttl_seconds:g}",
             )
         if not 1 <= len(self.holder) <= 200:
-            raise ValueError(f"holder must be 1-200 characters, got {self.holder!r}")
-        if self.spool is not None and not self.spool.is_dir():
-            raise ValueError(f"spool: {str(self.spool)!r} is not a directory")
+            raise InvalidInput("holder", f"must be 1-200 characters, got {self.holder!r}")
+        if self.spool is not None:
+            check_spool(self.spool)
 
     @property
     def connections(self) -> int:
