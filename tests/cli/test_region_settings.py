@@ -48,3 +48,11 @@ def test_bad_settings_exit_2_and_change_nothing(db: str, setting: str, field: st
         assert field in result.output and "Traceback" not in result.output
     assert row_counts(db) == before
     assert repart_json(db, "region", "show", "r")["settings"] == {}
+
+
+def test_user_text_in_an_error_is_not_read_as_markup(db: str) -> None:
+    before = row_counts(db)
+    result = repart(db, "region", "create", "[/x]", "--key-type", "str")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: NAME must be") and "[/x]" in result.stderr
+    assert row_counts(db) == before

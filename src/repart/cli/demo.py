@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from repart.cli.errors import reports_bad_input
 from repart.cli.simulate import STDOUT, check_output_path
@@ -86,14 +87,14 @@ def demo(
         plot_demo(
             [row.__dict__ for row in result.rows], temporary, "repart demo: VWAP pipeline, LCL, α = 1.2"
         )
-    console.print(f"wrote plot to {plot}")
+    console.print(f"wrote plot to {escape(str(plot))}")
     document = json.dumps(result.to_json(), indent=1)
     if json_path == STDOUT:
         sys.stdout.write(document + "\n")
     elif json_path is not None:
         with durable_output(json_path) as temporary:
             temporary.write_text(document)
-        console.print(f"wrote {json_path}")
+        console.print(f"wrote {escape(str(json_path))}")
     verdict = "[green]equal[/]" if result.equal else "[bold red]DIFFERENT[/]"
     console.print(f"totals: input {result.input_totals}, state {result.state_totals}: {verdict}")
     if not result.equal:

@@ -21,6 +21,7 @@ from typing import Any, ParamSpec, TypeVar, get_type_hints
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from typer.models import ArgumentInfo, OptionInfo
 
 from repart.errors import InvalidInput, ReparError
@@ -46,7 +47,8 @@ def reports_bad_input(command: Callable[P, R]) -> Callable[P, R]:
         try:
             return command(*args, **kwargs)
         except ReparError as error:
-            _stderr.print(f"[bold red]error:[/] {message_of(error, command)}", highlight=False)
+            # The message quotes user input, which must not be read as rich markup ("[/x]").
+            _stderr.print(f"[bold red]error:[/] {escape(message_of(error, command))}", highlight=False)
             raise typer.Exit(error.exit_code) from None
 
     return wrapper

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -121,11 +122,11 @@ def write_results(
     if json_path is not None and json_path != STDOUT:
         with durable_output(json_path) as temporary:
             temporary.write_text(records_json(records))
-        console.print(f"wrote {len(records)} records to {json_path}")
+        console.print(f"wrote {len(records)} records to {escape(str(json_path))}")
     if plot is not None:
         with durable_output(plot) as temporary:
             draw(temporary)
-        console.print(f"wrote plot to {plot}")
+        console.print(f"wrote plot to {escape(str(plot))}")
 
 
 def check_output_path(path: Path | None, option: str, allow_stdout: bool) -> None:

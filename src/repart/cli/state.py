@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from repart.cli.database import JsonOption, console, print_json
 from repart.cli.errors import reports_bad_input
@@ -65,9 +66,11 @@ def _report(summary: dict[str, Any], as_json: bool) -> None:
         return
     out = console()
     for damage in summary["damaged"]:
-        out.print(f"[bold red]damaged:[/] {damage['path']}: {damage['problem']}")
+        out.print(f"[bold red]damaged:[/] {escape(str(damage['path']))}: {escape(str(damage['problem']))}")
     if "generation" not in summary:
-        out.print(f"state store at {summary['state']}: the manifest or generation document is damaged")
+        out.print(
+            f"state store at {escape(str(summary['state']))}: the manifest or generation document is damaged"
+        )
         return
     state = "OK" if summary["ok"] else f"{len(summary['damaged'])} of {summary['files']} files damaged"
     out.print(
