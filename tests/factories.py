@@ -323,14 +323,15 @@ def new_store(
     table: pa.Table,
     slot_groups: int = 16,
     routed_by: PartitionFunction | None = None,
+    version: int = 1,
 ) -> StateStore:
-    """A store of region ``REGION`` at version 1 of ``function`` holding ``table`` routed by
-    ``function`` (or ``routed_by``)."""
+    """A store of region ``REGION`` at ``version``, laid out by ``function``, holding ``table`` routed
+    by ``function`` (or ``routed_by``)."""
     key_type: KeyType = "str" if pa.types.is_string(table.schema.field("key").type) else "int"
     store = StateStore.create(
         root,
         region=REGION,
-        version=1,
+        version=version,
         function_digest=function.digest,
         n_channels=function.n_channels,
         slot_bits=function.slot_bits,
@@ -352,7 +353,9 @@ def new_store(
         )
         for channel in range(function.n_channels)
     }
-    return store.commit(replaced, version=1, function_digest=function.digest, n_channels=function.n_channels)
+    return store.commit(
+        replaced, version=version, function_digest=function.digest, n_channels=function.n_channels
+    )
 
 
 def all_files(store: StateStore) -> list[FileEntry]:

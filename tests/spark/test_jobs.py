@@ -16,10 +16,10 @@ from repart.controller.tick import last_considered_seq, tick
 from repart.errors import Corrupt, InvalidInput, NotFound
 from repart.migration import MigrationPlan
 from repart.spark.jobs import apply_next_plan
-from repart.state.store import StateStore, write_channel_files
+from repart.state.store import StateStore
 from repart.storage import models, run_in_transaction, set_plan_status
 from repart.storage.client import SqlControllerClient
-from tests.factories import REGION, add_region, counted_snapshot, ingest
+from tests.factories import REGION, add_region, counted_snapshot, ingest, new_store
 
 
 @pytest.fixture
@@ -149,37 +149,11 @@ def test_a_plan_left_applying_by_a_dead_job_is_retried(engine: Engine) -> None:
 def store_at_version_1(engine: Engine, root: Path) -> StateStore:
     """A real state store laid out by the region's applied version, 4,000 rows routed by it."""
     number, function = SqlControllerClient(engine).applied_function(REGION)
-    schema = pa.schema([("key", pa.string()), ("n", pa.int64())])
-    store = StateStore.create(
-        root,
-        region=REGION,
-        version=number,
-        function_digest=function.digest,
-        n_channels=function.n_channels,
-        slot_bits=function.slot_bits,
-        key_type="str",
-        key_col="key",
-        schema=schema,
-        slot_groups=4,
-    )
     keys = [f"k{i}" for i in range(4000)]
-    table = pa.table({"key": keys, "n": list(range(4000))}, schema=schema)
-    channels = function.lookup_many(keys)
-    replaced = {
-        channel: write_channel_files(
-            root,
-            channel,
-            table.filter(pa.array(channels == channel)),
-            key_col="key",
-            key_type="str",
-            slot_bits=function.slot_bits,
-            slot_groups=4,
-        )
-        for channel in range(function.n_channels)
-    }
-    return store.commit(
-        replaced, version=number, function_digest=function.digest, n_channels=function.n_channels
+    table = pa.table(
+        {"key": keys, "n": list(range(4000))}, schema=pa.schema([("key", pa.string()), ("n", pa.int64())])
     )
+    return new_store(root, function, table, slot_groups=4, version=number)
 
 
 @pytest.mark.parametrize("damage", ["deleted", "truncated"])

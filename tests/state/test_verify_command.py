@@ -12,41 +12,16 @@ from typer.testing import CliRunner
 from repart.cli.app import app
 from repart.partitioning import initial_function
 from repart.state.store import StateStore, write_channel_files
+from tests.factories import new_store
 
 SCHEMA = pa.schema([("key", pa.string()), ("n", pa.int64())])
 
 
 def intact_store(root: Path, rows: int = 2000) -> StateStore:
-    """A store of region ``r`` on 3 channels holding ``rows`` rows routed by its function."""
-    function = initial_function(3, "str", 12)
-    store = StateStore.create(
-        root,
-        region="r",
-        version=1,
-        function_digest=function.digest,
-        n_channels=3,
-        slot_bits=12,
-        key_type="str",
-        key_col="key",
-        schema=SCHEMA,
-        slot_groups=4,
-    )
+    """A store on 3 channels holding ``rows`` rows routed by its function."""
     keys = [f"k{i}" for i in range(rows)]
     table = pa.table({"key": keys, "n": list(range(rows))}, schema=SCHEMA)
-    channels = function.lookup_many(keys)
-    replaced = {
-        channel: write_channel_files(
-            root,
-            channel,
-            table.filter(pa.array(channels == channel)),
-            key_col="key",
-            key_type="str",
-            slot_bits=12,
-            slot_groups=4,
-        )
-        for channel in range(3)
-    }
-    return store.commit(replaced, version=1, function_digest=function.digest, n_channels=3)
+    return new_store(root, initial_function(3, "str", 12), table, slot_groups=4)
 
 
 def verify(root: Path, *options: str) -> tuple[int, str, str]:
