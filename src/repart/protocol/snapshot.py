@@ -206,7 +206,7 @@ def _parse(document: Mapping[str, Any]) -> Snapshot:
         slot_bits=slot_bits,
         slots=None if doc.get("slots") in (None, []) else _slots(doc["slots"], slot_bits, tuples),
         version=None if version is None else require_int(version, "version", 1),
-        channels=None if doc.get("channels") in (None, []) else _channels(doc["channels"]),
+        channels=None if doc.get("channels") in (None, []) else channel_measurements(doc["channels"]),
         batch=None if batch is None else require_int(batch, "batch"),
     )
 
@@ -221,12 +221,6 @@ def check_region_name(name: object) -> str:
     """``name`` if it is a region name (``repart.validation.REGION_NAME``); InvalidInput naming
     ``region`` otherwise."""
     return str(check("region", name, REGION_NAME))
-
-
-def channel_measurements(value: object) -> tuple[ChannelMeasurement, ...]:
-    """The ``channels`` field: per-channel measurements (JSON objects with channel, tuples,
-    busy_seconds, state_bytes), unique by channel, sorted by channel."""
-    return _channels(value)
 
 
 def _timestamp(value: object, name: str) -> datetime:
@@ -332,7 +326,9 @@ def _slots(value: object, slot_bits: int, tuples: int) -> tuple[tuple[int, int],
     return tuple(sorted(pairs.items()))
 
 
-def _channels(value: object) -> tuple[ChannelMeasurement, ...]:
+def channel_measurements(value: object) -> tuple[ChannelMeasurement, ...]:
+    """The ``channels`` field: per-channel measurements (JSON objects with channel, tuples,
+    busy_seconds, state_bytes), unique by channel, sorted by channel."""
     measured: dict[int, ChannelMeasurement] = {}
     for i, raw in enumerate(require_list(value, "channels")):
         name = f"channels[{i}]"
