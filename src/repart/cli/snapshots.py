@@ -4,24 +4,41 @@ Each file holds one snapshot JSON document (``repart/protocol/snapshot.schema.js
 in its own transaction: all of it or none of it. A rejected file does not stop the others; the
 command reports every file and exits 2 if any was rejected. ``--spool DIR`` runs one pass over a
 spool directory (``repart.controller.spool``): its files move to ``done/`` or ``rejected/``.
+
+``repart snapshot list|delete``: a region's stored windows, and the removal of one ingested by
+mistake (refused while a decision depends on it, unless ``--force``: ``repart.storage.delete_snapshot``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+from sqlalchemy.orm import Session
 
-from repart.cli.database import DbOption, JsonOption, console, open_database, print_json
+from repart.cli.database import (
+    DbOption,
+    JsonOption,
+    console,
+    number,
+    open_database,
+    print_json,
+    query,
+    read_query,
+    timestamp,
+)
 from repart.cli.errors import reports_bad_input
 from repart.controller.spool import IngestOutcome, ingest_file, ingest_spool
 from repart.errors import InvalidInput
+from repart.storage import SnapshotSummary, delete_snapshot, snapshot_summaries
 
-snapshot_app = typer.Typer(no_args_is_help=True, help="Ingest window snapshots.")
+snapshot_app = typer.Typer(no_args_is_help=True, help="Ingest, list and delete window snapshots.")
+
+RegionName = Annotated[str, typer.Argument(help="Region name.")]
 
 
 @snapshot_app.command("ingest")
@@ -73,3 +90,95 @@ def ingest(
             highlight=False,
         )
         raise typer.Exit(InvalidInput.exit_code)
+
+
+def snapshot_dict(summary: SnapshotSummary) -> dict[str, Any]:
+    """A stored window, without its items, as a JSON object."""
+    return {
+        "seq": summary.seq,
+        "window_start": timestamp(summary.window_start),
+        "window_end": timestamp(summary.window_end),
+        "tuples": summary.tuples,
+        "distinct_estimate": summary.distinct_estimate,
+        "epsilon": summary.epsilon,
+        "items": summary.items,
+        "batch": summary.batch,
+        "version": summary.version,
+        "source": summary.source,
+        "ingested_at": timestamp(summary.ingested_at),
+    }
+
+
+@snapshot_app.command("list")
+@reports_bad_input
+def list_(region: RegionName, db: DbOption = None, as_json: JsonOption = False) -> None:
+    """List a region's snapshots by window seq (without their items)."""
+    rows = read_query(db, lambda s: [snapshot_dict(summary) for summary in snapshot_summaries(s, region)])
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title=f"snapshots of {region}")
+    for column in (
+        "seq",
+        "window start",
+        "window end",
+        "tuples",
+        "distinct",
+        "ε",
+        "items",
+        "batch",
+        "ingested",
+    ):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(
+            str(r["seq"]),
+            r["window_start"],
+            r["window_end"],
+            str(r["tuples"]),
+            str(r["distinct_estimate"]),
+            number(r["epsilon"]),
+            str(r["items"]),
+            "-" if r["batch"] is None else str(r["batch"]),
+            r["ingested_at"],
+        )
+    console().print(table)
+
+
+@snapshot_app.command("delete")
+@reports_bad_input
+def delete(
+    region: RegionName,
+    seq: Annotated[int, typer.Option("--seq", help="The window seq to delete (see `repart snapshot list`).")],
+    force: Annotated[
+        bool, typer.Option("--force", help="Delete it even though a decision depends on it.")
+    ] = False,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete a snapshot ingested by mistake, with its items, in one transaction.
+
+    Refused (exit 3) while a decision depends on the window, unless --force: when the region's
+    considered seq (the newest window a tick decided on) is at least SEQ, or an event lists SEQ among
+    the windows it decided on (``window_seqs`` of activated, no-change, recommended, scaled and
+    rollback events). A forced delete does not undo those decisions. Writes a ``snapshot-deleted``
+    event with the seq and whether --force was given.
+    """
+
+    def work(session: Session) -> dict[str, Any]:
+        deleted = delete_snapshot(session, region, seq, force=force)
+        return {
+            **snapshot_dict(deleted.snapshot),
+            "forced": deleted.forced,
+            "depended_on": list(deleted.depended_on),
+            "event_id": deleted.event_id,
+        }
+
+    shown = query(db, work)
+    if as_json:
+        print_json(shown)
+        return
+    console().print(
+        f"deleted snapshot seq {seq} of {region} ({shown['tuples']} tuples, {shown['items']} items)"
+        + (f", forced although {'; '.join(shown['depended_on'])}" if shown["depended_on"] else "")
+    )

@@ -1,4 +1,8 @@
-"""``repart versions list|show|diff``: a region's stored partition functions (DESIGN §2, §6, §7)."""
+"""``repart versions list|show|diff``: a region's stored partition functions (DESIGN §2, §6, §7).
+
+``diff`` shows the migration plan between two versions with the numbers ``plans show`` gives for the
+same migration (``migration_between``): the stored plan when there is one.
+"""
 
 from __future__ import annotations
 
@@ -20,9 +24,19 @@ from repart.cli.database import (
     timestamp,
 )
 from repart.cli.errors import reports_bad_input
+from repart.controller.settings import ControllerSettings
+from repart.controller.window import merge_snapshots, window_size
 from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning import PartitionFunction
-from repart.storage import get_version, list_versions, version_function
+from repart.storage import (
+    RegionConfig,
+    get_version,
+    latest_snapshots,
+    list_plans,
+    list_versions,
+    region_by_name,
+    version_function,
+)
 from repart.storage.models import Version
 
 versions_app = typer.Typer(no_args_is_help=True, help="List, show and compare partition-function versions.")
@@ -175,12 +189,45 @@ def diff(
     """The migration plan from version A to version B: explicit moves, slot-move runs, channels."""
 
     def work(session: Session) -> dict[str, Any]:
-        source = version_function(get_version(session, region, a))
-        target = version_function(get_version(session, region, b))
-        return {"from_version": a, "to_version": b, **plan_dict(plan_migration(source, target))}
+        plan, basis = migration_between(session, region, a, b)
+        return {"from_version": a, "to_version": b, **basis, **plan_dict(plan)}
 
     plan = read_query(db, work)
     if as_json:
         print_json(plan)
+        return
+    print_plan(plan, f"{region}: version {a} → {b}")
+    if plan["plan_id"] is not None:
+        weights = f"those of stored plan {plan['plan_id']} (the window it was decided on)"
+    elif plan["window_seqs"]:
+        weights = f"from the latest window, seqs {', '.join(map(str, plan['window_seqs']))}"
     else:
-        print_plan(plan, f"{region}: version {a} → {b}")
+        weights = "none (the region has no window with keys): moves weigh 0 and m is unknown"
+    console().print(f"weights: {weights}")
+
+
+def migration_between(session: Session, region: str, a: int, b: int) -> tuple[MigrationPlan, dict[str, Any]]:
+    """The migration plan from version ``a`` to version ``b`` of ``region``, and what weighs its moves
+    (``{"plan_id": …, "window_seqs": […]}``); NotFound for a version that does not exist.
+
+    The stored plan from ``a`` to ``b``, when the region has one (what the tick or an operator's
+    ``scale`` or ``rollback`` activated, weighed by the window it decided on): the plan ``plans show``
+    shows, so both give the same moves, weights and predicted m. Otherwise it is computed as ``scale``
+    and ``rollback`` compute theirs: ``plan_migration`` weighed by the region's latest merged window
+    (its last x − 1 snapshots) with the region's resources; without keys in that window the moves
+    weigh 0.0 and m is None.
+    """
+    source, target = get_version(session, region, a), get_version(session, region, b)
+    for stored in list_plans(session, region):
+        if (stored.from_version, stored.to_version) == (a, b):
+            return MigrationPlan.from_json(stored.plan_json), {"plan_id": stored.id, "window_seqs": []}
+    settings = ControllerSettings.from_config(RegionConfig.from_row(region_by_name(session, region)))
+    window = latest_snapshots(session, region, window_size(settings.counters))
+    estimate = merge_snapshots(window) if window else None
+    if estimate is not None and (not estimate.keys or estimate.total == 0):
+        estimate = None
+    plan = plan_migration(
+        version_function(source), version_function(target), estimate, settings.params.resources
+    )
+    seqs = [] if estimate is None else [snapshot.seq for snapshot in window]
+    return plan, {"plan_id": None, "window_seqs": seqs}

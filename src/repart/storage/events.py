@@ -4,6 +4,9 @@ An event records what the controller decided, by which rule and with which numbe
 ``activate``, ``rebalance-skipped``), ``rule`` (the policy or trigger that fired), a human-readable
 ``message`` and ``data``, a JSON object of the numbers behind the decision. Batch reports are what a
 Spark batch reports back (moved rows, timings, checksums), optionally tied to the plan it applied.
+
+``region_events`` and ``batch_reports`` read them back for the CLI (``repart events list``,
+``repart batches list``); ``EVENT_KINDS`` lists the kinds repart writes, which ``--kind`` accepts.
 """
 
 from __future__ import annotations
@@ -23,7 +26,24 @@ from repart.partitioning.documents import require_int
 from repart.storage import models
 from repart.storage.jsontext import dump_object
 from repart.storage.regions import region_by_name
-from repart.validation import NON_NEGATIVE_INT, STRING, check, shown
+from repart.validation import NON_NEGATIVE_INT, STRING, Options, check, shown
+
+# Every event kind repart writes (a test checks the kinds written in the source against it): the
+# controller's decisions (``repart.controller.tick``), the operator's actions
+# (``repart.controller.actions``, ``repart.storage.modes``, ``repart snapshot delete``, ``repart region
+# delete``) and a job's report of a failed plan (``repart.storage.client``).
+EVENT_KINDS = (
+    "initialized",
+    "activated",
+    "no-change",
+    "recommended",
+    "rollback",
+    "scaled",
+    "mode-changed",
+    "plan-failed",
+    "snapshot-deleted",
+    "region-deleted",
+)
 
 
 @dataclass(frozen=True)
@@ -69,6 +89,32 @@ def list_events(session: Session, region: str | None = None, *, limit: int = 100
     if region is not None:
         query = query.where(models.Event.region_id == region_by_name(session, region).id)
     return list(session.scalars(query))
+
+
+def region_events(
+    session: Session, region: str, *, kind: str | None = None, since: datetime | None = None
+) -> list[models.Event]:
+    """The events of ``region``, oldest first (by id, the order they were written in): only those of
+    ``kind`` (one of ``EVENT_KINDS``; InvalidInput naming ``kind`` otherwise) and only those at or
+    after ``since`` (timezone-aware; InvalidInput naming ``since`` for a naive datetime), if given."""
+    if kind is not None:
+        check("kind", kind, Options(EVENT_KINDS))
+    if since is not None and (since.tzinfo is None or since.utcoffset() is None):
+        raise InvalidInput("since", f"must be a timezone-aware timestamp, got {since.isoformat()}")
+    table = models.Event
+    query = select(table).where(table.region_id == region_by_name(session, region).id)
+    if kind is not None:
+        query = query.where(table.kind == kind)
+    if since is not None:
+        query = query.where(table.at >= since)
+    return list(session.scalars(query.order_by(table.id)))
+
+
+def batch_reports(session: Session, region: str) -> list[models.BatchReport]:
+    """What the Spark batches of ``region`` reported, by batch id (one report per batch)."""
+    table = models.BatchReport
+    region_id = region_by_name(session, region).id
+    return list(session.scalars(select(table).where(table.region_id == region_id).order_by(table.batch)))
 
 
 def record_batch_report(

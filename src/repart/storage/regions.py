@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -139,12 +139,40 @@ def update_region(session: Session, name: str, **changes: Any) -> models.Region:
     return row
 
 
-def delete_region(session: Session, name: str) -> None:
+@dataclass(frozen=True)
+class DeletedRegion:
+    """How many versions, plans and snapshots ``delete_region`` removed with a region."""
+
+    versions: int
+    plans: int
+    snapshots: int
+
+
+def delete_region(session: Session, name: str, *, force: bool = False) -> DeletedRegion:
     """Delete a region with its snapshots, versions, plans, reports and lease; its events stay (with
-    no region)."""
+    no region).
+
+    A region with versions (its partition functions and the plans between them, which jobs route and
+    migrate state by) is deleted only with ``force``: Conflict naming the counts otherwise. The
+    children go by the foreign keys' ``ON DELETE CASCADE`` (SQLite connections enable foreign keys,
+    ``repart.storage.engine``). NotFound for an unknown region.
+    """
     row = region_by_name(session, name)
+    session.refresh(row, with_for_update=True)
+    counts = DeletedRegion(
+        *(
+            session.scalar(select(func.count()).select_from(table).where(table.region_id == row.id)) or 0
+            for table in (models.Version, models.Plan, models.Snapshot)
+        )
+    )
+    if counts.versions and not force:
+        raise Conflict(
+            f"region {name!r} has {counts.versions} version(s) and {counts.plans} plan(s), which jobs "
+            "route and migrate state by; deleting it anyway needs force (`repart region delete --force`)"
+        )
     session.execute(delete(models.Region).where(models.Region.id == row.id))
     session.expunge(row)
+    return counts
 
 
 def _has_data(session: Session, region_id: int) -> bool:

@@ -4,16 +4,19 @@ The document itself (``Snapshot``, ``Snapshot.from_document``) is ``repart.proto
 ``ingest_snapshot`` checks a parsed snapshot against its region (known region, same key type and slot
 bits, a new window whose seq agrees with its time) and stores it in one SAVEPOINT, so a rejected
 snapshot leaves the database unchanged. Every error names the field and the accepted values.
+``snapshot_summaries`` lists a region's windows without their items, and ``delete_snapshot`` removes
+one ingested by mistake, unless a decision depends on it (see there).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, func, insert, select
+from sqlalchemy import Table, delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -21,6 +24,8 @@ from repart.errors import Conflict, InvalidInput, NotFound
 from repart.partitioning.hashing import KeyType
 from repart.protocol.snapshot import ChannelMeasurement, CounterEntry, Snapshot
 from repart.storage import models
+from repart.storage.events import NewEvent, record_event
+from repart.storage.jsontext import load_object
 from repart.storage.keys import key_columns, key_from_columns
 from repart.storage.regions import region_by_name
 from repart.validation import POSITIVE_INT, check
@@ -267,3 +272,147 @@ def _from_row(
         channels=tuple(ChannelMeasurement(*values) for values in channels) or None,
         batch=row.batch,
     )
+
+
+@dataclass(frozen=True)
+class SnapshotSummary:
+    """A stored window without its contents: its seq, time range and counts, ``items`` the number of
+    lossy-counter entries it retained, the job's ``batch`` and ``version``, where it came from
+    (``source``) and when it was ingested."""
+
+    seq: int
+    window_start: datetime
+    window_end: datetime
+    tuples: int
+    distinct_estimate: int
+    epsilon: float
+    items: int
+    batch: int | None
+    version: int | None
+    source: str | None
+    ingested_at: datetime
+
+
+@dataclass(frozen=True)
+class DeletedSnapshot:
+    """What ``delete_snapshot`` removed: the window, whether ``force`` was given, the decisions that
+    depended on it (empty when none did) and the id of the ``snapshot-deleted`` event."""
+
+    snapshot: SnapshotSummary
+    forced: bool
+    depended_on: tuple[str, ...]
+    event_id: int
+
+
+def snapshot_summaries(session: Session, region: str) -> list[SnapshotSummary]:
+    """The snapshots of ``region`` by seq, without their items (NotFound for an unknown region)."""
+    return _summaries(session, region_by_name(session, region).id)
+
+
+def delete_snapshot(session: Session, region: str, seq: int, *, force: bool = False) -> DeletedSnapshot:
+    """Delete window ``seq`` of ``region`` with its items, slots and channels, and record a
+    ``snapshot-deleted`` event (rule ``operator``) with the window, ``forced`` and ``depended_on``.
+
+    A decision depends on the window, and the delete is refused with Conflict unless ``force``, when
+    (``snapshot_dependents``) the region's ``considered_seq`` is at least ``seq`` (the tick has decided
+    on the windows up to it, so the window was, or was passed over as, part of a decided window), or an
+    event of the region lists ``seq`` in its ``window_seqs`` (a tick's ``activated``, ``no-change`` or
+    ``recommended`` decision, an operator's ``scaled`` or ``rollback``, whose plans are weighed by those
+    windows). A forced delete leaves the region's status as it is: the window is not decided on again.
+    NotFound names the seq and the region when there is no such window. Nothing is written on error.
+    """
+    row = region_by_name(session, region)
+    # The region row's lock orders the delete with ingests and a tick's persist step.
+    session.execute(select(models.Region.id).where(models.Region.id == row.id).with_for_update())
+    found = _summaries(session, row.id, seq)
+    if not found:
+        raise NotFound(f"region {region!r} has no snapshot with window.seq {seq}; {_seqs(session, row.id)}")
+    dependents = tuple(snapshot_dependents(session, row, seq))
+    if dependents and not force:
+        raise Conflict(
+            f"snapshot window.seq {seq} of region {region!r} is one a decision depends on: "
+            f"{'; '.join(dependents)}; deleting it anyway needs force (`repart snapshot delete --force`)"
+        )
+    summary = found[0]
+    table = models.Snapshot
+    session.execute(delete(table).where(table.region_id == row.id, table.seq == seq))
+    message = (
+        f"deleted snapshot window.seq {seq} ({summary.window_start.isoformat()} .. "
+        f"{summary.window_end.isoformat()}, {summary.tuples} tuples)"
+    )
+    if dependents:
+        message += f", forced although {'; '.join(dependents)}"
+    data = {
+        "seq": seq,
+        "window_start": summary.window_start.isoformat(),
+        "window_end": summary.window_end.isoformat(),
+        "tuples": summary.tuples,
+        "items": summary.items,
+        "batch": summary.batch,
+        "source": summary.source,
+        "forced": force,
+        "depended_on": list(dependents),
+    }
+    event_id = record_event(session, region, NewEvent("snapshot-deleted", "operator", message, data))
+    return DeletedSnapshot(summary, force, dependents, event_id)
+
+
+def snapshot_dependents(session: Session, region: models.Region, seq: int) -> list[str]:
+    """Why a decision of ``region`` depends on its window ``seq``, one phrase per reason (empty: none
+    does); the rule is ``delete_snapshot``'s."""
+    reasons = []
+    if region.considered_seq is not None and seq <= region.considered_seq:
+        reasons.append(
+            f"the region's decisions have considered the windows up to seq {region.considered_seq}"
+        )
+    event = models.Event
+    recorded = session.execute(
+        select(event.id, event.kind, event.data_json)
+        .where(event.region_id == region.id, event.data_json.contains('"window_seqs"'))
+        .order_by(event.id)
+    )
+    using = []
+    for event_id, kind, data_json in recorded:
+        data = load_object(data_json)
+        if seq in (data.get("window_seqs") or ()):
+            version = data.get("activated_version")
+            using.append(f"{event_id} ({kind}{'' if version is None else f', version {version}'})")
+    if using:
+        reasons.append(f"event(s) {', '.join(using)} decided on windows including it")
+    return reasons
+
+
+def _summaries(session: Session, region_id: int, seq: int | None = None) -> list[SnapshotSummary]:
+    """The region's snapshots (only window ``seq`` if given) by seq, each with its item count."""
+    table, item = models.Snapshot, models.SnapshotItem
+    items = select(func.count()).where(item.snapshot_id == table.id).correlate(table).scalar_subquery()
+    query = select(table, items).where(table.region_id == region_id)
+    if seq is not None:
+        query = query.where(table.seq == seq)
+    return [
+        SnapshotSummary(
+            seq=row.seq,
+            window_start=row.window_start,
+            window_end=row.window_end,
+            tuples=row.tuples,
+            distinct_estimate=row.distinct_estimate,
+            epsilon=row.epsilon,
+            items=count,
+            batch=row.batch,
+            version=row.version,
+            source=row.source,
+            ingested_at=row.ingested_at,
+        )
+        for row, count in session.execute(query.order_by(table.seq))
+    ]
+
+
+def _seqs(session: Session, region_id: int) -> str:
+    """The region's window seqs in a phrase, for a NotFound message."""
+    table = models.Snapshot
+    low, high, count = session.execute(
+        select(func.min(table.seq), func.max(table.seq), func.count()).where(table.region_id == region_id)
+    ).one()
+    if not count:
+        return "it has no snapshots"
+    return f"it has {count} snapshot(s), window.seq {low} to {high}"
