@@ -18,6 +18,8 @@ RESULT_FIELDS = {
     "n_channels",
     "digest",
     "plan_m",
+    "mode",
+    "mode_reason",
 }
 
 

@@ -303,7 +303,8 @@ def test_status(db: str) -> None:
     add_versions(db, "trades", (4, 6))
     rows = {r["region"]: r for r in repart_json(db, "status")}
     assert rows["idle"] == {
-        "region": "idle", "applied_version": None, "N": 2, "pending_plan": None, "last_event": None
+        "region": "idle", "mode": "auto", "mode_reason": None, "applied_version": None, "N": 2,
+        "pending_plan": None, "last_event": None
     }  # fmt: skip
     trades = rows["trades"]
     assert (trades["applied_version"], trades["N"]) == (1, 4)

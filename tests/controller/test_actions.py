@@ -62,7 +62,7 @@ def test_rollback_writes_a_new_version_with_the_old_function_and_a_plan_from_the
     contents = [(v.number, v.digest, v.function_json) for v in (first, second)]
     moment = datetime(2026, 2, 1, tzinfo=UTC)
 
-    result = rollback(engine, REGION, 1, now=moment)
+    result = rollback(engine, REGION, 1, reason="bad rebuild", now=moment)
     assert isinstance(result, ActionResult)
     assert (result.action, result.version, result.from_version, result.n_channels) == ("rollback", 3, 2, 4)
     assert result.digest == first.digest and result.plan_m is not None
@@ -78,11 +78,19 @@ def test_rollback_writes_a_new_version_with_the_old_function_and_a_plan_from_the
     assert (stored.source_digest, stored.target_digest) == (second.digest, first.digest)
     assert_plans_route_like_functions(engine)
 
-    event = events(engine)[0]
+    held, event = events(engine)[:2]
     data = load_object(event.data_json)
     assert (event.kind, event.rule, event.at) == ("rollback", "operator", moment)
     assert (data["to_version"], data["from_version"], data["activated_version"]) == (1, 2, 3)
     assert data["b_before"] is not None and data["predicted_m"] is not None
+    # The rollback holds the region (DESIGN §12.3), with the operator's reason, in the same transaction.
+    reason = "operator rolled back from version 2 to the function of version 1: bad rebuild"
+    assert (result.mode, result.mode_reason) == ("hold", reason)
+    assert (held.kind, held.at, load_object(held.data_json)) == (
+        "mode-changed",
+        moment,
+        {"from": "auto", "to": "hold", "reason": reason},
+    )
 
 
 def test_rollback_refusals_name_the_parameter_and_write_nothing(engine: Engine) -> None:
@@ -118,9 +126,10 @@ def test_scale_builds_on_the_window_and_activates_n_with_a_plan(engine: Engine) 
     assert (plan.id, plan.from_version, plan.to_version) == (result.plan_id, 2, 3)
     assert MigrationPlan.from_json(plan.plan_json).source_digest == applied.digest
     assert_plans_route_like_functions(engine)
-    event = events(engine)[0]
+    held, event = events(engine)[:2]
     data = load_object(event.data_json)
     assert (event.kind, event.rule, data["n_before"], data["n_next"]) == ("scaled", "operator", 4, 6)
+    assert (held.kind, result.mode) == ("mode-changed", "hold")
     assert [c["algorithm"] for c in data["candidates"]] == ["scan", "redist", "readj"]
 
 

@@ -29,6 +29,7 @@ from repart.storage import (
     read_transaction,
     region_by_name,
     run_in_transaction,
+    set_mode,
     set_plan_status,
     upgrade,
     version_function,
@@ -332,9 +333,27 @@ def test_an_operator_action_makes_a_pending_decision_stale(engine: Engine) -> No
     scaled = scale(engine, REGION, 6)
     assert RegionStatus.of(region_row(engine)).latest_version == scaled.version
     before = row_counts(engine)
-    with pytest.raises(Conflict, match="latest version 1, considered window seq None; now"):
+    with pytest.raises(Conflict, match="latest version 1, considered window seq None, mode auto; now"):
         run_in_transaction(engine, lambda session: persist(session, stale, verdict, now, None))
     assert row_counts(engine) == before
+
+
+def test_a_hold_between_read_and_write_discards_the_decision(engine: Engine) -> None:
+    add_zipf_region(engine, n_channels_initial=4, algorithm="redist", settings={"rebalance_threshold": 1.0})
+    tick(engine, REGION)
+    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4))
+    now = datetime.now(UTC)
+    stale = read_transaction(engine, lambda session: observe(session, REGION))
+    verdict = decide(stale, now)
+    assert verdict.action == "activated"
+    run_in_transaction(engine, lambda session: set_mode(session, REGION, "hold", "incident"))
+    before = row_counts(engine)
+    with pytest.raises(Conflict, match=r"mode auto; now .* mode hold"):
+        run_in_transaction(engine, lambda session: persist(session, stale, verdict, now, None))
+    assert row_counts(engine) == before
+    held = read_transaction(engine, lambda session: observe(session, REGION))
+    assert (held.window, held.applied_function, held.mode_reason) == ((), None, "incident")  # nothing loaded
+    assert decide(held, now).action == "held"
 
 
 def test_the_tick_reads_while_another_connection_holds_the_write_lock(tmp_path: Path) -> None:

@@ -127,6 +127,7 @@ def test_activation_writes_version_plan_moves_and_event(region: Engine) -> None:
         "threshold": 1.2,
         "activated_version": 2,
         "plan_id": result.plan_id,
+        "superseded_plans": [],
     }
     assert _status(region) == ({1: "applied", 2: "planned"}, {2: "pending"})
 

@@ -1,9 +1,11 @@
-"""``repart rollback|scale|explain``: the operator's overrides and the last decision (DESIGN §6–§8, §10).
+"""``repart rollback|scale|resume|explain``: the operator's overrides and the last decision (DESIGN §6–§8,
+§10, §12.3).
 
 ``rollback`` and ``scale`` activate a new version with a pending plan from the applied version, as the
-controller's tick does, with rule ``operator``; ``explain`` shows the newest decision event with its
-numbers. Bad input (an unknown region or version, N outside the region's bounds, a plan being applied)
-is reported without a traceback and exits 2, and nothing is written.
+controller's tick does, with rule ``operator``, and hold the region so that the next tick does not
+undo them; ``resume`` returns a held region to its previous mode; ``explain`` shows the newest decision
+event with its numbers. Bad input (an unknown region or version, N outside the region's bounds, a plan
+being applied) is reported without a traceback and exits 2, and nothing is written.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from repart.cli.database import (
     number,
     open_database,
     print_json,
+    query,
     read_query,
 )
 from repart.cli.errors import reports_bad_input
@@ -30,20 +33,33 @@ from repart.controller.actions import ActionResult
 from repart.controller.actions import explain as explain_region
 from repart.controller.actions import rollback as rollback_region
 from repart.controller.actions import scale as scale_region
+from repart.storage import resume as resume_region
+from repart.storage.models import Region
 
 RegionName = Annotated[str, typer.Argument(help="Region name.")]
+ReasonOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Why, in the operator's words: recorded with the hold it puts the region in.", show_default=False
+    ),
+]
 
 
 @reports_bad_input
 def rollback(
     region: RegionName,
     to: Annotated[int, typer.Option("--to", help="The version whose function to go back to.")],
+    reason: ReasonOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Activate a new version with version V's function and a plan to it from the applied version."""
+    """Activate a new version with version V's function and a plan to it from the applied version.
+
+    The region is then held, so that the next tick does not undo the rollback: `repart resume`
+    returns it to its mode.
+    """
     with open_database(db) as engine:
-        result = rollback_region(engine, region, to)
+        result = rollback_region(engine, region, to, reason=reason)
     _show(result, as_json)
 
 
@@ -51,12 +67,17 @@ def rollback(
 def scale(
     region: RegionName,
     channels: Annotated[int, typer.Option("--channels", help="The channel count N to run with.")],
+    reason: ReasonOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Activate the next function on N channels, built from the applied version, with its plan."""
+    """Activate the next function on N channels, built from the applied version, with its plan.
+
+    The region is then held, so that the next tick does not scale it back: `repart resume` returns
+    it to its mode.
+    """
     with open_database(db) as engine:
-        result = scale_region(engine, region, channels)
+        result = scale_region(engine, region, channels, reason=reason)
     _show(result, as_json)
 
 
@@ -104,7 +125,25 @@ def _show(result: ActionResult, as_json: bool) -> None:
     table.add_row("digest", result.digest[:12])
     table.add_row("predicted m", number(result.plan_m))
     table.add_row("reason", Text(result.reason))
+    table.add_row(
+        "mode", Text(f"{result.mode} ({result.mode_reason}); `repart resume {result.region}` to undo")
+    )
     console().print(table)
+
+
+@reports_bad_input
+def resume(region: RegionName, db: DbOption = None, as_json: JsonOption = False) -> None:
+    """Return a held region to the mode it had before it was held (`auto` if none)."""
+    shown = query(db, lambda session: mode_dict(resume_region(session, region)))
+    if as_json:
+        print_json(shown)
+        return
+    console().print(Text(f"{region}: mode {shown['mode']} ({shown['mode_reason']})"))
+
+
+def mode_dict(row: Region) -> dict[str, Any]:
+    """A region's name, mode and why, as JSON."""
+    return {"region": row.name, "mode": row.mode, "mode_reason": row.mode_reason}
 
 
 def _cell(value: Any) -> str:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
-from repart.cli.actions import explain, rollback, scale
+from repart.cli.actions import explain, resume, rollback, scale
+from repart.cli.batches import batches_app
 from repart.cli.demo import demo
+from repart.cli.events import events_app
 from repart.cli.init import init
 from repart.cli.plans import plans_app
 from repart.cli.regions import region_app
@@ -32,16 +36,35 @@ app.command()(tick)
 app.command()(run)
 app.command()(rollback)
 app.command()(scale)
+app.command()(resume)
 app.command()(explain)
 app.add_typer(region_app, name="region")
 app.add_typer(snapshot_app, name="snapshot")
 app.add_typer(versions_app, name="versions")
 app.add_typer(plans_app, name="plans")
 app.add_typer(state_app, name="state")
+app.add_typer(events_app, name="events")
+app.add_typer(batches_app, name="batches")
+
+
+def _print_version(requested: bool) -> None:
+    """Print the installed package's version and exit (``--version``)."""
+    if requested:
+        from importlib.metadata import version  # only when asked: keeps every other command's start fast
+
+        typer.echo(f"repart {version('repart')}")
+        raise typer.Exit()
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print repart's version and exit.", callback=_print_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
     """repart: elastic repartitioning for stateful Spark pipelines."""
 
 

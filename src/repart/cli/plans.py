@@ -1,7 +1,8 @@
 """``repart plans list|show|report``: a region's migration plans and what jobs report (DESIGN §6, §7).
 
 ``report`` is what a Spark job says after applying a plan: ``applied`` (with the rows and bytes it
-moved) or ``failed``. A pending plan is taken through ``applying`` in the same transaction.
+moved) or ``failed``. A pending plan is taken through ``applying`` in the same transaction. Jobs retry:
+a report that repeats the plan's state and numbers changes nothing and succeeds.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from repart.cli.database import (
 )
 from repart.cli.errors import reports_bad_input
 from repart.cli.versions import plan_dict, print_plan
-from repart.errors import NotFound
+from repart.errors import Conflict, NotFound
 from repart.migration import MigrationPlan
 from repart.storage import get_plan, list_plans, region_by_name, set_plan_status
-from repart.storage.models import Plan
+from repart.storage.events import region_events
+from repart.storage.jsontext import load_object
+from repart.storage.models import Event, Plan
 
 plans_app = typer.Typer(no_args_is_help=True, help="List and show migration plans; report their outcome.")
 
@@ -73,8 +76,22 @@ def plan_of_region(session: Session, region: str, plan_id: int) -> Plan:
 
 @plans_app.command("list")
 @reports_bad_input
-def list_(region: RegionName, db: DbOption = None, as_json: JsonOption = False) -> None:
+def list_(
+    region: RegionName,
+    recommended: Annotated[
+        bool,
+        typer.Option(
+            "--recommended",
+            help="List the recommendations a region in `recommend` mode recorded (nothing activated).",
+        ),
+    ] = False,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
     """List a region's plans, oldest first."""
+    if recommended:
+        _list_recommendations(region, db, as_json)
+        return
     rows = read_query(db, lambda s: [plan_summary(p) for p in list_plans(s, region)])
     if as_json:
         print_json(rows)
@@ -101,6 +118,52 @@ def list_(region: RegionName, db: DbOption = None, as_json: JsonOption = False) 
             str(p["slot_moves"]),
             "-" if p["moved_rows"] is None else str(p["moved_rows"]),
             p["created_at"],
+        )
+    console().print(table)
+
+
+def recommendation_summary(event: Event) -> dict[str, Any]:
+    """A ``recommended`` event as what it recommends: the window it decided on, N, the candidate's
+    digest, predicted b and m, and its plan's moves (DESIGN §12.3)."""
+    data = load_object(event.data_json)
+    return {
+        "event_id": event.id,
+        "at": timestamp(event.at),
+        "rule": event.rule,
+        "considered_seq": data.get("considered_seq"),
+        "n_before": data.get("n_before"),
+        "n_next": data.get("n_channels"),
+        "digest": data.get("digest"),
+        "algorithm": data.get("algorithm"),
+        "b_before": data.get("b_before"),
+        "predicted_b": data.get("predicted_b"),
+        "predicted_m": data.get("predicted_m"),
+        "plan": data.get("plan"),
+        "message": event.message,
+    }
+
+
+def _list_recommendations(region: str, db: str | None, as_json: bool) -> None:
+    rows = read_query(
+        db, lambda s: [recommendation_summary(e) for e in region_events(s, region, kind="recommended")]
+    )
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title=f"recommendations for {region} (nothing activated)")
+    for column in ("event", "at", "window seq", "N", "b before", "predicted b", "predicted m", "moves"):
+        table.add_column(column)
+    for r in rows:
+        plan = r["plan"] or {}
+        table.add_row(
+            str(r["event_id"]),
+            str(r["at"]),
+            str(r["considered_seq"]),
+            f"{r['n_before']} → {r['n_next']}",
+            number(r["b_before"]),
+            number(r["predicted_b"]),
+            number(r["predicted_m"]),
+            f"{plan.get('explicit_moves', 0)} keys, {plan.get('slot_moves', 0)} slots",
         )
     console().print(table)
 
@@ -135,21 +198,48 @@ def report(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Record that a job applied a plan or failed to (its target version becomes applied or abandoned)."""
+    """Record that a job applied a plan or failed to (its target version becomes applied or abandoned).
+
+    A retry is a no-op: reporting the state the plan is already in with the same --moved-rows and
+    --moved-bytes (as given the first time) changes nothing and exits 0. Another state, or other
+    numbers, is a Conflict (exit 3).
+    """
 
     def work(session: Session) -> dict[str, Any]:
         row = plan_of_region(session, region, plan_id)
+        repeated = row.status == state.value
+        if repeated and (row.moved_rows, row.moved_bytes) == (moved_rows, moved_bytes):
+            return {**plan_summary(row), "changed": False}
         if row.status == "pending":
             set_plan_status(session, plan_id, "applying")
-        return plan_summary(
-            set_plan_status(session, plan_id, state.value, moved_rows=moved_rows, moved_bytes=moved_bytes)
-        )
+        try:
+            changed = set_plan_status(
+                session, plan_id, state.value, moved_rows=moved_rows, moved_bytes=moved_bytes
+            )
+        except Conflict as error:
+            if not repeated:
+                raise
+            raise Conflict(_other_numbers(row, moved_rows, moved_bytes)) from error
+        return {**plan_summary(changed), "changed": True}
 
     summary = query(db, work)
     if as_json:
         print_json(summary)
+    elif not summary["changed"]:
+        console().print(
+            f"plan {plan_id} of {region} was already reported {summary['status']}; nothing changed"
+        )
     else:
         console().print(
             f"plan {plan_id} of {region} is {summary['status']} (version {summary['to_version']} "
             f"{'applied' if summary['status'] == 'applied' else 'abandoned'})"
         )
+
+
+def _other_numbers(row: Plan, moved_rows: int | None, moved_bytes: int | None) -> str:
+    """Why a repeated report of a plan's state is refused: it gives other numbers than the first."""
+    return (
+        f"plan {row.id} was already reported {row.status} with moved rows {row.moved_rows} and moved "
+        f"bytes {row.moved_bytes}; a retry must repeat them, got moved rows {moved_rows} and moved bytes "
+        f"{moved_bytes}"
+    )

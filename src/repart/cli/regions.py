@@ -1,4 +1,4 @@
-"""``repart region create|list|show|update``: regions and their controller configuration (DESIGN §7, §8).
+"""``repart region create|list|show|update|delete``: regions and their configuration (DESIGN §7, §8).
 
 The options map onto ``repart.storage.RegionConfig``, which validates them; an error names the option
 and the accepted values, and nothing is written.
@@ -18,10 +18,20 @@ from repart.cli.database import DbOption, JsonOption, console, print_json, query
 from repart.cli.errors import options_of, reports_bad_input
 from repart.controller.settings import ControllerSettings
 from repart.errors import InvalidInput
-from repart.storage import RegionConfig, create_region, list_regions, region_by_name, update_region
+from repart.storage import (
+    NewEvent,
+    RegionConfig,
+    create_region,
+    delete_region,
+    list_regions,
+    record_event,
+    region_by_name,
+    set_mode,
+    update_region,
+)
 from repart.storage.models import Region
 
-region_app = typer.Typer(no_args_is_help=True, help="Create, list, show and update regions.")
+region_app = typer.Typer(no_args_is_help=True, help="Create, list, show, update and delete regions.")
 
 # RegionConfig field → command-line option, so that an error names the option people typed.
 Name = Annotated[str, typer.Argument(help="Region name: letters, digits, '.', '_', '-'.")]
@@ -90,6 +100,8 @@ def region_dict(row: Region) -> dict[str, Any]:
     return {
         "name": row.name,
         **values,
+        "mode": row.mode,
+        "mode_reason": row.mode_reason,
         "created_at": timestamp(row.created_at),
         "updated_at": timestamp(row.updated_at),
     }
@@ -216,10 +228,22 @@ def update(
     tail_aware: TailAware = None,
     slot_bits: SlotBits = None,
     settings: Settings = None,
+    mode: Annotated[
+        str | None,
+        typer.Option(
+            help="What the controller may do: auto (act), recommend (record what it would do, activate "
+            "nothing), hold (nothing).",
+            show_default=False,
+        ),
+    ] = None,
+    reason: Annotated[
+        str | None, typer.Option(help="Why the mode changes (recorded with it).", show_default=False)
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Change the given settings of a region (key type and slot bits only while it has no data)."""
+    """Change the given settings of a region (key type and slot bits only while it has no data), or its
+    mode (DESIGN §12.3: every change of mode is an event)."""
     changes = _options(
         key_type=key_type,
         n_channels_initial=channels,
@@ -235,9 +259,13 @@ def update(
         slot_bits=slot_bits,
     )
     new_settings = _parsed_settings(settings)
-    if not changes and not new_settings:
+    if reason is not None and mode is None:
+        raise InvalidInput("reason", "must come with --mode: it is the reason for a change of mode")
+    if not changes and not new_settings and mode is None:
         listed = ", ".join(
-            option for name, option in options_of(update).items() if name not in ("name", "db", "as_json")
+            option
+            for name, option in options_of(update).items()
+            if name not in ("name", "db", "as_json", "reason")
         )
         raise InvalidInput("options", f"must include at least one change ({listed}): nothing to update")
 
@@ -245,8 +273,44 @@ def update(
         if new_settings:
             current = RegionConfig.from_row(region_by_name(session, name)).settings
             changes["settings"] = {**current, **new_settings}
-        row = update_region(session, name, **changes)
+        row = update_region(session, name, **changes) if changes else region_by_name(session, name)
         _checked(RegionConfig.from_row(row))
+        if mode is not None:
+            row = set_mode(session, name, mode, reason)
         return region_dict(row)
 
     _show(query(db, work), as_json)
+
+
+@region_app.command("delete")
+@reports_bad_input
+def delete(
+    name: Name,
+    force: Annotated[
+        bool, typer.Option("--force", help="Delete it even though it has versions (and their plans).")
+    ] = False,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete a region with its snapshots, versions, plans and batch reports, in one transaction.
+
+    Refused (exit 3) when the region has versions, unless --force. Its events stay in the audit log
+    (without a region), and a controller-wide ``region-deleted`` event records what went.
+    """
+
+    def work(session: Session) -> dict[str, Any]:
+        deleted = delete_region(session, name, force=force)
+        counts = dataclasses.asdict(deleted)
+        message = (
+            f"deleted region {name!r} with {deleted.versions} version(s), {deleted.plans} plan(s) and "
+            f"{deleted.snapshots} snapshot(s)"
+        )
+        data = {"region": name, "forced": force, **counts}
+        event_id = record_event(session, None, NewEvent("region-deleted", "operator", message, data))
+        return {"name": name, "forced": force, **counts, "event_id": event_id, "message": message}
+
+    deleted = query(db, work)
+    if as_json:
+        print_json(deleted)
+    else:
+        console().print(deleted["message"])

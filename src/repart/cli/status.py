@@ -1,4 +1,5 @@
-"""``repart status``: per region, the applied version, N, the open plan and the last event (DESIGN §7, §8)."""
+"""``repart status``: per region, its mode, the applied version, N, the open plan and the last event
+(DESIGN §7, §8, §12.3)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ def region_status(session: Session, region: Region) -> dict[str, Any]:
     event = events[0] if events else None
     return {
         "region": region.name,
+        "mode": region.mode,
+        "mode_reason": region.mode_reason,
         "applied_version": None if applied is None else applied.number,
         "N": region.n_channels_initial if applied is None else applied.n_channels,
         "pending_plan": None
@@ -48,7 +51,7 @@ def status(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Show each region's applied version, N, pending plan and last event."""
+    """Show each region's mode (and why), applied version, N, pending plan and last event."""
 
     def work(session: Session) -> list[dict[str, Any]]:
         regions = [region_by_name(session, region)] if region is not None else list_regions(session)
@@ -59,12 +62,13 @@ def status(
         print_json(rows)
         return
     table = Table(title="status")
-    for column in ("region", "applied version", "N", "pending plan", "last event"):
+    for column in ("region", "mode", "applied version", "N", "pending plan", "last event"):
         table.add_column(column)
     for r in rows:
         plan, event = r["pending_plan"], r["last_event"]
         table.add_row(
             r["region"],
+            Text(r["mode"] if r["mode_reason"] is None else f"{r['mode']} ({r['mode_reason']})"),
             "-" if r["applied_version"] is None else str(r["applied_version"]),
             str(r["N"]),
             "-"

@@ -18,7 +18,7 @@ outside the region's bounds, a plan being applied, nothing to do) raises a ``Rep
 §12.4: ``InvalidInput`` naming the parameter, ``NotFound`` or ``Conflict``) and writes nothing.
 Event data follows tick's conventions: ``n_before``, ``n_next``, ``b_before``, ``predicted_b``,
 ``predicted_m``, ``plan_m``, ``algorithm``, ``candidates`` and ``window_seqs``, plus
-``activated_version`` and ``plan_id`` added by ``activate``.
+``activated_version``, ``plan_id`` and ``superseded_plans`` added by ``activate``.
 """
 
 from __future__ import annotations
@@ -50,15 +50,16 @@ from repart.storage import (
     models,
     region_by_name,
     run_in_transaction,
+    set_mode,
     version_function,
 )
 from repart.storage.jsontext import load_object
+from repart.storage.modes import OPERATOR_RULE
 from repart.validation import Interval, check
 
 ActionKind = Literal["rollback", "scaled"]
 # The event kinds that record a decision about a region's function, newest of which ``explain`` shows.
 EXPLAINED_KINDS = ("activated", "no-change", "rollback", "scaled", "initialized")
-OPERATOR_RULE = "operator"
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,8 @@ class ActionResult:
     ``action`` is the event kind (``rollback`` or ``scaled``), ``reason`` its message. ``version`` and
     ``plan_id`` are the new version's number and its pending plan, which goes from ``from_version``
     (the applied version) to it; ``n_channels`` and ``digest`` are the new version's, ``plan_m`` the
-    plan's predicted migration cost m (None without snapshots to weigh the moves).
+    plan's predicted migration cost m (None without snapshots to weigh the moves). ``mode`` is the
+    region's mode afterwards (``hold``) and ``mode_reason`` why.
     """
 
     region: str
@@ -80,6 +82,8 @@ class ActionResult:
     n_channels: int
     digest: str
     plan_m: float | None
+    mode: str
+    mode_reason: str
 
 
 @dataclass(frozen=True)
@@ -94,30 +98,36 @@ class _Context:
     window_seqs: list[int]
 
 
-def rollback(engine: Engine, region: str, to_version: int, *, now: datetime | None = None) -> ActionResult:
+def rollback(
+    engine: Engine, region: str, to_version: int, *, reason: str | None = None, now: datetime | None = None
+) -> ActionResult:
     """Activate a new version with version ``to_version``'s function and a plan to it (DESIGN §6).
 
     The plan goes from the applied version and is weighed by the latest merged window when there are
-    snapshots. ``now`` (timezone-aware; default: the current time) is the event's time. Raises
+    snapshots. The region is then held (DESIGN §12.3) with the operator's ``reason``, so that the next
+    tick does not undo the rollback; ``repart resume`` returns it to its mode. ``now``
+    (timezone-aware; default: the current time) is the events' time. Raises
     NotFound naming the existing versions for an unknown version, ``InvalidInput("to_version")``
     when the version's function is the applied one, Conflict while a plan is being applied; nothing
     is written then.
     """
     moment = aware_now(now)
-    return run_in_transaction(engine, lambda session: _rollback(session, region, to_version, moment))
+    return run_in_transaction(engine, lambda session: _rollback(session, region, to_version, reason, moment))
 
 
-def scale(engine: Engine, region: str, n_channels: int, *, now: datetime | None = None) -> ActionResult:
+def scale(
+    engine: Engine, region: str, n_channels: int, *, reason: str | None = None, now: datetime | None = None
+) -> ActionResult:
     """Activate the next function on ``n_channels`` channels with a plan to it (DESIGN §8, Plan/Activate).
 
     Built from the applied version with the region's algorithm and parameters on the latest merged
     window; without snapshots, the consistent hash alone on N with the applied function's consistent
-    spec. ``now`` as for ``rollback``. Raises ``InvalidInput("n_channels")`` with the region's channel
-    bounds for N outside them or equal to the applied N, Conflict while a plan is being applied;
-    nothing is written then.
+    spec. The region is then held with ``reason``, and ``now`` is used, as for ``rollback``. Raises
+    ``InvalidInput("n_channels")`` with the region's channel bounds for N outside them or equal to the
+    applied N, Conflict while a plan is being applied; nothing is written then.
     """
     moment = aware_now(now)
-    return run_in_transaction(engine, lambda session: _scale(session, region, n_channels, moment))
+    return run_in_transaction(engine, lambda session: _scale(session, region, n_channels, reason, moment))
 
 
 def explain(session: Session, region: str) -> dict[str, Any]:
@@ -169,7 +179,9 @@ def explain(session: Session, region: str) -> dict[str, Any]:
     }
 
 
-def _rollback(session: Session, region: str, to_version: int, moment: datetime) -> ActionResult:
+def _rollback(
+    session: Session, region: str, to_version: int, reason: str | None, moment: datetime
+) -> ActionResult:
     context = _context(session, region)
     applied = context.applied
     rows = list_versions(session, region)
@@ -195,10 +207,12 @@ def _rollback(session: Session, region: str, to_version: int, moment: datetime) 
         parent_number=applied.number,
     )
     message = f"operator rolled back from version {applied.number} to the function of version {to_version}"
-    return _activate(session, region, context, target, version, "rollback", message, data, moment)
+    return _activate(session, region, context, target, version, "rollback", message, data, reason, moment)
 
 
-def _scale(session: Session, region: str, n_channels: int, moment: datetime) -> ActionResult:
+def _scale(
+    session: Session, region: str, n_channels: int, reason: str | None, moment: datetime
+) -> ActionResult:
     context = _context(session, region)
     config, applied = context.config, context.applied
     n = check("n_channels", n_channels, Interval(int, config.min_channels, config.max_channels))
@@ -225,7 +239,7 @@ def _scale(session: Session, region: str, n_channels: int, moment: datetime) -> 
         function.to_json(), function.digest, n, algorithm, report, parent_number=applied.number
     )
     message = f"operator scaled from {applied.n_channels} to {n} channels (version {applied.number})"
-    return _activate(session, region, context, function, version, "scaled", message, data, moment)
+    return _activate(session, region, context, function, version, "scaled", message, data, reason, moment)
 
 
 def _context(session: Session, region: str) -> _Context:
@@ -273,9 +287,11 @@ def _activate(
     kind: ActionKind,
     message: str,
     data: dict[str, Any],
+    reason: str | None,
     moment: datetime,
 ) -> ActionResult:
-    """Plan from the applied function to ``function`` and store version, plan and event atomically."""
+    """Plan from the applied function to ``function``, store version, plan and event, and hold the
+    region with the operator's ``reason``, atomically."""
     plan = plan_migration(context.current, function, context.estimate, context.settings.params.resources)
     plan_m = None if plan.m is None else finite_or_none(plan.m)
     activation = activate(
@@ -283,6 +299,8 @@ def _activate(
     )
     session.get_one(models.Event, activation.event_id).at = moment
     assert activation.plan_id is not None  # a region with an applied version always gets a plan
+    held_for = message + (f": {reason}" if reason else "")
+    set_mode(session, region, "hold", held_for, at=moment)
     return ActionResult(
         region=region,
         action=kind,
@@ -293,4 +311,6 @@ def _activate(
         n_channels=function.n_channels,
         digest=function.digest,
         plan_m=plan_m,
+        mode="hold",
+        mode_reason=held_for,
     )

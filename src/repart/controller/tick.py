@@ -70,19 +70,24 @@ from repart.storage import (
     run_in_transaction,
 )
 
-TickAction = Literal["initialized", "idle", "unchanged", "activated", "blocked"]
+TickAction = Literal["initialized", "idle", "unchanged", "activated", "recommended", "blocked", "held"]
 
 
 @dataclass(frozen=True)
 class TickResult:
     """What one tick did for ``region``.
 
-    ``action`` is ``initialized`` (p^(0) activated), ``idle`` (no new snapshot to decide on),
-    ``unchanged`` (decided to keep the applied function), ``activated`` (a new version and plan were
-    stored) or ``blocked`` (a plan is being applied; nothing was written); ``reason`` says why in one
-    sentence. ``version`` and ``plan_id`` are the activated version's number and plan id (None unless
-    activated or initialized; p^(0) has no plan), ``n_channels`` the channel count the region runs
-    with after the tick (the new version's when activated, else the applied version's).
+    ``action`` is ``initialized`` (p^(0) activated, and no window waiting), ``idle`` (no new snapshot
+    to decide on), ``unchanged`` (decided to keep the applied function), ``activated`` (a new version
+    and plan were stored), ``recommended`` (the region is in ``recommend`` mode: what would have been
+    activated was recorded as a ``recommended`` event), ``blocked`` (a plan is being applied; nothing
+    was written) or ``held`` (the region is in ``hold`` mode; nothing was read beyond its row or
+    written); ``reason`` says why in one sentence. A region's first tick initializes it and, when
+    windows are waiting, decides on them at once: its action is then the decision's, and ``reason``
+    starts with the initialization's. ``version`` and ``plan_id`` are the activated version's number
+    and plan id (None unless activated or initialized; p^(0) has no plan), ``n_channels`` the channel
+    count the region runs with after the tick (the new version's when activated, else the applied
+    version's).
     ``build_seconds`` is the time spent deciding (merging the window, predicting b, building the
     function and its plan), ``storage_seconds`` the time in the database: ``read_seconds`` in the read
     transaction plus ``write_seconds`` in the write transaction (0 when nothing was written), which
@@ -107,7 +112,8 @@ class Observation:
 
     ``status`` is the status the decision will be compared against when it is persisted;
     ``newest_seq`` the newest snapshot's seq (None without snapshots); ``applied_n_channels`` N of the
-    applied version (None before the first). ``applying_plan`` (a plan being applied), and
+    applied version (None before the first); ``mode_reason`` why the region is in its mode.
+    ``applying_plan`` (a plan being applied), and
     ``applied_function`` and ``window`` (the sliding window's snapshots, oldest first) are read only
     when a decision on a new window is due (``awaits_decision``); they are None, None and empty
     otherwise.
@@ -119,6 +125,7 @@ class Observation:
     status: RegionStatus
     newest_seq: int | None
     applied_n_channels: int | None
+    mode_reason: str | None = None
     applying_plan: int | None = None
     applied_function: PartitionFunction | None = None
     window: tuple[Snapshot, ...] = ()
@@ -128,9 +135,9 @@ class Observation:
 class Verdict:
     """What ``decide`` concluded: the action, its reason, N after it, and what to persist.
 
-    ``event`` is None for ``idle`` and ``blocked`` (nothing to write). ``version`` is set for
+    ``event`` is None for ``idle``, ``blocked`` and ``held`` (nothing to write). ``version`` is set for
     ``initialized`` and ``activated``, ``plan`` for ``activated``; ``considered_seq`` is the newest
-    window seq decided on (``unchanged`` and ``activated``).
+    window seq decided on (``unchanged``, ``activated`` and ``recommended``).
     """
 
     action: TickAction
@@ -144,10 +151,12 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Persisted:
-    """What ``persist`` wrote: the activated version's number and its plan id (None if none)."""
+    """What ``persist`` wrote: the activated version's number and its plan id (None if none), and the
+    pending plans the activation superseded."""
 
     version: int | None
     plan_id: int | None
+    superseded_plans: tuple[int, ...] = ()
 
 
 def tick(
@@ -163,6 +172,24 @@ def tick(
     the status changed between the read and the write; nothing is written then.
     """
     moment = aware_now(now)
+    first = _iterate(engine, region, moment, fence)
+    if first.action != "initialized":
+        return first
+    then = _iterate(engine, region, moment, fence)
+    if then.action == "idle":
+        return first
+    return dataclasses.replace(
+        then,
+        reason=f"{first.reason}; then {then.reason}",
+        build_seconds=first.build_seconds + then.build_seconds,
+        storage_seconds=first.storage_seconds + then.storage_seconds,
+        read_seconds=first.read_seconds + then.read_seconds,
+        write_seconds=first.write_seconds + then.write_seconds,
+    )
+
+
+def _iterate(engine: Engine, region: str, moment: datetime, fence: Fence | None) -> TickResult:
+    """One read → decide → persist pass."""
     started = time.perf_counter()
     observation = read_transaction(engine, lambda session: observe(session, region))
     read_done = time.perf_counter()
@@ -175,10 +202,14 @@ def tick(
         )
         write_seconds = time.perf_counter() - decided
     read_seconds = read_done - started
+    reason = verdict.reason
+    if persisted.superseded_plans:
+        listed = ", ".join(str(plan) for plan in persisted.superseded_plans)
+        reason += f"; superseded pending plan(s) {listed}, never applied"
     return TickResult(
         region=region,
         action=verdict.action,
-        reason=verdict.reason,
+        reason=reason,
         version=persisted.version,
         plan_id=persisted.plan_id,
         n_channels=verdict.n_channels,
@@ -202,7 +233,9 @@ def observe(session: Session, region: str) -> Observation:
     ).one()
     config = RegionConfig.from_row(row)
     settings = ControllerSettings.from_config(config)
-    observation = Observation(region, config, settings, RegionStatus.of(row), newest_seq, applied_n_channels)
+    observation = Observation(
+        region, config, settings, RegionStatus.of(row), newest_seq, applied_n_channels, row.mode_reason
+    )
     if not awaits_decision(observation):
         return observation
     applying = session.scalar(
@@ -226,9 +259,10 @@ def observe(session: Session, region: str) -> Observation:
 
 
 def awaits_decision(observation: Observation) -> bool:
-    """True when the region has an applied version and a snapshot newer than the one last decided on."""
+    """True when the region is not held and has an applied version and a snapshot newer than the one
+    last decided on."""
     status, newest = observation.status, observation.newest_seq
-    if status.applied_version is None or newest is None:
+    if status.mode == "hold" or status.applied_version is None or newest is None:
         return False
     return status.considered_seq is None or newest > status.considered_seq
 
@@ -236,6 +270,8 @@ def awaits_decision(observation: Observation) -> bool:
 def decide(observation: Observation, now: datetime) -> Verdict:
     """Step 2, a pure function: what to do about the region, given what was read and ``now``."""
     status, n_applied = observation.status, observation.applied_n_channels
+    if status.mode == "hold":
+        return Verdict("held", f"held: {observation.mode_reason or 'no reason given'}", n_applied)
     if status.applied_version is None or n_applied is None:
         return _initialize(observation.config)
     if observation.newest_seq is None:
@@ -255,7 +291,35 @@ def decide(observation: Observation, now: datetime) -> Verdict:
     current, window = observation.applied_function, observation.window
     if current is None or not window:
         raise TypeError("an observation with a decision due must hold the applied function and the window")
-    return _analyze(observation.settings, status, current, window, now)
+    verdict = _analyze(observation.settings, status, current, window, now)
+    if status.mode == "recommend" and verdict.action == "activated":
+        return _recommendation(verdict)
+    return verdict
+
+
+def _recommendation(verdict: Verdict) -> Verdict:
+    """What ``activated`` would have done, recorded instead as a ``recommended`` event (DESIGN §12.3):
+    the candidate's N, digest, predicted b and m, and its plan's moves; nothing is activated."""
+    version, plan, event = verdict.version, verdict.plan, verdict.event
+    if version is None or plan is None or event is None:
+        raise TypeError("a recommendation is made from an activation verdict with a version and a plan")
+    data = dict(event.data) | {
+        "digest": version.digest,
+        "n_channels": version.n_channels,
+        "plan": {
+            "explicit_moves": len(plan.explicit_moves),
+            "slot_moves": len(plan.slot_moves),
+            "plan_m": None if plan.m is None else finite_or_none(plan.m),
+        },
+    }
+    reason = f"recommend mode, nothing activated: {verdict.reason}"
+    return Verdict(
+        "recommended",
+        reason,
+        verdict.n_channels,
+        event=NewEvent("recommended", event.rule, reason, data),
+        considered_seq=verdict.considered_seq,
+    )
 
 
 def _initialize(config: RegionConfig) -> Verdict:
@@ -379,7 +443,7 @@ def persist(
         considered_seq=verdict.considered_seq,
         at=now,
     )
-    return Persisted(activation.version_number, activation.plan_id)
+    return Persisted(activation.version_number, activation.plan_id, activation.superseded_plans)
 
 
 def _load(window: tuple[Snapshot, ...]) -> WindowLoad | None:

@@ -18,10 +18,20 @@ from repart.storage.engine import (
     read_transaction,
     run_in_transaction,
 )
-from repart.storage.events import NewEvent, list_events, record_batch_report, record_event
+from repart.storage.events import (
+    EVENT_KINDS,
+    NewEvent,
+    batch_reports,
+    list_events,
+    record_batch_report,
+    record_event,
+    region_events,
+)
 from repart.storage.leases import Fence, acquire_lease, check_fence, current_lease, release_lease
+from repart.storage.modes import resume, set_mode
 from repart.storage.plans import get_plan, list_plans, set_plan_status
 from repart.storage.regions import (
+    DeletedRegion,
     RegionConfig,
     create_region,
     delete_region,
@@ -30,20 +40,33 @@ from repart.storage.regions import (
     update_region,
 )
 from repart.storage.schema import current_revision, head_revision, upgrade
-from repart.storage.snapshots import get_snapshot, ingest_snapshot, latest_snapshots
+from repart.storage.snapshots import (
+    DeletedSnapshot,
+    SnapshotSummary,
+    delete_snapshot,
+    get_snapshot,
+    ingest_snapshot,
+    latest_snapshots,
+    snapshot_summaries,
+)
 from repart.storage.status import RegionStatus, compare_and_set_status, set_applied_version
 from repart.storage.versions import applied_version, get_version, list_versions, version_function
 
 __all__ = [
+    "EVENT_KINDS",
     "Activation",
+    "DeletedRegion",
+    "DeletedSnapshot",
     "Fence",
     "NewEvent",
     "NewVersion",
     "RegionConfig",
     "RegionStatus",
+    "SnapshotSummary",
     "acquire_lease",
     "activate",
     "applied_version",
+    "batch_reports",
     "check_fence",
     "compare_and_set_status",
     "create_region",
@@ -52,6 +75,7 @@ __all__ = [
     "database_problem",
     "database_url",
     "delete_region",
+    "delete_snapshot",
     "get_plan",
     "get_snapshot",
     "get_version",
@@ -69,10 +93,14 @@ __all__ = [
     "record_batch_report",
     "record_event",
     "region_by_name",
+    "region_events",
     "release_lease",
+    "resume",
     "run_in_transaction",
     "set_applied_version",
+    "set_mode",
     "set_plan_status",
+    "snapshot_summaries",
     "update_region",
     "upgrade",
     "version_function",

@@ -80,8 +80,8 @@ def activate(
     key type, slot bits and channel counts are theirs. The version is ``planned`` and its plan
     ``pending`` until a job applies it, and pending plans of the region are superseded. Activation is
     refused while a plan is being applied (Conflict). The event's data is stored with
-    ``activated_version`` and ``plan_id`` added. Concurrent activations of one region are serialized
-    by locking the region row (PostgreSQL) or the database (SQLite).
+    ``activated_version``, ``plan_id`` and ``superseded_plans`` added. Concurrent activations of one
+    region are serialized by locking the region row (PostgreSQL) or the database (SQLite).
 
     The region's status moves along by compare-and-set (``compare_and_set_status``): from
     ``expected`` (a status read earlier, say by the tick that decided this activation; default: the
@@ -131,6 +131,7 @@ def activate(
         last_change_at=moment
         if parent is not None and parent.n_channels != version.n_channels
         else current.last_change_at,
+        mode=current.mode,
     )
     try:
         with session.begin_nested():
@@ -161,7 +162,13 @@ def activate(
                 rule=event.rule,
                 message=event.message,
                 data_json=dump_object(
-                    {**event.data, "activated_version": number, "plan_id": plan_id}, "data"
+                    {
+                        **event.data,
+                        "activated_version": number,
+                        "plan_id": plan_id,
+                        "superseded_plans": list(superseded),
+                    },
+                    "data",
                 ),
             )
             session.add(event_row)

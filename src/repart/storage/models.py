@@ -52,6 +52,7 @@ NAMING_CONVENTION = {
 KEY_TYPES = ("str", "int")
 VERSION_STATUSES = ("planned", "applied", "superseded", "abandoned")
 PLAN_STATUSES = ("pending", "applying", "applied", "failed", "superseded")
+REGION_MODES = ("auto", "recommend", "hold")
 MOVE_KINDS = ("explicit", "slots")
 
 
@@ -108,6 +109,9 @@ class Region(Base):
     with status ``applied``), ``latest_version`` (the newest version's number), ``considered_seq``
     (the newest window seq a decision considered) and ``last_change_at`` (when a version changing N
     was activated: the channel-count policy's cooldown). All are None before the first version.
+    ``mode`` is what the tick may do (DESIGN §12.3): ``auto`` act, ``recommend`` record what it would
+    do without activating it, ``hold`` nothing; ``mode_reason`` says why, ``previous_mode`` is the mode
+    ``resume`` returns to. The mode is part of the status a tick compares and sets.
     ``lease_token`` is the last fencing token issued for the region's lease (``repart.storage.leases``):
     it only grows, also across released leases.
     """
@@ -120,6 +124,7 @@ class Region(Base):
             "min_channels <= n_channels_initial AND n_channels_initial <= max_channels",
             name="initial_channels",
         ),
+        CheckConstraint(_in("mode", REGION_MODES), name="mode"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -145,6 +150,9 @@ class Region(Base):
     considered_seq: Mapped[int | None] = mapped_column(BigInteger)
     last_change_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     lease_token: Mapped[int] = mapped_column(BigInteger, default=0)
+    mode: Mapped[str] = mapped_column(String(16), default="auto", server_default="auto")
+    mode_reason: Mapped[str | None] = mapped_column(Text)
+    previous_mode: Mapped[str | None] = mapped_column(String(16))
 
 
 class Snapshot(Base):

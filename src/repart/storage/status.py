@@ -2,11 +2,12 @@
 
 The controller reads the status with the region row, decides, and writes its decision only if the
 status is still the one it read: ``compare_and_set_status`` is one ``UPDATE regions … WHERE id = ?
-AND applied_version IS ? AND latest_version IS ? AND considered_seq IS ?``, which both backends
+AND applied_version IS ? AND latest_version IS ? AND considered_seq IS ? AND mode = ?``, which both backends
 decide atomically (PostgreSQL re-checks the WHERE clause on the newest row after waiting for a
 concurrent writer; SQLite runs one writer at a time). Losing it is a ``Conflict`` and changes
 nothing. ``last_change_at`` changes only together with ``latest_version`` (an activation), so it is
-covered by that comparison.
+covered by that comparison. The region's mode (DESIGN §12.3) is part of the status: an operator who holds
+the region between a tick's read and its write makes the tick's write a Conflict.
 """
 
 from __future__ import annotations
@@ -24,23 +25,25 @@ from repart.storage import models
 @dataclass(frozen=True)
 class RegionStatus:
     """The applied and newest version numbers, the newest window seq a decision considered, and when
-    N last changed (see ``models.Region``); all None before the region's first version."""
+    N last changed (see ``models.Region``), all None before the region's first version; and the
+    region's mode."""
 
     applied_version: int | None = None
     latest_version: int | None = None
     considered_seq: int | None = None
     last_change_at: datetime | None = None
+    mode: str = "auto"
 
     @classmethod
     def of(cls, row: models.Region) -> RegionStatus:
         """The status stored on a region row."""
-        return cls(row.applied_version, row.latest_version, row.considered_seq, row.last_change_at)
+        return cls(row.applied_version, row.latest_version, row.considered_seq, row.last_change_at, row.mode)
 
     def describe(self) -> str:
         """``applied v…, latest v…, considered seq …`` for messages."""
         return (
             f"applied version {self.applied_version}, latest version {self.latest_version}, "
-            f"considered window seq {self.considered_seq}"
+            f"considered window seq {self.considered_seq}, mode {self.mode}"
         )
 
 
@@ -57,6 +60,7 @@ def compare_and_set_status(
             table.applied_version.is_not_distinct_from(expected.applied_version),
             table.latest_version.is_not_distinct_from(expected.latest_version),
             table.considered_seq.is_not_distinct_from(expected.considered_seq),
+            table.mode == expected.mode,
         )
         # A status change is not a configuration change: updated_at keeps its value.
         .values(**asdict(new), updated_at=table.updated_at)
