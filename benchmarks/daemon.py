@@ -2,9 +2,10 @@
 
 Setup (not timed): a fresh SQLite database with ``--regions`` regions (str keys, fixed policy on
 N = 4 channels, algorithm ``redist``, 2^10 slots, x = 3 counters, rebalance threshold 10^-6 so that
-every decision rebuilds) and two rounds of windows at the feed's rate (below), or with ``--cold-start`` two
-windows for every region: a restart with every region's decision pending, which a 2-core machine needs
-several intervals to catch up on (reported, not a target). A window is a lossy counter
+every decision rebuilds), each initialized with p^(0) by one tick (regions of a controller that has been
+running), then two rounds of windows at the feed's rate (below). With ``--cold-start`` the regions are
+fresh and every one has two windows: a start with every region to initialize and decide on, which a
+2-core machine needs several intervals to catch up on (reported, not a target). A window is a lossy counter
 (ε = 10^-3) over 5,000 tuples of a Zipf(1) stream over 500 string keys, with its slot counts; a pool
 of 16 distinct streams is reused across regions and windows.
 
@@ -14,11 +15,11 @@ directory, on a free loopback port, as tests/conftest.py does).
 
 Timed run: one ``Daemon`` (interval ``--interval``, lease TTL 3 × interval, ``--workers`` tick threads) runs
 for ``--duration`` seconds; its sweep k is due at ``k · interval`` after the start and hands each region to
-the tick threads at ``k · interval`` plus the region's phase. Each region's first tick activates p^(0). A
-feeder thread ingests new windows half an interval after the ticks are due: in each round, to every
+the tick threads at ``k · interval`` plus the region's phase. A
+feeder process ingests new windows half an interval after the ticks are due: in each round, to every
 ``--feed-every``-th region (in turn), so that a region gets a new window every ``--feed-every`` intervals; a
 tick with a new window decides on it, the others are idle (the status check alone: DESIGN §12.2). The
-feeder is a process of its own, as the jobs that submit windows are. The
+feeder has a process of its own, as the jobs that submit windows have. The
 daemon's ticker is wrapped to record each tick's region, start and end; the daemon counts the sweeps it
 coalesced (``missed_sweeps``: due while the previous one still ran) and the regions a sweep skipped because
 their previous tick was still queued or running (``overruns``).
@@ -223,6 +224,9 @@ def setup(engine: Engine, regions: list[str], feeder: Feeder, cold_start: bool) 
             create_region(session, name, config)
 
     run_in_transaction(engine, create_all)
+    if not cold_start:  # regions a running controller has already initialized
+        for name in regions:
+            tick(engine, name)
     for seq in range(1, PRELOADED + 1):
         feeder.ingest_round(seq, every_region=cold_start)
 

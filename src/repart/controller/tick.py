@@ -172,10 +172,10 @@ def tick(
     the status changed between the read and the write; nothing is written then.
     """
     moment = aware_now(now)
-    first = _iterate(engine, region, moment, fence)
-    if first.action != "initialized":
+    first, windows_waiting = _iterate(engine, region, moment, fence)
+    if first.action != "initialized" or not windows_waiting:
         return first
-    then = _iterate(engine, region, moment, fence)
+    then, _ = _iterate(engine, region, moment, fence)
     if then.action == "idle":
         return first
     return dataclasses.replace(
@@ -188,8 +188,8 @@ def tick(
     )
 
 
-def _iterate(engine: Engine, region: str, moment: datetime, fence: Fence | None) -> TickResult:
-    """One read → decide → persist pass."""
+def _iterate(engine: Engine, region: str, moment: datetime, fence: Fence | None) -> tuple[TickResult, bool]:
+    """One read → decide → persist pass, and whether the region had snapshots when it was read."""
     started = time.perf_counter()
     observation = read_transaction(engine, lambda session: observe(session, region))
     read_done = time.perf_counter()
@@ -206,7 +206,7 @@ def _iterate(engine: Engine, region: str, moment: datetime, fence: Fence | None)
     if persisted.superseded_plans:
         listed = ", ".join(str(plan) for plan in persisted.superseded_plans)
         reason += f"; superseded pending plan(s) {listed}, never applied"
-    return TickResult(
+    result = TickResult(
         region=region,
         action=verdict.action,
         reason=reason,
@@ -218,6 +218,7 @@ def _iterate(engine: Engine, region: str, moment: datetime, fence: Fence | None)
         read_seconds=read_seconds,
         write_seconds=write_seconds,
     )
+    return result, observation.newest_seq is not None
 
 
 def observe(session: Session, region: str) -> Observation:
