@@ -6,16 +6,19 @@ with slot counts and channel measurements); every refusal must leave every table
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine
 
+from repart.controller import actions
 from repart.controller.actions import ActionResult, explain, rollback, scale
 from repart.controller.tick import tick
 from repart.errors import Conflict, InvalidInput, NotFound
-from repart.migration import MigrationPlan
-from repart.partitioning import ConsistentSpec, initial_function
+from repart.migration import MigrationPlan, plan_migration
+from repart.partitioning import ConsistentSpec, build, initial_function
 from repart.storage import run_in_transaction, set_plan_status
 from repart.storage.jsontext import load_object
 from tests.factories import (
@@ -187,3 +190,42 @@ def test_explain_shows_the_last_decision_with_every_auto_candidate(engine: Engin
     for candidate in shown["candidates"]:
         assert set(candidate) == {"algorithm", "predicted_b", "predicted_m", "objective"}
         assert candidate["objective"] is not None
+
+
+def test_scale_builds_without_holding_the_write_lock(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    rebalanced_and_applied(engine, algorithm="auto")
+    real_build = build
+    builds = []
+
+    def build_while_another_writer_takes_the_lock(*args: Any, **kwargs: Any) -> Any:
+        other = sqlite3.connect(str(engine.url.database), timeout=0)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # sqlite3.OperationalError if a write transaction is open
+            other.execute("ROLLBACK")
+        finally:
+            other.close()
+        builds.append(args[2])
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(actions, "build", build_while_another_writer_takes_the_lock)
+    assert scale(engine, REGION, 6).version == 3
+    assert builds == [6]
+
+
+def test_an_action_on_a_region_that_changed_since_its_read_writes_nothing(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rebalanced_and_applied(engine)
+    real_plan = plan_migration
+
+    def plan_while_a_tick_activates(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(actions, "plan_migration", real_plan)
+        ingest(engine, zipf_snapshot(2, n_channels=4, demand=8, exponent=1.3))
+        assert tick(engine, REGION).action == "activated"
+        return real_plan(*args, **kwargs)
+
+    monkeypatch.setattr(actions, "plan_migration", plan_while_a_tick_activates)
+    with pytest.raises(Conflict, match="changed since its status was read"):
+        scale(engine, REGION, 6)
+    assert [v.number for v in versions(engine)] == [1, 2, 3]  # the tick's version 3, nothing of scale
+    assert events(engine)[0].kind == "activated"

@@ -13,8 +13,11 @@ overrides and the audit view, built from the same pieces (settings, window merge
   rule ``operator``.
 - ``explain``: the newest decision event of the audit log (DESIGN §7) with its numbers.
 
-Both actions run in one transaction (``run_in_transaction``); every refusal (an unknown version, N
-outside the region's bounds, a plan being applied, nothing to do) raises a ``ReparError`` (DESIGN
+Both actions run as a tick does (DESIGN §12.2): they read in one read-only transaction, build and plan
+outside any transaction, and write version, plan, event and the hold in one short write transaction
+that compares and sets the region's status, so a build never holds SQLite's write lock and a change
+made in between (a tick's activation, a job applying a plan) is a ``Conflict``. Every refusal (an
+unknown version, N outside the region's bounds, a plan being applied, nothing to do) raises a ``ReparError`` (DESIGN
 §12.4: ``InvalidInput`` naming the parameter, ``NotFound`` or ``Conflict``) and writes nothing.
 Event data follows tick's conventions: ``n_before``, ``n_next``, ``b_before``, ``predicted_b``,
 ``predicted_m``, ``plan_m``, ``algorithm``, ``candidates`` and ``window_seqs``, plus
@@ -42,12 +45,14 @@ from repart.storage import (
     NewEvent,
     NewVersion,
     RegionConfig,
+    RegionStatus,
     activate,
     applied_version,
     latest_snapshots,
     list_plans,
     list_versions,
     models,
+    read_transaction,
     region_by_name,
     run_in_transaction,
     set_mode,
@@ -87,12 +92,31 @@ class ActionResult:
 
 
 @dataclass(frozen=True)
+class _StoredVersion:
+    """The fields of a stored version the actions use (read in one transaction, used after it)."""
+
+    number: int
+    digest: str
+    n_channels: int
+    function_json: str
+    algorithm: str
+    report_json: str
+
+    @classmethod
+    def of(cls, row: models.Version) -> _StoredVersion:
+        return cls(row.number, row.digest, row.n_channels, row.function_json, row.algorithm, row.report_json)
+
+
+@dataclass(frozen=True)
 class _Context:
-    """What both actions start from: the region, its settings, the applied version and the window."""
+    """What both actions start from, read in one read-only transaction: the region's settings and status,
+    its versions, the applied one and its function, and the merged window."""
 
     config: RegionConfig
     settings: ControllerSettings
-    applied: models.Version
+    status: RegionStatus
+    versions: tuple[_StoredVersion, ...]
+    applied: _StoredVersion
     current: PartitionFunction
     estimate: FrequencyEstimate | None
     window_seqs: list[int]
@@ -108,11 +132,14 @@ def rollback(
     tick does not undo the rollback; ``repart resume`` returns it to its mode. ``now``
     (timezone-aware; default: the current time) is the events' time. Raises
     NotFound naming the existing versions for an unknown version, ``InvalidInput("to_version")``
-    when the version's function is the applied one, Conflict while a plan is being applied; nothing
-    is written then.
+    when the version's function is the applied one, Conflict while a plan is being applied or when the
+    region changed between the read and the write; nothing is written then. As a tick does, it reads in
+    one read-only transaction, plans outside any, and writes in one short write transaction that
+    compares and sets the region's status (DESIGN §12.2).
     """
     moment = aware_now(now)
-    return run_in_transaction(engine, lambda session: _rollback(session, region, to_version, reason, moment))
+    context = read_transaction(engine, lambda session: _read(session, region))
+    return _rollback(engine, region, context, to_version, reason, moment)
 
 
 def scale(
@@ -124,10 +151,12 @@ def scale(
     window; without snapshots, the consistent hash alone on N with the applied function's consistent
     spec. The region is then held with ``reason``, and ``now`` is used, as for ``rollback``. Raises
     ``InvalidInput("n_channels")`` with the region's channel bounds for N outside them or equal to the
-    applied N, Conflict while a plan is being applied; nothing is written then.
+    applied N, Conflict while a plan is being applied or when the region changed between the read and
+    the write; nothing is written then. The build runs outside any transaction, as for ``rollback``.
     """
     moment = aware_now(now)
-    return run_in_transaction(engine, lambda session: _scale(session, region, n_channels, reason, moment))
+    context = read_transaction(engine, lambda session: _read(session, region))
+    return _scale(engine, region, context, n_channels, reason, moment)
 
 
 def explain(session: Session, region: str) -> dict[str, Any]:
@@ -180,11 +209,9 @@ def explain(session: Session, region: str) -> dict[str, Any]:
 
 
 def _rollback(
-    session: Session, region: str, to_version: int, reason: str | None, moment: datetime
+    engine: Engine, region: str, context: _Context, to_version: int, reason: str | None, moment: datetime
 ) -> ActionResult:
-    context = _context(session, region)
-    applied = context.applied
-    rows = list_versions(session, region)
+    applied, rows = context.applied, context.versions
     target_row = next((row for row in rows if row.number == to_version), None)
     if target_row is None:
         numbers = ", ".join(str(row.number) for row in rows)
@@ -195,7 +222,7 @@ def _rollback(
             f"must have another function than the applied version {applied.number} of region {region!r} "
             f"(there is nothing to roll back), got version {to_version}",
         )
-    target = version_function(target_row)
+    target = PartitionFunction.from_json(target_row.function_json)
     data: dict[str, Any] = {"from_version": applied.number, "to_version": to_version}
     data |= _predictions(context, target)
     version = NewVersion(
@@ -207,13 +234,12 @@ def _rollback(
         parent_number=applied.number,
     )
     message = f"operator rolled back from version {applied.number} to the function of version {to_version}"
-    return _activate(session, region, context, target, version, "rollback", message, data, reason, moment)
+    return _activate(engine, region, context, target, version, "rollback", message, data, reason, moment)
 
 
 def _scale(
-    session: Session, region: str, n_channels: int, reason: str | None, moment: datetime
+    engine: Engine, region: str, context: _Context, n_channels: int, reason: str | None, moment: datetime
 ) -> ActionResult:
-    context = _context(session, region)
     config, applied = context.config, context.applied
     n = check("n_channels", n_channels, Interval(int, config.min_channels, config.max_channels))
     if n == applied.n_channels:
@@ -239,12 +265,13 @@ def _scale(
         function.to_json(), function.digest, n, algorithm, report, parent_number=applied.number
     )
     message = f"operator scaled from {applied.n_channels} to {n} channels (version {applied.number})"
-    return _activate(session, region, context, function, version, "scaled", message, data, reason, moment)
+    return _activate(engine, region, context, function, version, "scaled", message, data, reason, moment)
 
 
-def _context(session: Session, region: str) -> _Context:
-    """The region's settings, applied version and merged window; refuses while a plan is applying."""
-    config = RegionConfig.from_row(region_by_name(session, region))
+def _read(session: Session, region: str) -> _Context:
+    """The region's settings, status, versions and merged window; refuses while a plan is applying."""
+    row = region_by_name(session, region)
+    config = RegionConfig.from_row(row)
     settings = ControllerSettings.from_config(config)
     applied = applied_version(session, region)
     if applied is None:
@@ -259,7 +286,16 @@ def _context(session: Session, region: str) -> _Context:
     estimate = merge_snapshots(window) if window else None
     if estimate is not None and (not estimate.keys or estimate.total == 0):
         estimate = None
-    return _Context(config, settings, applied, version_function(applied), estimate, [s.seq for s in window])
+    return _Context(
+        config,
+        settings,
+        RegionStatus.of(row),
+        tuple(_StoredVersion.of(version) for version in list_versions(session, region)),
+        _StoredVersion.of(applied),
+        version_function(applied),
+        estimate,
+        [snapshot.seq for snapshot in window],
+    )
 
 
 def _predictions(context: _Context, target: PartitionFunction) -> dict[str, Any]:
@@ -279,7 +315,7 @@ def _predictions(context: _Context, target: PartitionFunction) -> dict[str, Any]
 
 
 def _activate(
-    session: Session,
+    engine: Engine,
     region: str,
     context: _Context,
     function: PartitionFunction,
@@ -290,27 +326,30 @@ def _activate(
     reason: str | None,
     moment: datetime,
 ) -> ActionResult:
-    """Plan from the applied function to ``function``, store version, plan and event, and hold the
-    region with the operator's ``reason``, atomically."""
+    """Plan from the applied function to ``function`` (outside any transaction), then store version,
+    plan and event and hold the region with the operator's ``reason`` in one write transaction, if the
+    region's status is still the one ``context`` read (Conflict otherwise, and nothing is written)."""
     plan = plan_migration(context.current, function, context.estimate, context.settings.params.resources)
     plan_m = None if plan.m is None else finite_or_none(plan.m)
-    activation = activate(
-        session, region, version, plan, NewEvent(kind, OPERATOR_RULE, message, data | {"plan_m": plan_m})
-    )
-    session.get_one(models.Event, activation.event_id).at = moment
-    assert activation.plan_id is not None  # a region with an applied version always gets a plan
+    event = NewEvent(kind, OPERATOR_RULE, message, data | {"plan_m": plan_m})
     held_for = message + (f": {reason}" if reason else "")
-    set_mode(session, region, "hold", held_for, at=moment)
-    return ActionResult(
-        region=region,
-        action=kind,
-        reason=message,
-        version=activation.version_number,
-        plan_id=activation.plan_id,
-        from_version=context.applied.number,
-        n_channels=function.n_channels,
-        digest=function.digest,
-        plan_m=plan_m,
-        mode="hold",
-        mode_reason=held_for,
-    )
+
+    def write(session: Session) -> ActionResult:
+        activation = activate(session, region, version, plan, event, expected=context.status, at=moment)
+        assert activation.plan_id is not None  # a region with an applied version always gets a plan
+        set_mode(session, region, "hold", held_for, at=moment)
+        return ActionResult(
+            region=region,
+            action=kind,
+            reason=message,
+            version=activation.version_number,
+            plan_id=activation.plan_id,
+            from_version=context.applied.number,
+            n_channels=function.n_channels,
+            digest=function.digest,
+            plan_m=plan_m,
+            mode="hold",
+            mode_reason=held_for,
+        )
+
+    return run_in_transaction(engine, write)
