@@ -183,6 +183,14 @@ def ingest(engine: Engine, *snapshots: Snapshot) -> None:
         run_in_transaction(engine, lambda session, s=snapshot: ingest_snapshot(session, s))
 
 
+def ingest_skewed_window(engine: Engine, seq: int, n_channels: int = 4) -> None:
+    """Ingest window ``seq`` of the Zipf region (``zipf_snapshot``, demand 1 on ``n_channels`` channels),
+    its skew alternating (exponent 1.0 on odd ``seq``, 1.4 on even) so that each new window leaves the
+    applied function out of balance again."""
+    exponent = 1.0 if seq % 2 else 1.4
+    ingest(engine, zipf_snapshot(seq, n_channels=n_channels, demand=1.0, exponent=exponent))
+
+
 def row_counts(database: Engine | str) -> dict[str, int]:
     """The number of rows of every table of ``database`` (an engine or a URL)."""
     engine = make_engine(database) if isinstance(database, str) else database
@@ -317,6 +325,32 @@ def state_table(n: int, key_type: KeyType, seed: int = 0) -> pa.Table:
     )
 
 
+def empty_store(
+    root: Path,
+    function: PartitionFunction,
+    schema: pa.Schema,
+    *,
+    key_col: str = "key",
+    slot_groups: int = 16,
+    version: int = 1,
+) -> StateStore:
+    """An empty store (generation 0) of region ``REGION`` at ``version``, laid out by ``function``, for
+    rows of ``schema`` keyed by ``key_col``."""
+    key_type: KeyType = "str" if pa.types.is_string(schema.field(key_col).type) else "int"
+    return StateStore.create(
+        root,
+        region=REGION,
+        version=version,
+        function_digest=function.digest,
+        n_channels=function.n_channels,
+        slot_bits=function.slot_bits,
+        key_type=key_type,
+        key_col=key_col,
+        schema=schema,
+        slot_groups=slot_groups,
+    )
+
+
 def new_store(
     root: Path,
     function: PartitionFunction,
@@ -327,19 +361,7 @@ def new_store(
 ) -> StateStore:
     """A store of region ``REGION`` at ``version``, laid out by ``function``, holding ``table`` routed
     by ``function`` (or ``routed_by``)."""
-    key_type: KeyType = "str" if pa.types.is_string(table.schema.field("key").type) else "int"
-    store = StateStore.create(
-        root,
-        region=REGION,
-        version=version,
-        function_digest=function.digest,
-        n_channels=function.n_channels,
-        slot_bits=function.slot_bits,
-        key_type=key_type,
-        key_col="key",
-        schema=table.schema,
-        slot_groups=slot_groups,
-    )
+    store = empty_store(root, function, table.schema, slot_groups=slot_groups, version=version)
     channels = (routed_by or function).lookup_many(table.column("key").to_pylist())
     replaced = {
         channel: write_channel_files(
@@ -347,7 +369,7 @@ def new_store(
             channel,
             table.filter(pa.array(channels == channel)),
             key_col="key",
-            key_type=key_type,
+            key_type=store.key_type,
             slot_bits=function.slot_bits,
             slot_groups=slot_groups,
         )

@@ -11,7 +11,7 @@ from tests.cli.helpers import runner
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> str:
+def db_url(tmp_path: Path) -> str:
     """The URL of a fresh database that ``repart init`` created."""
     url = f"sqlite:///{tmp_path / 'state' / 'repart.db'}"
     result = runner.invoke(app, ["init", "--db", url])

@@ -1,4 +1,4 @@
-"""Running the CLI in tests: ``repart ARGS --db DB`` and its ``--json`` output."""
+"""Running the CLI in tests: ``repart ARGS --db DB_URL`` and its ``--json`` output."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from repart.cli.app import app
 runner = CliRunner()
 
 
-def repart(db: str, *args: str) -> Result:
-    """Run ``repart ARGS --db DB``."""
-    return runner.invoke(app, [*args, "--db", db])
+def repart(db_url: str, *args: str) -> Result:
+    """Run ``repart ARGS --db DB_URL``."""
+    return runner.invoke(app, [*args, "--db", db_url])
 
 
-def repart_json(db: str, *args: str) -> Any:
-    """Run ``repart ARGS --db DB --json``, check it succeeded, and parse its stdout."""
-    result = repart(db, *args, "--json")
+def repart_json(db_url: str, *args: str) -> Any:
+    """Run ``repart ARGS --db DB_URL --json``, check it succeeded, and parse its stdout."""
+    result = repart(db_url, *args, "--json")
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)

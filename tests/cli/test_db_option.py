@@ -61,9 +61,9 @@ def test_db_mistakes_are_one_line_naming_db_with_exit_code_2(tmp_path: Path, com
     assert "cannot connect" in repart(mistakes["an unreachable server"], *command).output
 
 
-def test_a_read_only_database_reads_and_refuses_writes_in_one_line(db: str, tmp_path: Path) -> None:
-    assert repart(db, "region", "create", "trades", "--key-type", "str", "--channels", "2").exit_code == 0
-    path = db.removeprefix("sqlite:///")
+def test_a_read_only_database_reads_and_refuses_writes_in_one_line(db_url: str, tmp_path: Path) -> None:
+    assert repart(db_url, "region", "create", "trades", "--key-type", "str", "--channels", "2").exit_code == 0
+    path = db_url.removeprefix("sqlite:///")
     read_only = f"sqlite:///file:{path}?mode=ro&uri=true"  # read-only for root too, unlike chmod
     assert repart(read_only, "status").exit_code == 0
     result = repart(read_only, "tick")
@@ -72,35 +72,35 @@ def test_a_read_only_database_reads_and_refuses_writes_in_one_line(db: str, tmp_
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes to a file without write permission")
-def test_a_file_without_write_permission_is_one_line(db: str) -> None:
-    assert repart(db, "region", "create", "trades", "--key-type", "str", "--channels", "2").exit_code == 0
-    path = Path(db.removeprefix("sqlite:///"))
+def test_a_file_without_write_permission_is_one_line(db_url: str) -> None:
+    assert repart(db_url, "region", "create", "trades", "--key-type", "str", "--channels", "2").exit_code == 0
+    path = Path(db_url.removeprefix("sqlite:///"))
     path.chmod(0o444)
     try:
-        result = repart(db, "tick")
+        result = repart(db_url, "tick")
         assert result.exit_code == 2 and one_line_naming_db(result.output), result.output
     finally:
         path.chmod(0o644)
 
 
 def test_status_reads_while_another_process_holds_the_write_lock_and_a_write_is_a_conflict(
-    db: str, monkeypatch: pytest.MonkeyPatch
+    db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert repart(db, "region", "create", "trades", "--key-type", "str", "--channels", "2").exit_code == 0
-    holder = sqlite3.connect(db.removeprefix("sqlite:///"), isolation_level=None)
+    assert repart(db_url, "region", "create", "trades", "--key-type", "str", "--channels", "2").exit_code == 0
+    holder = sqlite3.connect(db_url.removeprefix("sqlite:///"), isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     try:
-        status = repart(db, "status", "--json")
+        status = repart(db_url, "status", "--json")
         assert status.exit_code == 0, status.output
         assert '"region": "trades"' in status.stdout
         # The write waits 0.05 s per attempt instead of the default 5 s, so the test is quick.
         monkeypatch.setattr(
-            "repart.cli.database.make_engine", functools.partial(make_engine, busy_timeout=0.05)
+            "repart.storage.engine.make_engine", functools.partial(make_engine, busy_timeout=0.05)
         )
-        tick = repart(db, "tick")
+        tick = repart(db_url, "tick")
         assert tick.exit_code == 3, tick.output
         assert "database is locked" in one_error(tick.output)
     finally:
         holder.rollback()
         holder.close()
-    assert repart(db, "tick").exit_code == 0
+    assert repart(db_url, "tick").exit_code == 0

@@ -13,95 +13,95 @@ from tests.cli.helpers import repart, repart_json
 from tests.factories import counter_document, row_counts, skewed_keys
 
 
-def ingest_window(db: str, tmp_path: Path, region: str, seq: int) -> None:
+def ingest_window(db_url: str, tmp_path: Path, region: str, seq: int) -> None:
     document = tmp_path / f"{region}-{seq}.json"
     document.write_text(json.dumps(counter_document(region, seq, skewed_keys(seed=seq))))
-    result = repart(db, "snapshot", "ingest", str(document))
+    result = repart(db_url, "snapshot", "ingest", str(document))
     assert result.exit_code == 0, result.output
 
 
-def create(db: str, region: str, *options: str) -> None:
-    created = repart(db, "region", "create", region, "--key-type", "str", "--channels", "4", *options)
+def create(db_url: str, region: str, *options: str) -> None:
+    created = repart(db_url, "region", "create", region, "--key-type", "str", "--channels", "4", *options)
     assert created.exit_code == 0, created.output
 
 
-def tick(db: str, region: str) -> dict[str, object]:
-    results = repart_json(db, "tick", "--region", region)
+def tick(db_url: str, region: str) -> dict[str, object]:
+    results = repart_json(db_url, "tick", "--region", region)
     assert len(results) == 1
     return results[0]  # type: ignore[no-any-return]
 
 
-def versions(db: str, region: str) -> list[tuple[int, int, str]]:
-    return [(v["version"], v["N"], v["status"]) for v in repart_json(db, "versions", "list", region)]
+def versions(db_url: str, region: str) -> list[tuple[int, int, str]]:
+    return [(v["version"], v["N"], v["status"]) for v in repart_json(db_url, "versions", "list", region)]
 
 
-def mode_events(db: str, region: str) -> list[dict[str, object]]:
-    return [e["data"] for e in repart_json(db, "events", "list", region, "--kind", "mode-changed")]
+def mode_events(db_url: str, region: str) -> list[dict[str, object]]:
+    return [e["data"] for e in repart_json(db_url, "events", "list", region, "--kind", "mode-changed")]
 
 
-def test_the_first_tick_initializes_and_decides_on_the_waiting_windows(db: str, tmp_path: Path) -> None:
-    create(db, "fx", "--max-channels", "8")
-    ingest_window(db, tmp_path, "fx", 1)
-    first = tick(db, "fx")
+def test_the_first_tick_initializes_and_decides_on_the_waiting_windows(db_url: str, tmp_path: Path) -> None:
+    create(db_url, "fx", "--max-channels", "8")
+    ingest_window(db_url, tmp_path, "fx", 1)
+    first = tick(db_url, "fx")
     assert first["action"] == "activated"
     assert str(first["reason"]).startswith("p(0): consistent hashing")
-    assert versions(db, "fx") == [(1, 4, "applied"), (2, 4, "planned")]
-    kinds = [e["kind"] for e in repart_json(db, "events", "list", "fx")]
+    assert versions(db_url, "fx") == [(1, 4, "applied"), (2, 4, "planned")]
+    kinds = [e["kind"] for e in repart_json(db_url, "events", "list", "fx")]
     assert kinds == ["initialized", "activated"]
-    assert tick(db, "fx")["action"] == "idle"
+    assert tick(db_url, "fx")["action"] == "idle"
 
 
-def test_a_scale_holds_the_region_until_resumed(db: str, tmp_path: Path) -> None:
-    create(db, "fx", "--max-channels", "8")
-    assert tick(db, "fx")["action"] == "initialized"
-    scaled = repart_json(db, "scale", "fx", "--channels", "8", "--reason", "month-end peak")
+def test_a_scale_holds_the_region_until_resumed(db_url: str, tmp_path: Path) -> None:
+    create(db_url, "fx", "--max-channels", "8")
+    assert tick(db_url, "fx")["action"] == "initialized"
+    scaled = repart_json(db_url, "scale", "fx", "--channels", "8", "--reason", "month-end peak")
     assert (scaled["mode"], scaled["version"]) == ("hold", 2)
     assert scaled["mode_reason"] == "operator scaled from 4 to 8 channels (version 1): month-end peak"
 
     # Today's defect: the next window made the fixed policy write "8 -> 4 channels". Held, nothing runs.
-    ingest_window(db, tmp_path, "fx", 1)
-    before = row_counts(db)
-    held = tick(db, "fx")
+    ingest_window(db_url, tmp_path, "fx", 1)
+    before = row_counts(db_url)
+    held = tick(db_url, "fx")
     assert (held["action"], held["version"]) == ("held", None)
     assert held["reason"] == f"held: {scaled['mode_reason']}"
-    assert row_counts(db) == before
-    assert repart_json(db, "plans", "list", "fx")[0]["status"] == "pending"
-    status = repart_json(db, "status", "fx")[0]
+    assert row_counts(db_url) == before
+    assert repart_json(db_url, "plans", "list", "fx")[0]["status"] == "pending"
+    status = repart_json(db_url, "status", "fx")[0]
     assert (status["mode"], status["mode_reason"]) == ("hold", scaled["mode_reason"])
 
-    resumed = repart_json(db, "resume", "fx")
+    resumed = repart_json(db_url, "resume", "fx")
     assert (resumed["mode"], resumed["mode_reason"]) == ("auto", "resumed by the operator")
-    acted = tick(db, "fx")
+    acted = tick(db_url, "fx")
     # Once resumed, the fixed policy goes back to 4, and says which pending plan it superseded.
     assert acted["action"] == "activated" and acted["n_channels"] == 4
     assert f"superseded pending plan(s) {scaled['plan_id']}, never applied" in str(acted["reason"])
-    assert [(e["from"], e["to"]) for e in mode_events(db, "fx")] == [("auto", "hold"), ("hold", "auto")]
+    assert [(e["from"], e["to"]) for e in mode_events(db_url, "fx")] == [("auto", "hold"), ("hold", "auto")]
 
 
-def test_a_rollback_is_not_rebuilt_away_by_the_next_tick(db: str, tmp_path: Path) -> None:
-    create(db, "ticks", "--max-channels", "8", "--set", "rebalance_threshold=1.0")
-    ingest_window(db, tmp_path, "ticks", 1)
-    assert tick(db, "ticks")["action"] == "activated"
-    plan = repart_json(db, "plans", "list", "ticks")[0]["id"]
-    repart_json(db, "plans", "report", "ticks", str(plan), "--state", "applied")
-    back = repart_json(db, "rollback", "ticks", "--to", "1")
+def test_a_rollback_is_not_rebuilt_away_by_the_next_tick(db_url: str, tmp_path: Path) -> None:
+    create(db_url, "ticks", "--max-channels", "8", "--set", "rebalance_threshold=1.0")
+    ingest_window(db_url, tmp_path, "ticks", 1)
+    assert tick(db_url, "ticks")["action"] == "activated"
+    plan = repart_json(db_url, "plans", "list", "ticks")[0]["id"]
+    repart_json(db_url, "plans", "report", "ticks", str(plan), "--state", "applied")
+    back = repart_json(db_url, "rollback", "ticks", "--to", "1")
     assert back["mode"] == "hold"
-    ingest_window(db, tmp_path, "ticks", 2)
-    assert tick(db, "ticks")["action"] == "held"
-    assert [v[0] for v in versions(db, "ticks")] == [1, 2, 3]
+    ingest_window(db_url, tmp_path, "ticks", 2)
+    assert tick(db_url, "ticks")["action"] == "held"
+    assert [v[0] for v in versions(db_url, "ticks")] == [1, 2, 3]
 
 
-def test_recommend_records_what_it_would_do_and_activates_nothing(db: str, tmp_path: Path) -> None:
-    create(db, "dry", "--max-channels", "8", "--set", "rebalance_threshold=1.0")
-    assert tick(db, "dry")["action"] == "initialized"
-    updated = repart_json(db, "region", "update", "dry", "--mode", "recommend", "--reason", "first week")
+def test_recommend_records_what_it_would_do_and_activates_nothing(db_url: str, tmp_path: Path) -> None:
+    create(db_url, "dry", "--max-channels", "8", "--set", "rebalance_threshold=1.0")
+    assert tick(db_url, "dry")["action"] == "initialized"
+    updated = repart_json(db_url, "region", "update", "dry", "--mode", "recommend", "--reason", "first week")
     assert (updated["mode"], updated["mode_reason"]) == ("recommend", "first week")
-    ingest_window(db, tmp_path, "dry", 1)
-    result = tick(db, "dry")
+    ingest_window(db_url, tmp_path, "dry", 1)
+    result = tick(db_url, "dry")
     assert (result["action"], result["version"]) == ("recommended", None)
-    assert versions(db, "dry") == [(1, 4, "applied")]
-    assert repart_json(db, "plans", "list", "dry") == []
-    (recommendation,) = repart_json(db, "plans", "list", "dry", "--recommended")
+    assert versions(db_url, "dry") == [(1, 4, "applied")]
+    assert repart_json(db_url, "plans", "list", "dry") == []
+    (recommendation,) = repart_json(db_url, "plans", "list", "dry", "--recommended")
     assert (recommendation["considered_seq"], recommendation["n_before"], recommendation["n_next"]) == (
         1,
         4,
@@ -109,36 +109,36 @@ def test_recommend_records_what_it_would_do_and_activates_nothing(db: str, tmp_p
     )
     assert recommendation["predicted_b"] < recommendation["b_before"]
     assert recommendation["plan"]["explicit_moves"] + recommendation["plan"]["slot_moves"] > 0
-    assert tick(db, "dry")["action"] == "idle"  # the window was decided on once
-    people = repart(db, "plans", "list", "dry", "--recommended")
+    assert tick(db_url, "dry")["action"] == "idle"  # the window was decided on once
+    people = repart(db_url, "plans", "list", "dry", "--recommended")
     assert people.exit_code == 0 and "nothing activated" in people.stdout
 
-    repart_json(db, "region", "update", "dry", "--mode", "auto")
-    ingest_window(db, tmp_path, "dry", 2)
-    assert tick(db, "dry")["action"] == "activated"
-    assert [e["to"] for e in mode_events(db, "dry")] == ["recommend", "auto"]
+    repart_json(db_url, "region", "update", "dry", "--mode", "auto")
+    ingest_window(db_url, tmp_path, "dry", 2)
+    assert tick(db_url, "dry")["action"] == "activated"
+    assert [e["to"] for e in mode_events(db_url, "dry")] == ["recommend", "auto"]
 
 
-def test_hold_by_update_and_resume_to_the_previous_mode(db: str) -> None:
-    create(db, "fx")
-    repart_json(db, "region", "update", "fx", "--mode", "recommend")
-    repart_json(db, "region", "update", "fx", "--mode", "hold", "--reason", "incident 42")
-    assert tick(db, "fx")["action"] == "held"  # not even initialized
-    assert repart_json(db, "resume", "fx")["mode"] == "recommend"
-    assert tick(db, "fx")["action"] == "initialized"  # p(0) is the base every mode needs
+def test_hold_by_update_and_resume_to_the_previous_mode(db_url: str) -> None:
+    create(db_url, "fx")
+    repart_json(db_url, "region", "update", "fx", "--mode", "recommend")
+    repart_json(db_url, "region", "update", "fx", "--mode", "hold", "--reason", "incident 42")
+    assert tick(db_url, "fx")["action"] == "held"  # not even initialized
+    assert repart_json(db_url, "resume", "fx")["mode"] == "recommend"
+    assert tick(db_url, "fx")["action"] == "initialized"  # p(0) is the base every mode needs
 
 
-def test_bad_mode_input_names_the_field_and_writes_nothing(db: str) -> None:
-    create(db, "fx")
-    before = row_counts(db)
-    unknown = repart(db, "region", "update", "fx", "--mode", "sometimes")
+def test_bad_mode_input_names_the_field_and_writes_nothing(db_url: str) -> None:
+    create(db_url, "fx")
+    before = row_counts(db_url)
+    unknown = repart(db_url, "region", "update", "fx", "--mode", "sometimes")
     assert unknown.exit_code == 2
     assert "--mode" in unknown.stderr and "'auto', 'recommend', 'hold'" in unknown.stderr
-    not_held = repart(db, "resume", "fx")
+    not_held = repart(db_url, "resume", "fx")
     assert not_held.exit_code == 2 and "must be 'hold' to resume" in not_held.stderr
-    lone_reason = repart(db, "region", "update", "fx", "--reason", "why not")
+    lone_reason = repart(db_url, "region", "update", "fx", "--reason", "why not")
     assert lone_reason.exit_code == 2 and "--reason" in lone_reason.stderr
-    missing = repart(db, "resume", "bonds")
+    missing = repart(db_url, "resume", "bonds")
     assert missing.exit_code == 2 and "unknown region 'bonds'" in missing.stderr
-    assert row_counts(db) == before
+    assert row_counts(db_url) == before
     assert "Traceback" not in unknown.output + not_held.output + lone_reason.output

@@ -8,9 +8,9 @@ from tests.cli.helpers import repart, repart_json
 from tests.factories import row_counts
 
 
-def test_settings_are_stored_merged_and_used(db: str) -> None:
+def test_settings_are_stored_merged_and_used(db_url: str) -> None:
     created = repart_json(
-        db,
+        db_url,
         "region",
         "create",
         "tu",
@@ -26,7 +26,7 @@ def test_settings_are_stored_merged_and_used(db: str) -> None:
         "cooldown_seconds=60",
     )
     assert created["settings"] == {"target_utilization": 0.7, "cooldown_seconds": 60}
-    updated = repart_json(db, "region", "update", "tu", "--set", "hysteresis=0.1")
+    updated = repart_json(db_url, "region", "update", "tu", "--set", "hysteresis=0.1")
     assert updated["settings"] == {"target_utilization": 0.7, "cooldown_seconds": 60, "hysteresis": 0.1}
 
 
@@ -39,20 +39,20 @@ def test_settings_are_stored_merged_and_used(db: str) -> None:
         ("nokey", "KEY=VALUE"),
     ],
 )
-def test_bad_settings_exit_2_and_change_nothing(db: str, setting: str, field: str) -> None:
-    assert repart(db, "region", "create", "r", "--key-type", "str").exit_code == 0
-    before = row_counts(db)
+def test_bad_settings_exit_2_and_change_nothing(db_url: str, setting: str, field: str) -> None:
+    assert repart(db_url, "region", "create", "r", "--key-type", "str").exit_code == 0
+    before = row_counts(db_url)
     for command in (["region", "create", "s", "--key-type", "str"], ["region", "update", "r"]):
-        result = repart(db, *command, "--set", setting)
+        result = repart(db_url, *command, "--set", setting)
         assert result.exit_code == 2, result.output
         assert field in result.output and "Traceback" not in result.output
-    assert row_counts(db) == before
-    assert repart_json(db, "region", "show", "r")["settings"] == {}
+    assert row_counts(db_url) == before
+    assert repart_json(db_url, "region", "show", "r")["settings"] == {}
 
 
-def test_user_text_in_an_error_is_not_read_as_markup(db: str) -> None:
-    before = row_counts(db)
-    result = repart(db, "region", "create", "[/x]", "--key-type", "str")
+def test_user_text_in_an_error_is_not_read_as_markup(db_url: str) -> None:
+    before = row_counts(db_url)
+    result = repart(db_url, "region", "create", "[/x]", "--key-type", "str")
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("error: NAME must be") and "[/x]" in result.stderr
-    assert row_counts(db) == before
+    assert row_counts(db_url) == before

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from repart.controller.tick import tick
 from repart.storage import models, run_in_transaction, version_function
 from repart.storage.jsontext import load_object
-from tests.factories import REGION, add_zipf_region, ingest, zipf_snapshot
+from tests.factories import REGION, add_zipf_region, ingest_skewed_window
 
 TRIALS = 20
 SEED = 20260103
@@ -44,12 +44,6 @@ def initialized_region(engine: Engine) -> None:
     """The region, its first version applied by a tick."""
     add_zipf_region(engine, n_channels_initial=N_CHANNELS, settings={"rebalance_threshold": 0.5})
     assert tick(engine, REGION).action == "initialized"
-
-
-def ingest_window(engine: Engine, seq: int) -> None:
-    """Window ``seq``, its skew alternating so that the applied function is out of balance again."""
-    exponent = 1.0 if seq % 2 else 1.4
-    ingest(engine, zipf_snapshot(seq, n_channels=N_CHANNELS, demand=1.0, exponent=exponent))
 
 
 def tick_command(url: str) -> list[str]:
@@ -98,7 +92,7 @@ def check_consistent(session: Session) -> None:
 @pytest.mark.usefixtures("initialized_region")
 def test_a_killed_tick_leaves_the_database_consistent(engine: Engine, db_url: str) -> None:
     rng = random.Random(SEED)
-    ingest_window(engine, 1)
+    ingest_skewed_window(engine, 1, N_CHANNELS)
     started = time.perf_counter()
     subprocess.run(tick_command(db_url), check=True, capture_output=True)
     duration = time.perf_counter() - started
@@ -111,7 +105,7 @@ def test_a_killed_tick_leaves_the_database_consistent(engine: Engine, db_url: st
 
     outcomes = Counter[str]()
     for trial in range(TRIALS):
-        ingest_window(engine, 2 * trial + 2)
+        ingest_skewed_window(engine, 2 * trial + 2, N_CHANNELS)
         process = subprocess.Popen(tick_command(db_url), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(start_up, duration))
         process.send_signal(signal.SIGKILL)
@@ -119,7 +113,7 @@ def test_a_killed_tick_leaves_the_database_consistent(engine: Engine, db_url: st
         outcomes["killed" if process.returncode == -signal.SIGKILL else "finished"] += 1
         run_in_transaction(engine, check_consistent)
 
-        ingest_window(engine, 2 * trial + 3)
+        ingest_skewed_window(engine, 2 * trial + 3, N_CHANNELS)
         result = tick(engine, REGION)
         assert result.action in ("activated", "unchanged", "idle"), result.reason
         run_in_transaction(engine, check_consistent)

@@ -32,7 +32,7 @@ from repart.storage import (
 )
 from repart.storage.jsontext import load_object
 from repart.storage.models import Lease
-from tests.factories import REGION, add_region, add_zipf_region, ingest, row_counts, zipf_snapshot
+from tests.factories import REGION, add_region, add_zipf_region, ingest_skewed_window, row_counts
 
 
 @pytest.fixture
@@ -174,11 +174,6 @@ def fenced_region(engine: Engine) -> None:
     add_zipf_region(engine, n_channels_initial=4, algorithm="redist", settings={"rebalance_threshold": 0.5})
 
 
-def ingest_window(engine: Engine, seq: int) -> None:
-    exponent = 1.0 if seq % 2 else 1.4
-    ingest(engine, zipf_snapshot(seq, n_channels=4, demand=1.0, exponent=exponent))
-
-
 def acquire(engine: Engine, holder: str, now: datetime, ttl: float) -> int:
     token = run_in_transaction(engine, lambda session: acquire_lease(session, REGION, holder, ttl, now))
     assert token is not None
@@ -189,7 +184,7 @@ def test_a_daemon_paused_past_its_lease_cannot_write(engine: Engine) -> None:
     """Daemon a decides, is paused past its 1 s lease, b takes over and activates; a's write is refused."""
     fenced_region(engine)
     assert tick(engine, REGION).action == "initialized"
-    ingest_window(engine, 1)
+    ingest_skewed_window(engine, 1)
     started = datetime.now(UTC) - timedelta(seconds=2)  # a acquired 2 s ago: its 1 s lease has expired
     fence_a = Fence("a", acquire(engine, "a", started, ttl=1.0))
     observation = read_transaction(engine, lambda session: observe(session, REGION))
@@ -204,7 +199,7 @@ def test_a_daemon_paused_past_its_lease_cannot_write(engine: Engine) -> None:
     with pytest.raises(Conflict, match="not held by 'a'"):
         run_in_transaction(engine, lambda session: persist(session, observation, verdict, started, fence_a))
     assert row_counts(engine) == before
-    ingest_window(engine, 2)
+    ingest_skewed_window(engine, 2)
     ingested = row_counts(engine)
     with pytest.raises(Conflict, match="not held by 'a'"):  # a whole tick of a on a new window, too
         tick(engine, REGION, fence=fence_a)
@@ -272,7 +267,7 @@ def test_two_daemons_each_stopped_past_a_1_s_lease_never_both_write(db_url: str,
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             seq += 1
-            ingest_window(engine, seq)
+            ingest_skewed_window(engine, seq)
             time.sleep(0.4)
 
     def held_lease() -> Lease:

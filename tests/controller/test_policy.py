@@ -11,14 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repart.controller import (
+from repart.controller.policy import (
     FixedPolicy,
     TargetUtilizationPolicy,
     WindowLoad,
     needs_rebalance,
 )
 from repart.errors import InvalidInput
-from repart.protocol.snapshot import ChannelMeasurement, Snapshot
+from repart.protocol.snapshot import ChannelMeasurement
+from tests.factories import small_snapshot, window_times
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -126,22 +127,12 @@ def test_unchanged_target_keeps() -> None:
 
 
 def test_load_from_snapshot_uses_the_window_length() -> None:
-    snapshot = Snapshot.from_document(
-        {
-            "format": 1,
-            "region": "r",
-            "window": {"seq": 1, "start": "2026-01-01T00:00:00Z", "end": "2026-01-01T00:00:10Z"},
-            "tuples": 5000,
-            "distinct_estimate": 0,
-            "epsilon": 0.01,
-            "key_type": "int",
-            "items": [],
-            "slot_bits": 10,
-            "channels": [
-                {"channel": 0, "tuples": 3000, "busy_seconds": 3.0, "state_bytes": 1},
-                {"channel": 1, "tuples": 2000, "busy_seconds": 2.0, "state_bytes": 1},
-            ],
-        }
+    start, _ = window_times(1)
+    snapshot = small_snapshot(
+        window_end=start + timedelta(seconds=10),
+        tuples=5000,
+        slots=None,
+        channels=(ChannelMeasurement(0, 3000, 3.0, 1), ChannelMeasurement(1, 2000, 2.0, 1)),
     )
     single = WindowLoad.from_snapshot(snapshot)
     assert (single.tuples, single.busy_seconds, single.window_seconds) == (5000, 5.0, 10.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from functools import reduce
 from typing import Any
 
@@ -14,54 +14,31 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repart.controller import merge_snapshots, window_size
+from repart.controller.window import merge_snapshots, window_size
 from repart.errors import InvalidInput
 from repart.partitioning.frequency import LossyCounter
+from repart.partitioning.hashing import KeyType, hash_keys, slots_of_hashes
 from repart.protocol.snapshot import CounterEntry, Snapshot
+from tests.factories import REGION, START, counted_snapshot
 
 SLOT_BITS = 10
-START = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def slot_of(key: int | str) -> int:
-    """A stand-in slot assignment (the merge only adds slot counts, whichever function made them)."""
-    return (key if isinstance(key, int) else len(key)) % (1 << SLOT_BITS)
-
-
-def document(counter: LossyCounter, chunk: Sequence[Any], seq: int, **changes: Any) -> dict[str, Any]:
-    """The snapshot document a job would emit for ``counter``, which counted ``chunk`` in window ``seq``."""
-    keys, counts, deltas = counter.entries()
-    slots = Counter(slot_of(key) for key in chunk)
-    doc: dict[str, Any] = {
-        "format": 1,
-        "region": "trades",
-        "window": {
-            "seq": seq,
-            "start": (START + timedelta(minutes=seq)).isoformat(),
-            "end": (START + timedelta(minutes=seq + 1)).isoformat(),
-        },
-        "tuples": counter.n,
-        "distinct_estimate": len(set(chunk)),
-        "epsilon": counter.epsilon,
-        "key_type": counter.key_type or "int",
-        "items": [[k, int(c), int(d)] for k, c, d in zip(keys.tolist(), counts, deltas, strict=True)],
-        "slot_bits": SLOT_BITS,
-        "slots": sorted([slot, count] for slot, count in slots.items()),
-    }
-    doc.update(changes)
-    return doc
 
 
 def count_windows(
-    chunks: Sequence[Sequence[Any]], epsilon: float
+    chunks: Sequence[Sequence[Any]], epsilon: float, key_type: KeyType = "int"
 ) -> tuple[list[LossyCounter], list[Snapshot]]:
-    """One lossy counter per chunk, and the snapshots parsed from their documents (seq 1, 2, ...)."""
+    """For each chunk, as window seq 1, 2, ...: a lossy counter that counted it (the reference) and the
+    snapshot a job emits for it (``counted_snapshot``, with the window's exact slot counts)."""
     counters, snapshots = [], []
     for seq, chunk in enumerate(chunks, start=1):
-        counter = LossyCounter(epsilon)
+        counter = LossyCounter(epsilon, key_type)
         counter.update(list(chunk))
         counters.append(counter)
-        snapshots.append(Snapshot.from_document(document(counter, chunk, seq)))
+        snapshots.append(
+            counted_snapshot(
+                REGION, seq, chunk, key_type=key_type, epsilon=epsilon, slot_bits=SLOT_BITS, slots=True
+            )
+        )
     return counters, snapshots
 
 
@@ -104,9 +81,8 @@ def test_merge_matches_lossy_counter_merge_and_exact_counts(
             assert true - bound <= estimated[key] <= true
     assert set(estimated) <= set(exact)
 
-    expected_slots = np.zeros(1 << SLOT_BITS)
-    for key in stream:
-        expected_slots[slot_of(key)] += 1
+    slots = slots_of_hashes(hash_keys(np.array(stream, dtype=np.int64)), SLOT_BITS)
+    expected_slots = np.bincount(slots, minlength=1 << SLOT_BITS)
     assert merged.slot_counts is not None
     np.testing.assert_array_equal(merged.slot_counts, expected_slots)
     assert merged.slot_bits == SLOT_BITS
@@ -117,7 +93,7 @@ def test_str_keys_merge_like_lossy_counters() -> None:
     rng = random.Random(7)
     words = ["", "a", "b", "ä", "zz", "longer key than fifteen bytes", "x\x00"]
     chunks = [rng.choices(words, weights=range(1, 8), k=200) for _ in range(3)]
-    counters, snapshots = count_windows(chunks, 0.02)
+    counters, snapshots = count_windows(chunks, 0.02, "str")
     merged = merge_snapshots(snapshots)
     reference = reduce(LossyCounter.merge, counters).estimate()
     assert merged.keys == reference.keys
@@ -144,13 +120,12 @@ def test_absent_keys_get_the_closed_buckets_as_delta_and_stale_entries_drop() ->
 
 
 def test_exact_snapshots_add_counts_and_keep_every_key() -> None:
-    counters, _ = count_windows([[1, 1, 2], [2, 3]], 0.5)
     exact = [
-        Snapshot.from_document(
-            document(counter, chunk, seq, epsilon=0.0, items=[[k, v, 0] for k, v in Counter(chunk).items()])
-        )
-        for seq, (counter, chunk) in enumerate(zip(counters, [[1, 1, 2], [2, 3]], strict=True), start=1)
+        counted_snapshot(REGION, seq, chunk, key_type="int", epsilon=0.0)
+        for seq, chunk in enumerate([[1, 1, 2], [2, 3]], start=1)
     ]
+    counted = [{entry.key: (entry.count, entry.delta) for entry in snapshot.items} for snapshot in exact]
+    assert counted == [{1: (2, 0), 2: (1, 0)}, {2: (1, 0), 3: (1, 0)}]
     merged = merge_snapshots(exact)
     assert merged.count_of() == {1: 2.0, 2: 2.0, 3: 1.0}
     assert (merged.total, merged.epsilon) == (5, 0.0)
@@ -167,8 +142,9 @@ def test_one_snapshot_merges_to_its_own_estimate() -> None:
 
 
 def test_slot_counts_are_absent_when_any_snapshot_lacks_them() -> None:
-    counters, snapshots = count_windows([[1, 2], [3]], 0.1)
-    without = Snapshot.from_document(document(counters[1], [3], 2, slots=[]))
+    _, snapshots = count_windows([[1, 2], [3]], 0.1)
+    without = counted_snapshot(REGION, 2, [3], key_type="int", epsilon=0.1, slot_bits=SLOT_BITS)
+    assert snapshots[1].slots is not None and without.slots is None
     assert merge_snapshots([snapshots[0], without]).slot_counts is None
 
 

@@ -12,10 +12,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from repart.errors import Corrupt, InvalidInput
-from repart.partitioning import BuildParams, FrequencyEstimate, PartitionFunction, build, initial_function
+from repart.partitioning import BuildParams, FrequencyEstimate, build, initial_function
 from repart.spark.route import partition
 from repart.spark.stateful import update_state
 from repart.state.store import StateStore
+from tests.factories import empty_store
 
 SCHEMA = pa.schema([("k", pa.string()), ("n", pa.int64()), ("total", pa.int64())])
 
@@ -25,21 +26,6 @@ def add_up(state: pa.Table, rows: pa.Table) -> pa.Table:
     batch = pa.table({"k": batch["k"], "n": batch["k_count"], "total": batch["v_sum"]}, schema=SCHEMA)
     summed = pa.concat_tables([state, batch]).group_by("k").aggregate([("n", "sum"), ("total", "sum")])
     return pa.table({"k": summed["k"], "n": summed["n_sum"], "total": summed["total_sum"]}, schema=SCHEMA)
-
-
-def new_store(tmp_path: Path, function: PartitionFunction, version: int) -> StateStore:
-    """An empty store laid out for ``function`` as version ``version`` of region ``r``."""
-    return StateStore.create(
-        tmp_path / "state",
-        region="r",
-        version=version,
-        function_digest=function.digest,
-        n_channels=function.n_channels,
-        slot_bits=function.slot_bits,
-        key_type="str",
-        key_col="k",
-        schema=SCHEMA,
-    )
 
 
 def batch(seed: int, rows: int = 20_000) -> pa.Table:
@@ -54,7 +40,7 @@ def test_two_batches_fold_into_the_state_on_the_right_channels(spark: SparkSessi
     function = build(
         initial_function(3, "str"), FrequencyEstimate.from_counts(counts), 5, BuildParams(), "redist"
     ).function
-    store = new_store(tmp_path, function, version=2)
+    store = empty_store(tmp_path / "state", function, SCHEMA, key_col="k", version=2)
     for table in (first, second):
         store, updates = update_state(
             store,
@@ -77,7 +63,7 @@ def test_two_batches_fold_into_the_state_on_the_right_channels(spark: SparkSessi
 
 def test_a_version_that_is_not_the_store_layout_is_refused(spark: SparkSession, tmp_path: Path) -> None:
     old, new = initial_function(3, "str"), initial_function(4, "str")
-    store = new_store(tmp_path, old, version=1)
+    store = empty_store(tmp_path / "state", old, SCHEMA, key_col="k", version=1)
     frame = partition(spark.createDataFrame(batch(3, 100)), "k", new)
     with pytest.raises(InvalidInput, match=r"N=4.*not the layout.*N=3.*apply the pending migration plan"):
         update_state(store, frame, add_up, version=2, function=new)
@@ -86,7 +72,7 @@ def test_a_version_that_is_not_the_store_layout_is_refused(spark: SparkSession, 
 
 def test_a_combine_that_invents_or_duplicates_keys_is_refused(spark: SparkSession, tmp_path: Path) -> None:
     function = initial_function(2, "str")
-    store = new_store(tmp_path, function, version=1)
+    store = empty_store(tmp_path / "state", function, SCHEMA, key_col="k", version=1)
     frame = partition(spark.createDataFrame(batch(4, 200)), "k", function)
 
     def invents(state: pa.Table, rows: pa.Table) -> pa.Table:
@@ -109,7 +95,7 @@ def test_a_combine_that_invents_or_duplicates_keys_is_refused(spark: SparkSessio
 
 def test_a_batch_is_absorbed_once_under_its_id(spark: SparkSession, tmp_path: Path) -> None:
     function = initial_function(3, "str")
-    store = new_store(tmp_path, function, version=1)
+    store = empty_store(tmp_path / "state", function, SCHEMA, key_col="k", version=1)
     table = batch(5, 3000)
     frame = partition(spark.createDataFrame(table), "k", function)
     store, first = update_state(store, frame, add_up, version=1, function=function, batch_id=4)
@@ -130,7 +116,7 @@ def test_a_batch_is_absorbed_once_under_its_id(spark: SparkSession, tmp_path: Pa
 @pytest.mark.parametrize("damage", ["deleted", "truncated"])
 def test_a_damaged_state_file_is_corrupt_naming_it(spark: SparkSession, tmp_path: Path, damage: str) -> None:
     function = initial_function(2, "str")
-    store = new_store(tmp_path, function, version=1)
+    store = empty_store(tmp_path / "state", function, SCHEMA, key_col="k", version=1)
     frame = partition(spark.createDataFrame(batch(6, 2000)), "k", function)
     store, _ = update_state(store, frame, add_up, version=1, function=function, batch_id=0)
     victim = store.files(1)[0]
