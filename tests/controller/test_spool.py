@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -11,11 +13,12 @@ from sqlalchemy import Engine, select
 
 from repart.cli.app import app
 from repart.controller.daemon import Daemon, DaemonConfig
-from repart.controller.spool import ingest_spool
+from repart.controller.spool import ingest_file, ingest_spool, read_document
 from repart.errors import InvalidInput
+from repart.protocol.limits import MAX_SNAPSHOT_BYTES
 from repart.storage import models, run_in_transaction
 from tests.cli.helpers import runner
-from tests.factories import REGION, add_zipf_region, zipf_snapshot
+from tests.factories import REGION, add_zipf_region, row_counts, zipf_snapshot
 
 
 @pytest.fixture
@@ -241,3 +244,119 @@ def test_text_the_json_reader_refuses_is_rejected_and_blocks_nothing(
         ("b-1.json", "ingested"),
     ]
     assert outcomes[0].error is not None and outcomes[0].error.startswith("file must ")
+
+
+# The snapshot size limit: a file above ``max_bytes`` is rejected unread, names the limit, stores nothing.
+
+
+def write_window(path: Path, seq: int, indent: int | None = None) -> int:
+    """Write window ``seq``'s document to ``path``; its size in bytes."""
+    path.write_text(json.dumps(document(seq), indent=indent), encoding="utf-8")
+    return path.stat().st_size
+
+
+def test_a_file_above_the_limit_is_rejected_and_one_at_the_limit_is_ingested(
+    engine: Engine, spool: Path
+) -> None:
+    limit = write_window(spool / "b-at-limit.json", 2)
+    large = write_window(spool / "a-large.json", 1, indent=2)
+    assert large > limit
+
+    outcomes = ingest_spool(engine, spool, max_bytes=limit)
+
+    assert [(Path(o.file).name, o.status) for o in outcomes] == [
+        ("a-large.json", "rejected"),
+        ("b-at-limit.json", "ingested"),
+    ]
+    assert stored_seqs(engine) == [2]
+    assert names(spool / "rejected") == {"a-large.json", "a-large.json.reason"}
+    reason = (spool / "rejected" / "a-large.json.reason").read_text(encoding="utf-8")
+    assert reason.startswith(f"file must be at most max_bytes = {limit} bytes")
+    assert f"got {large} bytes" in reason
+    assert outcomes[0].error == reason.rstrip("\n")
+
+
+def test_the_size_is_checked_before_the_file_is_opened(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "large.json"
+    size = write_window(path, 1)
+
+    def refuse_open(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a file above the limit was opened")
+
+    monkeypatch.setattr(Path, "open", refuse_open)
+    with pytest.raises(InvalidInput) as raised:
+        read_document(path, size - 1)
+    assert raised.value.field == "file"
+    assert f"at most max_bytes = {size - 1} bytes" in str(raised.value)
+    assert f"got {size} bytes" in str(raised.value)
+    outcome = ingest_file(engine, path, max_bytes=size - 1)
+    assert outcome.status == "rejected" and outcome.seq is None
+    assert row_counts(engine)["snapshots"] == row_counts(engine)["snapshot_items"] == 0
+
+
+def test_a_file_without_a_size_is_read_no_further_than_the_limit(tmp_path: Path) -> None:
+    pipe = tmp_path / "pipe.json"
+    os.mkfifo(pipe)
+    writer = threading.Thread(target=pipe.write_bytes, args=(b" " * 1000,))
+    writer.start()
+    try:
+        with pytest.raises(InvalidInput) as raised:
+            read_document(pipe, 100)
+    finally:
+        writer.join(timeout=5)  # its 1000 bytes fit the pipe's buffer: it ends whatever was read
+    assert raised.value.field == "file"
+    assert "got more than 100 bytes" in str(raised.value)
+
+
+def test_the_limit_must_be_positive(engine: Engine, spool: Path, tmp_path: Path) -> None:
+    for call in (
+        lambda: ingest_file(engine, tmp_path / "any.json", max_bytes=0),
+        lambda: ingest_spool(engine, spool, max_bytes=-1),
+    ):
+        with pytest.raises(InvalidInput) as raised:
+            call()
+        assert raised.value.field == "max_bytes"
+    with pytest.raises(InvalidInput) as configuring:
+        DaemonConfig(interval_seconds=1, lease_ttl_seconds=5, max_snapshot_bytes=0)
+    assert configuring.value.field == "max_snapshot_bytes"
+    assert DaemonConfig(interval_seconds=1, lease_ttl_seconds=5).max_snapshot_bytes == MAX_SNAPSHOT_BYTES
+
+
+def test_snapshot_ingest_max_bytes_option(engine: Engine, db_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "window.json"
+    size = write_window(path, 1)
+    ingest = ["snapshot", "ingest", str(path), "--db", db_url]
+
+    refused = runner.invoke(app, [*ingest, "--max-bytes", str(size - 1), "--json"])
+
+    assert refused.exit_code == 2, refused.output
+    [outcome] = json.loads(refused.stdout)
+    assert outcome["status"] == "rejected"
+    assert outcome["error"].startswith(f"file must be at most max_bytes = {size - 1} bytes")
+    assert row_counts(engine)["snapshots"] == 0
+
+    bad_limit = runner.invoke(app, [*ingest, "--max-bytes", "0"])
+    assert bad_limit.exit_code == 2
+    assert bad_limit.stderr.startswith("error: --max-bytes must be") and bad_limit.stderr.count("\n") == 1
+    assert row_counts(engine)["snapshots"] == 0
+
+    accepted = runner.invoke(app, [*ingest, "--max-bytes", str(size), "--json"])
+    assert accepted.exit_code == 0, accepted.output
+    assert stored_seqs(engine) == [1]
+
+
+def test_the_daemon_rejects_a_spool_file_above_its_limit(engine: Engine, db_url: str, spool: Path) -> None:
+    write_window(spool / "window-1.json", 1)
+    config = DaemonConfig(interval_seconds=1, lease_ttl_seconds=5, spool=spool, max_snapshot_bytes=100)
+    [outcome] = Daemon(engine, config).ingest_spool()
+    assert outcome.status == "rejected" and "max_bytes" in (outcome.error or "")
+    assert names(spool / "rejected") == {"window-1.json", "window-1.json.reason"}
+
+    write_window(spool / "window-2.json", 2)
+    run = ["run", "--once", "--spool", str(spool), "--interval", "1", "--lease-ttl", "5", "--db", db_url]
+    result = runner.invoke(app, [*run, "--max-snapshot-bytes", "100"])
+    assert result.exit_code == 0, result.output
+    assert names(spool / "rejected") >= {"window-2.json", "window-2.json.reason"}
+    assert stored_seqs(engine) == []

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 import repart.protocol
 from repart.errors import InvalidInput
+from repart.partitioning.hashing import Key, KeyType
+from repart.protocol.counter_items import _checked_items, _well_formed_items
 from repart.protocol.snapshot import (
     CHANNEL_FIELDS,
     OPTIONAL_FIELDS,
@@ -20,8 +22,8 @@ from repart.protocol.snapshot import (
     ChannelMeasurement,
     CounterEntry,
     Snapshot,
-    _checked_items,
-    _well_formed_items,
+    _checked_slots,
+    _well_formed_slots,
     check_region_name,
     closed_buckets,
 )
@@ -35,8 +37,10 @@ MOMENTS = st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12,
 def snapshots(draw: st.DrawFn) -> Snapshot:
     """Valid snapshots: unique keys of one type, counts within tuples, deltas within ε·tuples, slot
     counts summing to tuples, unique channels in order."""
-    key_type = draw(st.sampled_from(["str", "int"]))
-    keys = st.text(min_size=1, max_size=8) if key_type == "str" else st.integers(-(2**63), 2**63 - 1)
+    key_type: KeyType = draw(st.sampled_from(["str", "int"]))
+    keys: st.SearchStrategy[Key] = (
+        st.text(min_size=1, max_size=8) if key_type == "str" else st.integers(-(2**63), 2**63 - 1)
+    )
     unique_keys = draw(st.lists(keys, max_size=6, unique=True))
     tuples = draw(st.integers(0, 10**6))
     epsilon = draw(st.floats(0.0, 0.5))
@@ -156,25 +160,56 @@ def test_json_schema_lists_the_fields_the_parser_accepts() -> None:
     assert (bits["minimum"], bits["maximum"]) == (10, 20)
 
 
-ROW_VALUES = st.one_of(
+ROW_VALUES: st.SearchStrategy[Any] = st.one_of(
     st.integers(-(2**64), 2**64),
     st.text(max_size=3),
     st.sampled_from(["\ud800", True, None, 1.0, []]),
 )
+SPOILED_ROWS: st.SearchStrategy[Any] = st.one_of(
+    ROW_VALUES,
+    st.lists(ROW_VALUES, min_size=1, max_size=4),
+    st.tuples(ROW_VALUES, ROW_VALUES, ROW_VALUES).map(list),
+    st.tuples(ROW_VALUES, ROW_VALUES).map(list),
+)
+
+
+@st.composite
+def rows_maybe_spoiled(draw: st.DrawFn, row: st.SearchStrategy[list[Any]]) -> list[Any]:
+    """Up to 6 rows drawn from ``row`` (valid ones, perhaps repeating a key or slot), one of them
+    replaced by a bad value half of the time: both the bulk checks' accepting and refusing paths."""
+    rows: list[Any] = draw(st.lists(row, max_size=6))
+    spoiled: bool = draw(st.booleans())
+    if rows and spoiled:
+        rows[draw(st.integers(0, len(rows) - 1))] = draw(SPOILED_ROWS)
+    return rows
+
+
+ITEM_KEYS = {"str": st.text(max_size=3), "int": st.integers(-(2**63), 2**63 - 1)}
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    st.lists(st.one_of(st.lists(ROW_VALUES, min_size=2, max_size=4), ROW_VALUES), max_size=6),
-    st.sampled_from(["str", "int"]),
-    st.integers(0, 3),
-)
+@given(st.data(), st.sampled_from(["str", "int"]), st.integers(0, 3), st.integers(0, 9))
 def test_the_bulk_item_checks_accept_exactly_what_the_row_checks_accept(
-    rows: list[Any], key_type: str, closed: int
+    data: st.DataObject, written: str, closed: int, other_type: int
 ) -> None:
+    key_type = ({"str", "int"} - {written}).pop() if other_type == 0 else written  # a tenth: mismatched
+    item = st.tuples(ITEM_KEYS[written], st.integers(1, 2**63 - 1), st.integers(0, closed)).map(list)
+    rows = data.draw(rows_maybe_spoiled(item))
     bulk = _well_formed_items(rows, key_type, closed)  # type: ignore[arg-type]
     try:
         checked = _checked_items(rows, key_type, closed)  # type: ignore[arg-type]
+    except InvalidInput:
+        assert bulk is None
+    else:
+        assert bulk == checked
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows_maybe_spoiled(st.tuples(st.integers(0, 1023), st.integers(0, 2**63 - 1)).map(list)))
+def test_the_bulk_slot_checks_accept_exactly_what_the_row_checks_accept(rows: list[Any]) -> None:
+    bulk = _well_formed_slots(rows, 10)
+    try:
+        checked = _checked_slots(rows, 10)
     except InvalidInput:
         assert bulk is None
     else:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,6 +15,7 @@ from repart.errors import InvalidInput, NotFound
 from repart.partitioning.frequency import LossyCounter
 from repart.protocol.snapshot import OPTIONAL_FIELDS, REQUIRED_FIELDS, Snapshot
 from repart.storage import get_snapshot, ingest_snapshot, latest_snapshots, run_in_transaction
+from repart.storage import snapshots as snapshot_store
 from tests.factories import add_region, row_counts, snapshot_document
 
 INT_KEYS = [-(2**63), -1, 0, 1, 2**63 - 1]
@@ -262,3 +265,53 @@ def test_a_document_error_is_invalid_input_naming_the_field() -> None:
     with pytest.raises(InvalidInput) as raised:
         Snapshot.from_document(snapshot_document(format=0))
     assert raised.value.field == "format"
+
+
+def _stored_items(engine: Engine) -> list[tuple[Any, ...]]:
+    """The stored item rows ``(idx, key_int, key_utf8, count, delta)`` in idx order, read with SQL."""
+    with engine.connect() as connection:
+        query = "SELECT idx, key_int, key_utf8, count, delta FROM snapshot_items ORDER BY idx"
+        return [tuple(row) for row in connection.exec_driver_sql(query)]
+
+
+def _digest(rows: Iterable[tuple[Any, int, int]]) -> str:
+    """SHA-256 over ``(key, count, delta)`` rows sorted by key (as text: str and int keys alike)."""
+    digest = hashlib.sha256()
+    for key, count, delta in sorted(rows, key=lambda row: repr(row[0])):
+        digest.update(f"{key!r}\x00{count}\x00{delta}\n".encode())
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize("key_type", ["str", "int"])
+def test_a_window_of_several_insert_chunks_is_stored_exactly(
+    engine: Engine, key_type: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(snapshot_store, "INSERT_CHUNK", 1000)  # 3.5 chunks: full ones and a partial last one
+    add_region(engine, key_type=key_type)
+    rng = np.random.default_rng(5)
+    count = 3500
+    keys: list[Any] = (
+        [f"user:{i:x}.{'é' * (i % 4)}" for i in range(count)]
+        if key_type == "str"
+        else (rng.choice(2**62, size=count, replace=False) - 2**61).tolist()
+    )
+    items = [
+        [key, int(c), int(d)]
+        for key, c, d in zip(keys, rng.integers(1, 50, count), rng.integers(0, 11, count), strict=True)
+    ]
+    tuples = 100 * count  # epsilon 0.01: a delta may be up to tuples / 100 (closed buckets)
+    slots = [[slot, 1] for slot in range(2500)] + [[65535, tuples - 2500]]  # slots in 3 chunks too
+    doc = snapshot_document(
+        key_type=key_type, items=items, tuples=tuples, slots=slots, distinct_estimate=count
+    )
+
+    _ingest(engine, doc)
+
+    stored = _stored_items(engine)
+    assert len(stored) == count and [row[0] for row in stored] == list(range(count))
+    as_keys = [(utf8.decode("utf-8") if utf8 is not None else key, c, d) for _, key, utf8, c, d in stored]
+    assert [key for key, _, _ in as_keys] == keys  # document order, exact keys
+    assert _digest(as_keys) == _digest((key, c, d) for key, c, d in items)
+    assert row_counts(engine)["snapshot_slots"] == len(slots)
+    loaded = run_in_transaction(engine, lambda s: get_snapshot(s, "trades", 1))
+    assert loaded == Snapshot.from_document(doc)

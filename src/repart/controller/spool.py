@@ -5,25 +5,29 @@
 ``done/``, ``rejected/``, the lock), in name order, ingests each and settles it: to ``done/`` when it
 was ingested, to ``rejected/`` with a ``.reason`` file otherwise.
 
-A file is rejected for bad input: unreadable, not JSON, a document or window the region refuses
-(``InvalidInput``, ``NotFound``), so a bad file never blocks the files behind it. An error that may
-pass (``Conflict``: a write lock not granted in time) or that is not the file's fault (an unreachable
-database) propagates and leaves the file for the next pass.
+A file is rejected for bad input: larger than the size limit (``max_bytes``, by default
+``repart.protocol.limits.MAX_SNAPSHOT_BYTES``; checked by the file's size before it is read),
+unreadable, not JSON, a document or window the region refuses (``InvalidInput``, ``NotFound``),
+so a bad file never blocks the files behind it. An error that may pass (``Conflict``: a write lock
+not granted in time) or that is not the file's fault (an unreachable database) propagates and leaves
+the file for the next pass.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from sqlalchemy import Engine
 
 from repart.errors import InvalidInput, NotFound
 from repart.partitioning.documents import parse_json
+from repart.protocol.limits import MAX_SNAPSHOT_BYTES
 from repart.protocol.snapshot import Snapshot
 from repart.protocol.spool import check_spool, locked, settle, waiting_files
 from repart.storage import ingest_snapshot, run_in_transaction
+from repart.validation import POSITIVE_INT, check
 
 
 @dataclass(frozen=True)
@@ -51,19 +55,26 @@ class SpoolOutcome(IngestOutcome):
     moved_to: str
 
 
-def ingest_file(engine: Engine, path: Path) -> IngestOutcome:
+def check_max_bytes(value: int, field: str = "max_bytes") -> int:
+    """``value`` if it is a positive integer, a size limit in bytes; InvalidInput naming ``field``."""
+    return cast(int, check(field, value, POSITIVE_INT))
+
+
+def ingest_file(engine: Engine, path: Path, *, max_bytes: int = MAX_SNAPSHOT_BYTES) -> IngestOutcome:
     """Parse and ingest the snapshot document in ``path``, in its own transaction.
 
-    Bad input (see the module docstring) is reported as a ``rejected`` outcome naming the field; any
-    other error propagates.
+    Bad input (see the module docstring; a file of more than ``max_bytes`` bytes is not read) is
+    reported as a ``rejected`` outcome naming the field; any other error propagates.
     """
+    check_max_bytes(max_bytes)
     region: str | None = None
     seq: int | None = None
     try:
-        document = parse_json(path.read_text(encoding="utf-8"), "file")
+        document = parse_json(read_document(path, max_bytes), "file")
         if isinstance(document, dict) and isinstance(document.get("region"), str):
             region = document["region"]
         snapshot = Snapshot.from_document(document)
+        del document  # the parsed JSON, several times the size of the snapshot's item columns
         seq = snapshot.seq
         run_in_transaction(engine, lambda session: ingest_snapshot(session, snapshot, source=str(path)))
     except (OSError, UnicodeDecodeError) as error:
@@ -73,17 +84,44 @@ def ingest_file(engine: Engine, path: Path) -> IngestOutcome:
     return IngestOutcome(str(path), "ingested", seq, region, None)
 
 
-def ingest_spool(engine: Engine, directory: Path) -> list[SpoolOutcome]:
+def read_document(path: Path, max_bytes: int) -> str:
+    """The UTF-8 text of the file ``path``; InvalidInput naming ``file`` when it holds more than
+    ``max_bytes`` bytes, found by its size before anything is read (and by reading at most one byte
+    more, for a file that grew since or has no size: a pipe)."""
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise _too_large(size, max_bytes)
+    with path.open("rb") as file:
+        data = file.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise _too_large(None, max_bytes)
+    return data.decode("utf-8")
+
+
+def _too_large(size: int | None, max_bytes: int) -> InvalidInput:
+    """The refusal of a file of ``size`` bytes (None: more than ``max_bytes`` were read from it)."""
+    found = f"{size} bytes; it was not read" if size is not None else f"more than {max_bytes} bytes"
+    return InvalidInput(
+        "file",
+        f"must be at most max_bytes = {max_bytes} bytes ({max_bytes / 2**20:.1f} MiB, the snapshot size "
+        f"limit: --max-bytes, or repart run --max-snapshot-bytes), got {found}",
+    )
+
+
+def ingest_spool(
+    engine: Engine, directory: Path, *, max_bytes: int = MAX_SNAPSHOT_BYTES
+) -> list[SpoolOutcome]:
     """One pass over the spool ``directory``: ingest every waiting file and settle it (module docstring).
 
-    InvalidInput naming ``spool`` when ``directory`` is not a directory. A second pass with no new files
-    does nothing and returns an empty list.
+    InvalidInput naming ``spool`` when ``directory`` is not a directory (``max_bytes`` when the limit is
+    not a positive integer). A second pass with no new files does nothing and returns an empty list.
     """
     directory = check_spool(directory)
+    check_max_bytes(max_bytes)
     outcomes: list[SpoolOutcome] = []
     with locked(directory):
         for path in waiting_files(directory):
-            outcome = ingest_file(engine, path)
+            outcome = ingest_file(engine, path, max_bytes=max_bytes)
             if not path.exists():  # removed by someone else meanwhile: nothing left to move
                 continue
             target = settle(path, outcome.status, outcome.error)

@@ -11,7 +11,8 @@ A snapshot document (JSON Schema: ``snapshot.schema.json`` next to this module):
      "channels": [{"channel": int, "tuples": int, "busy_seconds": float, "state_bytes": int}, ...]}
                                                (optional)
 
-This module is the only place that parses or builds the document: ``Snapshot.from_document`` checks
+This module (with ``repart.protocol.counter_items`` for the ``items`` field, which it holds as
+columns) is the only place that parses or builds the document: ``Snapshot.from_document`` checks
 everything a document can be checked for on its own and ``Snapshot.to_document`` writes it back, so
 ``Snapshot.from_document(s.to_document()) == s``. Whether a snapshot fits its region (known region,
 key type, slot bits, a new window whose seq agrees with its time) is the store's check, at ingest.
@@ -26,9 +27,10 @@ exactly the tables ``LossyCounter.from_entries`` accepts, so the controller merg
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any, cast
 
 import numpy as np
@@ -37,16 +39,16 @@ from repart.errors import InvalidInput
 from repart.partitioning.documents import (
     require_format,
     require_int,
-    require_key,
     require_key_type,
     require_list,
     require_number,
     require_object,
-    require_one_key_type,
     require_row,
 )
 from repart.partitioning.frequency import FrequencyEstimate, bucket_width
-from repart.partitioning.hashing import Key, KeyType, check_slot_bits
+from repart.partitioning.hashing import INT64_MAX, KeyType, check_slot_bits
+from repart.protocol.counter_items import CounterEntry as CounterEntry
+from repart.protocol.counter_items import CounterItems, parse_items
 from repart.validation import REGION_NAME, check
 
 FORMAT_VERSION = 1
@@ -67,15 +69,6 @@ CHANNEL_FIELDS = ("channel", "tuples", "busy_seconds", "state_bytes")
 
 
 @dataclass(frozen=True, slots=True)
-class CounterEntry:
-    """A retained lossy-counter entry: ``count <= true count <= count + delta``."""
-
-    key: Key
-    count: int
-    delta: int
-
-
-@dataclass(frozen=True, slots=True)
 class ChannelMeasurement:
     """What one channel measured during the window."""
 
@@ -89,8 +82,9 @@ class ChannelMeasurement:
 class Snapshot:
     """A validated snapshot (DESIGN §3).
 
-    ``slots`` is sparse ``(slot, count)`` pairs sorted by slot and ``channels`` is sorted by channel;
-    each is None when the document has none (an empty list counts as none).
+    ``items`` are held as columns (``CounterItems``; any sequence of ``CounterEntry`` given is turned
+    into one). ``slots`` is sparse ``(slot, count)`` pairs sorted by slot and ``channels`` is sorted by
+    channel; each is None when the document has none (an empty list counts as none).
     """
 
     region: str
@@ -101,12 +95,20 @@ class Snapshot:
     distinct_estimate: int
     epsilon: float
     key_type: KeyType
-    items: tuple[CounterEntry, ...]
+    items: Sequence[CounterEntry]
     slot_bits: int
     slots: tuple[tuple[int, int], ...] | None = None
     version: int | None = None
     channels: tuple[ChannelMeasurement, ...] | None = None
     batch: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "items", CounterItems.of(self.items))
+
+    @property
+    def item_columns(self) -> CounterItems:
+        """``items`` as the columns they are held in."""
+        return cast(CounterItems, self.items)
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> Snapshot:
@@ -123,6 +125,7 @@ class Snapshot:
 
     def to_document(self) -> dict[str, Any]:
         """The snapshot as its JSON document (optional fields only when set)."""
+        items = self.item_columns
         document: dict[str, Any] = {
             "format": FORMAT_VERSION,
             "region": self.region,
@@ -135,7 +138,12 @@ class Snapshot:
             "distinct_estimate": self.distinct_estimate,
             "epsilon": self.epsilon,
             "key_type": self.key_type,
-            "items": [[item.key, item.count, item.delta] for item in self.items],
+            "items": [
+                [key, count, delta]
+                for key, count, delta in zip(
+                    items.keys, items.counts.tolist(), items.deltas.tolist(), strict=True
+                )
+            ],
             "slot_bits": self.slot_bits,
         }
         if self.slots is not None:
@@ -164,8 +172,8 @@ class Snapshot:
             for slot, count in self.slots:
                 slot_counts[slot] = count
         return FrequencyEstimate(
-            keys=tuple(item.key for item in self.items),
-            counts=np.array([item.count for item in self.items], dtype=np.float64),
+            keys=self.item_columns.keys,
+            counts=self.item_columns.counts.astype(np.float64),
             total=self.tuples,
             epsilon=self.epsilon,
             distinct_estimate=self.distinct_estimate,
@@ -190,7 +198,7 @@ def _parse(document: Mapping[str, Any]) -> Snapshot:
     epsilon = require_number(doc["epsilon"], "epsilon", 0.0, 1.0, high_open=True)
     key_type = cast(KeyType, require_key_type(doc["key_type"]))
     slot_bits = check_slot_bits(doc["slot_bits"])
-    items = _items(doc["items"], key_type, tuples, epsilon)
+    items = parse_items(doc["items"], key_type, tuples, closed_buckets(tuples, epsilon))
     distinct = require_int(doc["distinct_estimate"], "distinct_estimate", len(items))
     version, batch = doc.get("version"), doc.get("batch")
     return Snapshot(
@@ -240,89 +248,51 @@ def _timestamp(value: object, name: str) -> datetime:
     )
 
 
-def _items(value: object, key_type: KeyType, tuples: int, epsilon: float) -> tuple[CounterEntry, ...]:
-    """The ``items`` field, checked row by row (``_checked_items``) unless the whole list passes the
-    bulk checks of ``_well_formed_items`` (a large window has millions of items: the bulk checks look
-    at each value once, with no per-item function calls, and accept exactly what the row checks do)."""
-    rows = require_list(value, "items")
-    closed = closed_buckets(tuples, epsilon)
-    entries = _well_formed_items(rows, key_type, closed)
-    if entries is None:
-        entries = _checked_items(rows, key_type, closed)
-    total = sum(entry.count for entry in entries)
-    if total > tuples:
-        raise InvalidInput("items", f"counts sum to {total}, more than tuples ({tuples})")
-    return entries
-
-
-def _well_formed_items(rows: list[Any], key_type: KeyType, closed: int) -> tuple[CounterEntry, ...] | None:
-    """The items of ``rows`` if every row is a ``[key, count, delta]`` list with a unique key of
-    ``key_type``, ``count`` in [1, 2^63 - 1] and ``delta`` in [0, closed]; None when any is not (then
-    ``_checked_items`` names the first bad row)."""
-    if not all(type(row) is list and len(row) == 3 for row in rows):
-        return None
-    keys, counts, deltas = ([row[i] for row in rows] for i in range(3))
-    if key_type == "str":
-        if not all(type(key) is str for key in keys):
-            return None
-        try:
-            "".join(keys).encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate
-            return None
-    elif not all(type(key) is int and -(2**63) <= key < 2**63 for key in keys):
-        return None
-    if not (all(type(count) is int for count in counts) and all(type(delta) is int for delta in deltas)):
-        return None
-    if rows and (min(counts) < 1 or max(counts) >= 2**63 or min(deltas) < 0 or max(deltas) > closed):
-        return None
-    if len(set(keys)) != len(keys):
-        return None
-    return tuple(map(CounterEntry, keys, counts, deltas))
-
-
-def _checked_items(rows: list[Any], key_type: KeyType, closed: int) -> tuple[CounterEntry, ...]:
-    """The items of ``rows``, each row checked in turn: InvalidInput naming the first bad one."""
-    checked = [require_row(row, f"items[{i}]", ("key", "count", "delta")) for i, row in enumerate(rows)]
-    keys = [require_key(row[0], f"items[{i}]") for i, row in enumerate(checked)]
-    require_key_type(
-        key_type,
-        found=require_one_key_type(keys, "items"),
-        found_in="the items' keys",
-    )
-    entries = []
-    seen: dict[Key, int] = {}
-    for i, (key, (_, raw_count, raw_delta)) in enumerate(zip(keys, checked, strict=True)):
-        if key in seen:
-            raise InvalidInput(
-                f"items[{i}]", f"repeats the key {key!r} of items[{seen[key]}]; keys must be unique"
-            )
-        seen[key] = i
-        count = require_int(raw_count, f"items[{i}].count", 1)
-        delta = require_int(raw_delta, f"items[{i}].delta")
-        if delta > closed:
-            raise InvalidInput(
-                f"items[{i}].delta",
-                f"must be <= floor(tuples / ceil(1/epsilon)) = {closed} (the buckets the counter closed, "
-                f"at most epsilon * tuples), got {delta}",
-            )
-        entries.append(CounterEntry(key, count, delta))
-    return tuple(entries)
-
-
 def _slots(value: object, slot_bits: int, tuples: int) -> tuple[tuple[int, int], ...]:
+    """The ``slots`` field, sorted by slot: checked row by row (``_checked_slots``) unless the whole
+    list passes the bulk checks of ``_well_formed_slots`` (up to 2^20 slots: as for the items,
+    ``repart.protocol.counter_items``, the bulk checks call no function per row and accept exactly what
+    the row checks do); the counts must sum to ``tuples``."""
+    rows = require_list(value, "slots")
+    pairs = _well_formed_slots(rows, slot_bits)
+    if pairs is None:
+        pairs = _checked_slots(rows, slot_bits)
+    total = sum(count for _, count in pairs)
+    if total != tuples:
+        raise InvalidInput(
+            "slots", f"counts sum to {total}, but tuples is {tuples}; slots must count every tuple"
+        )
+    return pairs
+
+
+def _well_formed_slots(rows: list[Any], slot_bits: int) -> tuple[tuple[int, int], ...] | None:
+    """``rows`` sorted by slot if every row is a ``[slot, count]`` list with a unique slot in
+    [0, 2^slot_bits) and a count in [0, 2^63 - 1]; None when any is not (then ``_checked_slots`` names
+    the first bad row)."""
+    if not rows:
+        return ()
+    if set(map(type, rows)) != {list} or set(map(len, rows)) != {2}:
+        return None
+    slots, counts = (tuple(map(itemgetter(column), rows)) for column in range(2))
+    if set(map(type, slots)) != {int} or set(map(type, counts)) != {int}:
+        return None
+    if min(slots) < 0 or max(slots) >= 1 << slot_bits or min(counts) < 0 or max(counts) > INT64_MAX:
+        return None
+    if len(set(slots)) != len(slots):
+        return None
+    return tuple(sorted(zip(slots, counts, strict=True)))
+
+
+def _checked_slots(rows: list[Any], slot_bits: int) -> tuple[tuple[int, int], ...]:
+    """``rows`` sorted by slot, each row checked in turn: InvalidInput naming the first bad one."""
     high = (1 << slot_bits) - 1
     pairs: dict[int, int] = {}
-    for i, row in enumerate(require_list(value, "slots")):
+    for i, row in enumerate(rows):
         raw_slot, raw_count = require_row(row, f"slots[{i}]", ("slot", "count"))
         slot = require_int(raw_slot, f"slots[{i}].slot", 0, high)
         if slot in pairs:
             raise InvalidInput(f"slots[{i}]", f"repeats slot {slot}; slots must be unique")
         pairs[slot] = require_int(raw_count, f"slots[{i}].count")
-    total = sum(pairs.values())
-    if total != tuples:
-        raise InvalidInput(
-            "slots", f"counts sum to {total}, but tuples is {tuples}; slots must count every tuple"
-        )
     return tuple(sorted(pairs.items()))
 
 
