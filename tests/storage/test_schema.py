@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from repart.storage import RegionStatus, current_revision, database_url, head_revision, make_engine, upgrade
 from repart.storage.models import Base, Event, Region
-from repart.storage.schema import alembic_config
+from repart.storage.schema import HEAD_REVISION, alembic_config
 from tests.factories import add_region, row_counts
 
 
@@ -25,7 +25,7 @@ def test_upgrade_creates_every_table_on_an_empty_database(empty_url: str) -> Non
         assert current_revision(engine) is None
         upgrade(engine)
         upgrade(engine)  # idempotent
-        assert current_revision(engine) == head_revision()
+        assert current_revision(engine) == head_revision() == HEAD_REVISION
         tables = set(inspect(engine).get_table_names())
         assert set(Base.metadata.tables) <= tables
         assert set(row_counts(engine).values()) == {0}

@@ -17,8 +17,9 @@ Both actions run as a tick does (DESIGN §12.2): they read in one read-only tran
 outside any transaction, and write version, plan, event and the hold in one short write transaction
 that compares and sets the region's status, so a build never holds SQLite's write lock and a change
 made in between (a tick's activation, a job applying a plan) is a ``Conflict``. Every refusal (an
-unknown version, N outside the region's bounds, a plan being applied, nothing to do) raises a ``ReparError`` (DESIGN
-§12.4: ``InvalidInput`` naming the parameter, ``NotFound`` or ``Conflict``) and writes nothing.
+unknown version, N outside the region's bounds, a plan being applied, nothing to do) raises a
+``ReparError`` (DESIGN §12.4: ``InvalidInput`` naming the parameter, ``NotFound`` or ``Conflict``) and
+writes nothing.
 Event data follows tick's conventions: ``n_before``, ``n_next``, ``b_before``, ``predicted_b``,
 ``predicted_m``, ``plan_m``, ``algorithm``, ``candidates`` and ``window_seqs``, plus
 ``activated_version``, ``plan_id`` and ``superseded_plans`` added by ``activate``.

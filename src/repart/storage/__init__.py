@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # the names, for type checkers and readers; at run time __get
     from repart.storage.engine import read_only as read_only
     from repart.storage.engine import read_transaction as read_transaction
     from repart.storage.engine import run_in_transaction as run_in_transaction
-    from repart.storage.events import EVENT_KINDS as EVENT_KINDS
+    from repart.storage.event_kinds import EVENT_KINDS as EVENT_KINDS
     from repart.storage.events import NewEvent as NewEvent
     from repart.storage.events import batch_reports as batch_reports
     from repart.storage.events import list_events as list_events
@@ -88,7 +88,7 @@ _EXPORTS = {
     "delete_snapshot": "repart.storage.snapshots",
     "DeletedRegion": "repart.storage.regions",
     "DeletedSnapshot": "repart.storage.snapshots",
-    "EVENT_KINDS": "repart.storage.events",
+    "EVENT_KINDS": "repart.storage.event_kinds",
     "Fence": "repart.storage.leases",
     "get_plan": "repart.storage.plans",
     "get_snapshot": "repart.storage.snapshots",

@@ -24,26 +24,10 @@ from sqlalchemy.orm import Session
 from repart.errors import InvalidInput, NotFound
 from repart.partitioning.documents import require_int
 from repart.storage import models
+from repart.storage.event_kinds import EVENT_KINDS
 from repart.storage.jsontext import dump_object
 from repart.storage.regions import region_by_name
 from repart.validation import NON_NEGATIVE_INT, STRING, Options, check, shown
-
-# Every event kind repart writes (a test checks the kinds written in the source against it): the
-# controller's decisions (``repart.controller.tick``), the operator's actions
-# (``repart.controller.actions``, ``repart.storage.modes``, ``repart snapshot delete``, ``repart region
-# delete``) and a job's report of a failed plan (``repart.storage.client``).
-EVENT_KINDS = (
-    "initialized",
-    "activated",
-    "no-change",
-    "recommended",
-    "rollback",
-    "scaled",
-    "mode-changed",
-    "plan-failed",
-    "snapshot-deleted",
-    "region-deleted",
-)
 
 
 @dataclass(frozen=True)

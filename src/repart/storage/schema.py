@@ -3,25 +3,32 @@
 ``upgrade`` brings a database to the newest revision (``repart init`` and ``repart db upgrade`` call
 it); it is idempotent. The scripts live in ``repart/storage/migrations``, found relative to this module,
 so an installed package needs no alembic.ini.
+
+Checking a database's revision against ``HEAD_REVISION`` reads one table and needs no Alembic, which
+every CLI command does before it runs (Alembic is imported only to upgrade or to read the scripts).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Engine, inspect, text
 
 from repart.storage.engine import make_engine, read_only
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+HEAD_REVISION = "0004"
+"""The newest migration script's revision (tests check it against the scripts: ``head_revision``)."""
 
 
 def alembic_config(engine: Engine) -> Config:
     """An Alembic configuration for ``engine`` with the package's migration scripts."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     config.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
@@ -34,6 +41,8 @@ def upgrade(engine_or_url: Engine | str | None = None) -> None:
     ``engine_or_url`` is an engine, or a URL resolved like ``make_engine`` (``$REPART_DB``, then the
     SQLite default); an engine created here is disposed of before returning.
     """
+    from alembic import command
+
     owned = not isinstance(engine_or_url, Engine)
     engine = make_engine(engine_or_url) if not isinstance(engine_or_url, Engine) else engine_or_url
     try:
@@ -47,7 +56,9 @@ def upgrade(engine_or_url: Engine | str | None = None) -> None:
 
 
 def head_revision() -> str:
-    """The newest revision of the package's migration scripts."""
+    """The newest revision of the package's migration scripts, as Alembic reads them."""
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory(str(MIGRATIONS)).get_current_head()
     if head is None:
         raise RuntimeError(f"no Alembic revisions found in {MIGRATIONS}")
@@ -58,4 +69,7 @@ def current_revision(engine: Engine) -> str | None:
     """The revision the database is at; None for a database that was never upgraded. Only reads: it
     works while another process holds SQLite's write lock."""
     with read_only(engine).connect() as connection:
-        return MigrationContext.configure(connection).get_current_revision()
+        if not inspect(connection).has_table("alembic_version"):
+            return None
+        revision = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        return None if revision is None else str(revision)

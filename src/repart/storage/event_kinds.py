@@ -1,0 +1,19 @@
+"""The kinds of audit events repart writes (DESIGN §7), in a module of their own with no imports, so that
+``repart events list --help`` names them without loading the database layer."""
+
+# Every event kind repart writes (a test checks the kinds written in the source against it): the
+# controller's decisions (``repart.controller.tick``), the operator's actions
+# (``repart.controller.actions``, ``repart.storage.modes``, ``repart snapshot delete``, ``repart region
+# delete``) and a job's report of a failed plan (``repart.storage.client``).
+EVENT_KINDS = (
+    "initialized",
+    "activated",
+    "no-change",
+    "recommended",
+    "rollback",
+    "scaled",
+    "mode-changed",
+    "plan-failed",
+    "snapshot-deleted",
+    "region-deleted",
+)
