@@ -66,7 +66,8 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Engine, select
 
-from repart.controller.daemon import DEFAULT_WORKERS, Daemon, DaemonConfig
+from repart.controller.daemon import Daemon, DaemonConfig
+from repart.controller.defaults import DEFAULT_WORKERS
 from repart.controller.tick import TickResult, tick
 from repart.partitioning import LossyCounter
 from repart.partitioning.hashing import hash_keys, slots_of_hashes

@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from repart.cli.database import DbOption, JsonOption, open_database, print_json
 from repart.cli.errors import reports_bad_input
-from repart.controller.daemon import DEFAULT_WORKERS, LOG, Daemon, DaemonConfig, default_holder
-from repart.controller.daemon import run as run_daemon
+from repart.controller.defaults import DEFAULT_INTERVAL_SECONDS, DEFAULT_LEASE_TTL_SECONDS, DEFAULT_WORKERS
+from repart.errors import InvalidInput
+from repart.protocol.limits import MAX_SNAPSHOT_BYTES
+
+if TYPE_CHECKING:
+    pass
 
 
 @reports_bad_input
 def run(
-    interval: Annotated[float, typer.Option(help="Seconds between two ticks of a region.")] = 10.0,
+    interval: Annotated[
+        float, typer.Option(help="Seconds between two ticks of a region.")
+    ] = DEFAULT_INTERVAL_SECONDS,
     lease_ttl: Annotated[
         float, typer.Option(help="Seconds a region's lease lasts without renewal (must exceed --interval).")
-    ] = 30.0,
+    ] = DEFAULT_LEASE_TTL_SECONDS,
     holder: Annotated[
         str | None, typer.Option(help="Lease holder name (default: host:pid:random).", show_default=False)
     ] = None,
@@ -40,33 +45,51 @@ def run(
             show_default=False,
         ),
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve Prometheus metrics on http://HOST:PORT/metrics and a health check on /healthz "
+            "(0: any free port, logged at start).",
+            show_default=False,
+        ),
+    ] = None,
+    max_snapshot_bytes: Annotated[
+        int,
+        typer.Option(
+            help="Reject a spool file larger than this many bytes without reading it "
+            f"(default: {MAX_SNAPSHOT_BYTES // 2**20} MiB).",
+            show_default=False,
+        ),
+    ] = MAX_SNAPSHOT_BYTES,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Tick every region on an interval, one daemon per region at a time (leases in the database).
 
-    Logs one JSON object per line on stderr. SIGTERM or SIGINT stops it after the current ticks.
+    Logs one JSON object per line on stderr (also the libraries' warnings). SIGTERM or SIGINT stops it
+    after the current ticks.
     """
+    from repart.controller.daemon import Daemon, DaemonConfig, default_holder
+    from repart.controller.daemon import run as run_daemon
+    from repart.controller.logs import json_logging
+
     config = DaemonConfig(
         interval_seconds=interval,
         lease_ttl_seconds=lease_ttl,
         holder=holder or default_holder(),
         spool=spool,
         workers=workers,
+        metrics_port=metrics_port,
+        max_snapshot_bytes=max_snapshot_bytes,
     )
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    LOG.addHandler(handler)
-    LOG.setLevel(logging.INFO)
-    try:
-        with open_database(db) as engine:
-            if once:
-                results = Daemon(engine, config).run_once()
-                if as_json:
-                    print_json(
-                        [None if r is None else {"region": r.region, "action": r.action} for r in results]
-                    )
-                return
-            run_daemon(engine, config)
-    finally:
-        LOG.removeHandler(handler)
+    if once and metrics_port is not None:
+        raise InvalidInput(
+            "metrics_port", "cannot be combined with --once: metrics are served while the daemon runs"
+        )
+    with json_logging(sys.stderr), open_database(db) as engine:
+        if once:
+            results = Daemon(engine, config).run_once()
+            if as_json:
+                print_json([None if r is None else {"region": r.region, "action": r.action} for r in results])
+            return
+        run_daemon(engine, config)

@@ -6,29 +6,38 @@ statement (``repart.storage.leases.renew_leases``), reads every region with its 
 (``region_leases``; a region created later is found by the next sweep), and hands each region, at the
 region's fixed phase within the interval (so that ticks do not all queue at its start), to a pool of
 ``workers`` tick threads, except a region another daemon holds a valid lease of (logged as ``skipped``) and
-a region whose previous tick is still queued or running: that one is skipped, logged and counted
-(``overruns``), never queued twice. A region whose lease was renewed is ticked under that lease's token; any
-other (a free or expired lease) first takes the lease (``acquire_lease``), so two daemons on one database do
-not act on the same region at the same time: the other daemon skips the region until the lease expires (its
-holder stopped renewing it), then takes it over with a new fencing token. The tick presents the token with
-its write (DESIGN §12.2), so a daemon that was paused past its lease (SIGSTOP, swap) cannot write when it
-resumes: its tick ends in a ``Conflict``, logged as ``conflict``, and the next sweep starts from the
-database's state again. With a spool directory configured, an APScheduler job ingests the snapshot files
-waiting there on the same interval (``repart.controller.spool``), and ``run_once`` ingests them before
-ticking. ``run`` stops on SIGTERM or SIGINT: no new sweep, the queued ticks are dropped, the running ones
-finish, and the leases are released.
+a region whose previous tick is still queued or running: that one is skipped and counted (``overruns``),
+never queued twice, and logged once when it starts overrunning (one ``skipped`` line, not one per sweep
+while the tick runs; the count keeps growing in ``overruns`` and in the metrics). A region whose lease
+was renewed is ticked under that lease's token; any other (a free or expired lease) first takes the
+lease (``acquire_lease``), so two daemons on one database do not act on the same region at the same
+time: the other daemon skips the region until the lease expires (its holder stopped renewing it), then
+takes it over with a new fencing token. The tick presents the token with its write (DESIGN §12.2), so a
+daemon that was paused past its lease (SIGSTOP, swap) cannot write when it resumes: its tick ends in a
+``Conflict``, logged as ``conflict``, and the next sweep starts from the database's state again. With a
+spool directory configured, an APScheduler job ingests the snapshot files waiting there on the same
+interval (``repart.controller.spool``), and ``run_once`` ingests them before ticking. ``run`` stops on
+SIGTERM or SIGINT: no new sweep, the queued ticks are dropped, the running ones finish, and the leases
+are released.
+
+With ``metrics_port``, ``run`` first binds a ``repart.controller.metrics.MetricsServer`` (a port that
+cannot be bound starts nothing: no sweep, no lease), and the daemon feeds its ``DaemonMetrics``: each
+sweep reads every region's applied version and oldest unapplied plan in one more query
+(``repart.controller.readings``), each tick records its action, duration and schedule lag, and a tick
+that decided (any action but ``idle``, and a region's first tick) reads the b its decision measured.
+``health`` is what ``/healthz`` answers: healthy while the sweep thread runs and a sweep read the
+regions within the last two intervals.
 
 The tick threads and the sweep each hold one database connection at a time, so the engine's
 connection pool must hold ``workers + 2`` (the sweep, the spool job and the workers);
 ``Daemon`` refuses a smaller pool.
 
-Every tick, skip and lifecycle step is logged as one JSON object per line (structured logs).
+Every tick, skip and lifecycle step is logged as one JSON object per line (structured logs,
+``repart.controller.logs``).
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import math
 import os
 import signal
@@ -43,17 +52,21 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import QueuePool
 
-from repart.controller.spool import SpoolOutcome, ingest_spool
+from repart.controller.defaults import DEFAULT_INTERVAL_SECONDS, DEFAULT_LEASE_TTL_SECONDS, DEFAULT_WORKERS
+from repart.controller.logs import log_event
+from repart.controller.metrics import DaemonMetrics, Health, MetricsServer, check_metrics_port
+from repart.controller.readings import decided_imbalance, region_readings
+from repart.controller.spool import SpoolOutcome, check_max_bytes, ingest_spool
 from repart.controller.tick import TickResult, tick
 from repart.errors import Conflict, InvalidInput
 from repart.partitioning.documents import require_number
+from repart.protocol.limits import MAX_SNAPSHOT_BYTES
 from repart.protocol.spool import check_spool
 from repart.storage import (
     Fence,
@@ -66,12 +79,6 @@ from repart.storage import (
 from repart.storage.leases import RegionLease, region_leases, renew_leases
 from repart.validation import Interval, check
 
-LOG = logging.getLogger("repart.daemon")
-
-DEFAULT_WORKERS = 4
-"""Tick threads: ticks are mostly Python (GIL-bound builds, ORM), so more threads than cores add waiting,
-not throughput; four overlap one tick's database round trips with another's computing."""
-
 
 def default_holder() -> str:
     """A lease holder name unique to this process: host, process id and a random suffix."""
@@ -80,15 +87,19 @@ def default_holder() -> str:
 
 @dataclass(frozen=True)
 class DaemonConfig:
-    """How often to sweep, how long a lease lasts, who holds it, how many threads tick, and the spool
-    directory whose snapshot files are ingested every interval (None: no spool). Every sweep discovers
-    the regions created since the last one. InvalidInput naming the field for a bad value."""
+    """How often to sweep, how long a lease lasts, who holds it, how many threads tick, the spool
+    directory whose snapshot files are ingested every interval (None: no spool), and the port ``run``
+    serves metrics on (None: none; 0: any free port), and the largest spool file ingested
+    (``max_snapshot_bytes``; a larger one is rejected unread). Every sweep discovers the regions created
+    since the last one. InvalidInput naming the field for a bad value."""
 
-    interval_seconds: float = 10.0
-    lease_ttl_seconds: float = 30.0
+    interval_seconds: float = DEFAULT_INTERVAL_SECONDS
+    lease_ttl_seconds: float = DEFAULT_LEASE_TTL_SECONDS
     holder: str = field(default_factory=default_holder)
     spool: Path | None = None
     workers: int = DEFAULT_WORKERS
+    metrics_port: int | None = None
+    max_snapshot_bytes: int = MAX_SNAPSHOT_BYTES
 
     def __post_init__(self) -> None:
         require_number(self.interval_seconds, "interval", 0.01)
@@ -104,16 +115,14 @@ class DaemonConfig:
             raise InvalidInput("holder", f"must be 1-200 characters, got {self.holder!r}")
         if self.spool is not None:
             check_spool(self.spool)
+        if self.metrics_port is not None:
+            check_metrics_port(self.metrics_port)
+        check_max_bytes(self.max_snapshot_bytes, "max_snapshot_bytes")
 
     @property
     def connections(self) -> int:
         """Database connections the daemon may hold at once: the workers', the sweep's and the spool's."""
         return self.workers + 2
-
-
-def log_event(kind: str, **fields: Any) -> None:
-    """One structured log line: ``{"event": kind, "at": ISO-8601 UTC, …fields}``."""
-    LOG.info(json.dumps({"event": kind, "at": datetime.now(UTC).isoformat(), **fields}, default=str))
 
 
 def pool_capacity(engine: Engine) -> int | None:
@@ -126,9 +135,16 @@ def pool_capacity(engine: Engine) -> int | None:
 
 
 class Daemon:
-    """Sweeps every region on an interval and ticks it under a lease; see the module docstring."""
+    """Sweeps every region on an interval and ticks it under a lease, feeding ``metrics`` if given; see
+    the module docstring."""
 
-    def __init__(self, engine: Engine, config: DaemonConfig, ticker: Callable[..., TickResult] = tick):
+    def __init__(
+        self,
+        engine: Engine,
+        config: DaemonConfig,
+        ticker: Callable[..., TickResult] = tick,
+        metrics: DaemonMetrics | None = None,
+    ):
         capacity = pool_capacity(engine)
         if capacity is not None and capacity < config.connections:
             raise InvalidInput(
@@ -138,11 +154,15 @@ class Daemon:
             )
         self.engine = engine
         self.config = config
+        self.metrics = metrics
         self._tick = ticker
         self._scheduler = BackgroundScheduler(timezone=UTC)
         self._workers = ThreadPoolExecutor(config.workers, thread_name_prefix="repart-tick")
         self._held: set[str] = set()
         self._in_flight: set[str] = set()
+        self._overrunning: set[str] = set()  # skipped since their running tick began (logged once)
+        self._measured: set[str] = set()  # regions whose decided b the metrics have read
+        self._last_sweep: float | None = None  # time.monotonic() when a sweep last read the regions
         self._lock = threading.Lock()
         # stop() takes this lock to set _stopping, so no sweep hands a tick to the stopped pool.
         self._dispatch = threading.Lock()
@@ -178,7 +198,7 @@ class Daemon:
         """One pass over the spool directory, each file logged; nothing without a spool directory."""
         if self.config.spool is None:
             return []
-        outcomes = ingest_spool(self.engine, self.config.spool)
+        outcomes = ingest_spool(self.engine, self.config.spool, max_bytes=self.config.max_snapshot_bytes)
         for outcome in outcomes:
             log_event("snapshot", holder=self.config.holder, **outcome.to_json())
         return outcomes
@@ -200,6 +220,8 @@ class Daemon:
         holder, ttl = self.config.holder, self.config.lease_ttl_seconds
         renewed = run_in_transaction(self.engine, lambda session: renew_leases(session, holder, ttl, now))
         leases: list[RegionLease] = read_transaction(self.engine, region_leases)
+        self._last_sweep = time.monotonic()
+        self._read_regions()
         with self._lock:
             self._held.update(renewed)
         if due is not None:
@@ -215,18 +237,37 @@ class Daemon:
             with self._dispatch:
                 if self._stopping.is_set():
                     return handed
-                with self._lock:
-                    running = lease.region in self._in_flight
-                    if running:
-                        self.overruns += 1
-                    else:
-                        self._in_flight.add(lease.region)
-                if running:
-                    self._skipped(lease.region, "its previous tick is still running")
+                if self._overran(lease.region):
                     continue
-                self._workers.submit(self._guarded_tick, lease.region, token)
+                due_at = time.monotonic() if due is None else due + self.phase(lease.region)
+                self._workers.submit(self._guarded_tick, lease.region, token, due_at)
                 handed += 1
         return handed
+
+    @property
+    def in_flight(self) -> int:
+        """Regions whose tick is queued or running."""
+        with self._lock:
+            return len(self._in_flight)
+
+    def health(self) -> Health:
+        """Healthy while the sweep thread runs and a sweep read the regions within the last two
+        intervals (what ``/healthz`` answers)."""
+        interval = self.config.interval_seconds
+        sweeping = self._sweeper.is_alive() and not self._stopping.is_set()
+        last = self._last_sweep
+        age = None if last is None else time.monotonic() - last
+        recent = age is not None and age <= 2 * interval
+        return Health(
+            sweeping and recent,
+            {
+                "sweeping": sweeping,
+                "last_sweep_seconds_ago": None if age is None else round(age, 3),
+                "interval_seconds": interval,
+                "ticks_in_flight": self.in_flight,
+                "holder": self.config.holder,
+            },
+        )
 
     def phase(self, region: str) -> float:
         """A fixed offset within the interval at which a paced sweep hands ``region`` to the tick
@@ -281,11 +322,14 @@ class Daemon:
                 self.sweep(due)
             except Exception as error:  # the daemon outlives a failed sweep (say, the database is down)
                 log_event("error", sweep=True, holder=self.config.holder, error=repr(error))
+                self._failed("sweep", error)
             due += interval
             late = time.monotonic() - due
             if late > 0:
                 missed = math.floor(late / interval)
                 self.missed_sweeps += missed
+                if self.metrics is not None:
+                    self.metrics.coalesced.inc(missed)
                 due += missed * interval
             self._stopping.wait(due - time.monotonic())
 
@@ -299,41 +343,118 @@ class Daemon:
     def _skipped(self, region: str, reason: str) -> None:
         log_event("skipped", region=region, holder=self.config.holder, reason=reason)
 
+    def _overran(self, region: str) -> bool:
+        """True (counted, and logged the first time in a row) when ``region``'s previous tick is still
+        queued or running; else marks it in flight and returns False."""
+        with self._lock:
+            running = region in self._in_flight
+            first = running and region not in self._overrunning
+            if running:
+                self.overruns += 1
+                self._overrunning.add(region)
+            else:
+                self._in_flight.add(region)
+        if running and self.metrics is not None:
+            self.metrics.overran(region)
+        if first:
+            self._skipped(region, "its previous tick is still running (counted, logged once until it ends)")
+        return running
+
+    def _read_regions(self) -> None:
+        """Feed the metrics every region's database values (see the module docstring); a failed read is
+        logged and counted, and the sweep goes on with the values of the previous one."""
+        if self.metrics is None:
+            return
+        try:
+            readings = read_transaction(self.engine, region_readings)
+        except Exception as error:  # the metrics must not stop the ticks
+            log_event("error", sweep=True, holder=self.config.holder, metrics=True, error=repr(error))
+            self._failed("metrics", error)
+            return
+        self.metrics.read_regions(readings)
+
+    def _failed(self, stage: str, error: Exception) -> None:
+        if self.metrics is not None:
+            self.metrics.failed(stage, "conflict" if isinstance(error, Conflict) else type(error).__name__)
+
     def _guarded_spool(self) -> None:
         """A scheduled spool pass: an error is logged and the next interval tries again."""
         try:
             self.ingest_spool()
         except Exception as error:  # the daemon outlives a failed pass (say, the database is down)
             log_event("error", spool=str(self.config.spool), holder=self.config.holder, error=repr(error))
+            self._failed("spool", error)
 
-    def _guarded_tick(self, region: str, token: int | None) -> None:
-        """A tick on a worker thread: a refused write or an error is logged and the next sweep tries
-        again; the region is free for the next sweep afterwards."""
+    def _guarded_tick(self, region: str, token: int | None, due_at: float) -> None:
+        """A tick on a worker thread, due at ``due_at`` (``time.monotonic()``): a refused write or an
+        error is logged and the next sweep tries again; the region is free for the next sweep
+        afterwards."""
+        started = time.monotonic()
         try:
-            self.tick_region(region, token)
+            result = self.tick_region(region, token)
+            if result is not None:
+                self._measure(result, time.monotonic() - started, started - due_at)
         except Conflict as error:  # a lost lease or a status changed since the read: nothing was written
             log_event("conflict", region=region, holder=self.config.holder, reason=str(error))
+            self._failed("tick", error)
         except Exception as error:  # the daemon outlives one region's failure
             log_event("error", region=region, holder=self.config.holder, error=repr(error))
+            self._failed("tick", error)
         finally:
             with self._lock:
                 self._in_flight.discard(region)
+                self._overrunning.discard(region)
+
+    def _measure(self, result: TickResult, seconds: float, lag: float) -> None:
+        """Feed a tick to the metrics, with the b its decision measured when it decided (see the module
+        docstring); a failed read of b is logged and counted, never the tick's failure."""
+        if self.metrics is None:
+            return
+        self.metrics.ticked(result, seconds, lag)
+        region = result.region
+        with self._lock:
+            known = region in self._measured
+        if result.action == "idle" and known:
+            return
+        try:
+            imbalance = read_transaction(self.engine, lambda session: decided_imbalance(session, region))
+        except Exception as error:  # the metrics stay as they were; the next decision reads again
+            log_event("error", region=region, holder=self.config.holder, metrics=True, error=repr(error))
+            self._failed("metrics", error)
+            return
+        self.metrics.decided(region, imbalance)
+        with self._lock:
+            self._measured.add(region)
 
 
 def run(engine: Engine, config: DaemonConfig, stop: threading.Event | None = None) -> None:
-    """Run until SIGTERM/SIGINT (or ``stop`` is set), then stop cleanly after the current ticks."""
+    """Run until SIGTERM/SIGINT (or ``stop`` is set), then stop cleanly after the current ticks; with
+    ``config.metrics_port``, serve metrics meanwhile. InvalidInput naming ``metrics_port`` when the port
+    cannot be bound, before anything starts."""
     stop = stop or threading.Event()
+    metrics: DaemonMetrics | None = None
+    server: MetricsServer | None = None
+    if config.metrics_port is not None:
+        metrics = DaemonMetrics()
+        server = MetricsServer(config.metrics_port, metrics)
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
         log_event("stopping", holder=config.holder, signal=signal.Signals(signum).name)
         stop.set()
 
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    daemon = Daemon(engine, config)
     try:
-        daemon.start()
-        stop.wait()
+        daemon = Daemon(engine, config, metrics=metrics)
+        previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            if server is not None:
+                server.serve(daemon.health)
+                log_event("metrics", holder=config.holder, port=server.port, paths=["/metrics", "/healthz"])
+            daemon.start()
+            stop.wait()
+        finally:
+            daemon.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     finally:
-        daemon.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        if server is not None:
+            server.close()

@@ -1,0 +1,12 @@
+"""The daemon's defaults, in a module without imports, so that ``repart run --help`` shows them without
+loading the daemon (issue #10: a responsive CLI)."""
+
+DEFAULT_INTERVAL_SECONDS = 10.0
+"""Seconds between two sweeps, so between two ticks of a region."""
+
+DEFAULT_LEASE_TTL_SECONDS = 30.0
+"""Seconds a region's lease lasts without renewal: three intervals, so one slow sweep does not lose it."""
+
+DEFAULT_WORKERS = 4
+"""Tick threads: ticks are mostly Python (GIL-bound builds, ORM), so more threads than cores add waiting,
+not throughput; four overlap one tick's database round trips with another's computing."""
