@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -29,12 +29,10 @@ from repart.cli.database import (
     read_query,
 )
 from repart.cli.errors import reports_bad_input
-from repart.controller.actions import ActionResult
-from repart.controller.actions import explain as explain_region
-from repart.controller.actions import rollback as rollback_region
-from repart.controller.actions import scale as scale_region
-from repart.storage import resume as resume_region
-from repart.storage.models import Region
+
+if TYPE_CHECKING:
+    from repart.controller.actions import ActionResult
+    from repart.storage.models import Region
 
 RegionName = Annotated[str, typer.Argument(help="Region name.")]
 ReasonOption = Annotated[
@@ -58,6 +56,8 @@ def rollback(
     The region is then held, so that the next tick does not undo the rollback: `repart resume`
     returns it to its mode.
     """
+    from repart.controller.actions import rollback as rollback_region
+
     with open_database(db) as engine:
         result = rollback_region(engine, region, to, reason=reason)
     _show(result, as_json)
@@ -76,6 +76,8 @@ def scale(
     The region is then held, so that the next tick does not scale it back: `repart resume` returns
     it to its mode.
     """
+    from repart.controller.actions import scale as scale_region
+
     with open_database(db) as engine:
         result = scale_region(engine, region, channels, reason=reason)
     _show(result, as_json)
@@ -84,6 +86,8 @@ def scale(
 @reports_bad_input
 def explain(region: RegionName, db: DbOption = None, as_json: JsonOption = False) -> None:
     """Why the region runs what it runs: its last decision, its rule and its numbers."""
+    from repart.controller.actions import explain as explain_region
+
     shown = read_query(db, lambda session: explain_region(session, region))
     if as_json:
         print_json(shown)
@@ -125,15 +129,16 @@ def _show(result: ActionResult, as_json: bool) -> None:
     table.add_row("digest", result.digest[:12])
     table.add_row("predicted m", number(result.plan_m))
     table.add_row("reason", Text(result.reason))
-    table.add_row(
-        "mode", Text(f"{result.mode} ({result.mode_reason}); `repart resume {result.region}` to undo")
-    )
+    hint = f"`repart resume {result.region}` lets the controller act"
+    table.add_row("mode", Text(f"{result.mode} ({result.mode_reason}); {hint}"))
     console().print(table)
 
 
 @reports_bad_input
 def resume(region: RegionName, db: DbOption = None, as_json: JsonOption = False) -> None:
     """Return a held region to the mode it had before it was held (`auto` if none)."""
+    from repart.storage import resume as resume_region
+
     shown = query(db, lambda session: mode_dict(resume_region(session, region)))
     if as_json:
         print_json(shown)

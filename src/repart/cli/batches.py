@@ -7,7 +7,7 @@ A job reports each batch once (``ControllerClient.report_batch``): a JSON payloa
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -15,9 +15,9 @@ from rich.text import Text
 
 from repart.cli.database import DbOption, JsonOption, console, print_json, read_query, timestamp
 from repart.cli.errors import reports_bad_input
-from repart.storage import batch_reports
-from repart.storage.jsontext import load_object
-from repart.storage.models import BatchReport
+
+if TYPE_CHECKING:
+    from repart.storage.models import BatchReport
 
 batches_app = typer.Typer(no_args_is_help=True, help="List what a region's Spark batches reported.")
 
@@ -28,6 +28,8 @@ SHOWN_PAYLOAD = 100
 
 def batch_dict(row: BatchReport) -> dict[str, Any]:
     """A batch report as a JSON object, its payload parsed."""
+    from repart.storage.jsontext import load_object
+
     return {
         "id": row.id,
         "batch": row.batch,
@@ -41,6 +43,8 @@ def batch_dict(row: BatchReport) -> dict[str, Any]:
 @reports_bad_input
 def list_(region: RegionName, db: DbOption = None, as_json: JsonOption = False) -> None:
     """List a region's batch reports by batch id."""
+    from repart.storage import batch_reports
+
     rows = read_query(db, lambda s: [batch_dict(r) for r in batch_reports(s, region)])
     if as_json:
         print_json(rows)

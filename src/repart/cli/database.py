@@ -5,6 +5,9 @@ Every database command takes ``--db URL`` (default: ``$REPART_DB``, else ``./.re
 there). A command other than ``init`` refuses a database that ``repart init`` has not brought to the
 newest schema revision, with a message instead of an SQL error, and every other mistake in ``--db``
 is one line naming it (exit code 2), never a driver traceback.
+
+The CLI imports SQLAlchemy and the storage modules here and in the commands only when a command runs,
+so ``repart --help`` does not pay for them (issue #10).
 """
 
 from __future__ import annotations
@@ -15,24 +18,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
-from sqlalchemy import URL, Engine
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.orm import Session
 
 from repart.errors import InvalidInput
-from repart.storage import (
-    current_revision,
-    database_problem,
-    database_url,
-    head_revision,
-    make_engine,
-    read_transaction,
-    run_in_transaction,
-)
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from sqlalchemy import URL, Engine
+    from sqlalchemy.orm import Session
 
 T = TypeVar("T")
 
@@ -58,6 +53,8 @@ def open_database(url: str | None) -> Iterator[Engine]:
     directory, a server that cannot be reached, a database at another schema revision, and a read-only
     database when the command writes (raised from the body of the ``with`` block).
     """
+    from repart.storage.schema import HEAD_REVISION, current_revision
+
     resolved = _resolved(url)
     path = resolved.database or ""
     sqlite = resolved.get_backend_name() == "sqlite"
@@ -76,10 +73,10 @@ def open_database(url: str | None) -> Iterator[Engine]:
     try:
         with database_errors(shown):
             revision = current_revision(engine)
-            if revision != head_revision():
+            if revision != HEAD_REVISION:
                 raise InvalidInput(
                     DB_OPTION,
-                    f"names a database at schema revision {revision or '(none)'}, not {head_revision()}; "
+                    f"names a database at schema revision {revision or '(none)'}, not {HEAD_REVISION}; "
                     "run `repart init` to upgrade it",
                 )
             yield engine
@@ -90,6 +87,8 @@ def open_database(url: str | None) -> Iterator[Engine]:
 def engine_for(url: str | None) -> tuple[URL, Engine]:
     """The resolved URL of ``--db`` and an engine on it (for SQLite, the file's directory is created);
     InvalidInput naming ``--db`` for text that is not a database URL."""
+    from repart.storage.engine import make_engine
+
     try:
         return _resolved(url), make_engine(url)
     except InvalidInput as error:
@@ -98,6 +97,8 @@ def engine_for(url: str | None) -> tuple[URL, Engine]:
 
 def _resolved(url: str | None) -> URL:
     """``database_url(url)``, with InvalidInput naming ``--db``."""
+    from repart.storage.engine import database_url
+
     try:
         return database_url(url)
     except InvalidInput as error:
@@ -108,6 +109,10 @@ def _resolved(url: str | None) -> URL:
 def database_errors(shown: str) -> Iterator[None]:
     """Turn a driver error that says what is wrong with the database (not there, not a database, not
     reachable, read-only) into InvalidInput naming ``--db``; other driver errors propagate."""
+    from sqlalchemy.exc import DBAPIError
+
+    from repart.storage.engine import database_problem
+
     try:
         yield
     except DBAPIError as error:
@@ -119,6 +124,8 @@ def database_errors(shown: str) -> Iterator[None]:
 
 def query(url: str | None, work: Callable[[Session], T]) -> T:
     """Run ``work`` in one (write) transaction on the database at ``url`` (see ``open_database``)."""
+    from repart.storage.engine import run_in_transaction
+
     with open_database(url) as engine:
         return run_in_transaction(engine, work)
 
@@ -126,12 +133,16 @@ def query(url: str | None, work: Callable[[Session], T]) -> T:
 def read_query(url: str | None, work: Callable[[Session], T]) -> T:
     """Run ``work``, which only reads, in one read-only transaction on the database at ``url``: on
     SQLite it works while another process holds the write lock (see ``open_database``)."""
+    from repart.storage.engine import read_transaction
+
     with open_database(url) as engine:
         return read_transaction(engine, work)
 
 
 def console() -> Console:
     """A console on stdout for people: as wide as the terminal, or 160 columns when redirected."""
+    from rich.console import Console
+
     return Console(width=None if sys.stdout.isatty() else 160, highlight=False)
 
 

@@ -15,8 +15,9 @@ from rich.markup import escape
 from repart.cli.errors import reports_bad_input
 from repart.cli.simulate import STDOUT, check_output_path
 from repart.errors import NotFound
-from repart.protocol.files import durable_output
-from repart.sim.plot import plot_demo
+
+if TYPE_CHECKING:
+    pass
 
 if TYPE_CHECKING:
     from repart.demo.run import DemoRow
@@ -63,6 +64,8 @@ def demo(
     seconds), writes a PNG plot and ends by checking that the state's totals equal the input's.
     Exit code 1 if they differ.
     """
+    from repart.protocol.files import durable_output
+    from repart.sim.plot import plot_demo
     from repart.sim.trades import TradeStream
 
     try:

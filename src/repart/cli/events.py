@@ -8,7 +8,7 @@ and from a time on.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -17,9 +17,10 @@ from rich.text import Text
 from repart.cli.database import DbOption, JsonOption, console, print_json, read_query, timestamp
 from repart.cli.errors import reports_bad_input
 from repart.errors import InvalidInput
-from repart.storage import EVENT_KINDS, region_events
-from repart.storage.jsontext import load_object
-from repart.storage.models import Event
+from repart.storage.event_kinds import EVENT_KINDS
+
+if TYPE_CHECKING:
+    from repart.storage.models import Event
 
 events_app = typer.Typer(no_args_is_help=True, help="Read a region's audit log.")
 
@@ -28,6 +29,8 @@ RegionName = Annotated[str, typer.Argument(help="Region name.")]
 
 def event_dict(row: Event) -> dict[str, Any]:
     """An event as a JSON object, its ``data`` parsed."""
+    from repart.storage.jsontext import load_object
+
     return {
         "id": row.id,
         "kind": row.kind,
@@ -75,6 +78,8 @@ def list_(
     as_json: JsonOption = False,
 ) -> None:
     """List a region's events, oldest first (newest last)."""
+    from repart.storage import region_events
+
     start = None if since is None else aware_timestamp("since", since)
     rows = read_query(db, lambda s: [event_dict(e) for e in region_events(s, region, kind=kind, since=start)])
     if as_json:

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from repart.cli.database import DbOption, JsonOption, database_errors, engine_for, print_json
 from repart.cli.errors import reports_bad_input
-from repart.storage import current_revision, upgrade
+
+if TYPE_CHECKING:
+    pass
 
 
 @reports_bad_input
 def init(db: DbOption = None, as_json: JsonOption = False) -> None:
     """Create the database (and its directory) and run every schema migration; safe to run again."""
+    from repart.storage import current_revision, upgrade
+
     resolved, engine = engine_for(db)
     url = resolved.render_as_string(hide_password=True)
     try:

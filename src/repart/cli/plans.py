@@ -8,11 +8,10 @@ a report that repeats the plan's state and numbers changes nothing and succeeds.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
-from sqlalchemy.orm import Session
 
 from repart.cli.database import (
     DbOption,
@@ -27,11 +26,11 @@ from repart.cli.database import (
 from repart.cli.errors import reports_bad_input
 from repart.cli.versions import plan_dict, print_plan
 from repart.errors import Conflict, NotFound
-from repart.migration import MigrationPlan
-from repart.storage import get_plan, list_plans, region_by_name, set_plan_status
-from repart.storage.events import region_events
-from repart.storage.jsontext import load_object
-from repart.storage.models import Event, Plan
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from repart.storage.models import Event, Plan
 
 plans_app = typer.Typer(no_args_is_help=True, help="List and show migration plans; report their outcome.")
 
@@ -67,6 +66,8 @@ def plan_summary(row: Plan) -> dict[str, Any]:
 
 def plan_of_region(session: Session, region: str, plan_id: int) -> Plan:
     """Plan ``plan_id``, which must belong to ``region`` (NotFound otherwise)."""
+    from repart.storage import get_plan, region_by_name
+
     region_id = region_by_name(session, region).id
     row = get_plan(session, plan_id)
     if row.region_id != region_id:
@@ -89,6 +90,8 @@ def list_(
     as_json: JsonOption = False,
 ) -> None:
     """List a region's plans, oldest first."""
+    from repart.storage import list_plans
+
     if recommended:
         _list_recommendations(region, db, as_json)
         return
@@ -125,6 +128,8 @@ def list_(
 def recommendation_summary(event: Event) -> dict[str, Any]:
     """A ``recommended`` event as what it recommends: the window it decided on, N, the candidate's
     digest, predicted b and m, and its plan's moves (DESIGN §12.3)."""
+    from repart.storage.jsontext import load_object
+
     data = load_object(event.data_json)
     return {
         "event_id": event.id,
@@ -144,6 +149,8 @@ def recommendation_summary(event: Event) -> dict[str, Any]:
 
 
 def _list_recommendations(region: str, db: str | None, as_json: bool) -> None:
+    from repart.storage.events import region_events
+
     rows = read_query(
         db, lambda s: [recommendation_summary(e) for e in region_events(s, region, kind="recommended")]
     )
@@ -172,6 +179,8 @@ def _list_recommendations(region: str, db: str | None, as_json: bool) -> None:
 @reports_bad_input
 def show(region: RegionName, plan_id: PlanId, db: DbOption = None, as_json: JsonOption = False) -> None:
     """Show a plan: status, prediction, moves and the channels that lose and gain keys."""
+
+    from repart.migration import MigrationPlan
 
     def work(session: Session) -> dict[str, Any]:
         row = plan_of_region(session, region, plan_id)
@@ -204,6 +213,8 @@ def report(
     --moved-bytes (as given the first time) changes nothing and exits 0. Another state, or other
     numbers, is a Conflict (exit 3).
     """
+
+    from repart.storage import set_plan_status
 
     def work(session: Session) -> dict[str, Any]:
         row = plan_of_region(session, region, plan_id)

@@ -8,28 +8,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
-from sqlalchemy.orm import Session
 
 from repart.cli.database import DbOption, JsonOption, console, print_json, query, read_query, timestamp
 from repart.cli.errors import options_of, reports_bad_input
-from repart.controller.settings import ControllerSettings
 from repart.errors import InvalidInput
-from repart.storage import (
-    NewEvent,
-    RegionConfig,
-    create_region,
-    delete_region,
-    list_regions,
-    record_event,
-    region_by_name,
-    set_mode,
-    update_region,
-)
-from repart.storage.models import Region
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from repart.storage import (
+        RegionConfig,
+    )
+    from repart.storage.models import Region
 
 region_app = typer.Typer(no_args_is_help=True, help="Create, list, show, update and delete regions.")
 
@@ -83,6 +77,8 @@ def _parsed_settings(pairs: list[str] | None) -> dict[str, Any]:
 
 def _checked(config: RegionConfig) -> RegionConfig:
     """``config`` if the controller accepts its policy settings (InvalidInput naming ``settings.<key>``)."""
+    from repart.controller.settings import ControllerSettings
+
     ControllerSettings.from_config(config)
     return config
 
@@ -94,6 +90,8 @@ def _options(**values: Any) -> dict[str, Any]:
 
 def region_dict(row: Region) -> dict[str, Any]:
     """A region's name, configuration and timestamps as a JSON object."""
+    from repart.storage import RegionConfig
+
     config = RegionConfig.from_row(row)
     values = {field.name: getattr(config, field.name) for field in dataclasses.fields(config)}
     values["settings"] = dict(config.settings)
@@ -141,6 +139,8 @@ def create(
     as_json: JsonOption = False,
 ) -> None:
     """Create a region; --key-type is required, N defaults to --min-channels (1)."""
+    from repart.storage import RegionConfig, create_region
+
     if key_type is None:
         raise InvalidInput("key_type", "is required: str or int")
     given = _options(
@@ -170,6 +170,8 @@ def create(
 @reports_bad_input
 def list_(db: DbOption = None, as_json: JsonOption = False) -> None:
     """List the regions and their main settings."""
+    from repart.storage import list_regions
+
     regions = read_query(db, lambda session: [region_dict(row) for row in list_regions(session)])
     if as_json:
         print_json(regions)
@@ -208,6 +210,8 @@ def list_(db: DbOption = None, as_json: JsonOption = False) -> None:
 @reports_bad_input
 def show(name: Name, db: DbOption = None, as_json: JsonOption = False) -> None:
     """Show a region's whole configuration."""
+    from repart.storage import region_by_name
+
     _show(read_query(db, lambda session: region_dict(region_by_name(session, name))), as_json)
 
 
@@ -244,6 +248,8 @@ def update(
 ) -> None:
     """Change the given settings of a region (key type and slot bits only while it has no data), or its
     mode (DESIGN §12.3: every change of mode is an event)."""
+    from repart.storage import RegionConfig, region_by_name, set_mode, update_region
+
     changes = _options(
         key_type=key_type,
         n_channels_initial=channels,
@@ -297,6 +303,8 @@ def delete(
     Refused (exit 3) when the region has versions, unless --force. Its events stay in the audit log
     (without a region), and a controller-wide ``region-deleted`` event records what went.
     """
+
+    from repart.storage import NewEvent, delete_region, record_event
 
     def work(session: Session) -> dict[str, Any]:
         deleted = delete_region(session, name, force=force)

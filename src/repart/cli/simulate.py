@@ -7,7 +7,7 @@ import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -17,9 +17,12 @@ from rich.table import Table
 
 from repart.cli.errors import reports_bad_input
 from repart.errors import InvalidInput
-from repart.protocol.files import durable_output
-from repart.sim.experiment import DEFAULT_ALGORITHMS, ExperimentConfig, Record, run_experiment, steps
-from repart.sim.plot import plot_records
+
+if TYPE_CHECKING:
+    pass
+
+if TYPE_CHECKING:
+    from repart.sim.experiment import ExperimentConfig, Record
 
 STDOUT = Path("-")
 
@@ -33,8 +36,12 @@ def split_list(text: str) -> tuple[str, ...]:
 def simulate(
     channels: Annotated[int, typer.Option(help="Grow N from 1 to this many channels.")] = 32,
     algorithms: Annotated[
-        str, typer.Option(help="Comma-separated: scan, redist, readj, uniform, consistent, auto.")
-    ] = ",".join(DEFAULT_ALGORITHMS),
+        str | None,
+        typer.Option(
+            help="Comma-separated: scan, redist, readj, uniform, consistent, auto (default: all but auto).",
+            show_default=False,
+        ),
+    ] = None,
     resources: Annotated[
         str, typer.Option(help="Resource code (state, computation, communication): CCL, LCL, LLL, LQL, …")
     ] = "LCL",
@@ -64,9 +71,12 @@ def simulate(
     ] = 0,
 ) -> None:
     """Reproduce Gedik §5: grow N one channel at a time and report b, b_k, b_lb, m, sizes and build time."""
+    from repart.sim.experiment import DEFAULT_ALGORITHMS, ExperimentConfig, run_experiment, steps
+    from repart.sim.plot import plot_records
+
     config = ExperimentConfig(
         channels=channels,
-        algorithms=split_list(algorithms),
+        algorithms=DEFAULT_ALGORITHMS if algorithms is None else split_list(algorithms),
         resources=resources,
         alpha=alpha,
         sigma=sigma,
@@ -115,6 +125,8 @@ def write_results(
 
     Files are written atomically; the paths were checked by :func:`check_output_path` beforehand.
     """
+    from repart.protocol.files import durable_output
+
     if json_path == STDOUT:
         sys.stdout.write(records_json(records) + "\n")
     else:

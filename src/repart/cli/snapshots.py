@@ -12,13 +12,12 @@ mistake (refused while a decision depends on it, unless ``--force``: ``repart.st
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from sqlalchemy.orm import Session
 
 from repart.cli.database import (
     DbOption,
@@ -32,9 +31,14 @@ from repart.cli.database import (
     timestamp,
 )
 from repart.cli.errors import reports_bad_input
-from repart.controller.spool import IngestOutcome, ingest_file, ingest_spool
 from repart.errors import InvalidInput
-from repart.storage import SnapshotSummary, delete_snapshot, snapshot_summaries
+from repart.protocol.limits import MAX_SNAPSHOT_BYTES
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from repart.controller.spool import IngestOutcome
+    from repart.storage import SnapshotSummary
 
 snapshot_app = typer.Typer(no_args_is_help=True, help="Ingest, list and delete window snapshots.")
 
@@ -55,17 +59,29 @@ def ingest(
             show_default=False,
         ),
     ] = None,
+    max_bytes: Annotated[
+        int,
+        typer.Option(
+            help="Reject a file larger than this many bytes without reading it "
+            f"(default: {MAX_SNAPSHOT_BYTES // 2**20} MiB).",
+            show_default=False,
+        ),
+    ] = MAX_SNAPSHOT_BYTES,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Ingest snapshot files, each all or nothing; exit code 2 if any was rejected."""
+    """Ingest snapshot files, each all or nothing; exit code 2 if any was rejected (a file larger than
+    --max-bytes is rejected without being read)."""
+    from repart.controller.spool import check_max_bytes, ingest_file, ingest_spool
+
     if not files and spool is None:
         raise InvalidInput("FILES", "or --spool DIR must be given: nothing to ingest")
+    check_max_bytes(max_bytes)
     outcomes: list[IngestOutcome] = []
     with open_database(db) as engine:
-        outcomes.extend(ingest_file(engine, path) for path in files or [])
+        outcomes.extend(ingest_file(engine, path, max_bytes=max_bytes) for path in files or [])
         if spool is not None:
-            outcomes.extend(ingest_spool(engine, spool))
+            outcomes.extend(ingest_spool(engine, spool, max_bytes=max_bytes))
     rejected = [o for o in outcomes if o.status == "rejected"]
     if as_json:
         print_json([o.to_json() for o in outcomes])
@@ -113,6 +129,8 @@ def snapshot_dict(summary: SnapshotSummary) -> dict[str, Any]:
 @reports_bad_input
 def list_(region: RegionName, db: DbOption = None, as_json: JsonOption = False) -> None:
     """List a region's snapshots by window seq (without their items)."""
+    from repart.storage import snapshot_summaries
+
     rows = read_query(db, lambda s: [snapshot_dict(summary) for summary in snapshot_summaries(s, region)])
     if as_json:
         print_json(rows)
@@ -164,6 +182,8 @@ def delete(
     rollback events). A forced delete does not undo those decisions. Writes a ``snapshot-deleted``
     event with the seq and whether --force was given.
     """
+
+    from repart.storage import delete_snapshot
 
     def work(session: Session) -> dict[str, Any]:
         deleted = delete_snapshot(session, region, seq, force=force)

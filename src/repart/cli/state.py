@@ -9,7 +9,7 @@ listing every damaged file; 2 when there is no store at the path.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -17,7 +17,9 @@ from rich.markup import escape
 from repart.cli.database import JsonOption, console, print_json
 from repart.cli.errors import reports_bad_input
 from repart.errors import Corrupt
-from repart.state.store import StateStore
+
+if TYPE_CHECKING:
+    pass
 
 state_app = typer.Typer(no_args_is_help=True, help="Inspect a job's keyed state store.")
 
@@ -29,6 +31,8 @@ def verify(
     as_json: JsonOption = False,
 ) -> None:
     """Check every file of the store's current generation (rows, checksum); exit 4 on damage."""
+    from repart.state.store import StateStore
+
     try:
         store = StateStore.open(state)
     except Corrupt as unreadable:

@@ -3,23 +3,27 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 from rich.text import Text
-from sqlalchemy.orm import Session
 
 from repart.cli.database import DbOption, JsonOption, console, print_json, read_query, timestamp
 from repart.cli.errors import reports_bad_input
-from repart.storage import applied_version, list_events, list_plans, list_regions, region_by_name
-from repart.storage.models import Region
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from repart.storage.models import Region
 
 OPEN_PLAN_STATUSES = ("pending", "applying")
 
 
 def region_status(session: Session, region: Region) -> dict[str, Any]:
     """The status of one region as a JSON object."""
+    from repart.storage import applied_version, list_events, list_plans
+
     applied = applied_version(session, region.name)
     open_plans = [p for p in list_plans(session, region.name) if p.status in OPEN_PLAN_STATUSES]
     events = list_events(session, region.name, limit=1)
@@ -52,6 +56,8 @@ def status(
     as_json: JsonOption = False,
 ) -> None:
     """Show each region's mode (and why), applied version, N, pending plan and last event."""
+
+    from repart.storage import list_regions, region_by_name
 
     def work(session: Session) -> list[dict[str, Any]]:
         regions = [region_by_name(session, region)] if region is not None else list_regions(session)

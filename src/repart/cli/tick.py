@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from repart.cli.database import DbOption, JsonOption, console, open_database, print_json
 from repart.cli.errors import reports_bad_input
-from repart.controller.tick import TickResult
-from repart.controller.tick import tick as tick_region
-from repart.storage import list_regions, read_transaction, region_by_name
+
+if TYPE_CHECKING:
+    from repart.controller.tick import TickResult
 
 
 @reports_bad_input
@@ -24,6 +24,9 @@ def tick(
     as_json: JsonOption = False,
 ) -> None:
     """Run measure → analyze → plan → activate once for each region (or one) and show what it did."""
+    from repart.controller.tick import tick as tick_region
+    from repart.storage import list_regions, read_transaction, region_by_name
+
     with open_database(db) as engine:
         if region is None:
             names = read_transaction(engine, lambda session: [r.name for r in list_regions(session)])

@@ -7,12 +7,11 @@ same migration (``migration_between``): the stored plan when there is one.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 from rich.text import Text
-from sqlalchemy.orm import Session
 
 from repart.cli.database import (
     DbOption,
@@ -24,20 +23,13 @@ from repart.cli.database import (
     timestamp,
 )
 from repart.cli.errors import reports_bad_input
-from repart.controller.settings import ControllerSettings
-from repart.controller.window import merge_snapshots, window_size
-from repart.migration import MigrationPlan, plan_migration
-from repart.partitioning import PartitionFunction
-from repart.storage import (
-    RegionConfig,
-    get_version,
-    latest_snapshots,
-    list_plans,
-    list_versions,
-    region_by_name,
-    version_function,
-)
-from repart.storage.models import Version
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from repart.migration import MigrationPlan
+    from repart.partitioning import PartitionFunction
+    from repart.storage.models import Version
 
 versions_app = typer.Typer(no_args_is_help=True, help="List, show and compare partition-function versions.")
 
@@ -115,6 +107,8 @@ def print_plan(plan: dict[str, Any], title: str) -> None:
 @reports_bad_input
 def list_(region: RegionName, db: DbOption = None, as_json: JsonOption = False) -> None:
     """List a region's versions, oldest first."""
+    from repart.storage import list_versions, version_function
+
     rows = read_query(db, lambda s: [version_dict(v, version_function(v)) for v in list_versions(s, region)])
     if as_json:
         print_json(rows)
@@ -153,6 +147,8 @@ def show(
     region: RegionName, version: VersionNumber, db: DbOption = None, as_json: JsonOption = False
 ) -> None:
     """Show a version: metadata, explicit map size, slot overrides and its build report."""
+
+    from repart.storage import get_version, version_function
 
     def work(session: Session) -> dict[str, Any]:
         row = get_version(session, region, version)
@@ -217,6 +213,18 @@ def migration_between(session: Session, region: str, a: int, b: int) -> tuple[Mi
     (its last x − 1 snapshots) with the region's resources; without keys in that window the moves
     weigh 0.0 and m is None.
     """
+    from repart.controller.settings import ControllerSettings
+    from repart.controller.window import merge_snapshots, window_size
+    from repart.migration import MigrationPlan, plan_migration
+    from repart.storage import (
+        RegionConfig,
+        get_version,
+        latest_snapshots,
+        list_plans,
+        region_by_name,
+        version_function,
+    )
+
     source, target = get_version(session, region, a), get_version(session, region, b)
     for stored in list_plans(session, region):
         if (stored.from_version, stored.to_version) == (a, b):

@@ -14,19 +14,21 @@ is superseded its target version is ``abandoned``; an applied plan's target beco
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from repart.errors import Conflict, InvalidInput, NotFound
-from repart.migration import MigrationPlan
 from repart.storage import models
 from repart.storage.keys import key_columns
 from repart.storage.regions import region_by_name
 from repart.storage.status import set_applied_version
 from repart.storage.versions import transition_version
 from repart.validation import Interval, Options, check
+
+if TYPE_CHECKING:
+    from repart.migration import MigrationPlan
 
 PLAN_TRANSITIONS: dict[str, frozenset[str]] = {
     "pending": frozenset({"applying", "superseded"}),

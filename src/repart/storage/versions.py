@@ -8,13 +8,17 @@ plans (``repart.storage.plans``); this module holds the transition rule and the 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from repart.errors import Conflict, NotFound
-from repart.partitioning.function import PartitionFunction
 from repart.storage import models
 from repart.storage.regions import region_by_name
+
+if TYPE_CHECKING:
+    from repart.partitioning.function import PartitionFunction
 
 VERSION_TRANSITIONS: dict[str, frozenset[str]] = {
     "planned": frozenset({"applied", "abandoned"}),
@@ -69,4 +73,6 @@ def list_versions(session: Session, region: str) -> list[models.Version]:
 
 def version_function(version: models.Version) -> PartitionFunction:
     """The partition function a version stores."""
+    from repart.partitioning.function import PartitionFunction
+
     return PartitionFunction.from_json(version.function_json)
