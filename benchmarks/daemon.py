@@ -58,6 +58,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
@@ -71,6 +72,7 @@ from repart.controller.defaults import DEFAULT_WORKERS
 from repart.controller.tick import TickResult, tick
 from repart.partitioning import LossyCounter
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
+from repart.protocol.counter_items import CounterItems
 from repart.protocol.snapshot import Snapshot
 from repart.storage import (
     RegionConfig,
@@ -94,8 +96,9 @@ START = datetime(2026, 1, 1, tzinfo=UTC)
 END_GRACE = 1.0  # seconds before the end whose due ticks the stop may cut off
 
 
-def stream_template(seed: int) -> dict[str, Any]:
-    """A window's counter and slot counts for Zipf stream ``seed`` (region and window filled in later)."""
+def stream_template(seed: int) -> Snapshot:
+    """A window's counter and slot counts for Zipf stream ``seed``; each ingest gives it its region and
+    window (``Feeder.ingest_round``)."""
     weights = 1.0 / np.arange(1, DOMAIN + 1)
     rng = np.random.default_rng(seed)
     keys = [f"key-{k}" for k in rng.choice(DOMAIN, size=TUPLES, p=weights / weights.sum())]
@@ -103,16 +106,19 @@ def stream_template(seed: int) -> dict[str, Any]:
     counter.update(keys)
     entries, counts, deltas = counter.entries()
     slots, slot_counts = np.unique(slots_of_hashes(hash_keys(keys, "str"), SLOT_BITS), return_counts=True)
-    return {
-        "format": 1,
-        "tuples": TUPLES,
-        "distinct_estimate": len(set(keys)),
-        "epsilon": EPSILON,
-        "key_type": "str",
-        "items": [[str(k), int(c), int(d)] for k, c, d in zip(entries, counts, deltas, strict=True)],
-        "slot_bits": SLOT_BITS,
-        "slots": [[int(s), int(c)] for s, c in zip(slots, slot_counts, strict=True)],
-    }
+    return Snapshot(
+        region=f"stream-{seed}",
+        seq=0,
+        window_start=START,
+        window_end=START + timedelta(minutes=1),
+        tuples=TUPLES,
+        distinct_estimate=len(set(keys)),
+        epsilon=EPSILON,
+        key_type="str",
+        items=CounterItems(tuple(map(str, entries)), counts, deltas),
+        slot_bits=SLOT_BITS,
+        slots=tuple(zip(slots.tolist(), slot_counts.tolist(), strict=True)),
+    )
 
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -154,9 +160,7 @@ class Feeder:
     """Ingests window ``seq`` of every ``feed_every``-th region (in turn: region i in the rounds where
     ``(i + seq) % feed_every == 0``); windows of one region cycle through the stream pool."""
 
-    def __init__(
-        self, engine: Engine, regions: list[str], templates: list[dict[str, Any]], feed_every: int = 1
-    ):
+    def __init__(self, engine: Engine, regions: list[str], templates: list[Snapshot], feed_every: int = 1):
         self.engine = engine
         self.regions = regions
         self.templates = templates
@@ -169,15 +173,13 @@ class Feeder:
         for index, region in enumerate(self.regions):
             if not every_region and (index + seq) % self.feed_every:
                 continue
-            document = self.templates[(index + seq) % len(self.templates)] | {
-                "region": region,
-                "window": {
-                    "seq": seq,
-                    "start": (START + timedelta(minutes=seq)).isoformat(),
-                    "end": (START + timedelta(minutes=seq + 1)).isoformat(),
-                },
-            }
-            snapshot = Snapshot.from_document(document)
+            snapshot = replace(
+                self.templates[(index + seq) % len(self.templates)],
+                region=region,
+                seq=seq,
+                window_start=START + timedelta(minutes=seq),
+                window_end=START + timedelta(minutes=seq + 1),
+            )
             run_in_transaction(self.engine, lambda session, s=snapshot: ingest_snapshot(session, s))
             self.newest[region].append((time.monotonic(), seq))
         self.round_seconds.append(time.perf_counter() - started)
@@ -201,7 +203,7 @@ def feed_windows(
     out: Any,
 ) -> None:
     """The feeder's process: jobs submit their windows from processes of their own, so the feeder's
-    parsing and ingest do not share the daemon's interpreter. Sends back what it ingested and when
+    ingest does not share the daemon's interpreter. Sends back what it ingested and when
     (CLOCK_MONOTONIC is one clock for every process on the machine)."""
     engine = make_engine(url)
     feeder = Feeder(engine, regions, [stream_template(seed) for seed in range(STREAMS)], feed_every)

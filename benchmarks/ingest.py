@@ -47,7 +47,9 @@ import numpy as np
 from sqlalchemy import select
 
 from daemon import database  # benchmarks/daemon.py: the throwaway PostgreSQL server
+from repart.protocol.counter_items import CounterItems
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
+from repart.protocol.snapshot import ChannelMeasurement, Snapshot
 from repart.storage import RegionConfig, create_region, make_engine, models, run_in_transaction, upgrade
 
 REGION = "large"
@@ -77,8 +79,8 @@ def keys(rng: np.random.Generator, count: int) -> list[str]:
     return made
 
 
-def document(items: int, seed: int = 0) -> dict[str, Any]:
-    """The snapshot document of the module docstring with ``items`` counter entries."""
+def snapshot(items: int, seed: int = 0) -> Snapshot:
+    """The snapshot of the module docstring with ``items`` counter entries."""
     rng = np.random.default_rng(seed)
     weights = 1.0 / np.arange(1, items + 1)
     counts = np.maximum(1, np.floor(weights / weights.sum() * ITEM_SHARE * TUPLES)).astype(np.int64)
@@ -89,22 +91,23 @@ def document(items: int, seed: int = 0) -> dict[str, Any]:
     slots = rng.multinomial(TUPLES, np.full(1 << SLOT_BITS, 1.0 / (1 << SLOT_BITS)))
     per_channel = rng.multinomial(TUPLES, np.full(CHANNELS, 1.0 / CHANNELS))
     assert int(counts.sum()) <= TUPLES
-    return {
-        "format": 1,
-        "region": REGION,
-        "window": {"seq": 1, "start": START.isoformat(), "end": (START + timedelta(minutes=1)).isoformat()},
-        "tuples": TUPLES,
-        "distinct_estimate": 3 * items,
-        "epsilon": EPSILON,
-        "key_type": "str",
-        "items": [[names[i], int(counts[i]), int(deltas[i])] for i in order.tolist()],
-        "slot_bits": SLOT_BITS,
-        "slots": [[slot, int(count)] for slot, count in enumerate(slots) if count],
-        "channels": [
-            {"channel": c, "tuples": int(t), "busy_seconds": 30.0, "state_bytes": 1 << 20}
-            for c, t in enumerate(per_channel)
-        ],
-    }
+    return Snapshot(
+        region=REGION,
+        seq=1,
+        window_start=START,
+        window_end=START + timedelta(minutes=1),
+        tuples=TUPLES,
+        distinct_estimate=3 * items,
+        epsilon=EPSILON,
+        key_type="str",
+        items=CounterItems(tuple(names[i] for i in order.tolist()), counts[order], deltas[order]),
+        slot_bits=SLOT_BITS,
+        slots=tuple((slot, count) for slot, count in enumerate(slots.tolist()) if count),
+        channels=tuple(
+            ChannelMeasurement(channel=c, tuples=t, busy_seconds=30.0, state_bytes=1 << 20)
+            for c, t in enumerate(per_channel.tolist())
+        ),
+    )
 
 
 def checksum(rows: Any) -> str:
@@ -148,9 +151,9 @@ def prepare(url: str) -> None:
 def generate(items: str, path: str) -> None:
     """Write the document of ``items`` items to ``path`` (in a process of its own); one JSON line with
     its checksum."""
-    made = document(int(items))
-    Path(path).write_text(json.dumps(made, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(json.dumps({"checksum": checksum(tuple(row) for row in made["items"])}))
+    made = snapshot(int(items))
+    Path(path).write_text(json.dumps(made.to_document(), ensure_ascii=False) + "\n", encoding="utf-8")
+    print(json.dumps({"checksum": checksum((e.key, e.count, e.delta) for e in made.items)}))
 
 
 def ingest(path: str, url: str, max_bytes: str) -> None:

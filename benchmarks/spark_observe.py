@@ -30,6 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from repart.partitioning.resources import Resources, frequency_threshold
+from repart.protocol.snapshot import Snapshot
 from repart.spark.observe import Observation, Window, observe
 from repart.spark.session import spark_session
 from repart.spark.sinks import SpoolSink
@@ -98,14 +99,14 @@ def main() -> None:
         )
 
     observation = observations[-1]
-    document = observation.document
+    snapshot = Snapshot.from_document(observation.document)
     n = observation.tuples
     delta = frequency_threshold(Resources.parse(RESOURCES), ALPHA, SIGMA, CHANNELS)
     exact = {
         row["key"]: row["count"]
         for row in df.groupBy("key").count().where(F.col("count") > delta * n).collect()
     }
-    observed = {key: count for key, count, _ in document["items"]}
+    observed = {entry.key: entry.count for entry in snapshot.items}
     errors = np.array([exact[key] - observed.get(key, 0) for key in exact], dtype=np.int64)
     missing = sum(key not in observed for key in exact)
     bound = args.epsilon * n
@@ -125,8 +126,8 @@ def main() -> None:
     )
     print(f"ratio groupBy (collected) / observe: {collect_seconds / observe_seconds:.2f}")
     print(
-        f"snapshot: tuples {n:,}, items {observation.items:,}, slots {len(document['slots']):,}, "
-        f"distinct_estimate {document['distinct_estimate']:,}, null keys {observation.null_keys}"
+        f"snapshot: tuples {n:,}, items {observation.items:,}, slots {len(snapshot.slots or ()):,}, "
+        f"distinct_estimate {snapshot.distinct_estimate:,}, null keys {observation.null_keys}"
     )
     print(
         f"δ = {delta:.3g}: frequency_threshold({RESOURCES}, α={ALPHA}, σ={SIGMA}, N={CHANNELS}) "

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from sqlalchemy import Engine, event
 from repart.controller.tick import TickResult, tick
 from repart.partitioning import LossyCounter
 from repart.partitioning.hashing import hash_int64_array, slots_of_hashes
+from repart.protocol.counter_items import CounterItems
 from repart.protocol.snapshot import Snapshot
 from repart.storage import (
     RegionConfig,
@@ -52,7 +54,7 @@ SLOT_BITS = 16
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def window_document(seq: int) -> dict[str, Any]:
+def window_snapshot(seq: int) -> Snapshot:
     rng = np.random.default_rng(seq)
     weights = 1.0 / np.arange(1, DOMAIN + 1)
     cumulative = np.cumsum(weights / weights.sum())
@@ -61,22 +63,19 @@ def window_document(seq: int) -> dict[str, Any]:
     counter.update(keys)
     entries, counts, deltas = counter.entries()
     slots, slot_counts = np.unique(slots_of_hashes(hash_int64_array(keys), SLOT_BITS), return_counts=True)
-    return {
-        "format": 1,
-        "region": REGION,
-        "window": {
-            "seq": seq,
-            "start": (START + timedelta(minutes=seq)).isoformat(),
-            "end": (START + timedelta(minutes=seq + 1)).isoformat(),
-        },
-        "tuples": TUPLES,
-        "distinct_estimate": max(len(np.unique(keys)), len(entries)),
-        "epsilon": EPSILON,
-        "key_type": "int",
-        "items": [[int(k), int(c), int(d)] for k, c, d in zip(entries, counts, deltas, strict=True)],
-        "slot_bits": SLOT_BITS,
-        "slots": [[int(s), int(c)] for s, c in zip(slots, slot_counts, strict=True)],
-    }
+    return Snapshot(
+        region=REGION,
+        seq=seq,
+        window_start=START + timedelta(minutes=seq),
+        window_end=START + timedelta(minutes=seq + 1),
+        tuples=TUPLES,
+        distinct_estimate=max(len(np.unique(keys)), len(entries)),
+        epsilon=EPSILON,
+        key_type="int",
+        items=CounterItems(tuple(entries.tolist()), counts, deltas),
+        slot_bits=SLOT_BITS,
+        slots=tuple(zip(slots.tolist(), slot_counts.tolist(), strict=True)),
+    )
 
 
 def count_write_transactions(engine: Engine) -> list[int]:
@@ -91,7 +90,7 @@ def count_write_transactions(engine: Engine) -> list[int]:
     return writes
 
 
-def one_run(directory: Path, documents: list[dict[str, Any]]) -> tuple[TickResult, float, int]:
+def one_run(directory: Path, snapshots: list[Snapshot]) -> tuple[TickResult, float, int]:
     engine = make_engine(f"sqlite:///{directory / 'tick.db'}")
     upgrade(engine)
     config = RegionConfig(
@@ -104,8 +103,8 @@ def one_run(directory: Path, documents: list[dict[str, Any]]) -> tuple[TickResul
     for region in (WARM_UP, REGION):
         run_in_transaction(engine, lambda session, r=region: create_region(session, r, config))
         tick(engine, region)  # p^(0)
-        for document in documents:
-            snapshot = Snapshot.from_document(document | {"region": region})
+        for window in snapshots:
+            snapshot = replace(window, region=region)
             run_in_transaction(engine, lambda session, s=snapshot: ingest_snapshot(session, s))
     tick(engine, WARM_UP)  # compiles the statements, as a running daemon has
     writes = count_write_transactions(engine)
@@ -121,12 +120,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--db-dir", type=Path, default=None)
     args = parser.parse_args()
-    documents = [window_document(seq) for seq in (1, 2)]
-    items = len({item[0] for document in documents for item in document["items"]})
+    snapshots = [window_snapshot(seq) for seq in (1, 2)]
+    items = len({key for snapshot in snapshots for key in snapshot.item_columns.keys})
     runs = []
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory(dir=args.db_dir) as directory:
-            runs.append(one_run(Path(directory), documents))
+            runs.append(one_run(Path(directory), snapshots))
     result, seconds, writes = min(runs, key=lambda run: run[0].write_seconds)
     print(f"merged window: {items:,} distinct items in 2 snapshots; N = {result.n_channels}; {result.action}")
     print(f"best of {args.repeat} runs by write-lock time; write transactions in the tick: {writes}")
