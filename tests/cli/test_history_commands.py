@@ -320,8 +320,12 @@ def test_region_delete_refused_with_versions_unless_forced(db_url: str, tmp_path
         return [(row.region_id, json.loads(row.data_json)["region"]) for row in rows]
 
     assert in_session(db_url, region_deleted) == [(None, "empty"), (None, "ticks")]
-    # The region's own events stay, without a region.
+    # The region's own events stay, without a region, and `events list` without a region reads them.
     assert after["events"] == before["events"] + 2
+    orphans = repart_json(db_url, "events", "list")
+    assert len(orphans) == after["events"] - len(repart_json(db_url, "events", "list", "kept"))
+    deleted_kind = repart_json(db_url, "events", "list", "--kind", "region-deleted")
+    assert [e["data"]["region"] for e in deleted_kind] == ["empty", "ticks"]
 
 
 def len_explicit(db_url: str, region: str) -> int:

@@ -25,6 +25,7 @@ from repart.storage import (
     Fence,
     acquire_lease,
     current_lease,
+    delete_region,
     make_engine,
     models,
     read_transaction,
@@ -67,6 +68,21 @@ def test_a_second_daemon_skips_leased_regions_until_they_are_released(engine: En
     first.stop()  # releases its leases
     assert leases(engine) == 0
     assert all(r is not None for r in second.run_once())
+
+
+@pytest.mark.usefixtures("two_regions")
+@pytest.mark.parametrize("swept_after_the_delete", [True, False])
+def test_a_region_deleted_while_leased_does_not_keep_the_others_leased(
+    engine: Engine, swept_after_the_delete: bool
+) -> None:
+    daemon = Daemon(engine, DaemonConfig(interval_seconds=1, lease_ttl_seconds=60, holder="a"))
+    assert all(r is not None for r in daemon.run_once())
+    assert leases(engine) == 2
+    run_in_transaction(engine, lambda session: delete_region(session, "alpha", force=True))
+    if swept_after_the_delete:
+        daemon.sweep()
+    daemon.stop()  # releases beta's lease although alpha's is gone
+    assert leases(engine) == 0
 
 
 @pytest.mark.usefixtures("two_regions")

@@ -17,9 +17,6 @@ from repart.cli.simulate import STDOUT, check_output_path
 from repart.errors import NotFound
 
 if TYPE_CHECKING:
-    pass
-
-if TYPE_CHECKING:
     from repart.demo.run import DemoRow
 
 _HEADER = (

@@ -24,8 +24,6 @@ if TYPE_CHECKING:
 
 events_app = typer.Typer(no_args_is_help=True, help="Read a region's audit log.")
 
-RegionName = Annotated[str, typer.Argument(help="Region name.")]
-
 
 def event_dict(row: Event) -> dict[str, Any]:
     """An event as a JSON object, its ``data`` parsed."""
@@ -59,7 +57,14 @@ def aware_timestamp(field: str, text: str) -> datetime:
 @events_app.command("list")
 @reports_bad_input
 def list_(
-    region: RegionName,
+    region: Annotated[
+        str | None,
+        typer.Argument(
+            help="Region name; without it, the events of no region: region-deleted and those of "
+            "deleted regions.",
+            show_default=False,
+        ),
+    ] = None,
     kind: Annotated[
         str | None,
         typer.Option(
@@ -77,7 +82,8 @@ def list_(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List a region's events, oldest first (newest last)."""
+    """List a region's events, oldest first (newest last); without REGION, the events that belong to no
+    existing region (the controller's region-deleted events and the events of deleted regions)."""
     from repart.storage import region_events
 
     start = None if since is None else aware_timestamp("since", since)
@@ -85,7 +91,7 @@ def list_(
     if as_json:
         print_json(rows)
         return
-    table = Table(title=f"events of {region}")
+    table = Table(title="events of no region" if region is None else f"events of {region}")
     for column in ("id", "at", "kind", "rule", "message"):
         table.add_column(column)
     for e in rows:

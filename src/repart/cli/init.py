@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import typer
 
 from repart.cli.database import DbOption, JsonOption, database_errors, engine_for, print_json
 from repart.cli.errors import reports_bad_input
-
-if TYPE_CHECKING:
-    pass
 
 
 @reports_bad_input

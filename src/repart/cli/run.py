@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -13,9 +13,6 @@ from repart.cli.errors import reports_bad_input
 from repart.controller.defaults import DEFAULT_INTERVAL_SECONDS, DEFAULT_LEASE_TTL_SECONDS, DEFAULT_WORKERS
 from repart.errors import InvalidInput
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
-
-if TYPE_CHECKING:
-    pass
 
 
 @reports_bad_input

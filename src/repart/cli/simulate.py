@@ -19,9 +19,6 @@ from repart.cli.errors import reports_bad_input
 from repart.errors import InvalidInput
 
 if TYPE_CHECKING:
-    pass
-
-if TYPE_CHECKING:
     from repart.sim.experiment import ExperimentConfig, Record
 
 STDOUT = Path("-")

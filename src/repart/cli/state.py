@@ -9,7 +9,7 @@ listing every damaged file; 2 when there is no store at the path.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -17,9 +17,6 @@ from rich.markup import escape
 from repart.cli.database import JsonOption, console, print_json
 from repart.cli.errors import reports_bad_input
 from repart.errors import Corrupt
-
-if TYPE_CHECKING:
-    pass
 
 state_app = typer.Typer(no_args_is_help=True, help="Inspect a job's keyed state store.")
 

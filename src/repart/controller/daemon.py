@@ -64,7 +64,7 @@ from repart.controller.metrics import DaemonMetrics, Health, MetricsServer, chec
 from repart.controller.readings import decided_imbalance, region_readings
 from repart.controller.spool import SpoolOutcome, check_max_bytes, ingest_spool
 from repart.controller.tick import TickResult, tick
-from repart.errors import Conflict, InvalidInput
+from repart.errors import Conflict, InvalidInput, NotFound
 from repart.partitioning.documents import require_number
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
 from repart.protocol.spool import check_spool
@@ -223,6 +223,8 @@ class Daemon:
         self._last_sweep = time.monotonic()
         self._read_regions()
         with self._lock:
+            # A region deleted since the last sweep has no lease left to hold or release.
+            self._held.intersection_update(lease.region for lease in leases)
             self._held.update(renewed)
         if due is not None:
             leases.sort(key=lambda lease: self.phase(lease.region))
@@ -336,7 +338,10 @@ class Daemon:
     def _release_all(self, regions: list[str]) -> Callable[[Session], None]:
         def release(session: Session) -> None:
             for region in regions:
-                release_lease(session, region, self.config.holder)
+                try:
+                    release_lease(session, region, self.config.holder)
+                except NotFound:  # deleted since the last sweep: its lease went with it
+                    continue
 
         return release
 

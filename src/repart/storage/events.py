@@ -76,17 +76,20 @@ def list_events(session: Session, region: str | None = None, *, limit: int = 100
 
 
 def region_events(
-    session: Session, region: str, *, kind: str | None = None, since: datetime | None = None
+    session: Session, region: str | None, *, kind: str | None = None, since: datetime | None = None
 ) -> list[models.Event]:
     """The events of ``region``, oldest first (by id, the order they were written in): only those of
     ``kind`` (one of ``EVENT_KINDS``; InvalidInput naming ``kind`` otherwise) and only those at or
-    after ``since`` (timezone-aware; InvalidInput naming ``since`` for a naive datetime), if given."""
+    after ``since`` (timezone-aware; InvalidInput naming ``since`` for a naive datetime), if given.
+    With ``region`` None, the events of no region: the controller's own (``region-deleted``) and
+    those of deleted regions, whose events outlive them."""
     if kind is not None:
         check("kind", kind, Options(EVENT_KINDS))
     if since is not None and (since.tzinfo is None or since.utcoffset() is None):
         raise InvalidInput("since", f"must be a timezone-aware timestamp, got {since.isoformat()}")
     table = models.Event
-    query = select(table).where(table.region_id == region_by_name(session, region).id)
+    owner = None if region is None else region_by_name(session, region).id
+    query = select(table).where(table.region_id.is_(None) if owner is None else table.region_id == owner)
     if kind is not None:
         query = query.where(table.kind == kind)
     if since is not None:

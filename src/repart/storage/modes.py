@@ -32,13 +32,16 @@ def set_mode(
     """Put ``region`` in ``mode`` for ``reason`` and record a ``mode-changed`` event.
 
     Entering ``hold`` remembers the mode to resume (the current one; a held region keeps the one it had
-    before). Setting the mode a region already has changes only the reason. Raises InvalidInput naming
+    before). Setting the mode a region already has changes only the reason, and with the same reason
+    nothing at all (no event). Raises InvalidInput naming
     ``mode`` for a mode outside ``auto``, ``recommend``, ``hold``; NotFound for an unknown region.
     """
     check("mode", mode, Options(REGION_MODES))
     row = region_by_name(session, region)
     session.refresh(row, with_for_update=True)
     before = row.mode
+    if mode == before and reason == row.mode_reason:
+        return row  # nothing changes, so nothing to record
     if mode == "hold" and before != "hold":
         row.previous_mode = before
     row.mode = mode

@@ -19,7 +19,6 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from repart.errors import Conflict, InvalidInput, NotFound
-from repart.partitioning.algorithms.builder import check_algorithm
 from repart.partitioning.consistent import DEFAULT_METHOD, MAX_CHANNELS, METHODS
 from repart.partitioning.documents import require_int
 from repart.partitioning.hashing import DEFAULT_SLOT_BITS, KeyType, check_slot_bits
@@ -61,6 +60,10 @@ class RegionConfig:
     settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
+        # The builder (and every algorithm it imports) loads only when a configuration is checked: a
+        # command that reads regions does not pay for it.
+        from repart.partitioning.algorithms.builder import check_algorithm
+
         check("key_type", self.key_type, Options(("str", "int")))
         check("resources", self.resources, Options(RESOURCE_CODES))
         check("alpha", self.alpha, REGION_ALPHA)
