@@ -8,6 +8,7 @@ target-utilization policy.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -354,6 +355,37 @@ def test_a_hold_between_read_and_write_discards_the_decision(engine: Engine) -> 
     held = read_transaction(engine, lambda session: observe(session, REGION))
     assert (held.window, held.applied_function, held.mode_reason) == ((), None, "incident")  # nothing loaded
     assert decide(held, now).action == "held"
+
+
+def test_a_recommendation_is_what_auto_would_activate(engine: Engine) -> None:
+    add_zipf_region(engine, n_channels_initial=4, algorithm="redist", settings={"rebalance_threshold": 1.0})
+    tick(engine, REGION)
+    run_in_transaction(engine, lambda session: set_mode(session, REGION, "recommend", None))
+    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4))
+    now = datetime.now(UTC)
+    observed = read_transaction(engine, lambda session: observe(session, REGION))
+    recommended = decide(observed, now)
+    auto = decide(
+        dataclasses.replace(observed, status=dataclasses.replace(observed.status, mode="auto")), now
+    )
+    assert (recommended.action, auto.action) == ("recommended", "activated")
+    assert recommended.version is None and recommended.plan is None  # nothing to activate
+    assert auto.version is not None and auto.plan is not None and recommended.event is not None
+    data = recommended.event.data
+    assert (data["digest"], data["n_channels"]) == (auto.version.digest, auto.version.n_channels)
+    assert data["plan"]["explicit_moves"] == len(auto.plan.explicit_moves)
+    assert data["plan"]["slot_moves"] == len(auto.plan.slot_moves)
+    assert auto.event is not None
+    for number in ("predicted_b", "predicted_m", "b_before"):
+        assert data[number] == auto.event.data[number]
+    before = row_counts(engine)
+    assert tick(engine, REGION).action == "recommended"
+    after = row_counts(engine)
+    assert (after["versions"], after["plans"], after["events"]) == (
+        before["versions"],
+        before["plans"],
+        before["events"] + 1,
+    )
 
 
 def test_the_tick_reads_while_another_connection_holds_the_write_lock(tmp_path: Path) -> None:

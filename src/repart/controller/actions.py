@@ -339,10 +339,12 @@ def _activate(
         activation = activate(session, region, version, plan, event, expected=context.status, at=moment)
         assert activation.plan_id is not None  # a region with an applied version always gets a plan
         set_mode(session, region, "hold", held_for, at=moment)
+        superseded = ", ".join(str(plan_id) for plan_id in activation.superseded_plans)
         return ActionResult(
             region=region,
             action=kind,
-            reason=message,
+            reason=message
+            + (f"; superseded pending plan(s) {superseded}, never applied" if superseded else ""),
             version=activation.version_number,
             plan_id=activation.plan_id,
             from_version=context.applied.number,
