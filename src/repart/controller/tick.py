@@ -8,27 +8,29 @@ reconcile loop does:
 1. **Read** (``observe``, one read-only transaction: never the write lock). First the status check:
    one small query reads the region row, whose status columns (``repart.storage.status``) say which
    version is applied and which window seq was last decided on, together with the newest snapshot's
-   seq. A region without versions is initialized; one with no snapshot newer than the one last
-   considered is ``idle``, and one with a plan being applied is ``blocked``: none of them loads the
-   window. Otherwise the applied function and the last ``x - 1`` snapshots (the sliding window,
-   DESIGN §3) are loaded.
+   seq, and the region's mode (DESIGN §12.3). A region in ``hold`` is ``held``; one without versions
+   is initialized; one with no snapshot newer than the one last considered is ``idle``, and one with
+   a plan being applied is ``blocked``: none of them loads the window. Otherwise the applied function
+   and the last ``x - 1`` snapshots (the sliding window, DESIGN §3) are loaded.
 2. **Decide** (``decide``, a pure function of what was read and the ``now`` passed in):
    initialize with p^(0) (the consistent hash alone on ``n_channels_initial`` channels); or
    **analyze** with the channel-count policy and, independently, the rebalance trigger (b of the
    applied function on the merged window against the region's threshold, DESIGN §4, Gedik Eq. 11):
    neither fires, or the build reproduces the applied function: ``unchanged`` (a ``no-change`` event);
    else **plan**: the next function built from the applied version with the region's algorithm and
-   parameters, and the migration plan to it (DESIGN §6): ``activated``.
+   parameters, and the migration plan to it (DESIGN §6): ``activated``, or in ``recommend`` mode
+   ``recommended`` (the same candidate and plan, recorded as an event and not activated).
 3. **Persist** (``persist``, one short write transaction; nothing is computed in it): with a lease,
    its fencing token is checked first (``repart.storage.check_fence``: a controller paused past its
    lease cannot write); then the region's status is compared and set, so a decision made on a status
    that changed since the read (another controller's activation, an operator's rollback, a job
    applying a plan) is refused with ``Conflict`` and writes nothing; then version, plan and event are
-   written (``repart.storage.activate``), or the ``no-change`` event.
+   written (``repart.storage.activate``), or the ``no-change`` or ``recommended`` event.
 
-Every decision records ``considered_seq``, the newest window seq it saw (on the region row and in its
-event), so one window is decided on once. ``TickResult`` reports what happened and the seconds of each
-step.
+A region's first tick runs these steps twice when windows are already waiting: once to write p^(0),
+once to decide on the windows. Every decision records ``considered_seq``, the newest window seq it
+saw (on the region row and in its event), so one window is decided on once. ``TickResult`` reports
+what happened and the seconds of each step.
 """
 
 from __future__ import annotations
