@@ -3,9 +3,9 @@
 ``cli → {controller, demo} → {migration, storage, protocol} → partitioning``; ``spark → {partitioning,
 migration, protocol, state}``; ``state → {partitioning, migration}``; ``sim → partitioning``;
 ``partitioning`` imports nothing of repart's. Two refinements are recorded in docs/DECISIONS.md:
-``repart.errors`` and ``repart.validation`` are leaf modules every package may import, and the state
-store writes its manifest with ``repart.protocol.files``' durable writer (a module that imports nothing
-of repart's). Only ``spark`` and ``demo`` import pyspark: the controller never needs a JVM.
+``repart.errors``, ``repart.validation`` and ``repart.lazy`` are leaf modules every package may import,
+and the state store writes its manifest with ``repart.protocol.files``' durable writer (a module that
+imports nothing of repart's). Only ``spark`` and ``demo`` import pyspark: the controller never needs a JVM.
 
 A relative import (``from ..storage import models``) is checked as the absolute name it resolves to.
 
@@ -28,7 +28,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "src" / "repart"
 EXAMPLES = ROOT / "examples"
-LEAVES = {"errors", "validation"}
+LEAVES = {"errors", "validation", "lazy"}
 ALLOWED: dict[str, set[str]] = {
     "partitioning": set(),
     "migration": {"partitioning"},
@@ -42,6 +42,7 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"partitioning", "migration", "protocol", "storage", "controller", "state", "sim", "demo"},
     "errors": set(),
     "validation": set(),
+    "lazy": set(),
 }
 PYSPARK_PACKAGES = {"spark", "demo"}
 # What an example may not import (the name and every module or name below it), and why.

@@ -8,8 +8,9 @@ does not load the rest (a responsive CLI, issue #10).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from repart.lazy import lazy_attributes
 
 if TYPE_CHECKING:  # the names, for type checkers and readers; at run time __getattr__ loads them
     from repart.partitioning.algorithms.builder import ALGORITHMS as ALGORITHMS
@@ -43,12 +44,4 @@ _EXPORTS = {
 
 __all__ = list(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    """Import the module that defines ``name`` the first time the name is used."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _EXPORTS, globals())

@@ -14,8 +14,9 @@ models and a query does not import the migration planner, numpy or Alembic: ``re
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from repart.lazy import lazy_attributes
 
 if TYPE_CHECKING:  # the names, for type checkers and readers; at run time __getattr__ loads them
     from repart.storage.activation import Activation as Activation
@@ -127,12 +128,4 @@ _EXPORTS = {
 
 __all__ = list(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    """Import the module that defines ``name`` the first time the name is used."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _EXPORTS, globals())
