@@ -19,7 +19,15 @@ from sqlalchemy.orm import Session
 
 from repart.controller.actions import scale
 from repart.controller.settings import ControllerSettings
-from repart.controller.tick import TickResult, decide, last_considered_seq, observe, persist, tick
+from repart.controller.tick import (
+    Observation,
+    TickResult,
+    decide,
+    last_considered_seq,
+    observe,
+    persist,
+    tick,
+)
 from repart.errors import Conflict, InvalidInput
 from repart.migration import MigrationPlan
 from repart.storage import (
@@ -323,12 +331,22 @@ def test_a_decision_on_a_status_that_changed_since_the_read_is_refused(engine: E
     assert [v.number for v in versions(engine)] == [1, 2]
 
 
-def test_an_operator_action_makes_a_pending_decision_stale(engine: Engine) -> None:
-    add_zipf_region(engine, n_channels_initial=4, algorithm="redist", settings={"rebalance_threshold": 100.0})
+def observed_window(engine: Engine, threshold: float, mode: str = "auto") -> Observation:
+    """What a tick reads of a 4-channel ``redist`` region in ``mode``, initialized, with window 1
+    waiting (a rebalance threshold of 100 keeps the function, 1 rebuilds it)."""
+    add_zipf_region(
+        engine, n_channels_initial=4, algorithm="redist", settings={"rebalance_threshold": threshold}
+    )
     tick(engine, REGION)
+    if mode != "auto":
+        run_in_transaction(engine, lambda session: set_mode(session, REGION, mode, None))
     ingest(engine, zipf_snapshot(1, n_channels=4, demand=4))
+    return read_transaction(engine, lambda session: observe(session, REGION))
+
+
+def test_an_operator_action_makes_a_pending_decision_stale(engine: Engine) -> None:
+    stale = observed_window(engine, threshold=100.0)
     now = datetime.now(UTC)
-    stale = read_transaction(engine, lambda session: observe(session, REGION))
     verdict = decide(stale, now)
     assert verdict.action == "unchanged"
     scaled = scale(engine, REGION, 6)
@@ -340,11 +358,8 @@ def test_an_operator_action_makes_a_pending_decision_stale(engine: Engine) -> No
 
 
 def test_a_hold_between_read_and_write_discards_the_decision(engine: Engine) -> None:
-    add_zipf_region(engine, n_channels_initial=4, algorithm="redist", settings={"rebalance_threshold": 1.0})
-    tick(engine, REGION)
-    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4))
+    stale = observed_window(engine, threshold=1.0)
     now = datetime.now(UTC)
-    stale = read_transaction(engine, lambda session: observe(session, REGION))
     verdict = decide(stale, now)
     assert verdict.action == "activated"
     run_in_transaction(engine, lambda session: set_mode(session, REGION, "hold", "incident"))
@@ -358,12 +373,8 @@ def test_a_hold_between_read_and_write_discards_the_decision(engine: Engine) -> 
 
 
 def test_a_recommendation_is_what_auto_would_activate(engine: Engine) -> None:
-    add_zipf_region(engine, n_channels_initial=4, algorithm="redist", settings={"rebalance_threshold": 1.0})
-    tick(engine, REGION)
-    run_in_transaction(engine, lambda session: set_mode(session, REGION, "recommend", None))
-    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4))
+    observed = observed_window(engine, threshold=1.0, mode="recommend")
     now = datetime.now(UTC)
-    observed = read_transaction(engine, lambda session: observe(session, REGION))
     recommended = decide(observed, now)
     auto = decide(
         dataclasses.replace(observed, status=dataclasses.replace(observed.status, mode="auto")), now
