@@ -18,7 +18,7 @@ from dataclasses import astuple, dataclass, replace
 import numpy as np
 
 from repart.partitioning.consistent import DEFAULT_REPLICAS, ConsistentSpec, clear_caches, slot_table
-from repart.partitioning.hashing import DEFAULT_SLOT_BITS
+from repart.partitioning.domain import DEFAULT_SLOT_BITS
 
 CHANNEL_COUNTS = (2, 4, 8, 10, 16, 32, 64)
 

@@ -39,7 +39,7 @@ from repart.partitioning import (
     build,
     initial_function,
 )
-from repart.partitioning.hashing import DEFAULT_SLOT_BITS
+from repart.partitioning.domain import DEFAULT_SLOT_BITS
 from repart.spark.keys import key_column
 from repart.spark.route import partition, route
 from repart.spark.session import spark_session

@@ -25,8 +25,8 @@ from sqlalchemy.orm import Session
 
 from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning import LossyCounter, PartitionFunction, build, initial_function
-from repart.partitioning.consistent import MAX_CHANNELS
-from repart.partitioning.hashing import Key, KeyType, hash_keys, slots_of_hashes
+from repart.partitioning.domain import MAX_CHANNELS, Key, KeyType
+from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.protocol.snapshot import ChannelMeasurement, CounterEntry, Snapshot
 from repart.state.store import FileEntry, StateStore, write_channel_files
 from repart.storage import (

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from repart.controller.daemon import Daemon, DaemonConfig
 from repart.controller.tick import TickResult, decide, observe, persist, tick
 from repart.errors import Conflict, InvalidInput
-from repart.partitioning.consistent import MAX_CHANNELS
+from repart.partitioning.domain import MAX_CHANNELS
 from repart.storage import (
     Fence,
     acquire_lease,

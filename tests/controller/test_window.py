@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from repart.controller.window import merge_snapshots, window_size
 from repart.errors import InvalidInput
+from repart.partitioning.domain import KeyType
 from repart.partitioning.frequency import LossyCounter
-from repart.partitioning.hashing import KeyType, hash_keys, slots_of_hashes
+from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.protocol.snapshot import CounterEntry, Snapshot
 from tests.factories import REGION, START, counted_snapshot
 

@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 
 from repart.errors import InvalidInput
 from repart.migration import ExplicitMove, MigrationPlan, plan_migration
-from repart.partitioning.consistent import ConsistentMethod, ConsistentSpec, slot_table
+from repart.partitioning.consistent import ConsistentSpec, slot_table
+from repart.partitioning.domain import INT64_MAX, INT64_MIN, ConsistentMethod, Key, KeyType
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.function import PartitionFunction
-from repart.partitioning.hashing import INT64_MAX, INT64_MIN, Key, KeyType
 from repart.partitioning.metrics import migration_cost
 from repart.partitioning.resources import Resources
 from repart.sim.workload import ZipfWorkload

@@ -18,9 +18,10 @@ import numpy as np
 
 from repart.partitioning.algorithms.problem import BuildParams
 from repart.partitioning.consistent import slot_table
+from repart.partitioning.domain import Key
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.function import PartitionFunction
-from repart.partitioning.hashing import Key, hash_key
+from repart.partitioning.hashing import hash_key
 from repart.partitioning.resources import frequency_threshold, theta
 from repart.partitioning.utility import balance_penalty
 

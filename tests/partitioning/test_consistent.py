@@ -19,15 +19,14 @@ from hypothesis import strategies as st
 from repart.errors import InvalidInput
 from repart.partitioning import consistent
 from repart.partitioning.consistent import (
-    DEFAULT_METHOD,
     DEFAULT_REPLICAS,
     RING_SEED,
-    ConsistentMethod,
     ConsistentSpec,
     clear_caches,
     jump_hash_array,
     slot_table,
 )
+from repart.partitioning.domain import DEFAULT_METHOD, ConsistentMethod
 
 MASK64 = 2**64 - 1
 seeds = st.integers(0, 2**32 - 1)

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from repart.errors import InvalidInput
 from repart.partitioning import frequency
+from repart.partitioning.domain import INT64_MAX, INT64_MIN
 from repart.partitioning.frequency import FrequencyEstimate, LossyCounter, SlidingWindow
-from repart.partitioning.hashing import INT64_MAX, INT64_MIN
 
 Table = dict[Any, tuple[int, int]]
 

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from repart.errors import InvalidInput
 from repart.partitioning.consistent import ConsistentSpec, slot_table
+from repart.partitioning.domain import INT64_MAX, INT64_MIN, Key, KeyType
 from repart.partitioning.function import PartitionFunction
-from repart.partitioning.hashing import INT64_MAX, INT64_MIN, Key, KeyType
 
 int_keys = st.integers(INT64_MIN, INT64_MAX)
 str_keys = st.text(max_size=12)

@@ -9,17 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from repart.errors import InvalidInput
+from repart.partitioning.domain import INT64_MAX, INT64_MIN, check_slot_bits, common_key_type, key_type_of
 from repart.partitioning.hashing import (
-    INT64_MAX,
-    INT64_MIN,
-    check_slot_bits,
-    common_key_type,
     hash_int64_array,
     hash_key,
     hash_keys,
     hash_str_keys,
     key_bytes,
-    key_type_of,
     slot_of_hash,
     slots_of_hashes,
 )

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from repart.errors import InvalidInput
-from repart.partitioning.hashing import INT64_MAX
+from repart.partitioning.domain import INT64_MAX
 from repart.protocol.counter_items import CounterEntry, CounterItems, parse_items
 from tests.factories import small_snapshot
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import repart.protocol
 from repart.errors import InvalidInput
-from repart.partitioning.hashing import Key, KeyType
+from repart.partitioning.domain import Key, KeyType
 from repart.protocol.counter_items import _checked_items, _well_formed_items
 from repart.protocol.snapshot import (
     CHANNEL_FIELDS,

@@ -6,7 +6,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from repart.errors import InvalidInput
-from repart.partitioning.hashing import INT64_MAX, INT64_MIN, hash_key, slot_of_hash
+from repart.partitioning.domain import INT64_MAX, INT64_MIN
+from repart.partitioning.hashing import hash_key, slot_of_hash
 from repart.spark.keys import key_column
 
 

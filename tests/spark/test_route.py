@@ -15,8 +15,8 @@ from pyspark.sql import functions as F
 
 from repart.errors import InvalidInput
 from repart.partitioning import ConsistentSpec, PartitionFunction, initial_function
-from repart.partitioning.consistent import ConsistentMethod
-from repart.partitioning.hashing import INT64_MAX, INT64_MIN, Key, KeyType, hash_key, slot_of_hash
+from repart.partitioning.domain import INT64_MAX, INT64_MIN, ConsistentMethod, Key, KeyType
+from repart.partitioning.hashing import hash_key, slot_of_hash
 from repart.spark.route import partition, route
 
 KEYS = 100_000

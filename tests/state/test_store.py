@@ -20,7 +20,8 @@ import repart.state.migrate as migrate_module
 from repart.errors import Conflict, Corrupt, InvalidInput, NotFound
 from repart.migration import plan_migration
 from repart.partitioning import ConsistentSpec, PartitionFunction, initial_function
-from repart.partitioning.hashing import KeyType, hash_keys, slots_of_hashes
+from repart.partitioning.domain import KeyType
+from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.state.batches import AbsorbedBatch, ChannelUpdate, absorbed_batch
 from repart.state.store import FileEntry, StateStore, write_channel_files
 from tests.factories import (

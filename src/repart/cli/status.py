@@ -15,26 +15,18 @@ from repart.cli.errors import reports_bad_input
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from repart.storage.models import Region
-
-OPEN_PLAN_STATUSES = ("pending", "applying")
+    from repart.storage.overview import RegionOverview
 
 
-def region_status(session: Session, region: Region) -> dict[str, Any]:
+def region_status(overview: RegionOverview) -> dict[str, Any]:
     """The status of one region as a JSON object."""
-    from repart.storage import applied_version, list_events, list_plans
-
-    applied = applied_version(session, region.name)
-    open_plans = [p for p in list_plans(session, region.name) if p.status in OPEN_PLAN_STATUSES]
-    events = list_events(session, region.name, limit=1)
-    plan = open_plans[-1] if open_plans else None
-    event = events[0] if events else None
+    region, plan, event = overview.region, overview.open_plan, overview.last_event
     return {
         "region": region.name,
         "mode": region.mode,
         "mode_reason": region.mode_reason,
-        "applied_version": None if applied is None else applied.number,
-        "N": region.n_channels_initial if applied is None else applied.n_channels,
+        "applied_version": region.applied_version,
+        "N": region.n_channels_initial if overview.n_channels is None else overview.n_channels,
         "pending_plan": None
         if plan is None
         else {
@@ -57,11 +49,10 @@ def status(
 ) -> None:
     """Show each region's mode (and why), applied version, N, pending plan and last event."""
 
-    from repart.storage import list_regions, region_by_name
+    from repart.storage.overview import region_overviews
 
     def work(session: Session) -> list[dict[str, Any]]:
-        regions = [region_by_name(session, region)] if region is not None else list_regions(session)
-        return [region_status(session, row) for row in regions]
+        return [region_status(overview) for overview in region_overviews(session, region)]
 
     rows = read_query(db, work)
     if as_json:

@@ -24,9 +24,6 @@ from repart.controller.actions import EXPLAINED_KINDS
 from repart.storage import models
 from repart.storage.jsontext import load_object
 
-UNAPPLIED = ("pending", "applying")
-"""The statuses of a plan that a job has not finished applying yet."""
-
 
 @dataclass(frozen=True)
 class RegionReading:
@@ -47,7 +44,7 @@ def region_readings(session: Session) -> list[RegionReading]:
         select(func.min(plan.created_at))
         .where(
             plan.region_id == region.id,
-            plan.status.in_(UNAPPLIED),
+            plan.status.in_(models.OPEN_PLAN_STATUSES),
         )
         .scalar_subquery()
     )

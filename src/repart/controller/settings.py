@@ -26,8 +26,8 @@ from typing import Any
 
 from repart.controller.policy import ChannelPolicy, FixedPolicy, TargetUtilizationPolicy
 from repart.partitioning.algorithms.problem import DEFAULT_MOVE_LIMIT, BuildParams
+from repart.partitioning.domain import check_utility
 from repart.partitioning.resources import Resources
-from repart.partitioning.utility import check_utility
 from repart.storage.regions import RegionConfig
 from repart.validation import FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, Constraint, Interval, check_all
 

@@ -53,7 +53,7 @@ from repart.errors import InvalidInput
 from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning import BuildReport, ConsistentSpec, PartitionFunction, build, initial_function
 from repart.partitioning.algorithms.builder import predict
-from repart.partitioning.consistent import ConsistentMethod
+from repart.partitioning.domain import ConsistentMethod
 from repart.protocol.snapshot import Snapshot
 from repart.storage import (
     Fence,

@@ -51,7 +51,7 @@ from repart.partitioning.documents import (
     require_row,
     sha256_hex,
 )
-from repart.partitioning.hashing import Key, KeyType, check_slot_bits, key_type_of
+from repart.partitioning.domain import Key, KeyType, check_slot_bits, key_type_of
 from repart.validation import NON_NEGATIVE, Interval, check, shown
 
 IntArray = npt.NDArray[np.int64]

@@ -23,9 +23,9 @@ import numpy.typing as npt
 
 from repart.errors import InvalidInput
 from repart.migration.plan import ExplicitMove, MigrationPlan
+from repart.partitioning.domain import Key, KeyType
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.function import PartitionFunction
-from repart.partitioning.hashing import Key, KeyType
 from repart.partitioning.resources import Resources
 from repart.partitioning.tail import untracked_slot_loads
 

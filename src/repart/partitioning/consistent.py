@@ -56,21 +56,23 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Literal, cast, get_args
+from typing import cast
 
 import mmh3
 import numpy as np
 import numpy.typing as npt
 
-from repart.partitioning.hashing import check_slot_bits
+from repart.partitioning.domain import (
+    DEFAULT_METHOD,
+    MAX_CHANNELS,
+    METHODS,
+    ConsistentMethod,
+    check_slot_bits,
+)
 from repart.validation import Interval, Options, check
 
-ConsistentMethod = Literal["ring", "jump", "mod"]
-METHODS: tuple[ConsistentMethod, ...] = get_args(ConsistentMethod)
-DEFAULT_METHOD: ConsistentMethod = "jump"
 DEFAULT_REPLICAS = 1000
 MAX_REPLICAS = 100_000
-MAX_CHANNELS = 65_536
 # 0x72657061 is ASCII "repa": the MurmurHash3 seed of ring positions and the jump mixing seed.
 RING_SEED = 0x72657061
 MAX_SEED = 2**32 - 1  # mmh3 seeds are unsigned 32-bit

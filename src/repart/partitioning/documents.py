@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast, get_args
 
 from repart.errors import InvalidInput
-from repart.partitioning.hashing import INT64_MAX, Key, KeyType, common_key_type, key_type_of
+from repart.partitioning.domain import INT64_MAX, Key, KeyType, common_key_type, key_type_of
 from repart.validation import NONE, Interval, Kind, Options, check, shown
 
 KEY_TYPES: tuple[KeyType, ...] = get_args(KeyType)

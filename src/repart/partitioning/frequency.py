@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from repart.errors import InvalidInput
-from repart.partitioning.hashing import INT64_MAX, INT64_MIN, Key, KeyType, check_slot_bits, common_key_type
+from repart.partitioning.domain import INT64_MAX, INT64_MIN, Key, KeyType, check_slot_bits, common_key_type
 from repart.validation import (
     NON_NEGATIVE_INT,
     NONE,

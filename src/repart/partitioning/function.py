@@ -46,9 +46,8 @@ from repart.partitioning.documents import (
     require_row,
     sha256_hex,
 )
-from repart.partitioning.hashing import (
+from repart.partitioning.domain import (
     DEFAULT_SLOT_BITS,
-    HASH_SEED,
     INT64_KEY,
     INT64_MAX,
     SLOT_BITS,
@@ -56,11 +55,14 @@ from repart.partitioning.hashing import (
     KeyType,
     check_slot_bits,
     common_key_type,
+    key_type_of,
+)
+from repart.partitioning.hashing import (
+    HASH_SEED,
     hash_int64_array,
     hash_key,
     hash_keys,
     hash_str_keys,
-    key_type_of,
     slot_of_hash,
     slots_of_hashes,
 )

@@ -12,26 +12,18 @@ through ``xxhash`` one at a time (their lengths vary).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from itertools import repeat
-from typing import Literal, cast
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
 import xxhash
 
 from repart.errors import InvalidInput
-from repart.validation import Interval, check, shown
-
-KeyType = Literal["str", "int"]
-Key = str | int
+from repart.partitioning.domain import Key, KeyType, common_key_type, key_type_of
 
 HASH_SEED = 42
-DEFAULT_SLOT_BITS = 16
-MIN_SLOT_BITS = 10
-MAX_SLOT_BITS = 20
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
 
 _P1 = np.uint64(0x9E3779B185EBCA87)
 _P2 = np.uint64(0xC2B2AE3D27D4EB4F)
@@ -40,47 +32,6 @@ _P4 = np.uint64(0x85EBCA77C2B2AE63)
 _P5 = np.uint64(0x27D4EB2F165667C5)
 # XXH64 of an 8-byte input starts from seed + PRIME64_5 + length.
 _INT_START = np.uint64((HASH_SEED + 0x27D4EB2F165667C5 + 8) % 2**64)
-
-
-SLOT_BITS = Interval(int, MIN_SLOT_BITS, MAX_SLOT_BITS)
-INT64_KEY = Interval(int, INT64_MIN, INT64_MAX)
-_KEY_REQUIREMENT = f"must be a str or a signed 64-bit int (in [{INT64_MIN}, {INT64_MAX}])"
-
-
-def check_slot_bits(slot_bits: int) -> int:
-    """``slot_bits`` if it is an integer in [10, 20]; ``InvalidInput("slot_bits")`` otherwise."""
-    return cast(int, check("slot_bits", slot_bits, SLOT_BITS))
-
-
-def key_type_of(key: object, field: str = "key") -> KeyType:
-    """The key type of one key; ``InvalidInput(field)`` for anything but str or a signed 64-bit int."""
-    if isinstance(key, str):
-        return "str"
-    if (type(key) is int and INT64_MIN <= key <= INT64_MAX) or INT64_KEY.accepts(key):
-        return "int"
-    raise InvalidInput(field, f"{_KEY_REQUIREMENT}, got {shown(key)} of type {type(key).__name__}")
-
-
-def common_key_type(keys: Iterable[object], field: str = "keys") -> KeyType | None:
-    """The one key type shared by all ``keys`` (None when empty); ``InvalidInput(field)`` for a key
-    that is not one, or keys of both types (one region uses one key type)."""
-    listed = keys if isinstance(keys, list | tuple) else list(keys)
-    if listed and all(type(key) is str for key in listed):  # fast paths for plain keys
-        return "str"
-    if (
-        listed
-        and all(type(key) is int for key in listed)
-        and INT64_MIN <= min(listed) <= max(listed) <= INT64_MAX
-    ):
-        return "int"
-    found: KeyType | None = None
-    for key in listed:
-        kind = key_type_of(key, field)
-        if found is None:
-            found = kind
-        elif kind != found:
-            raise InvalidInput(field, f"must all be {found!r} keys or all {kind!r} keys, got both")
-    return found
 
 
 def key_bytes(key: Key) -> bytes:

@@ -15,7 +15,8 @@ import numpy as np
 import numpy.typing as npt
 
 from repart.errors import InvalidInput
-from repart.partitioning.resources import Resources, check_alpha, check_channels, item_loads
+from repart.partitioning.domain import check_alpha
+from repart.partitioning.resources import Resources, check_channels, item_loads
 from repart.partitioning.utility import geometric_mean
 
 FloatArray = npt.NDArray[np.float64]

@@ -19,17 +19,14 @@ import numpy as np
 import numpy.typing as npt
 
 from repart.errors import InvalidInput
-from repart.validation import FRACTION, POSITIVE_INT, Interval, check, shown
+from repart.partitioning.domain import RESOURCE_CODES, check_alpha, check_sigma
+from repart.validation import POSITIVE_INT, check, shown
 
 Shape = Literal["C", "L", "Q"]
 RESOURCE_NAMES = ("s", "c", "n")
-RESOURCE_CODES = ("CCL", "CLL", "CQL", "LCL", "LLL", "LQL", "QCL", "QLL", "QQL")
 _EXPONENT = {"C": 0, "L": 1, "Q": 2}
 
 FloatArray = npt.NDArray[np.float64]
-
-ALPHA = Interval(float, 1, None)  # α >= 1: the tolerated max/min load ratio (Eq. 2, 4, 6)
-SIGMA = FRACTION  # σ in (0, 1]: the share of the allowed imbalance left to untracked items (§4.1.3)
 
 
 @dataclass(frozen=True)
@@ -82,16 +79,6 @@ def item_loads(resources: Resources, frequencies: FloatArray) -> FloatArray:
     """Per-item loads, shape (3, n): β_s(f) (Eq. 1), f·β_c(f) (Eq. 3) and f (Eq. 5)."""
     f = np.asarray(frequencies, dtype=np.float64)
     return np.stack([np.power(f, e) for e in resources.load_exponents])
-
-
-def check_alpha(alpha: float) -> float:
-    """α as a float if it is a finite number >= 1 (``ALPHA``); ``InvalidInput("alpha")`` otherwise."""
-    return cast(float, check("alpha", alpha, ALPHA))
-
-
-def check_sigma(sigma: float) -> float:
-    """σ as a float if it is in (0, 1] (``SIGMA``); ``InvalidInput("sigma")`` otherwise."""
-    return cast(float, check("sigma", sigma, SIGMA))
 
 
 def check_channels(n_channels: int, name: str = "n_channels") -> int:

@@ -17,8 +17,9 @@ import numpy as np
 import numpy.typing as npt
 
 from repart.errors import InvalidInput
+from repart.partitioning.domain import Key
 from repart.partitioning.frequency import FrequencyEstimate
-from repart.partitioning.hashing import Key, hash_keys, slots_of_hashes
+from repart.partitioning.hashing import hash_keys, slots_of_hashes
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -7,17 +7,13 @@ bit-identical utilities from identical loads. They work elementwise on numpy arr
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from repart.errors import InvalidInput
-from repart.validation import Options, shown
+from repart.partitioning.domain import check_utility
 
 FloatArray = npt.NDArray[np.float64]
-UtilityName = Literal["A", "APM", "APLM", "ATM", "ATLM"]
-UTILITY_NAMES: tuple[UtilityName, ...] = ("A", "APM", "APLM", "ATM", "ATLM")
 
 
 def balance_penalty_k(
@@ -93,16 +89,6 @@ _UTILITIES: dict[str, Utility] = {
     "ATM": utility_atm,
     "ATLM": utility_atlm,
 }
-
-
-def check_utility(name: str) -> UtilityName:
-    """Normalise a utility name (``APM``, ``U^APM`` and ``apm`` are the same); ``InvalidInput("utility")``
-    otherwise."""
-    key = name.upper().removeprefix("U^") if isinstance(name, str) else name
-    if key not in _UTILITIES:
-        accepted = Options(UTILITY_NAMES)
-        raise InvalidInput("utility", f"must be {accepted} (any case, U^ prefix allowed), got {shown(name)}")
-    return key  # type: ignore[return-value]
 
 
 def utility_function(name: str) -> Utility:

@@ -31,7 +31,7 @@ from repart.partitioning.documents import (
     require_one_key_type,
     require_row,
 )
-from repart.partitioning.hashing import INT64_MAX, INT64_MIN, Key, KeyType
+from repart.partitioning.domain import INT64_MAX, INT64_MIN, Key, KeyType
 
 IntArray = np.ndarray[Any, np.dtype[np.int64]]
 

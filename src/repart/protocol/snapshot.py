@@ -45,8 +45,8 @@ from repart.partitioning.documents import (
     require_object,
     require_row,
 )
+from repart.partitioning.domain import INT64_MAX, KeyType, check_slot_bits
 from repart.partitioning.frequency import FrequencyEstimate, bucket_width
-from repart.partitioning.hashing import INT64_MAX, KeyType, check_slot_bits
 from repart.protocol.counter_items import CounterEntry as CounterEntry
 from repart.protocol.counter_items import CounterItems, parse_items
 from repart.validation import REGION_NAME, check

@@ -22,9 +22,10 @@ import numpy.typing as npt
 
 from repart.partitioning.algorithms.builder import ALGORITHMS, build, initial_function
 from repart.partitioning.algorithms.problem import BuildParams
+from repart.partitioning.domain import DEFAULT_SLOT_BITS
 from repart.partitioning.frequency import FrequencyEstimate, SlidingWindow
 from repart.partitioning.function import PartitionFunction
-from repart.partitioning.hashing import DEFAULT_SLOT_BITS, hash_int64_array, slots_of_hashes
+from repart.partitioning.hashing import hash_int64_array, slots_of_hashes
 from repart.partitioning.metrics import channel_loads, imbalance, lower_bound, relative_migration
 from repart.partitioning.resources import check_channels, frequency_threshold
 from repart.sim.workload import DOMAIN, ZIPF_SKEW, ZipfWorkload

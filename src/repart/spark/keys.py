@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from repart.errors import InvalidInput
-from repart.partitioning.hashing import KeyType, check_slot_bits
+from repart.partitioning.domain import KeyType, check_slot_bits
 
 _INT_TYPES = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 ACCEPTED_TYPES = "string, tinyint, smallint, int, bigint"

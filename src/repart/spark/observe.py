@@ -42,8 +42,8 @@ from pyspark.sql import functions as F
 
 from repart.errors import InvalidInput
 from repart.partitioning.documents import require_int
+from repart.partitioning.domain import DEFAULT_SLOT_BITS, KeyType, check_slot_bits
 from repart.partitioning.frequency import LossyCounter
-from repart.partitioning.hashing import DEFAULT_SLOT_BITS, KeyType, check_slot_bits
 from repart.protocol.snapshot import (
     ChannelMeasurement,
     CounterEntry,

@@ -50,8 +50,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from repart.errors import InvalidInput
+from repart.partitioning.domain import Key
 from repart.partitioning.function import PartitionFunction
-from repart.partitioning.hashing import Key, hash_keys, slots_of_hashes
+from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.spark.keys import KeyColumn, key_column
 
 DEFAULT_CHANNEL_COL = "channel"

@@ -29,7 +29,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from repart.partitioning.hashing import HASH_SEED, KeyType, hash_int64_array, hash_str_keys
+from repart.partitioning.domain import KeyType
+from repart.partitioning.hashing import HASH_SEED, hash_int64_array, hash_str_keys
 
 U64 = npt.NDArray[np.uint64]
 

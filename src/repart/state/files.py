@@ -34,7 +34,8 @@ import pyarrow.parquet as pq
 
 from repart.errors import Corrupt, InvalidInput
 from repart.partitioning.documents import KEY_TYPES, require_int, require_object
-from repart.partitioning.hashing import KeyType, check_slot_bits, slots_of_hashes
+from repart.partitioning.domain import KeyType, check_slot_bits
+from repart.partitioning.hashing import slots_of_hashes
 from repart.protocol.files import fsync_path
 from repart.state.checksum import U64, checksum, is_bytes_like, is_hashable_type, key_hashes, row_hashes
 

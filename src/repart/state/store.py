@@ -63,7 +63,7 @@ from repart.partitioning.documents import (
     require_row,
     sha256_hex,
 )
-from repart.partitioning.hashing import KeyType
+from repart.partitioning.domain import KeyType
 from repart.protocol.files import fsync_path, write_durably
 from repart.state.batches import AbsorbedBatch
 from repart.state.checksum import add_checksums

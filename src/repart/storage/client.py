@@ -122,7 +122,7 @@ def _claim(session: Session, region: str) -> PlanToApply | None:
         .with_for_update()
         .execution_options(populate_existing=True)
     )
-    if locked is None or locked.status not in ("pending", "applying"):
+    if locked is None or locked.status not in models.OPEN_PLAN_STATUSES:
         return None
     if locked.status == "pending":
         set_plan_status(session, todo.plan_id, "applying")

@@ -7,7 +7,7 @@ str (PostgreSQL text cannot hold NUL characters, which are valid keys).
 from __future__ import annotations
 
 from repart.errors import Corrupt
-from repart.partitioning.hashing import Key
+from repart.partitioning.domain import Key
 
 
 def key_columns(key: Key) -> dict[str, int | bytes | None]:

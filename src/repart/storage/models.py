@@ -52,6 +52,8 @@ NAMING_CONVENTION = {
 KEY_TYPES = ("str", "int")
 VERSION_STATUSES = ("planned", "applied", "superseded", "abandoned")
 PLAN_STATUSES = ("pending", "applying", "applied", "failed", "superseded")
+#: The statuses of a plan that a job has not finished applying yet.
+OPEN_PLAN_STATUSES = ("pending", "applying")
 REGION_MODES = ("auto", "recommend", "hold")
 MOVE_KINDS = ("explicit", "slots")
 

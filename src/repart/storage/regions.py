@@ -19,15 +19,21 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from repart.errors import Conflict, InvalidInput, NotFound
-from repart.partitioning.consistent import DEFAULT_METHOD, MAX_CHANNELS, METHODS
 from repart.partitioning.documents import require_int
-from repart.partitioning.hashing import DEFAULT_SLOT_BITS, KeyType, check_slot_bits
-from repart.partitioning.resources import RESOURCE_CODES, check_sigma
-from repart.partitioning.utility import check_utility
-from repart.protocol.snapshot import check_region_name
+from repart.partitioning.domain import (
+    DEFAULT_METHOD,
+    DEFAULT_SLOT_BITS,
+    MAX_CHANNELS,
+    METHODS,
+    RESOURCE_CODES,
+    KeyType,
+    check_sigma,
+    check_slot_bits,
+    check_utility,
+)
 from repart.storage import models
 from repart.storage.jsontext import dump_object, load_object
-from repart.validation import BOOLEAN, Interval, Options, check
+from repart.validation import BOOLEAN, REGION_NAME, Interval, Options, check
 
 POLICIES = ("fixed", "target-utilization")
 # α of a region: α = 1 tolerates no imbalance, so no function could be built for it (Eq. 15: θ = 0).
@@ -94,7 +100,7 @@ class RegionConfig:
 
 def create_region(session: Session, name: str, config: RegionConfig) -> models.Region:
     """Add a region; Conflict if the name is taken."""
-    check_region_name(name)
+    check("region", name, REGION_NAME)
     if session.scalar(select(models.Region.id).where(models.Region.name == name)) is not None:
         raise Conflict(f"region {name!r} already exists")
     row = models.Region(name=name, **config.columns())

@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from repart.errors import Conflict, InvalidInput, NotFound
-from repart.partitioning.hashing import KeyType
+from repart.partitioning.domain import KeyType
 from repart.protocol.counter_items import CounterItems
 from repart.protocol.snapshot import ChannelMeasurement, Snapshot
 from repart.storage import models

@@ -32,9 +32,9 @@ from repart.partitioning.algorithms.readj import readj
 from repart.partitioning.algorithms.redist import redist
 from repart.partitioning.algorithms.scan import scan
 from repart.partitioning.consistent import ConsistentSpec, slot_table
+from repart.partitioning.domain import DEFAULT_SLOT_BITS, KeyType
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.function import PartitionFunction
-from repart.partitioning.hashing import DEFAULT_SLOT_BITS, KeyType
 from repart.partitioning.metrics import imbalance
 from repart.partitioning.resources import check_channels, frequency_threshold
 from repart.partitioning.tail import loads_by_channel, untracked_slot_loads

@@ -33,18 +33,13 @@ import numpy.typing as npt
 
 from repart.errors import InvalidInput
 from repart.partitioning.consistent import slot_table
+from repart.partitioning.domain import Key, UtilityName, check_sigma, check_utility
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.function import PartitionFunction
-from repart.partitioning.hashing import Key, hash_keys, slots_of_hashes
-from repart.partitioning.resources import (
-    Resources,
-    check_channels,
-    check_sigma,
-    frequency_threshold,
-    theta,
-)
+from repart.partitioning.hashing import hash_keys, slots_of_hashes
+from repart.partitioning.resources import Resources, check_channels, frequency_threshold, theta
 from repart.partitioning.tail import loads_by_channel
-from repart.partitioning.utility import Utility, UtilityName, check_utility, utility_function
+from repart.partitioning.utility import Utility, utility_function
 from repart.validation import POSITIVE_INT, Interval, check
 
 FloatArray = npt.NDArray[np.float64]
