@@ -1,4 +1,4 @@
-"""The daemon's sweep (issue #9): bulk lease renewal, discovery, skipped overruns, pool sizing, stop."""
+"""The daemon's sweep (issue #9): discovery, skipped overruns, pool sizing, stop."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from repart.controller.daemon import Daemon, DaemonConfig
 from repart.controller.tick import TickResult, tick
 from repart.errors import InvalidInput
 from repart.storage import acquire_lease, current_lease, models, run_in_transaction
-from repart.storage.leases import region_leases, renew_leases
+from repart.storage.leases import region_leases
 from tests.cli.helpers import repart
 from tests.factories import add_region
 
@@ -44,25 +44,6 @@ def lease_count(engine: Engine) -> int:
     return run_in_transaction(
         engine, lambda session: session.scalar(select(func.count()).select_from(models.Lease))
     )
-
-
-def test_renew_leases_renews_only_the_holders_leases_and_keeps_their_tokens(engine: Engine) -> None:
-    for name in ("a", "b", "c"):
-        add_region(engine, name)
-    then = datetime.now(UTC)
-    tokens = {
-        name: run_in_transaction(engine, lambda s, n=name, h=holder: acquire_lease(s, n, h, 1.0, then))
-        for name, holder in (("a", "me"), ("b", "me"), ("c", "other"))
-    }
-    later = then + timedelta(seconds=5)  # both of "me"'s leases have expired: renewal keeps the token
-    renewed = run_in_transaction(engine, lambda session: renew_leases(session, "me", 30.0, later))
-    assert renewed == {"a": tokens["a"], "b": tokens["b"]}
-    leases = {
-        name: run_in_transaction(engine, lambda s, n=name: current_lease(s, n)) for name in ("a", "b", "c")
-    }
-    assert [leases[n].expires_at for n in ("a", "b")] == [later + timedelta(seconds=30)] * 2  # type: ignore[union-attr]
-    assert leases["c"].expires_at == then + timedelta(seconds=1)  # type: ignore[union-attr]
-    assert run_in_transaction(engine, lambda session: renew_leases(session, "nobody", 30.0, later)) == {}
 
 
 def test_region_leases_lists_every_region_with_its_lease(engine: Engine) -> None:

@@ -19,6 +19,7 @@ from repart.storage import (
     release_lease,
     run_in_transaction,
 )
+from repart.storage.leases import claim_leases
 from tests.factories import add_region
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -131,3 +132,87 @@ def test_a_fence_holds_only_for_the_holder_with_its_token_until_expiry(engine: E
     with pytest.raises(Conflict, match="not held by 'a' with token 1"):  # the old token of the same holder
         _fence_check(engine, Fence("a", 1), T0 + timedelta(seconds=14))
     _fence_check(engine, Fence("a", 3), T0 + timedelta(seconds=14))
+
+
+def _claim(engine: Engine, holder: str, now: datetime, ttl: float = 30.0) -> dict[str, int]:
+    return run_in_transaction(engine, lambda s: claim_leases(s, holder, ttl, now))
+
+
+def _lease(engine: Engine, region: str) -> tuple[str, int, datetime]:
+    lease = run_in_transaction(engine, lambda s: current_lease(s, region))
+    assert lease is not None
+    return lease.holder, lease.token, lease.expires_at
+
+
+def test_claim_renews_own_leases_takes_free_and_expired_ones_and_leaves_valid_ones(engine: Engine) -> None:
+    for name in ("mine", "expired-mine", "free", "expired-other", "valid-other"):
+        add_region(engine, name)
+    assert _acquire(engine, "me", T0, region="mine") == 1
+    assert _acquire(engine, "me", T0 - timedelta(minutes=5), region="expired-mine") == 1
+    assert _acquire(engine, "other", T0 - timedelta(minutes=5), region="expired-other") == 1
+    assert _acquire(engine, "other", T0, region="valid-other") == 1
+    now = T0 + timedelta(seconds=10)
+    claimed = _claim(engine, "me", now, ttl=20.0)
+    # Renewals keep their tokens; a free lease gets the region's first token, a takeover the next one.
+    assert claimed == {"mine": 1, "expired-mine": 1, "free": 1, "expired-other": 2}
+    until = now + timedelta(seconds=20)
+    for name, token in claimed.items():
+        assert _lease(engine, name) == ("me", token, until)
+    assert _lease(engine, "valid-other") == ("other", 1, T0 + timedelta(seconds=30))
+    # Claiming again changes no token; another holder gets nothing while the leases are valid.
+    assert _claim(engine, "me", now + timedelta(seconds=5)) == claimed
+    assert _claim(engine, "other", now + timedelta(seconds=5)) == {"valid-other": 1}
+
+
+def test_claim_agrees_with_acquire_lease_region_by_region(engine: Engine) -> None:
+    """The bulk rule is ``acquire_lease``'s: the same tokens for the same history, region by region."""
+    for name in ("a", "b", "c"):
+        add_region(engine, name)
+    history = [("x", T0, "a"), ("y", T0, "b"), ("x", T0 + timedelta(minutes=1), "b")]
+    for holder, at, region in history:
+        _acquire(engine, holder, at, ttl=10.0, region=region)
+    later = T0 + timedelta(minutes=2)
+    claimed = _claim(engine, "z", later)
+    assert set(claimed) == {"a", "b", "c"}
+    for name in ("a", "b", "c"):
+        release = run_in_transaction(engine, lambda s, n=name: release_lease(s, n, "z"))
+        assert release
+        # After a release the next holder's token is one more than the claim's, as acquire_lease draws.
+        assert _acquire(engine, "w", later, region=name) == claimed[name] + 1
+
+
+def test_claim_refuses_bad_arguments(engine: Engine) -> None:
+    add_region(engine)
+    with pytest.raises(InvalidInput, match="ttl_seconds must be a number in"):
+        _claim(engine, "a", T0, ttl=0)
+    with pytest.raises(InvalidInput, match="holder must be a string"):
+        _claim(engine, "", T0)
+    assert _claim(engine, "a", T0) == {"trades": 1}
+
+
+@pytest.mark.parametrize("expired", [False, True], ids=["free", "expired"])
+def test_two_daemons_claiming_at_once_split_the_regions_without_a_shared_one(
+    engine: Engine, expired: bool
+) -> None:
+    regions = [f"r{i}" for i in range(20)]
+    for name in regions:
+        add_region(engine, name)
+        if expired:
+            assert _acquire(engine, "old", T0 - timedelta(minutes=5), region=name)
+    barrier = threading.Barrier(2)
+    claims: dict[str, dict[str, int]] = {}
+
+    def claim(holder: str) -> None:
+        barrier.wait()
+        claims[holder] = _claim(engine, holder, T0)
+
+    threads = [threading.Thread(target=claim, args=(holder,)) for holder in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not set(claims["a"]) & set(claims["b"]), claims
+    assert set(claims["a"]) | set(claims["b"]) == set(regions)
+    for holder, held in claims.items():
+        for name, token in held.items():
+            assert _lease(engine, name)[:2] == (holder, token)

@@ -1,16 +1,17 @@
 """The long-running controller: a sweep of every region each interval, ticks under leases (DESIGN §8).
 
 ``Daemon`` runs a sweep every interval on its own thread (never two at once; sweeps that fall due while one
-still runs are coalesced into the next and counted). A sweep renews every lease this daemon holds in one
-statement (``repart.storage.leases.renew_leases``), reads every region with its lease in one query
-(``region_leases``; a region created later is found by the next sweep), and hands each region, at the
+still runs are coalesced into the next and counted). A sweep renews every lease this daemon holds and
+takes every free or expired lease in one transaction (``repart.storage.leases.claim_leases``: four
+statements however many regions), reads every region with its lease in one query (``region_leases``; a
+region created later is found by the next sweep), and hands each region, at the
 region's fixed phase within the interval (so that ticks do not all queue at its start), to a pool of
 ``workers`` tick threads, except a region another daemon holds a valid lease of (logged as ``skipped``) and
 a region whose previous tick is still queued or running: that one is skipped and counted (``overruns``),
 never queued twice, and logged once when it starts overrunning (one ``skipped`` line, not one per sweep
 while the tick runs; the count keeps growing in ``overruns`` and in the metrics). A region whose lease
-was renewed is ticked under that lease's token; any other (a free or expired lease) first takes the
-lease (``acquire_lease``), so two daemons on one database do not act on the same region at the same
+the sweep claimed is ticked under that lease's token; a region created after the claim first takes its
+lease (``acquire_lease``). So two daemons on one database do not act on the same region at the same
 time: the other daemon skips the region until the lease expires (its holder stopped renewing it), then
 takes it over with a new fencing token. The tick presents the token with its write (DESIGN §12.2), so a
 daemon that was paused past its lease (SIGSTOP, swap) cannot write when it resumes: its tick ends in a
@@ -76,7 +77,7 @@ from repart.storage import (
     release_lease,
     run_in_transaction,
 )
-from repart.storage.leases import RegionLease, region_leases, renew_leases
+from repart.storage.leases import RegionLease, claim_leases, region_leases
 from repart.validation import Interval, check
 
 
@@ -174,7 +175,7 @@ class Daemon:
         """Sweeps that fell due while the previous one still ran (skipped: the next one covers them)."""
 
     def tick_region(self, region: str, token: int | None = None) -> TickResult | None:
-        """Tick ``region`` under its lease: under ``token`` when the caller just renewed it, else after
+        """Tick ``region`` under its lease: under ``token`` when the caller just claimed it, else after
         taking or renewing the lease; None when another holder has the lease. Conflict when the tick's
         write is refused (see the module doc)."""
         moment = datetime.now(UTC)
@@ -210,27 +211,27 @@ class Daemon:
         return [self.tick_region(region) for region in regions]
 
     def sweep(self, due: float | None = None) -> int:
-        """Renew this daemon's leases, read every region's lease, and hand every region this daemon
-        holds or may take to the tick threads (see the module docstring); returns how many it handed.
+        """Claim this daemon's leases and the free ones, read every region's lease, and hand every region
+        this daemon holds or may take to the tick threads (see the module docstring); returns how many it handed.
 
         With ``due`` (the ``time.monotonic()`` the sweep was due), each region is handed at ``due`` plus
         its ``phase``, so that the interval's ticks are spread over it instead of queueing at its start;
         without, all at once."""
         now = datetime.now(UTC)
         holder, ttl = self.config.holder, self.config.lease_ttl_seconds
-        renewed = run_in_transaction(self.engine, lambda session: renew_leases(session, holder, ttl, now))
+        claimed = run_in_transaction(self.engine, lambda session: claim_leases(session, holder, ttl, now))
         leases: list[RegionLease] = read_transaction(self.engine, region_leases)
         self._last_sweep = time.monotonic()
         self._read_regions()
         with self._lock:
             # A region deleted since the last sweep has no lease left to hold or release.
             self._held.intersection_update(lease.region for lease in leases)
-            self._held.update(renewed)
+            self._held.update(claimed)
         if due is not None:
             leases.sort(key=lambda lease: self.phase(lease.region))
         handed = 0
         for lease in leases:
-            token = renewed.get(lease.region)
+            token = claimed.get(lease.region)
             if token is None and lease.held_by_another(holder, now):
                 self._skipped(lease.region, "lease held by another daemon")
                 continue

@@ -105,29 +105,72 @@ def acquire_lease(
     return None if inserted is None else token
 
 
-def renew_leases(session: Session, holder: str, ttl_seconds: float, now: datetime) -> dict[str, int]:
-    """Renew every lease ``holder`` holds (expired or not) until ``now + ttl_seconds`` in one statement,
-    as ``acquire_lease`` renews one; returns region name → fencing token of each lease renewed."""
+def claim_leases(session: Session, holder: str, ttl_seconds: float, now: datetime) -> dict[str, int]:
+    """Renew every lease ``holder`` holds (expired or not) and take every free or expired lease, all
+    until ``now + ttl_seconds``, in four statements however many regions there are: the rule of
+    ``acquire_lease`` applied to every region at once. Returns region name → fencing token of each lease
+    ``holder`` holds afterwards; a region another holder's valid lease covers is not in it.
+
+    The free and expired regions draw their new tokens in one ``UPDATE`` of their region rows, which
+    serializes two claimants as ``acquire_lease``'s draw does; the takeover (``UPDATE … WHERE
+    expires_at <= now``) and the insert of missing leases (``ON CONFLICT DO NOTHING``) then find a
+    lease the other claimant committed in between already valid or present, and leave it. A token
+    drawn for a lease not taken is never used, as in ``acquire_lease``.
+    """
     _check_holder(holder)
     expires = now + timedelta(seconds=check("ttl_seconds", ttl_seconds, POSITIVE))
-    lease = models.Lease
-    renewed = session.execute(
-        update(lease)
-        .where(lease.holder == holder)
-        .values(expires_at=expires)
-        .returning(lease.region_id, lease.token)
-        .execution_options(synchronize_session=False)
-    ).all()
-    if not renewed:
-        return {}
-    names = dict(
+    lease, region = models.Lease, models.Region
+    held = dict(
         session.execute(
-            select(models.Region.id, models.Region.name).where(
-                models.Region.id.in_([region_id for region_id, _ in renewed])
-            )
+            update(lease)
+            .where(lease.holder == holder)
+            .values(expires_at=expires)
+            .returning(lease.region_id, lease.token)
+            .execution_options(synchronize_session=False)
         ).all()
     )
-    return {names[region_id]: token for region_id, token in renewed}
+    valid = select(lease.region_id).where(lease.region_id == region.id, lease.expires_at > _timestamp(now))
+    drawn = (
+        session.execute(
+            update(region)
+            .where(~valid.exists())
+            .values(lease_token=region.lease_token + 1, updated_at=region.updated_at)
+            .returning(region.id)
+            .execution_options(synchronize_session=False)
+        )
+        .scalars()
+        .all()
+    )
+    if drawn:
+        token = select(region.lease_token).where(region.id == lease.region_id).scalar_subquery()
+        held.update(
+            session.execute(
+                update(lease)
+                .where(lease.region_id.in_(drawn), lease.expires_at <= _timestamp(now))
+                .values(holder=holder, token=token, acquired_at=now, expires_at=expires)
+                .returning(lease.region_id, lease.token)
+                .execution_options(synchronize_session=False)
+            ).all()
+        )
+        dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+        missing = ~select(lease.region_id).where(lease.region_id == region.id).exists()
+        held.update(
+            session.execute(
+                dialect.insert(lease)
+                .from_select(
+                    ["region_id", "holder", "token", "acquired_at", "expires_at"],
+                    select(
+                        region.id, literal(holder), region.lease_token, _timestamp(now), _timestamp(expires)
+                    ).where(region.id.in_(drawn), missing),
+                )
+                .on_conflict_do_nothing(index_elements=["region_id"])
+                .returning(lease.region_id, lease.token)
+            ).all()
+        )
+    if not held:
+        return {}
+    names = dict(session.execute(select(region.id, region.name).where(region.id.in_(list(held)))).all())
+    return {names[region_id]: token for region_id, token in held.items()}
 
 
 @dataclass(frozen=True)
