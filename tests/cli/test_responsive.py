@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import typer
 from typer.main import get_command
@@ -32,6 +33,29 @@ def test_loading_the_cli_loads_no_database_layer_numpy_or_spark() -> None:
         "apscheduler",
     ):
         assert heavy not in loaded, f"importing repart.cli.app loads {heavy}"
+
+
+def test_status_loads_no_numpy_or_pydantic(tmp_path: Path) -> None:
+    """``repart status`` reads the database and prints a table: no numpy (the region model validates
+    with ``repart.partitioning.domain``) and no pydantic (typer below 0.29 coerces without it)."""
+    url = f"sqlite:///{tmp_path / 'repart.db'}"
+    for words in (["init"], ["region", "create", "ticks", "--key-type", "str"]):
+        assert runner.invoke(app, [*words, "--db", url]).exit_code == 0
+    script = (
+        "import sys\n"
+        "from repart.cli.app import app\n"
+        "try:\n"
+        f"    app(['status', '--db', {url!r}])\n"
+        "except SystemExit as stop:\n"
+        "    assert not stop.code, stop.code\n"
+        "print('modules:', ' '.join(sorted(sys.modules)))\n"
+    )
+    output = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert "ticks" in output
+    loaded = output.split("modules:")[1].split()
+    assert "sqlalchemy" in loaded  # it did read the database
+    for heavy in ("numpy", "pydantic", "numba", "alembic"):
+        assert heavy not in loaded, f"repart status loads {heavy}"
 
 
 def command_paths(group: typer.Typer) -> list[list[str]]:
