@@ -6,5 +6,6 @@
 - ``spool``: the spool directory a job writes snapshot files into (naming, ``done/``, ``rejected/``);
 - ``files``: the one durable writer (write, fsync, rename, fsync of the directory) for every file
   repart writes;
-- ``client``: the ``ControllerClient`` port a job talks to the controller through.
+- ``client``: the ``ControllerClient`` port a job talks to the controller through;
+- ``merge``: the merge of a split key's partial state that a split-mode region declares.
 """

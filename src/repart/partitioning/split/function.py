@@ -1,0 +1,247 @@
+"""The split function: a Gedik function for every key's home plus a split table for the head (DESIGN §11.3).
+
+A key-preserving function (``PartitionFunction``) cannot balance better than b_lb once the hottest
+key carries more than 1/N of the load. A split function keeps such a function as the *home* of every
+key and adds a *split table* for a few hot keys: key → candidate channels (its home first) and one
+weight per candidate. A split key's tuples are spread over its candidates in proportion to the
+weights; its state is then partial on each candidate and merged on read, which is why split mode is
+for decomposable state (sums, counts, min/max, sketches).
+
+Which candidate a row of a split key goes to is decided by a 64-bit hash of the row (the job side
+uses Spark's ``xxhash64`` of the row's columns, so a retried task routes identically):
+
+    r = row_hash >> 32  (unsigned, in [0, 2^32)),   channel = candidates[min{i : r < t_i}],
+
+with integer thresholds ``t_i = round(2^32 · (w_0 + … + w_i))`` for i < d − 1 and ``t_{d−1} = 2^32``.
+The thresholds are computed here once, so the JVM compares integers and Python is its exact oracle.
+
+The canonical JSON is ``{"format": 1, "kind": "split", "home": <the home function's document>,
+"split": [[key, [candidates], [weights]], …]}`` (rows sorted by key), its digest the SHA-256 of that
+text. ``load_function`` reads either kind of stored function.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+from repart.errors import InvalidInput
+from repart.partitioning.documents import (
+    JSON_OBJECT,
+    canonical_json,
+    parse_json,
+    require_format,
+    require_key,
+    require_list,
+    require_object,
+    require_row,
+    sha256_hex,
+)
+from repart.partitioning.domain import Key, KeyType, key_type_of
+from repart.partitioning.function import PartitionFunction
+from repart.validation import Interval, Kind, Options, check, shown
+
+FORMAT_VERSION = 1
+KIND = "split"
+_DOCUMENT_FIELDS = ("format", "home", "kind", "split")
+#: Row hashes are compared on their top 32 bits: thresholds live in [0, 2^32].
+ROW_HASH_SPAN = 2**32
+#: How far the weights of a split key may sum from 1 (they are floats written as JSON numbers).
+WEIGHT_SUM_TOLERANCE = 1e-9
+_ROW_HASH = Interval(int, -(2**63), 2**64 - 1)
+_KIND_OPTION = Options((KIND,))
+
+
+class SplitEntry(NamedTuple):
+    """A split key's candidate channels (its home first, all distinct) and their weights (≥ 0, sum 1)."""
+
+    candidates: tuple[int, ...]
+    weights: tuple[float, ...]
+
+
+def _empty_split() -> Mapping[Key, SplitEntry]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class SplitFunction:
+    """``home`` routes every key; a key of ``split`` is spread over its candidates by row hash.
+
+    Every field is validated on construction: a bad value raises ``InvalidInput`` naming the field
+    (``split[3].candidates``, ``split[3].weights``, …) and what is accepted.
+    """
+
+    home: PartitionFunction
+    split: Mapping[Key, SplitEntry] = field(default_factory=_empty_split)
+
+    def __post_init__(self) -> None:
+        check("home", self.home, Kind(PartitionFunction, "a PartitionFunction"))
+        checked: dict[Key, SplitEntry] = {}
+        key_type = self.home.key_type
+        for index, (key, entry) in enumerate(sorted(self.split.items(), key=_row_order)):
+            name = f"split[{index}]"
+            plain = require_key(key, f"{name}.key", key_type)
+            key_type = key_type_of(plain)
+            checked[plain] = SplitEntry(*_checked_entry(entry, name, self.home, plain))
+        object.__setattr__(self, "split", MappingProxyType(checked))
+
+    def __hash__(self) -> int:
+        """Hash of the digest, so that equal functions hash equally."""
+        return hash(self.digest)
+
+    def __reduce__(self) -> tuple[Callable[[str], SplitFunction], tuple[str]]:
+        """Pickle through the canonical JSON, as ``PartitionFunction`` does."""
+        return (SplitFunction.from_json, (self.to_json(),))
+
+    @property
+    def n_channels(self) -> int:
+        return self.home.n_channels
+
+    @property
+    def slot_bits(self) -> int:
+        return self.home.slot_bits
+
+    @cached_property
+    def key_type(self) -> KeyType | None:
+        """The key type of the home function's explicit keys, else of the split keys (None while both
+        are empty)."""
+        return self.home.key_type or next((key_type_of(key) for key in self.split), None)
+
+    def candidates(self, key: Key) -> tuple[int, ...]:
+        """The channels ``key``'s state may be on: its split candidates, or its home alone."""
+        entry = self.split.get(key)
+        return entry.candidates if entry is not None else (self.home.lookup(key),)
+
+    def thresholds(self, key: Key) -> tuple[int, ...]:
+        """The cumulative integer thresholds of a split key (see the module docstring)."""
+        return self._thresholds[key]
+
+    def lookup(self, key: Key, row_hash: int) -> int:
+        """The channel of a row of ``key`` whose row hash is ``row_hash`` (a signed or unsigned 64-bit
+        integer): the home of an unsplit key, else the candidate whose threshold interval holds
+        ``row_hash``'s top 32 bits."""
+        entry = self.split.get(key)
+        if entry is None:
+            return self.home.lookup(key)
+        top = (check("row_hash", row_hash, _ROW_HASH) % 2**64) >> 32
+        return entry.candidates[bisect_right(self._thresholds[key], top)]  # the last threshold is 2^32
+
+    def to_json(self) -> str:
+        return self._canonical_json
+
+    @cached_property
+    def digest(self) -> str:
+        """SHA-256 (hex) of the canonical JSON's UTF-8 bytes."""
+        return sha256_hex(self.to_json())
+
+    @classmethod
+    def from_json(cls, text: str) -> SplitFunction:
+        """Parse and validate a serialized split function; ``InvalidInput`` naming the field."""
+        return cls.from_document(parse_json(text, "function"))
+
+    @classmethod
+    def from_document(cls, value: object) -> SplitFunction:
+        """A split function from its parsed JSON document."""
+        document = require_object(value, "function", _DOCUMENT_FIELDS)
+        require_format(document["format"], FORMAT_VERSION)
+        check("kind", document["kind"], _KIND_OPTION)
+        check("home", document["home"], JSON_OBJECT)
+        try:
+            home = PartitionFunction.from_json(canonical_json(document["home"]))
+        except InvalidInput as problem:
+            raise InvalidInput(f"home.{problem.field}", problem.requirement) from None
+        split: dict[Key, SplitEntry] = {}
+        for index, row in enumerate(require_list(document["split"], "split")):
+            name = f"split[{index}]"
+            key, candidates, weights = require_row(row, name, ("key", "candidates", "weights"))
+            plain = require_key(key, f"{name}.key", home.key_type)
+            if plain in split:
+                raise InvalidInput(f"{name}.key", f"must not repeat the key {plain!r} of an earlier row")
+            split[plain] = SplitEntry(
+                tuple(require_list(candidates, f"{name}.candidates")),
+                tuple(require_list(weights, f"{name}.weights")),
+            )
+        return cls(home, split)
+
+    @cached_property
+    def _canonical_json(self) -> str:
+        document = {
+            "format": FORMAT_VERSION,
+            "kind": KIND,
+            "home": parse_json(self.home.to_json(), "home"),
+            "split": [
+                [key, list(entry.candidates), list(entry.weights)]
+                for key, entry in sorted(self.split.items(), key=_row_order)
+            ],
+        }
+        return canonical_json(document)
+
+    @cached_property
+    def _thresholds(self) -> dict[Key, tuple[int, ...]]:
+        return {key: cumulative_thresholds(entry.weights) for key, entry in self.split.items()}
+
+
+def _row_order(item: tuple[Key, Any]) -> tuple[bool, Key]:
+    """Rows in key order (ints before strs never mix: one function has one key type)."""
+    return (isinstance(item[0], str), item[0])
+
+
+def _checked_entry(
+    entry: object, name: str, home: PartitionFunction, key: Key
+) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """A split key's candidates and weights, checked: at least two distinct channels in [0, N), the
+    first the key's home, and as many weights, each a finite number ≥ 0, summing to 1."""
+    candidates, weights = require_row(entry, name, ("candidates", "weights"))
+    channel = Interval(int, 0, home.n_channels - 1)
+    if not isinstance(candidates, list | tuple) or len(candidates) < 2:
+        raise InvalidInput(
+            f"{name}.candidates", f"must be a list of at least 2 channels, got {shown(candidates)}"
+        )
+    checked = tuple(check(f"{name}.candidates[{i}]", c, channel) for i, c in enumerate(candidates))
+    if len(set(checked)) != len(checked):
+        raise InvalidInput(f"{name}.candidates", f"must be distinct channels, got {list(checked)}")
+    home_channel = home.lookup(key)
+    if checked[0] != home_channel:
+        raise InvalidInput(
+            f"{name}.candidates",
+            f"must start with the key's home channel {home_channel}, got {list(checked)}",
+        )
+    if not isinstance(weights, list | tuple) or len(weights) != len(checked):
+        raise InvalidInput(
+            f"{name}.weights",
+            f"must be a list of {len(checked)} weights (one per candidate), got {shown(weights)}",
+        )
+    share = Interval(float, 0, 1)
+    checked_weights = tuple(check(f"{name}.weights[{i}]", w, share) for i, w in enumerate(weights))
+    total = math.fsum(checked_weights)
+    if abs(total - 1.0) > WEIGHT_SUM_TOLERANCE:
+        raise InvalidInput(
+            f"{name}.weights", f"must sum to 1 (within {WEIGHT_SUM_TOLERANCE:g}), got {total!r}"
+        )
+    return checked, checked_weights
+
+
+def cumulative_thresholds(weights: Sequence[float]) -> tuple[int, ...]:
+    """``t_i = round(2^32 · Σ_{j ≤ i} w_j)`` for every candidate but the last, whose threshold is 2^32,
+    kept non-decreasing (rounding cannot reorder them: the sums only grow)."""
+    thresholds: list[int] = []
+    total = 0.0
+    for weight in weights[:-1]:
+        total += weight
+        thresholds.append(min(ROW_HASH_SPAN, round(total * ROW_HASH_SPAN)))
+    thresholds.append(ROW_HASH_SPAN)
+    return tuple(thresholds)
+
+
+def load_function(text: str) -> PartitionFunction | SplitFunction:
+    """A stored function of either kind: a split function when its document says ``"kind": "split"``,
+    else a ``PartitionFunction``."""
+    document = parse_json(text, "function")
+    if isinstance(document, Mapping) and "kind" in document:
+        return SplitFunction.from_document(document)
+    return PartitionFunction.from_json(text)
