@@ -35,6 +35,7 @@ FIELD_PARAMETERS = {
     "n_channels": "channels",
     "to_version": "to",
     "region": "name",
+    "split_scheme": "split",
 }
 _stderr = Console(stderr=True, soft_wrap=True)  # one line, however long
 

@@ -50,28 +50,53 @@ TailAware = Annotated[
     typer.Option("--tail-aware/--no-tail-aware", help="Build with per-slot loads and slot overrides."),
 ]
 SlotBits = Annotated[int | None, typer.Option("--slot-bits", help="log2 of the slot table size (10-20).")]
+SplitOption = Annotated[
+    str | None,
+    typer.Option(
+        "--split",
+        help="Split mode (DESIGN §11.3): spread keys too hot for one channel by pkg, dchoices, wchoices, "
+        "rr, fish or dkg (needs --merge); on update, none goes back to one channel per key.",
+        show_default=False,
+    ),
+]
+MergeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--merge",
+        help="How a split key's partial state rows merge: column=sum|min|max pairs, "
+        "e.g. 'pv=sum,volume=sum'.",
+        show_default=False,
+    ),
+]
 Settings = Annotated[
     list[str] | None,
     typer.Option(
         "--set",
         help="Controller setting KEY=VALUE, repeatable: target_utilization, cooldown_seconds, hysteresis, "
-        "rebalance_threshold, counters, move_limit.",
+        "rebalance_threshold, counters, move_limit; split.<parameter> for the split scheme's "
+        "(split.theta, …).",
         show_default=False,
     ),
 ]
 
 
 def _parsed_settings(pairs: list[str] | None) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs as a settings object; a VALUE that parses as JSON (a number, true) is that."""
+    """``KEY=VALUE`` pairs as a settings object; a VALUE that parses as JSON (a number, true) is that.
+    ``split.KEY=VALUE`` goes into the ``split`` object (the split scheme's parameters)."""
     settings: dict[str, Any] = {}
     for pair in pairs or []:
         key, separator, text = pair.partition("=")
         if not separator or not key:
             raise InvalidInput("settings", f"must be KEY=VALUE, got {pair!r}")
         try:
-            settings[key] = json.loads(text)
+            value = json.loads(text)
         except json.JSONDecodeError:
-            settings[key] = text
+            value = text
+        group, dot, name = key.partition(".")
+        if dot and group == "split" and name:
+            settings.setdefault("split", {})[name] = value
+        else:
+            settings[key] = value
     return settings
 
 
@@ -134,6 +159,8 @@ def create(
     max_channels: MaxChannels = None,
     tail_aware: TailAware = None,
     slot_bits: SlotBits = None,
+    split: SplitOption = None,
+    merge: MergeOption = None,
     settings: Settings = None,
     db: DbOption = None,
     as_json: JsonOption = False,
@@ -154,6 +181,8 @@ def create(
         max_channels=max_channels,
         tail_aware=tail_aware,
         slot_bits=slot_bits,
+        split_scheme=split,
+        merge=merge,
     )
     config = RegionConfig(
         key_type=key_type,  # type: ignore[arg-type]  # validated by RegionConfig
@@ -231,6 +260,8 @@ def update(
     max_channels: MaxChannels = None,
     tail_aware: TailAware = None,
     slot_bits: SlotBits = None,
+    split: SplitOption = None,
+    merge: MergeOption = None,
     settings: Settings = None,
     mode: Annotated[
         str | None,
@@ -263,7 +294,10 @@ def update(
         max_channels=max_channels,
         tail_aware=tail_aware,
         slot_bits=slot_bits,
+        merge=merge,
     )
+    if split is not None:
+        changes["split_scheme"] = None if split == "none" else split
     new_settings = _parsed_settings(settings)
     if reason is not None and mode is None:
         raise InvalidInput("reason", "must come with --mode: it is the reason for a change of mode")
@@ -278,7 +312,10 @@ def update(
     def work(session: Session) -> dict[str, Any]:
         if new_settings:
             current = RegionConfig.from_row(region_by_name(session, name)).settings
-            changes["settings"] = {**current, **new_settings}
+            split_settings = {**current.get("split", {}), **new_settings.get("split", {})}
+            changes["settings"] = {**current, **new_settings} | (
+                {"split": split_settings} if split_settings else {}
+            )
         row = update_region(session, name, **changes) if changes else region_by_name(session, name)
         _checked(RegionConfig.from_row(row))
         if mode is not None:

@@ -12,6 +12,7 @@ all optional:
 - ``rebalance_threshold``: rebalance when b of the applied function exceeds it, > 0, default 1.0
   (b <= 1 means every resource is within its tolerance α).
 - ``move_limit``: readj's move limit c (Gedik Algorithm 4), an integer >= 1, default 5.
+- ``split``: the parameters of a split-mode region's scheme (DESIGN §11.3), an object.
 
 The ``fixed`` policy runs the region's ``n_channels_initial`` channels, within its channel bounds.
 Every bad value raises ``InvalidInput`` naming ``settings.<field>`` and the accepted range (DESIGN §10,
@@ -29,7 +30,16 @@ from repart.partitioning.algorithms.problem import DEFAULT_MOVE_LIMIT, BuildPara
 from repart.partitioning.domain import check_utility
 from repart.partitioning.resources import Resources
 from repart.storage.regions import RegionConfig
-from repart.validation import FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, Constraint, Interval, check_all
+from repart.validation import (
+    FRACTION,
+    NON_NEGATIVE,
+    POSITIVE,
+    POSITIVE_INT,
+    Constraint,
+    Interval,
+    Kind,
+    check_all,
+)
 
 DEFAULT_COUNTERS = 3
 DEFAULT_TARGET_UTILIZATION = 0.8
@@ -41,6 +51,7 @@ SETTINGS: dict[str, tuple[Constraint, ...]] = {
     "hysteresis": (NON_NEGATIVE,),
     "rebalance_threshold": (POSITIVE,),
     "move_limit": (POSITIVE_INT,),
+    "split": (Kind(Mapping, "an object of the split scheme's parameters"),),
 }
 
 

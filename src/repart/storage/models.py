@@ -40,6 +40,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Mapper, mapped_column, relat
 from sqlalchemy.types import TypeDecorator
 
 from repart.errors import Conflict
+from repart.partitioning.domain import SPLIT_SCHEMES
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -114,6 +115,9 @@ class Region(Base):
     ``mode`` is what the tick may do (DESIGN §12.3): ``auto`` act, ``recommend`` record what it would
     do without activating it, ``hold`` nothing; ``mode_reason`` says why, ``previous_mode`` is the mode
     ``resume`` returns to. The mode is part of the status a tick compares and sets.
+    ``split_scheme`` puts the region in split mode (DESIGN §11.3: None keeps every key on one
+    channel) and ``merge`` is the merge of a split key's partial state it requires
+    (``repart.protocol.merge``).
     ``lease_token`` is the last fencing token issued for the region's lease (``repart.storage.leases``):
     it only grows, also across released leases.
     """
@@ -127,6 +131,8 @@ class Region(Base):
             name="initial_channels",
         ),
         CheckConstraint(_in("mode", REGION_MODES), name="mode"),
+        CheckConstraint(f"split_scheme IS NULL OR {_in('split_scheme', SPLIT_SCHEMES)}", name="split_scheme"),
+        CheckConstraint("split_scheme IS NULL OR merge IS NOT NULL", name="split_merge"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -155,6 +161,8 @@ class Region(Base):
     mode: Mapped[str] = mapped_column(String(16), default="auto", server_default="auto")
     mode_reason: Mapped[str | None] = mapped_column(Text)
     previous_mode: Mapped[str | None] = mapped_column(String(16))
+    split_scheme: Mapped[str | None] = mapped_column(String(16))
+    merge: Mapped[str | None] = mapped_column(Text)
 
 
 class Snapshot(Base):

@@ -26,14 +26,16 @@ from repart.partitioning.domain import (
     MAX_CHANNELS,
     METHODS,
     RESOURCE_CODES,
+    SPLIT_SCHEMES,
     KeyType,
     check_sigma,
     check_slot_bits,
     check_utility,
 )
+from repart.protocol.merge import MergeSpec
 from repart.storage import models
 from repart.storage.jsontext import dump_object, load_object
-from repart.validation import BOOLEAN, REGION_NAME, Interval, Options, check
+from repart.validation import BOOLEAN, NONE, REGION_NAME, Interval, Options, check
 
 POLICIES = ("fixed", "target-utilization")
 # α of a region: α = 1 tolerates no imbalance, so no function could be built for it (Eq. 15: θ = 0).
@@ -47,7 +49,9 @@ class RegionConfig:
     """A region's configuration; defaults are Gedik's (resource code LCL, α = 1.2, σ = 0.1, U^APM).
 
     ``policy`` is the channel-count policy of DESIGN §8 and ``settings`` its parameters (a JSON
-    object). ``utility`` is normalised (``apm`` → ``APM``).
+    object). ``utility`` is normalised (``apm`` → ``APM``). ``split_scheme`` (one of ``SPLIT_SCHEMES``)
+    puts the region in split mode (DESIGN §11.3), which needs ``merge`` (``repart.protocol.merge``;
+    stored as its canonical text); the scheme's parameters are the ``split`` object of ``settings``.
     """
 
     key_type: KeyType
@@ -63,6 +67,8 @@ class RegionConfig:
     tail_aware: bool = False
     slot_bits: int = DEFAULT_SLOT_BITS
     consistent_method: str = DEFAULT_METHOD
+    split_scheme: str | None = None
+    merge: str | None = None
     settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
@@ -83,6 +89,15 @@ class RegionConfig:
         check("tail_aware", self.tail_aware, BOOLEAN)
         check_slot_bits(self.slot_bits)
         check("consistent_method", self.consistent_method, Options(METHODS))
+        check("split_scheme", self.split_scheme, Options(SPLIT_SCHEMES), NONE)
+        if self.merge is not None:
+            object.__setattr__(self, "merge", MergeSpec.parse(self.merge).to_text())
+        elif self.split_scheme is not None:
+            raise InvalidInput(
+                "merge",
+                "is required in split mode: how a split key's partial state rows merge, as "
+                "column=sum|min|max pairs (e.g. 'pv=sum,volume=sum')",
+            )
         dump_object(self.settings, "settings")
         object.__setattr__(self, "settings", MappingProxyType(dict(self.settings)))
 

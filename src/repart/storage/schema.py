@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
-HEAD_REVISION = "0004"
+HEAD_REVISION = "0005"
 """The newest migration script's revision (tests check it against the scripts: ``head_revision``)."""
 
 
