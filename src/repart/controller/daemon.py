@@ -212,7 +212,8 @@ class Daemon:
 
     def sweep(self, due: float | None = None) -> int:
         """Claim this daemon's leases and the free ones, read every region's lease, and hand every region
-        this daemon holds or may take to the tick threads (see the module docstring); returns how many it handed.
+        this daemon holds or may take to the tick threads (see the module docstring); returns how many
+        it handed.
 
         With ``due`` (the ``time.monotonic()`` the sweep was due), each region is handed at ``due`` plus
         its ``phase``, so that the interval's ticks are spread over it instead of queueing at its start;
