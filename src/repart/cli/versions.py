@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from repart.migration import MigrationPlan
-    from repart.partitioning import PartitionFunction
+    from repart.partitioning.split.function import StoredFunction
     from repart.storage.models import Version
 
 versions_app = typer.Typer(no_args_is_help=True, help="List, show and compare partition-function versions.")
@@ -38,16 +38,26 @@ VersionNumber = Annotated[int, typer.Argument(help="Version number (1, 2, …)."
 SHOWN_MOVES = 20
 
 
-def version_dict(row: Version, function: PartitionFunction) -> dict[str, Any]:
-    """A version's metadata as a JSON object."""
+def version_dict(row: Version, function: StoredFunction) -> dict[str, Any]:
+    """A version's metadata as a JSON object; a split function's split keys with their candidates and
+    weights (DESIGN §11.3)."""
+    from repart.partitioning.split.function import SplitFunction, home_function
+
+    home = home_function(function)
+    split = function.split if isinstance(function, SplitFunction) else {}
     return {
         "version": row.number,
         "N": row.n_channels,
         "status": row.status,
         "digest": row.digest,
         "algorithm": row.algorithm,
-        "explicit_size": len(function.explicit),
-        "slot_overrides": len(function.slot_overrides),
+        "kind": "split" if isinstance(function, SplitFunction) else "preserve",
+        "explicit_size": len(home.explicit),
+        "slot_overrides": len(home.slot_overrides),
+        "split_keys": [
+            {"key": key, "candidates": list(entry.candidates), "weights": list(entry.weights)}
+            for key, entry in split.items()
+        ],
         "parent": row.parent_number,
         "created_at": timestamp(row.created_at),
     }
@@ -121,6 +131,7 @@ def list_(region: RegionName, db: DbOption = None, as_json: JsonOption = False) 
         "algorithm",
         "explicit",
         "overrides",
+        "split",
         "parent",
         "created",
         "digest",
@@ -134,6 +145,7 @@ def list_(region: RegionName, db: DbOption = None, as_json: JsonOption = False) 
             v["algorithm"],
             str(v["explicit_size"]),
             str(v["slot_overrides"]),
+            str(len(v["split_keys"])),
             str(v["parent"] or "-"),
             v["created_at"],
             v["digest"][:12],
@@ -166,11 +178,22 @@ def show(
     table.add_column("field", style="bold")
     table.add_column("value")
     for field, value in shown.items():
-        if field not in ("report", "function"):
+        if field not in ("report", "function", "split_keys"):
             table.add_row(field, Text(str(value)))
     for field, value in shown["report"].items():
         table.add_row(f"report.{field}", Text(json.dumps(value)))
     console().print(table)
+    if shown["split_keys"]:
+        split = Table(title="split keys (home first)")
+        for column in ("key", "candidates", "weights"):
+            split.add_column(column)
+        for entry in shown["split_keys"]:
+            split.add_row(
+                Text(repr(entry["key"])),
+                ", ".join(map(str, entry["candidates"])),
+                ", ".join(f"{weight:.3f}" for weight in entry["weights"]),
+            )
+        console().print(split)
 
 
 @versions_app.command("diff")

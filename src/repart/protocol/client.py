@@ -27,17 +27,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol
 
-from repart.partitioning.function import PartitionFunction
+from repart.partitioning.split.function import StoredFunction
 from repart.protocol.snapshot import Snapshot
 
 PlanOutcome = Literal["applied", "failed"]
 
 
 class AppliedFunction(NamedTuple):
-    """A region's applied version: its number and its partition function."""
+    """A region's applied version: its number and its function (a ``SplitFunction`` in split mode)."""
 
     version: int
-    function: PartitionFunction
+    function: StoredFunction
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,9 @@ from sqlalchemy.orm import Session
 from repart.errors import Conflict, InvalidInput, NotFound
 from repart.migration import MigrationPlan
 from repart.partitioning.algorithms.builder import check_algorithm
+from repart.partitioning.domain import SPLIT_SCHEMES
 from repart.partitioning.function import PartitionFunction
+from repart.partitioning.split.function import SplitFunction, StoredFunction, home_function, load_function
 from repart.storage import models
 from repart.storage.events import NewEvent
 from repart.storage.jsontext import dump_object
@@ -33,7 +35,7 @@ from repart.storage.models import utc_now
 from repart.storage.plans import move_rows, transition_plan
 from repart.storage.regions import region_by_name
 from repart.storage.status import RegionStatus, compare_and_set_status
-from repart.validation import STRING, Interval, check, shown
+from repart.validation import STRING, Interval, Options, check, shown
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,10 @@ def activate(
     moment = utc_now() if at is None else at
     current = RegionStatus.of(row)
     function = _checked_function(version, row)
-    check_algorithm(version.algorithm)
+    if isinstance(function, SplitFunction):
+        check("algorithm", version.algorithm, SPLIT_ALGORITHMS)
+    else:
+        check_algorithm(version.algorithm)
     report_json = dump_object(version.report, "report")
     parent = None if version.parent_number is None else _version(session, row.id, version.parent_number)
     if version.parent_number is not None and parent is None:
@@ -151,7 +156,7 @@ def activate(
             )
             session.add(version_row)
             session.flush()
-            _insert_explicit(session, version_row.id, function)
+            _insert_explicit(session, version_row.id, home_function(function))
             plan_id = None
             if checked_plan is not None and applied is not None:
                 plan_id = _insert_plan(session, row.id, checked_plan, applied.number, number)
@@ -180,18 +185,27 @@ def activate(
     return Activation(number, version_row.id, plan_id, event_row.id, superseded)
 
 
-def _checked_function(version: NewVersion, region: models.Region) -> PartitionFunction:
-    """The partition function of ``version`` if its JSON is canonical, matches the version's digest and
-    N, and fits the region (channel bounds, key type, slot bits)."""
+#: The algorithm of a split version: the scheme that chose its split keys' candidates (DESIGN §11.3).
+SPLIT_ALGORITHMS = Options(tuple(f"split-{scheme}" for scheme in SPLIT_SCHEMES))
+
+
+def _checked_function(version: NewVersion, region: models.Region) -> StoredFunction:
+    """The function of ``version`` if its JSON is canonical, matches the version's digest and N, and
+    fits the region (channel bounds, key type, slot bits; a split function only in split mode)."""
     text = check("function_json", version.function_json, STRING)
     try:
-        function = PartitionFunction.from_json(text)
+        function = load_function(text)
     except ValueError as error:
         raise InvalidInput("function_json", f"must be a partition function's JSON: {error}") from None
     if function.to_json() != text:
         raise InvalidInput(
             "function_json",
-            f"must be canonical JSON (as PartitionFunction.to_json() writes it), got {shown(text)}",
+            f"must be canonical JSON (as the function's to_json() writes it), got {shown(text)}",
+        )
+    if isinstance(function, SplitFunction) and region.split_scheme is None:
+        raise InvalidInput(
+            "function_json",
+            f"must be key-preserving: region {region.name!r} is not in split mode, got a split function",
         )
     if version.digest != function.digest:
         raise InvalidInput(
@@ -260,7 +274,7 @@ def _insert_explicit(session: Session, version_id: int, function: PartitionFunct
 
 
 def _checked_plan(
-    plan: MigrationPlan | str, region: models.Region, applied: models.Version, target: PartitionFunction
+    plan: MigrationPlan | str, region: models.Region, applied: models.Version, target: StoredFunction
 ) -> MigrationPlan:
     """``plan`` (parsed if it is JSON text) if it goes from the applied version to ``target``."""
     if isinstance(plan, str):

@@ -18,7 +18,7 @@ from repart.storage import models
 from repart.storage.regions import region_by_name
 
 if TYPE_CHECKING:
-    from repart.partitioning.function import PartitionFunction
+    from repart.partitioning.split.function import StoredFunction
 
 VERSION_TRANSITIONS: dict[str, frozenset[str]] = {
     "planned": frozenset({"applied", "abandoned"}),
@@ -71,8 +71,8 @@ def list_versions(session: Session, region: str) -> list[models.Version]:
     return list(session.scalars(query))
 
 
-def version_function(version: models.Version) -> PartitionFunction:
-    """The partition function a version stores."""
-    from repart.partitioning.function import PartitionFunction
+def version_function(version: models.Version) -> StoredFunction:
+    """The function a version stores: a ``PartitionFunction``, or a ``SplitFunction`` in split mode."""
+    from repart.partitioning.split.function import load_function
 
-    return PartitionFunction.from_json(version.function_json)
+    return load_function(version.function_json)

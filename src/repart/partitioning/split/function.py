@@ -238,7 +238,16 @@ def cumulative_thresholds(weights: Sequence[float]) -> tuple[int, ...]:
     return tuple(thresholds)
 
 
-def load_function(text: str) -> PartitionFunction | SplitFunction:
+StoredFunction = PartitionFunction | SplitFunction
+"""Either kind of function a version stores."""
+
+
+def home_function(function: StoredFunction) -> PartitionFunction:
+    """The key-preserving part of a stored function: a split function's home, or the function itself."""
+    return function.home if isinstance(function, SplitFunction) else function
+
+
+def load_function(text: str) -> StoredFunction:
     """A stored function of either kind: a split function when its document says ``"kind": "split"``,
     else a ``PartitionFunction``."""
     document = parse_json(text, "function")
