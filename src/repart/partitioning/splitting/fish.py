@@ -41,7 +41,6 @@ from repart.partitioning.splitting.base import (
     check_rates,
     default_theta,
 )
-from repart.partitioning.splitting.idle import IdleCalendar, move, refill, release_of, sweep
 from repart.partitioning.splitting.keytable import KeyTable, append, find_or_slot
 from repart.partitioning.splitting.minload import lowest_bit, words
 from repart.partitioning.splitting.ring import build_ring, walk
@@ -69,64 +68,56 @@ UNLINKED, ABSENT = -2, -1  # a summary entry's key-table entry not looked up yet
 
 
 @numba.njit(cache=True, inline="always")
-def waiting_choice(candidates: I32Array, length: int, finish: FloatArray, s: int, now: float) -> int:
-    """The candidate of ``candidates[0, :length]`` with the least estimated wait max(0, F_i − now) at
-    source ``s``, ties to the lowest worker id."""
-    best = candidates[0, 0]
-    best_wait = max(0.0, finish[s, best] - now)
-    for q in range(1, length):
-        c = candidates[0, q]
-        wait = max(0.0, finish[s, c] - now)
-        if wait < best_wait or (wait == best_wait and c < best):
+def waiting_choice(
+    candidates: I32Array, row: int, length: int, finish: FloatArray, s: int, now: float
+) -> int:
+    """The candidate of ``candidates[row, :length]`` with the least estimated wait max(0, F_i − now)
+    at source ``s``; ties to the earliest. A wait is never below 0, so the first idle candidate
+    (F_i ≤ now) ends the scan."""
+    best = candidates[row, 0]
+    best_wait = finish[s, best] - now
+    q = 1
+    while best_wait > 0.0 and q < length:
+        c = candidates[row, q]
+        wait = finish[s, c] - now
+        if wait < best_wait:
             best, best_wait = c, wait
+        q += 1
     return int(best)
 
 
 @numba.njit(cache=True, inline="always")
-def idle_candidate(idle: UIntArray, masks: UIntArray, m: int, s: int) -> int:
-    """The lowest-id idle worker among key entry ``m``'s candidates (``masks[m]``), or −1."""
-    found = -1
-    for j in range(masks.shape[1] - 1, -1, -1):  # the lowest word that meets the mask, without a branch
-        both = idle[s, j] & masks[m, j]
-        found = 64 * j + lowest_bit(both) if both != 0 else found
-    return found
-
-
-@numba.njit(cache=True)
-def least_busy(masks: UIntArray, m: int, finish: FloatArray, s: int, now: float) -> int:
-    """When every candidate of ``masks[m]`` is busy: the one with the least wait F_i − now, ties to
-    the lowest id (bits are read in id order)."""
-    best, best_wait = -1, np.inf
-    for j in range(masks.shape[1]):
-        bits = masks[m, j]
-        while bits != 0:
-            bit = bits & (~bits + _ONE)
-            bits ^= bit
-            c = 64 * j + lowest_bit(bit)
-            wait = finish[s, c] - now
-            if wait < best_wait:
-                best, best_wait = c, wait
-    return best
-
-
-@numba.njit(cache=True)
-def candidate_mask(
-    ring_positions: UIntArray,
-    ring_owners: IntArray,
-    ring_buckets: IntArray,
-    key: np.uint64,
-    width: int,
-    scratch: I32Array,
-    stamps: IntArray,
-    masks: UIntArray,
+def first_idle(
+    order: I32Array,
     m: int,
-) -> None:
-    """Key entry ``m``'s candidates, its first ``width`` distinct ring workers, as a bitset."""
-    length = walk(ring_positions, ring_owners, ring_buckets, key, width, scratch, 0, stamps)
-    masks[m, :] = 0
-    for q in range(length):
-        w = scratch[0, q]
-        masks[m, w >> 6] |= _ONE << np.uint64(w & 63)
+    length: int,
+    finish: FloatArray,
+    s: int,
+    now: float,
+    resume: IntArray,
+    bound: FloatArray,
+) -> int:
+    """The first idle candidate (F_i ≤ now) of a hot key's ``order[m, :length]``, or −1 when all are
+    busy: then :func:`waiting_choice` decides, and otherwise it would pick this one (its wait, 0, is
+    the least possible and it is the earliest with it), usually without scanning them all.
+
+    ``resume[m]`` is where the key's last idle candidate stood and ``bound[m]`` a lower bound of the
+    F_i before it. F_i only grows and ``now`` too, so while ``now < bound[m]`` every candidate before
+    ``resume[m]`` is still busy and the scan resumes there (the width only grows, keeping it a
+    prefix). It calls no other function (see ``spacesaving``: numba would count references to its
+    arrays on every call).
+    """
+    start = resume[m] if now < bound[m] else 0
+    low = bound[m] if start > 0 else np.inf
+    for q in range(start, length):
+        c = order[m, q]
+        if finish[s, c] <= now:
+            resume[m] = q
+            bound[m] = low
+            return int(c)
+        low = min(low, finish[s, c])
+    resume[m] = 0
+    return -1
 
 
 @numba.njit(cache=True)
@@ -229,13 +220,10 @@ def _fish_kernel(
     size: IntArray,
     width: IntArray,
     hot_in: IntArray,
-    masks: UIntArray,
-    masked: IntArray,
-    idle: UIntArray,
-    rows: UIntArray,
-    overflow: UIntArray,
-    release: IntArray,
-    swept: IntArray,
+    order: I32Array,
+    ordered: IntArray,
+    resume: IntArray,
+    bound: FloatArray,
     ring_positions: UIntArray,
     ring_owners: IntArray,
     ring_buckets: IntArray,
@@ -279,10 +267,7 @@ def _fish_kernel(
             epochs[s] += 1
             in_epoch[s] = 0
         k = key_hashes[i]
-        a = arrived[0]
-        now = a / arrival_rate
-        while sweep(idle, rows, swept, s, a):
-            refill(rows, overflow, release, s, swept[s])
+        now = arrived[0] / arrival_rate
         e = locate(ss_keys, ss_index, s, k)
         if e >= 0:
             if bump(ss_counts, ss_positions, ss_sizes, s, e):
@@ -299,19 +284,15 @@ def _fish_kernel(
             m = find_or_slot(index, keys, owners, k, s)
             entry_of[s, e] = max(m, ABSENT)
         if m >= 0 and hot_in[m] == epochs[s]:
-            if masked[m] != width[m]:  # M[k] grew (it never shrinks): the wider prefix of the ring
-                candidate_mask(
-                    ring_positions, ring_owners, ring_buckets, k, width[m], scratch, stamps, masks, m
-                )
-                masked[m] = width[m]
-            w = idle_candidate(idle, masks, m, s)
+            if ordered[m] == 0:  # a hot key's whole ring order, once: its M[k] candidates are a prefix
+                ordered[m] = walk(ring_positions, ring_owners, ring_buckets, k, n, order, m, stamps)
+            w = first_idle(order, m, width[m], finish, s, now, resume, bound)
             if w < 0:
-                w = least_busy(masks, m, finish, s, now)
+                w = waiting_choice(order, m, width[m], finish, s, now)
         else:
             length = walk(ring_positions, ring_owners, ring_buckets, k, tail_choices, scratch, 0, stamps)
-            w = waiting_choice(scratch, length, finish, s, now)
+            w = waiting_choice(scratch, 0, length, finish, s, now)
         finish[s, w] = max(finish[s, w], now) + S * costs[w]
-        move(idle, rows, overflow, release, swept, s, w, release_of(finish[s, w], arrival_rate))
         loads[s, w] += 1
         arrived[0] += 1
         out[i] = w
@@ -359,7 +340,6 @@ class Fish(Grouping):
         self._costs = 1.0 / self.rates
         self._summaries = Summaries.empty(self.sources, self.capacity)
         self._finish = np.zeros((self.sources, n), dtype=np.float64)
-        self._calendar = IdleCalendar.empty(self.sources, n)
         self._arrived = np.zeros(1, dtype=np.int64)
         self._in_epoch = np.zeros(self.sources, dtype=np.int64)
         self._epochs = np.zeros(self.sources, dtype=np.int64)
@@ -368,8 +348,10 @@ class Fish(Grouping):
             {
                 "width": ((), np.int64, 0),
                 "hot_in": ((), np.int64, -1),
-                "mask": ((words(n),), np.uint64, 0),  # the candidates, M[k] of them, as a bitset
-                "masked": ((), np.int64, 0),  # the M[k] the mask holds (0: none yet)
+                "order": ((n,), np.int32, 0),
+                "ordered": ((), np.int64, 0),
+                "resume": ((), np.int64, 0),  # first_idle's memory of the key's idle candidates
+                "bound": ((), np.float64, 0),
             }
         )
         self._ring = build_ring(n, self.virtual_nodes, self.seed)
@@ -384,7 +366,7 @@ class Fish(Grouping):
         self._marked = np.zeros((self.sources, words(self.capacity)), dtype=np.uint64)
 
     def _route(self, key_hashes: UIntArray, sources: IntArray, out: IntArray) -> None:
-        ss, t, c = self._summaries, self._table, self._calendar
+        ss, t = self._summaries, self._table
         done = 0
         while True:
             done = _fish_kernel(
@@ -420,13 +402,10 @@ class Fish(Grouping):
                 t.size,
                 t.columns["width"],
                 t.columns["hot_in"],
-                t.columns["mask"],
-                t.columns["masked"],
-                c.idle,
-                c.rows,
-                c.overflow,
-                c.release,
-                c.swept,
+                t.columns["order"],
+                t.columns["ordered"],
+                t.columns["resume"],
+                t.columns["bound"],
                 self._ring[0],
                 self._ring[1],
                 self._ring[2],
