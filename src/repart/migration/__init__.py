@@ -1,5 +1,7 @@
-"""Migration plans between partition-function versions: moves, predicted cost, reverse (DESIGN §6)."""
+"""Migration plans between partition-function versions: moves, consolidations, predicted cost, reverse
+(DESIGN §6, §11.3)."""
 
+from repart.migration.consolidation import Consolidation, SplitKey
 from repart.migration.plan import FORMAT_VERSION, SLOT_MOVE_COLUMNS, ExplicitMove, MigrationPlan
 from repart.migration.planner import DEFAULT_RESOURCES, plan_migration
 
@@ -7,7 +9,9 @@ __all__ = [
     "DEFAULT_RESOURCES",
     "FORMAT_VERSION",
     "SLOT_MOVE_COLUMNS",
+    "Consolidation",
     "ExplicitMove",
     "MigrationPlan",
+    "SplitKey",
     "plan_migration",
 ]

@@ -2,7 +2,7 @@
 
 When the active function of a region changes from ``a`` to ``b`` (same key type and slot bits, channel
 counts ``N_a`` and ``N_b``), every key ``d`` with ``a(d) ≠ b(d)`` must take its state to ``b(d)``. The
-plan lists them in two forms:
+plan lists them in two forms (with split functions, DESIGN §11.3, ``a(d)`` is the home of ``d``):
 
 - **explicit moves** ``(key, source, target, weight)``: the keys of ``E_a ∪ E_b`` (the explicit maps)
   whose channel differs, with ``weight`` the key's predicted state β_s(f(key)) (Gedik Eq. 1);
@@ -12,33 +12,47 @@ plan lists them in two forms:
   they are kept as one read-only int64 array with a row per run (columns ``SLOT_MOVE_COLUMNS``).
 
 The keys of ``E_a ∪ E_b`` that keep their channel are the plan's **pinned keys**: they stay even when
-their slot moves. With them the plan alone decides where every key goes (``MigrationPlan.destination``),
-which is ``b`` for every key that ``a`` placed.
+their slot moves. The keys that ``a`` or ``b`` splits are the plan's **split keys**
+(``repart.migration.consolidation``): after the plan their state is on their candidates in ``b``;
+a partial anywhere else is merged into their home in ``b`` (a *consolidation*). With them the plan
+alone decides where every key goes (``MigrationPlan.destination``), which is ``b`` for every key that
+``a`` placed.
 
 ``cost`` is the predicted migration cost M(a, b) of Gedik Eq. 9 in frequency space (the state β_s(f)
-of the keys that move), ``total_state`` the predicted Σ_d β_s(f(d)) of the whole window, and ``m`` the
+of the keys that move and of the consolidated partials), ``move_cost`` its part without the
+consolidations, ``total_state`` the predicted Σ_d β_s(f(d)) of the whole window, and ``m`` the
 relative cost M / L̄_s with L̄_s = total_state / N_b (Eq. 10, 12). They are None when the plan was made
 without a frequency estimate: unknown, not zero.
 
 The canonical JSON (sorted keys, no whitespace, UTF-8 text, moves sorted by key and by slot) is the
-stored form; ``digest`` is the SHA-256 of its bytes, so storage can store and compare plans.
+stored form; ``digest`` is the SHA-256 of its bytes, so storage can store and compare plans. The
+fields ``split_keys`` and ``move_cost`` are written only for a plan with split keys, so a plan between
+two partition functions without split tables has the document (and digest) it had before split mode.
 """
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from itertools import chain
 from operator import attrgetter
+from types import MappingProxyType
 from typing import Any, NamedTuple, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from repart.errors import InvalidInput
+from repart.migration.consolidation import (
+    Consolidation,
+    SplitKey,
+    checked_split_keys,
+    consolidations_of,
+    predicted_cost,
+)
 from repart.partitioning.consistent import N_CHANNELS
 from repart.partitioning.documents import (
     canonical_json,
@@ -58,6 +72,8 @@ IntArray = npt.NDArray[np.int64]
 
 FORMAT_VERSION = 1
 SLOT_MOVE_COLUMNS = ("first_slot", "last_slot", "source", "target")
+#: Fields written only when the plan has split keys (a plan between two PartitionFunctions omits them).
+SPLIT_FIELDS = ("split_keys", "move_cost")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
@@ -83,6 +99,12 @@ class MigrationPlan:
     array. Explicit moves are kept sorted by key, pinned keys sorted, slot moves sorted by first slot;
     slot ranges must not overlap and must be maximal (two adjacent runs differ in source or target),
     so equal plans have one form, one canonical JSON and one digest.
+
+    ``split_keys`` (sorted by key) name the keys that ``a`` or ``b`` splits; a key is in at most one of
+    ``explicit_moves``, ``pinned_keys`` and ``split_keys``. ``move_cost`` is the cost of the explicit
+    and slot moves; with an estimate ``cost`` must be ``move_cost`` plus the weights of the
+    consolidations (``repart.migration.consolidation.predicted_cost``). Without split keys
+    ``move_cost`` may be left None and is then ``cost``.
     """
 
     key_type: KeyType | None
@@ -96,6 +118,8 @@ class MigrationPlan:
     slot_moves: IntArray = field(default_factory=lambda: np.empty((0, 4), dtype=np.int64))
     cost: float | None = None
     total_state: float | None = None
+    split_keys: tuple[SplitKey, ...] = ()
+    move_cost: float | None = None
 
     def __post_init__(self) -> None:
         bits = check_slot_bits(self.slot_bits)
@@ -108,13 +132,25 @@ class MigrationPlan:
             raise InvalidInput(
                 "pinned_keys", f"must not hold moved keys, got {shown(sorted(moved_and_pinned))} in both"
             )
+        split = checked_split_keys(self.split_keys, n_source, n_target)
+        split_keys = [row.key for row in split]
+        named_twice = {move.key for move in moves}.union(pinned).intersection(split_keys)
+        if named_twice:
+            raise InvalidInput(
+                "split_keys",
+                f"must not hold keys of explicit_moves or pinned_keys, got {shown(sorted(named_twice))}",
+            )
+        require_one_key_type(chain(map(attrgetter("key"), moves), pinned), "pinned_keys")
         key_type = require_key_type(
             self.key_type,
-            found=require_one_key_type(chain(map(attrgetter("key"), moves), pinned), "pinned_keys"),
+            found=require_one_key_type(
+                chain(map(attrgetter("key"), moves), pinned, split_keys), "split_keys"
+            ),
             found_in="the plan's keys",
             allow_none=True,
         )
         cost, total = _checked_prediction(self.cost, self.total_state)
+        move_cost = _checked_move_cost(self.move_cost, cost, split)
         object.__setattr__(self, "key_type", key_type)
         object.__setattr__(self, "slot_bits", bits)
         object.__setattr__(self, "source_n_channels", n_source)
@@ -126,6 +162,8 @@ class MigrationPlan:
         object.__setattr__(self, "slot_moves", _checked_slot_moves(self.slot_moves, bits, n_source, n_target))
         object.__setattr__(self, "cost", cost)
         object.__setattr__(self, "total_state", total)
+        object.__setattr__(self, "split_keys", split)
+        object.__setattr__(self, "move_cost", move_cost)
 
     def __eq__(self, other: object) -> bool:
         """Field by field, the slot move arrays element by element."""
@@ -145,8 +183,25 @@ class MigrationPlan:
 
     @property
     def is_empty(self) -> bool:
-        """True when no key changes channel."""
-        return not self.explicit_moves and not len(self.slot_moves)
+        """True when no key changes channel and no partial is consolidated."""
+        return not self.explicit_moves and not len(self.slot_moves) and not self.consolidations
+
+    @cached_property
+    def consolidations(self) -> tuple[Consolidation, ...]:
+        """The partials of split keys merged into their home in ``b``, by key then source channel
+        (``repart.migration.consolidation``)."""
+        return consolidations_of(self.split_keys)
+
+    @cached_property
+    def source_candidates(self) -> Mapping[Key, tuple[int, ...]]:
+        """Split key → the channels its state may be on before the plan (its candidates in ``a``)."""
+        return MappingProxyType({row.key: row.source for row in self.split_keys})
+
+    @cached_property
+    def target_candidates(self) -> Mapping[Key, tuple[int, ...]]:
+        """Split key → the channels its state is on after the plan (its candidates in ``b``, home
+        first)."""
+        return MappingProxyType({row.key: row.target for row in self.split_keys})
 
     @property
     def m(self) -> float | None:
@@ -162,27 +217,33 @@ class MigrationPlan:
 
     @cached_property
     def channels_losing_keys(self) -> tuple[int, ...]:
-        """The source channels of all moves, sorted: the only channels whose state must be read."""
-        return _channels([move.source for move in self.explicit_moves], self.slot_moves[:, 2])
+        """The source channels of all moves and consolidations, sorted: the only channels whose state
+        must be read."""
+        sources = [move.source for move in self.explicit_moves]
+        return _channels(sources + [row.source for row in self.consolidations], self.slot_moves[:, 2])
 
     @cached_property
     def channels_gaining_keys(self) -> tuple[int, ...]:
-        """The target channels of all moves, sorted."""
-        return _channels([move.target for move in self.explicit_moves], self.slot_moves[:, 3])
+        """The target channels of all moves and consolidations, sorted."""
+        targets = [move.target for move in self.explicit_moves]
+        return _channels(targets + [row.target for row in self.consolidations], self.slot_moves[:, 3])
 
     def destination(self, key: Key, slot: int, current_channel: int) -> int:
         """The channel that applying the plan gives ``key`` (of slot ``slot``) held on ``current_channel``.
 
         1. a key of the explicit moves goes to its target;
-        2. a pinned key (explicit in ``a`` or ``b`` but not moved) stays;
-        3. any other key goes to the target of the slot move that holds its slot, if that move's
+        2. a split key stays if ``current_channel`` is among its candidates in ``b``, else goes to
+           its home in ``b`` (a consolidation);
+        3. a pinned key (explicit in ``a`` or ``b`` but not moved) stays;
+        4. any other key goes to the target of the slot move that holds its slot, if that move's
            source is ``current_channel``;
-        4. else it stays.
+        5. else it stays.
 
-        For a key placed by ``a`` (``current_channel = a(key)``) this is ``b(key)``: a key of
-        ``E_a ∪ E_b`` is moved to ``b(key)`` (1) or has ``a(key) = b(key)`` (2); any other key has
+        For a key placed by ``a`` (``current_channel`` among its candidates in ``a``) this is a
+        channel among its candidates in ``b``: a key of ``E_a ∪ E_b`` is moved to ``b(key)`` (1) or has
+        ``a(key) = b(key)`` (3); a split key ends on its candidates in ``b`` (2); any other key has
         ``a(key) = T'_a[slot]`` and ``b(key) = T'_b[slot]``, and a slot move from ``T'_a[slot]`` to
-        ``T'_b[slot]`` holds its slot exactly when the two differ (3, 4).
+        ``T'_b[slot]`` holds its slot exactly when the two differ (4, 5).
         """
         kind = key_type_of(key)
         if self.key_type is not None and kind != self.key_type:
@@ -192,6 +253,9 @@ class MigrationPlan:
         target = self._explicit_targets.get(key)
         if target is not None:
             return target
+        candidates = self.target_candidates.get(key)
+        if candidates is not None:
+            return current_channel if current_channel in candidates else candidates[0]
         if key in self._pinned:
             return current_channel
         index = bisect_right(self._slot_move_rows[0], slot) - 1
@@ -204,8 +268,17 @@ class MigrationPlan:
     def reverse(self) -> MigrationPlan:
         """The plan from ``b`` back to ``a``: every move swapped, the same weights and predicted state.
 
-        ``m`` of the reverse plan divides by L̄_s of ``a`` (N_a channels). ``p.reverse().reverse() == p``.
+        A split key's sides are swapped, so its consolidations are those of its partials in ``b``
+        outside its candidates in ``a``, and ``cost`` is ``move_cost`` plus theirs. ``m`` of the
+        reverse plan divides by L̄_s of ``a`` (N_a channels). ``p.reverse().reverse() == p``.
         """
+        split_keys = tuple(
+            SplitKey(key, target, target_shares, source, source_shares, weight)
+            for key, source, source_shares, target, target_shares, weight in self.split_keys
+        )
+        cost = (
+            None if self.move_cost is None else predicted_cost(self.move_cost, consolidations_of(split_keys))
+        )
         return MigrationPlan(
             key_type=self.key_type,
             slot_bits=self.slot_bits,
@@ -216,12 +289,15 @@ class MigrationPlan:
             explicit_moves=tuple(ExplicitMove(key, t, s, w) for key, s, t, w in self.explicit_moves),
             pinned_keys=self.pinned_keys,
             slot_moves=self.slot_moves[:, [0, 1, 3, 2]],
-            cost=self.cost,
+            cost=cost,
             total_state=self.total_state,
+            split_keys=split_keys,
+            move_cost=self.move_cost,
         )
 
     def to_json(self) -> str:
-        """Canonical JSON: one field per dataclass field plus ``format``; moves as lists of rows."""
+        """Canonical JSON: one field per dataclass field plus ``format``; moves as lists of rows; the
+        ``SPLIT_FIELDS`` only when the plan has split keys."""
         return self._canonical_json
 
     @cached_property
@@ -232,8 +308,8 @@ class MigrationPlan:
     @classmethod
     def from_json(cls, text: str) -> MigrationPlan:
         """Parse and validate a serialized plan; ``InvalidInput`` naming the offending field."""
-        expected = ("format", *(f.name for f in fields(cls)))
-        document = require_object(parse_json(text, "plan"), "plan", expected)
+        required = ("format", *(f.name for f in fields(cls) if f.name not in SPLIT_FIELDS))
+        document = require_object(parse_json(text, "plan"), "plan", required, SPLIT_FIELDS)
         require_format(document.pop("format"), FORMAT_VERSION)
         return cls(**document)
 
@@ -242,6 +318,9 @@ class MigrationPlan:
         document: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         document["slot_moves"] = self.slot_moves.tolist()
         document["format"] = FORMAT_VERSION
+        if not self.split_keys:
+            for name in SPLIT_FIELDS:
+                del document[name]
         return canonical_json(document)
 
     @property
@@ -300,6 +379,33 @@ def _checked_prediction(cost: object, total_state: object) -> tuple[float | None
             f"(cost={shown(cost)}, total_state={shown(total_state)})",
         )
     return check("cost", cost, NON_NEGATIVE), check("total_state", total_state, NON_NEGATIVE)
+
+
+def _checked_move_cost(
+    move_cost: object, cost: float | None, split_keys: tuple[SplitKey, ...]
+) -> float | None:
+    """``move_cost``: None without an estimate; else a number ≥ 0 with ``cost = predicted_cost(move_cost,
+    consolidations)``, which may be left None (then ``cost``) when there are no split keys."""
+    if cost is None:
+        if move_cost is not None:
+            raise InvalidInput(
+                "move_cost", f"must be None when cost is None (no estimate), got {shown(move_cost)}"
+            )
+        return None
+    if move_cost is None:
+        if split_keys:
+            raise InvalidInput(
+                "move_cost", "must be a number when the plan has split_keys and a cost, got None"
+            )
+        return cost
+    checked = check("move_cost", move_cost, NON_NEGATIVE)
+    expected = predicted_cost(checked, consolidations_of(split_keys))
+    if cost != expected:
+        raise InvalidInput(
+            "cost",
+            f"must be move_cost plus the weights of the consolidations, {expected!r}, got {cost!r}",
+        )
+    return cast(float, checked)
 
 
 def _checked_explicit_moves(

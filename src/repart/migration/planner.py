@@ -1,8 +1,17 @@
-"""Construction of the migration plan from one partition function to another (DESIGN §6).
+"""Construction of the migration plan from one partition function to another (DESIGN §6, §11.3).
 
 ``plan_migration(a, b, estimate)`` compares the explicit maps and the routing tables ``T'`` of ``a``
 and ``b`` and, given a frequency estimate, predicts the state that moves. The same call serves any
 pair of versions: the next build, a rollback, or two versions far apart.
+
+Either function may be a ``SplitFunction``: its ``home`` routes its unsplit keys, and the rule for its
+split keys is that after the plan every key's state is on channels in ``b.candidates(key)`` (for a
+``PartitionFunction``, ``(b.lookup(key),)``). So for every key of ``a``'s or ``b``'s split table a
+partial on a channel ``c`` stays if ``c`` is among those candidates, else it is merged into the key's
+home in ``b`` (a *consolidation*); a key that becomes split moves nothing when its old channel is among
+its new candidates. Such a key is named in the plan (``SplitKey``), never left to the slot moves.
+Every other key is planned as between two key-preserving functions: explicit moves for the keys of
+``E_a ∪ E_b`` (the homes' explicit maps), slot moves for the rest, pinned keys.
 
 Predicted state is in frequency space: a key of frequency f = count/n holds β_s(f) = f**e (Gedik
 Eq. 1; e the state exponent of the resource code). The state of the untracked keys of a slot comes
@@ -10,43 +19,53 @@ from ``repart.partitioning.tail`` (the slot's tuple count minus the counts of th
 both functions, spread over the slot's share of the distinct keys), converted from count space by
 dividing by n**e. Then
 
-    M(a, b) = Σ_{explicit moves} β_s(f(key)) + Σ_{moved slots} tail state of the slot      (Eq. 9)
-    m = M(a, b) / L̄_s,  L̄_s = (Σ_{d ∈ E_a ∪ E_b} β_s(f(d)) + Σ_s tail state of s) / N_b   (Eq. 10, 12)
+    M(a, b) = Σ_{explicit moves} β_s(f(key)) + Σ_{moved slots} tail state of the slot
+              + Σ_{consolidations} β_s(f(key)) · w_a(key, source)                          (Eq. 9)
+    m = M(a, b) / L̄_s,  L̄_s = (Σ_{d named} β_s(f(d)) + Σ_s tail state of s) / N_b         (Eq. 10, 12)
 
-An explicit key that the estimate does not hold is predicted to hold no state.
+with w_a(key, c) the key's routing weight on c in ``a`` (1 when ``a`` does not split it) and the named
+keys those of E_a ∪ E_b and of both split tables (their counts leave the slots' tail). A named key that
+the estimate does not hold is predicted to hold no state.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import numpy as np
 import numpy.typing as npt
 
 from repart.errors import InvalidInput
+from repart.migration.consolidation import SplitKey, consolidations_of, predicted_cost
 from repart.migration.plan import ExplicitMove, MigrationPlan
 from repart.partitioning.domain import Key, KeyType
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.function import PartitionFunction
 from repart.partitioning.resources import Resources
+from repart.partitioning.split.function import SplitEntry, SplitFunction
 from repart.partitioning.tail import untracked_slot_loads
 
 FloatArray = npt.NDArray[np.float64]
+#: A version's function: key-preserving, or split (DESIGN §11.3).
+Function = PartitionFunction | SplitFunction
 
 DEFAULT_RESOURCES = Resources.parse("LCL")
 
 
 def plan_migration(
-    a: PartitionFunction,
-    b: PartitionFunction,
+    a: Function,
+    b: Function,
     estimate: FrequencyEstimate | None = None,
     resources: Resources = DEFAULT_RESOURCES,
 ) -> MigrationPlan:
     """The plan that takes the state of a region from function ``a`` to function ``b`` (DESIGN §6).
 
-    ``a`` and ``b`` must share their key type (or have no explicit keys) and their slot bits; their
-    channel counts may differ. ``estimate`` (the frequencies of the current window) gives each explicit
-    move its weight and the plan its predicted ``cost`` and ``m``; without it the weights are 0.0 and
-    the prediction is None. Only the state shape of ``resources`` matters. ``InvalidInput`` names the
-    argument when the key types, the slot bits or the estimate's key type do not match.
+    ``a`` and ``b`` (each a ``PartitionFunction`` or a ``SplitFunction``) must share their key type (or
+    have no explicit or split keys) and their slot bits; their channel counts may differ. ``estimate``
+    (the frequencies of the current window) gives each explicit move and split key its weight and the
+    plan its predicted ``cost`` and ``m``; without it the weights are 0.0 and the prediction is None.
+    Only the state shape of ``resources`` matters. ``InvalidInput`` names the argument when the key
+    types, the slot bits or the estimate's key type do not match.
     """
     key_type = _common_key_type(a, b)
     if a.slot_bits != b.slot_bits:
@@ -57,23 +76,39 @@ def plan_migration(
         raise InvalidInput(
             "estimate", f"must hold the functions' {key_type!r} keys, got {estimate.key_type!r} keys"
         )
-    keys = sorted(a.explicit.keys() | b.explicit.keys())
-    sources, targets = a.lookup_many(keys), b.lookup_many(keys)
-    moved = sources != targets
-    changed = a.table != b.table
+    home_a, home_b = _home(a), _home(b)
+    split_a, split_b = _split_table(a), _split_table(b)
+    keys = sorted(home_a.explicit.keys() | home_b.explicit.keys() | split_a.keys() | split_b.keys())
+    sources, targets = home_a.lookup_many(keys), home_b.lookup_many(keys)
+    is_split = np.array([key in split_a or key in split_b for key in keys], dtype=np.bool_)
+    moved = (sources != targets) & ~is_split
+    changed = home_a.table != home_b.table
     if estimate is None:
-        weights, cost, total_state = np.zeros(len(keys)), None, None
+        weights, move_cost, total_state = np.zeros(len(keys)), None, None
     else:
         weights, tail = _predicted_state(estimate, keys, a.slot_bits, resources.load_exponents[0])
-        cost = float(weights[moved].sum() + tail[changed].sum())
+        move_cost = float(weights[moved].sum() + tail[changed].sum())
         total_state = float(weights.sum() + tail.sum())
-    rows = zip(keys, sources.tolist(), targets.tolist(), weights.tolist(), moved.tolist(), strict=True)
-    explicit_moves, pinned_keys = [], []
-    for key, source, target, weight, is_moved in rows:
-        if is_moved:
+    rows = zip(
+        keys,
+        sources.tolist(),
+        targets.tolist(),
+        weights.tolist(),
+        moved.tolist(),
+        is_split.tolist(),
+        strict=True,
+    )
+    explicit_moves, pinned_keys, split_keys = [], [], []
+    for key, source, target, weight, is_moved, split in rows:
+        if split:
+            split_keys.append(
+                SplitKey(key, *_side(split_a.get(key), source), *_side(split_b.get(key), target), weight)
+            )
+        elif is_moved:
             explicit_moves.append(ExplicitMove(key, source, target, weight))
         else:
             pinned_keys.append(key)
+    cost = None if move_cost is None else predicted_cost(move_cost, consolidations_of(split_keys))
     return MigrationPlan(
         key_type=key_type,
         slot_bits=a.slot_bits,
@@ -83,13 +118,30 @@ def plan_migration(
         target_digest=b.digest,
         explicit_moves=tuple(explicit_moves),
         pinned_keys=tuple(pinned_keys),
-        slot_moves=_slot_runs(a.table, b.table, changed),
+        slot_moves=_slot_runs(home_a.table, home_b.table, changed),
         cost=cost,
         total_state=total_state,
+        split_keys=tuple(split_keys),
+        move_cost=move_cost,
     )
 
 
-def _common_key_type(a: PartitionFunction, b: PartitionFunction) -> KeyType | None:
+def _home(function: Function) -> PartitionFunction:
+    """The function that routes the unsplit keys: a split function's home, else the function."""
+    return function.home if isinstance(function, SplitFunction) else function
+
+
+def _split_table(function: Function) -> Mapping[Key, SplitEntry]:
+    """The split table of a split function; a ``PartitionFunction`` splits no key."""
+    return function.split if isinstance(function, SplitFunction) else {}
+
+
+def _side(entry: SplitEntry | None, home: int) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """A split key's channels and shares in one function: its split entry, or its home alone."""
+    return (entry.candidates, entry.weights) if entry is not None else ((home,), (1.0,))
+
+
+def _common_key_type(a: Function, b: Function) -> KeyType | None:
     if None not in (a.key_type, b.key_type) and a.key_type != b.key_type:
         raise InvalidInput(
             "b", f"must have a's key_type {a.key_type!r} (a region uses one key type), got {b.key_type!r}"
