@@ -77,6 +77,10 @@ def plan_dict(plan: MigrationPlan) -> dict[str, Any]:
             dict(zip(("first_slot", "last_slot", "source", "target"), run, strict=True)) for run in runs
         ],
         "slots_moved": sum(last - first + 1 for first, last, _, _ in runs),
+        "consolidations": [
+            {"key": c.key, "source": c.source, "target": c.target, "weight": c.weight}
+            for c in plan.consolidations
+        ],
         "channels_losing_keys": list(plan.channels_losing_keys),
         "channels_gaining_keys": list(plan.channels_gaining_keys),
         "predicted_cost": plan.cost,
@@ -93,6 +97,7 @@ def print_plan(plan: dict[str, Any], title: str) -> None:
     summary.add_row("N", f"{plan['source_n_channels']} → {plan['target_n_channels']}")
     summary.add_row("explicit moves", str(len(plan["explicit_moves"])))
     summary.add_row("slot-move runs", f"{len(plan['slot_moves'])} ({plan['slots_moved']} slots)")
+    summary.add_row("consolidations", str(len(plan["consolidations"])))
     summary.add_row("channels losing keys", ", ".join(map(str, plan["channels_losing_keys"])) or "-")
     summary.add_row("channels gaining keys", ", ".join(map(str, plan["channels_gaining_keys"])) or "-")
     summary.add_row("predicted m", number(plan["predicted_m"]))
@@ -104,6 +109,13 @@ def print_plan(plan: dict[str, Any], title: str) -> None:
         for m in plan["explicit_moves"][:SHOWN_MOVES]:
             moves.add_row(Text(repr(m["key"])), str(m["source"]), str(m["target"]), number(m["weight"]))
         out.print(moves)
+    if plan["consolidations"]:
+        merges = Table(title=f"consolidations: partial state merged into the home (first {SHOWN_MOVES})")
+        for column in ("key", "from", "into", "weight"):
+            merges.add_column(column)
+        for c in plan["consolidations"][:SHOWN_MOVES]:
+            merges.add_row(Text(repr(c["key"])), str(c["source"]), str(c["target"]), number(c["weight"]))
+        out.print(merges)
     if plan["slot_moves"]:
         runs = Table(title=f"slot moves (first {SHOWN_MOVES} runs)")
         for column in ("slots", "from", "to"):

@@ -337,7 +337,8 @@ class Plan(Base):
 
 class PlanMove(Base):
     """One move of a plan: an explicit key ``(key, source, target, weight)`` or a slot range
-    ``(first_slot..last_slot, source, target)``, in the plan JSON's order."""
+    ``(first_slot..last_slot, source, target)``, in the plan JSON's order. A split plan's
+    consolidations (DESIGN §11.3) are in its JSON only."""
 
     __tablename__ = "plan_moves"
     __table_args__ = (

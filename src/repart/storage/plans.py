@@ -2,7 +2,8 @@
 
 A plan is a ``repart.migration.MigrationPlan``: storage keeps its canonical JSON and digest in ``plans``
 and its moves, explicit ``(key, source, target, weight)`` and slot ``(first_slot, last_slot, source,
-target)``, as ``plan_moves`` rows, so a job can read the moves of its channels. A plan's status moves
+target)``, as ``plan_moves`` rows, so a job can read the moves of its channels (a split plan's
+consolidations, DESIGN §11.3, are read from its JSON). A plan's status moves
 
     pending → applying → applied | failed,    pending → superseded
 
@@ -45,7 +46,7 @@ _TARGET_STATUS = {"applied": "applied", "failed": "abandoned", "superseded": "ab
 
 def move_rows(plan_id: int, plan: MigrationPlan) -> list[dict[str, Any]]:
     """``plan_moves`` rows for a plan's moves: its explicit moves by key, then its slot moves by first
-    slot (the order of ``plan.to_json()``)."""
+    slot (the order of ``plan.to_json()``). A split plan's consolidations stay in its JSON."""
     rows: list[dict[str, Any]] = [
         {"kind": "explicit", "source": m.source, "target": m.target, "weight": m.weight, **key_columns(m.key)}
         for m in plan.explicit_moves
