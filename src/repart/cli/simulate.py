@@ -58,6 +58,15 @@ def simulate(
     stream_factor: Annotated[
         float, typer.Option(help="Tuples per adaptation step, as a multiple of |D|.")
     ] = 1.0,
+    split: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--split",
+            help="Also run split functions of this scheme (pkg, dchoices, wchoices, rr, fish, dkg); "
+            "repeat the option or give a comma list. Records: split-<scheme>, with memory and split_keys.",
+            show_default=False,
+        ),
+    ] = None,
     json_path: Annotated[
         Path | None,
         typer.Option("--json", help="Write the records as a JSON list to this file ('-': stdout)."),
@@ -67,7 +76,8 @@ def simulate(
         int, typer.Option(help="Show every k-th N in the table (0: automatic; the JSON has all).")
     ] = 0,
 ) -> None:
-    """Reproduce Gedik §5: grow N one channel at a time and report b, b_k, b_lb, m, sizes and build time."""
+    """Reproduce Gedik §5: grow N one channel at a time and report b, b_k, b_lb, m, sizes and build time
+    (and, with --split, memory and split keys of split functions beside them)."""
     from repart.sim.experiment import DEFAULT_ALGORITHMS, ExperimentConfig, run_experiment, steps
     from repart.sim.plot import plot_records
 
@@ -84,6 +94,7 @@ def simulate(
         runs=runs,
         tail_aware=tail_aware,
         stream_factor=stream_factor,
+        split=tuple(item for option in split or () for item in split_list(option)),
     )
     check_output_path(json_path, "--json", allow_stdout=True)
     check_output_path(plot, "--plot", allow_stdout=False)
@@ -172,22 +183,19 @@ def _shown(n: int, last: int, every: int) -> bool:
     return n in (1, 2, last) or n % every == 0
 
 
+def _split_cells(record: Record) -> tuple[str, str]:
+    """Memory and split keys of a split record; a key-preserving one keeps every key on one channel."""
+    if "memory" not in record:
+        return ("1", "0")
+    return (f"{float(record['memory']):.6f}", f"{float(record['split_keys']):g}")
+
+
 def results_table(records: list[Record], config: ExperimentConfig, every: int) -> Table:
     table = Table(title=_title(config))
-    for column in (
-        "algorithm",
-        "N",
-        "b",
-        "b_s",
-        "b_c",
-        "b_n",
-        "b_lb",
-        "m",
-        "explicit",
-        "overrides",
-        "counter",
-        "build s",
-    ):
+    split = bool(config.split)
+    columns = ["algorithm", "N", "b", "b_s", "b_c", "b_n", "b_lb", "m"]
+    columns += ["memory", "split keys"] if split else []
+    for column in (*columns, "explicit", "overrides", "counter", "build s"):
         table.add_column(column, justify="left" if column == "algorithm" else "right")
     for record in sorted(records, key=lambda r: (bool(r["tail_aware"]), str(r["algorithm"]), int(r["N"]))):
         if not _shown(int(record["N"]), config.channels, every):
@@ -197,6 +205,7 @@ def results_table(records: list[Record], config: ExperimentConfig, every: int) -
             name,
             str(record["N"]),
             *(f"{float(record[k]):.3f}" for k in ("b", "b_s", "b_c", "b_n", "b_lb", "m")),
+            *(_split_cells(record) if split else ()),
             f"{float(record['explicit_size']):g}",
             f"{float(record['slot_overrides']):g}",
             f"{float(record['counter_size']):g}",

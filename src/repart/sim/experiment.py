@@ -8,6 +8,9 @@ windows of half the stream each, with ε = ``epsilon_ratio`` · δ(N^(t+1)) (Man
 Construction sees only the window's estimate (and its per-slot tuple counts); evaluation uses the true
 frequencies of all |D| keys: b, b_k (Eq. 11), m (Eq. 12) against the same algorithm's previous
 function, and the lower bound b_lb (DESIGN §4).
+
+Split variants (``split``, ``repart simulate --split SCHEME``) run beside them on the same windows,
+as ``split-<scheme>`` records with two more fields, ``memory`` and ``split_keys`` (``repart.sim.split``).
 """
 
 from __future__ import annotations
@@ -22,12 +25,14 @@ import numpy.typing as npt
 
 from repart.partitioning.algorithms.builder import ALGORITHMS, build, initial_function
 from repart.partitioning.algorithms.problem import BuildParams
-from repart.partitioning.domain import DEFAULT_SLOT_BITS
+from repart.partitioning.domain import DEFAULT_SLOT_BITS, SPLIT_SCHEMES
 from repart.partitioning.frequency import FrequencyEstimate, SlidingWindow
 from repart.partitioning.function import PartitionFunction
 from repart.partitioning.hashing import hash_int64_array, slots_of_hashes
 from repart.partitioning.metrics import channel_loads, imbalance, lower_bound, relative_migration
 from repart.partitioning.resources import check_channels, frequency_threshold
+from repart.partitioning.split.function import SplitFunction
+from repart.sim.split import SPLIT_FIELDS, SplitScorer, build_step, scheme_of, variant_name
 from repart.sim.workload import DOMAIN, ZIPF_SKEW, ZipfWorkload
 from repart.validation import POSITIVE, POSITIVE_INT, Interval, Options, check, check_each
 
@@ -70,10 +75,13 @@ class ExperimentConfig:
     stream_factor: float = 1.0
     epsilon_ratio: float = 0.1
     slot_bits: int = DEFAULT_SLOT_BITS
+    split: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_channels(self.channels, "channels")
         check_each("algorithms", self.algorithms, Options(ALGORITHMS))
+        if self.split:
+            check_each("split", self.split, Options(SPLIT_SCHEMES))
         check("runs", self.runs, POSITIVE_INT)
         check("stream_factor", self.stream_factor, POSITIVE)
         check("epsilon_ratio", self.epsilon_ratio, Interval(float, 0, 1, closed="neither"))
@@ -91,14 +99,18 @@ class ExperimentConfig:
         )
 
     def variants(self) -> list[tuple[str, bool]]:
-        """(algorithm, tail_aware) pairs to run: every algorithm, plus tail-aware scan/redist/readj."""
-        plain = [(a, False) for a in self.algorithms]
+        """(algorithm, tail_aware) pairs to run: every algorithm and split scheme (``split-<scheme>``),
+        plus tail-aware scan/redist/readj and split schemes."""
+        names = [*self.algorithms, *dict.fromkeys(variant_name(s) for s in self.split)]
+        plain = [(a, False) for a in names]
         if not self.tail_aware:
             return plain
-        return plain + [(a, True) for a in self.algorithms if a in TAIL_AWARE_ALGORITHMS]
+        return plain + [(a, True) for a in names if a in TAIL_AWARE_ALGORITHMS or scheme_of(a)]
 
 
 Record = dict[str, float | int | str | bool]
+# A split variant at N = 1: nothing split, one channel per key.
+_SPLIT_START = {"memory": 1.0, "split_keys": 0.0}
 Progress = Callable[[int], None]
 
 
@@ -163,33 +175,74 @@ def run_experiment(config: ExperimentConfig, progress: Progress | None = None) -
         rng = np.random.default_rng([config.seed, run])
         workload = ZipfWorkload(config.zipf, config.domain, key_seed=int(rng.integers(2**32)))
         evaluator = Evaluator(workload, config)
-        current = {v: initial_function(1, "int", config.slot_bits) for v in variants}
-        routed = {v: evaluator.route(f) for v, f in current.items()}
+        scorer = SplitScorer(
+            evaluator.keys, evaluator.frequencies, evaluator.slots, config.slot_bits, config.params(False)
+        )
+        first = initial_function(1, "int", config.slot_bits)
+        current: dict[tuple[str, bool], PartitionFunction | SplitFunction] = dict.fromkeys(variants, first)
+        routed = dict.fromkeys(variants, evaluator.route(first))
         for v in variants:
-            _accumulate(sums, v, 1, {**evaluator.score(routed[v], routed[v], 1), "m": 0.0}, 0, 0, 0.0, 0)
+            scores = {**evaluator.score(routed[v], routed[v], 1), "m": 0.0}
+            _accumulate(sums, v, 1, scores, 0, 0, 0.0, 0, _SPLIT_START if scheme_of(v[0]) else None)
         for n in range(2, config.channels + 1):
             estimate, counter_size = window_estimate(workload, config, n, rng)
             for v in variants:
-                algorithm, tail_aware = v
-                started = time.perf_counter()
-                result = build(current[v], estimate, n, config.params(tail_aware), algorithm)
-                seconds = time.perf_counter() - started
-                now = evaluator.route(result.function)
-                scores = evaluator.score(now, routed[v], n)
-                _accumulate(
-                    sums,
-                    v,
-                    n,
-                    scores,
-                    result.report.explicit_size,
-                    counter_size,
-                    seconds,
-                    result.report.slot_overrides,
-                )
-                current[v], routed[v] = result.function, now
+                previous = current[v]
+                if scheme_of(v[0]) is not None:
+                    current[v] = _split_step(sums, v, n, previous, estimate, counter_size, scorer, evaluator)
+                else:
+                    assert isinstance(previous, PartitionFunction)
+                    current[v], routed[v] = _preserving_step(
+                        sums, v, n, previous, routed[v], estimate, counter_size, evaluator
+                    )
             if progress is not None:
                 progress(1)
     return [_average(record, config.runs) for record in sums.values()]
+
+
+def _preserving_step(
+    sums: dict[tuple[str, bool, int], Record],
+    variant: tuple[str, bool],
+    n: int,
+    previous: PartitionFunction,
+    routed: IntArray,
+    estimate: FrequencyEstimate,
+    counter_size: int,
+    evaluator: Evaluator,
+) -> tuple[PartitionFunction, IntArray]:
+    """One step of a key-preserving algorithm: build, route all keys, score, record."""
+    algorithm, tail_aware = variant
+    started = time.perf_counter()
+    result = build(previous, estimate, n, evaluator.config.params(tail_aware), algorithm)
+    seconds = time.perf_counter() - started
+    now = evaluator.route(result.function)
+    report = result.report
+    scores = evaluator.score(now, routed, n)
+    _accumulate(sums, variant, n, scores, report.explicit_size, counter_size, seconds, report.slot_overrides)
+    return result.function, now
+
+
+def _split_step(
+    sums: dict[tuple[str, bool, int], Record],
+    variant: tuple[str, bool],
+    n: int,
+    previous: PartitionFunction | SplitFunction,
+    estimate: FrequencyEstimate,
+    counter_size: int,
+    scorer: SplitScorer,
+    evaluator: Evaluator,
+) -> SplitFunction:
+    """One step of a split variant: build, score on merged keys (m from the migration plan), record."""
+    algorithm, tail_aware = variant
+    scheme = scheme_of(algorithm)
+    assert scheme is not None
+    step = build_step(previous, estimate, n, scheme, evaluator.config.params(tail_aware))
+    scores = scorer.score(step.function, previous, evaluator.lower_bound(n))
+    split = {"memory": step.memory, "split_keys": float(step.split_keys)}
+    _accumulate(
+        sums, variant, n, scores, step.explicit_size, counter_size, step.seconds, step.slot_overrides, split
+    )
+    return step.function
 
 
 def _accumulate(
@@ -201,6 +254,7 @@ def _accumulate(
     counter_size: int,
     seconds: float,
     overrides: int,
+    split: dict[str, float] | None = None,
 ) -> None:
     algorithm, tail_aware = variant
     values: dict[str, float] = {
@@ -209,6 +263,7 @@ def _accumulate(
         "counter_size": counter_size,
         "build_seconds": seconds,
         "slot_overrides": overrides,
+        **(split or {}),
     }
     record = sums.setdefault(
         (algorithm, tail_aware, n), {"algorithm": algorithm, "N": n, "tail_aware": tail_aware}
@@ -219,11 +274,12 @@ def _accumulate(
 
 def _average(record: Record, runs: int) -> Record:
     averaged: Record = {}
-    for name in RECORD_FIELDS:
+    fields = RECORD_FIELDS + SPLIT_FIELDS if scheme_of(str(record["algorithm"])) else RECORD_FIELDS
+    for name in fields:
         value = record[name]
         if name in ("algorithm", "N", "tail_aware"):
             averaged[name] = value
-        elif name in ("explicit_size", "counter_size", "slot_overrides"):
+        elif name in ("explicit_size", "counter_size", "slot_overrides", "split_keys"):
             averaged[name] = round(float(value) / runs, 1)
         else:
             averaged[name] = float(value) / runs

@@ -8,6 +8,10 @@ Eq. 11–12), the objective b·(1 + m) (Eq. 13), the number of candidate evaluat
 Algorithms: ``scan``, ``redist`` and ``readj`` (Algorithms 2–4), the baselines ``uniform`` (slot
 s → s mod N: hashing without consistency, no explicit map) and ``consistent`` (the slot table alone),
 and ``auto``, which runs scan, redist and readj and keeps the lowest objective, recording all three.
+
+``fixed_loads`` (optional, count space, rows s, c, n by channel) is load that sits on the channels
+whatever the function does: split mode's partial loads of its split keys (``partitioning.split``).
+The placement and the slot-override pass balance around it, and the predicted b includes it.
 """
 
 from __future__ import annotations
@@ -101,11 +105,14 @@ def build(
     n_channels: int,
     params: BuildParams | None = None,
     algorithm: str = "redist",
+    *,
+    fixed_loads: FloatArray | None = None,
 ) -> BuildResult:
     """Construct p^(t+1) from p^(t) = ``previous`` and the estimated frequencies (Gedik §4.2)."""
     params = params or BuildParams()
     check_algorithm(algorithm)
     n = check_channels(n_channels)
+    fixed = _checked_fixed_loads(fixed_loads, n)
     if estimate.total == 0 or not estimate.keys:
         raise InvalidInput("estimate", "must hold at least one key and one tuple, got an empty estimate")
     if params.tail_aware and estimate.slot_counts is None:
@@ -113,7 +120,7 @@ def build(
             "estimate", "must have slot_counts (per-slot tuple counts) for a tail_aware build, got None"
         )
     if algorithm == "auto":
-        runs = [build(previous, estimate, n, params, name) for name in PLACEMENTS]
+        runs = [build(previous, estimate, n, params, name, fixed_loads=fixed) for name in PLACEMENTS]
         best = min(runs, key=lambda run: run.report.objective)
         seconds = sum(run.report.seconds for run in runs)
         report = dataclasses.replace(
@@ -139,9 +146,23 @@ def build(
                 0.0,
                 0,
                 started,
+                fixed,
             ),
         )
-    return _build_placement(previous, estimate, n, params, algorithm, started)
+    return _build_placement(previous, estimate, n, params, algorithm, started, fixed)
+
+
+def _checked_fixed_loads(fixed_loads: FloatArray | None, n: int) -> FloatArray | None:
+    """``fixed_loads`` as a (3, N) float array of finite loads ≥ 0, or None."""
+    if fixed_loads is None:
+        return None
+    loads = np.asarray(fixed_loads, dtype=np.float64)
+    if loads.shape != (3, n) or not np.all(np.isfinite(loads)) or np.any(loads < 0):
+        raise InvalidInput(
+            "fixed_loads",
+            f"must be a (3, {n}) array of finite loads >= 0 (rows s, c, n), got shape {loads.shape}",
+        )
+    return loads
 
 
 def _threshold(estimate: FrequencyEstimate, params: BuildParams, n: int) -> float:
@@ -167,6 +188,7 @@ def _build_placement(
     params: BuildParams,
     algorithm: str,
     started: float,
+    fixed: FloatArray | None,
 ) -> BuildResult:
     base = slot_table(n, previous.consistent, previous.slot_bits)
     table = _keep_previous_overrides(previous, base, n) if params.tail_aware else base
@@ -174,11 +196,17 @@ def _build_placement(
     rebalance = _tail_aware(problem, previous, estimate, params, table) if params.tail_aware else None
     if rebalance is not None:
         problem = rebalance.problem
+    fixed_active = (
+        np.zeros_like(problem.base_loads) if fixed is None else fixed[list(params.resources.active)]
+    )
+    problem = dataclasses.replace(problem, base_loads=problem.base_loads + fixed_active)
     channels, evaluations = PLACEMENTS[algorithm](problem)
     migration = problem.initial_migration + _explicit_migration(problem, channels)
     loads = problem.base_loads + problem.placed_loads(channels)
     if rebalance is not None:
-        slots = dataclasses.replace(rebalance.slots, explicit_loads=problem.placed_loads(channels))
+        slots = dataclasses.replace(
+            rebalance.slots, explicit_loads=problem.placed_loads(channels) + fixed_active
+        )
         start = table
         table, migration, extra = rebalance_slots(slots, table, migration)
         migration += problem.dropped_migration(table) - problem.dropped_migration(start)
@@ -195,7 +223,17 @@ def _build_placement(
     rho = float(balance_penalty(loads.max(axis=1), loads.min(axis=1), loads.sum(axis=1), problem.thetas, n))
     gamma = migration / problem.ideal_migration if problem.ideal_migration > 0 else 0.0
     report = _report(
-        algorithm, previous, function, estimate, params, problem.delta, rho, gamma, evaluations, started
+        algorithm,
+        previous,
+        function,
+        estimate,
+        params,
+        problem.delta,
+        rho,
+        gamma,
+        evaluations,
+        started,
+        fixed,
     )
     return BuildResult(function, report)
 
@@ -275,8 +313,9 @@ def _report(
     gamma: float,
     evaluations: int,
     started: float,
+    fixed: FloatArray | None,
 ) -> BuildReport:
-    b, m = predict(previous, function, estimate, params)
+    b, m = predict(previous, function, estimate, params, fixed)
     return BuildReport(
         algorithm=algorithm,
         n_channels=function.n_channels,
@@ -294,12 +333,17 @@ def _report(
 
 
 def predict(
-    previous: PartitionFunction, function: PartitionFunction, estimate: FrequencyEstimate, params: BuildParams
+    previous: PartitionFunction,
+    function: PartitionFunction,
+    estimate: FrequencyEstimate,
+    params: BuildParams,
+    fixed_loads: FloatArray | None = None,
 ) -> tuple[float, float]:
     """b and m of ``function`` predicted from the estimate: retained keys plus the untracked slot mass.
 
     Keys the estimate retains are placed by lookup; the untracked mass per slot (tail.py) follows the
-    slot tables. m compares p^(t) = ``previous`` with ``function`` on the same loads.
+    slot tables; ``fixed_loads`` (when given) add to the channels. m compares p^(t) = ``previous``
+    with ``function`` on the same loads.
     """
     n = function.n_channels
     exponents = params.resources.load_exponents
@@ -313,6 +357,8 @@ def predict(
     loads = loads_by_channel(slot_loads, function.table, n)
     for k, e in enumerate(exponents):
         loads[k] += np.bincount(now, weights=count_weights(counts, e), minlength=n)
+    if fixed_loads is not None:
+        loads += fixed_loads
     b = imbalance(params.resources, loads, params.alpha).b
     state = count_weights(counts, exponents[0])
     moved = float(state[now != before].sum()) + float(slot_loads[0][previous.table != function.table].sum())

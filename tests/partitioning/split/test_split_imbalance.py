@@ -1,0 +1,38 @@
+"""``split_imbalance``: b of an applied split function on a window, as the tick measures it."""
+
+from __future__ import annotations
+
+import pytest
+
+from repart.partitioning import initial_function
+from repart.partitioning.algorithms.problem import BuildParams
+from repart.partitioning.domain import SPLIT_SCHEMES
+from repart.partitioning.frequency import FrequencyEstimate
+from repart.partitioning.split.build import build_split, split_imbalance
+from repart.partitioning.split.function import SplitEntry, SplitFunction
+from repart.partitioning.split.params import SplitParams
+from tests.partitioning.split.windows import ALPHA, COUNTS, WINDOW, merged_loads
+
+
+@pytest.mark.parametrize("scheme", SPLIT_SCHEMES)
+def test_b_of_the_built_function_on_its_window_is_the_build_s_prediction(scheme: str) -> None:
+    result = build_split(initial_function(1, "str"), WINDOW, 4, split=SplitParams(scheme, theta=0.05))
+    assert split_imbalance(result.function, WINDOW, BuildParams()) == pytest.approx(result.report.predicted_b)
+
+
+def test_b_on_another_window_spreads_only_the_split_keys_it_holds() -> None:
+    home = initial_function(4, "str")
+    hot = home.lookup("a")
+    function = SplitFunction(
+        home,
+        {
+            "a": SplitEntry((hot, (hot + 1) % 4), (0.5, 0.5)),
+            "gone": SplitEntry((home.lookup("gone"), (home.lookup("gone") + 2) % 4), (0.25, 0.75)),
+        },
+    )
+    window = {key: count for key, count in COUNTS.items() if key != "b"}
+    loads = merged_loads(function, window)
+    expected = loads.max() / loads.min() / ALPHA
+    assert split_imbalance(function, FrequencyEstimate.from_counts(window), BuildParams()) == pytest.approx(
+        expected
+    )
