@@ -100,6 +100,9 @@ def explain(region: RegionName, db: DbOption = None, as_json: JsonOption = False
         table.add_row(field, Text("-" if shown[field] is None else str(shown[field])))
     for field in ("n_before", "n_next", "b_before", "threshold", "predicted_b", "predicted_m", "plan_m"):
         table.add_row(field, _cell(shown[field]))
+    for field in ("b_lb", "memory", "split_keys", "d"):
+        if shown[field] is not None:
+            table.add_row(field, _cell(shown[field]))
     for name, value in (shown["policy_numbers"] or {}).items():
         table.add_row(f"policy.{name}", _cell(value))
     out.print(table)
@@ -115,6 +118,17 @@ def explain(region: RegionName, db: DbOption = None, as_json: JsonOption = False
                 _cell(candidate["objective"]),
             )
         out.print(candidates)
+    if shown["head"]:
+        head = Table(title="split keys (home first)")
+        for column in ("key", "candidates", "weights"):
+            head.add_column(column)
+        for entry in shown["head"]:
+            head.add_row(
+                Text(repr(entry["key"])),
+                ", ".join(map(str, entry["candidates"])),
+                ", ".join(f"{weight:.3f}" for weight in entry["weights"]),
+            )
+        out.print(head)
 
 
 def _show(result: ActionResult, as_json: bool) -> None:

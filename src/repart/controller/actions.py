@@ -27,6 +27,7 @@ Event data follows tick's conventions: ``n_before``, ``n_next``, ``b_before``, `
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -35,13 +36,14 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from repart.controller.settings import ControllerSettings
-from repart.controller.tick import aware_now, finite_or_none, report_json
+from repart.controller.tick import aware_now, build_next, finite_or_none, measured_b
 from repart.controller.window import merge_snapshots, window_size
 from repart.errors import Conflict, InvalidInput, NotFound
 from repart.migration import plan_migration
-from repart.partitioning import PartitionFunction, build, initial_function
+from repart.partitioning import PartitionFunction, initial_function
 from repart.partitioning.algorithms.builder import predict
 from repart.partitioning.frequency import FrequencyEstimate
+from repart.partitioning.split.function import StoredFunction, home_function, load_function
 from repart.storage import (
     NewEvent,
     NewVersion,
@@ -118,7 +120,7 @@ class _Context:
     status: RegionStatus
     versions: tuple[_StoredVersion, ...]
     applied: _StoredVersion
-    current: PartitionFunction
+    current: StoredFunction
     estimate: FrequencyEstimate | None
     window_seqs: list[int]
 
@@ -166,8 +168,9 @@ def explain(session: Session, region: str) -> dict[str, Any]:
     The event is the newest of kind ``activated``, ``no-change``, ``rollback``, ``scaled`` or
     ``initialized``. Besides its kind, rule, message, time and full ``data``, the numbers tick records
     are lifted out: the policy and its numbers, N before and next, b before (and the threshold), the
-    predicted b and m, the plan's m, and for ``auto`` every candidate algorithm's predicted b, m and
-    objective. NotFound when the region has no such event yet.
+    predicted b and m, the plan's m, for ``auto`` every candidate algorithm's predicted b, m and
+    objective, and in split mode b_lb, memory, D-Choices' d and the head: each split key with its
+    candidates and weights (DESIGN §11.3). NotFound when the region has no such event yet.
     """
     region_id = region_by_name(session, region).id
     event = session.scalar(
@@ -190,6 +193,10 @@ def explain(session: Session, region: str) -> dict[str, Any]:
         "predicted_b",
         "predicted_m",
         "plan_m",
+        "b_lb",
+        "memory",
+        "split_keys",
+        "d",
     )
     return {
         "region": region,
@@ -204,6 +211,10 @@ def explain(session: Session, region: str) -> dict[str, Any]:
         "candidates": [
             {name: candidate.get(name) for name in ("algorithm", "predicted_b", "predicted_m", "objective")}
             for candidate in data.get("candidates") or []
+        ],
+        "head": [
+            {"key": key, "candidates": candidates, "weights": weights}
+            for key, candidates, weights in data.get("head") or []
         ],
         "data": data,
     }
@@ -223,7 +234,7 @@ def _rollback(
             f"must have another function than the applied version {applied.number} of region {region!r} "
             f"(there is nothing to roll back), got version {to_version}",
         )
-    target = PartitionFunction.from_json(target_row.function_json)
+    target = load_function(target_row.function_json)
     data: dict[str, Any] = {"from_version": applied.number, "to_version": to_version}
     data |= _predictions(context, target)
     version = NewVersion(
@@ -250,18 +261,16 @@ def _scale(
             f"{applied.number}), got {n}",
         )
     data: dict[str, Any] = {"from_version": applied.number}
+    function: StoredFunction
     if context.estimate is None:
-        function = initial_function(n, config.key_type, config.slot_bits, context.current.consistent)
+        consistent = home_function(context.current).consistent
+        function = initial_function(n, config.key_type, config.slot_bits, consistent)
         algorithm, report = "consistent", {"algorithm": "consistent", "n_channels": n}
-        data |= _predictions(context, function)
+        data |= _predictions(context, function) | {"algorithm": "consistent"}
     else:
-        result = build(
-            context.current, context.estimate, n, context.settings.params, context.settings.algorithm
-        )
-        function, report = result.function, report_json(result.report)
-        algorithm = result.report.algorithm.split(":")[0]
-        data |= _predictions(context, function) | {"candidates": report["candidates"]}
-    data["algorithm"] = report["algorithm"]
+        built = build_next(context.current, context.estimate, n, context.settings)
+        function, algorithm, report = built.function, built.algorithm, built.report
+        data |= _predictions(context, function) | built.event_data
     version = NewVersion(
         function.to_json(), function.digest, n, algorithm, report, parent_number=applied.number
     )
@@ -299,14 +308,18 @@ def _read(session: Session, region: str) -> _Context:
     )
 
 
-def _predictions(context: _Context, target: PartitionFunction) -> dict[str, Any]:
-    """N before and next and, with a window, b before and b and m of ``target`` (DESIGN §4)."""
+def _predictions(context: _Context, target: StoredFunction) -> dict[str, Any]:
+    """N before and next and, with a window, b before and b and m of ``target`` (DESIGN §4; with a split
+    function on either side, m is the migration plan's, consolidations included)."""
     numbers: dict[str, Any] = {"n_before": context.applied.n_channels, "n_next": target.n_channels}
     if context.estimate is None:
         return numbers
-    params = context.settings.params
-    b_before, _ = predict(context.current, context.current, context.estimate, params)
-    b, m = predict(context.current, target, context.estimate, params)
+    params, current, estimate = context.settings.params, context.current, context.estimate
+    b_before, b = measured_b(current, estimate, params), measured_b(target, estimate, params)
+    if isinstance(current, PartitionFunction) and isinstance(target, PartitionFunction):
+        _, m = predict(current, target, estimate, params)
+    else:
+        m = plan_migration(current, target, estimate, params.resources).m or math.nan
     return numbers | {
         "window_seqs": context.window_seqs,
         "b_before": finite_or_none(b_before),
@@ -319,7 +332,7 @@ def _activate(
     engine: Engine,
     region: str,
     context: _Context,
-    function: PartitionFunction,
+    function: StoredFunction,
     version: NewVersion,
     kind: ActionKind,
     message: str,

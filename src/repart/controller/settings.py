@@ -12,7 +12,9 @@ all optional:
 - ``rebalance_threshold``: rebalance when b of the applied function exceeds it, > 0, default 1.0
   (b <= 1 means every resource is within its tolerance α).
 - ``move_limit``: readj's move limit c (Gedik Algorithm 4), an integer >= 1, default 5.
-- ``split``: the parameters of a split-mode region's scheme (DESIGN §11.3), an object.
+- ``split``: the parameters of a split-mode region's scheme (DESIGN §11.3), an object checked by
+  ``repart.partitioning.split.params.SplitParams`` (θ, ε, spread, virtual nodes, seed); the scheme
+  itself is the region's ``split_scheme``.
 
 The ``fixed`` policy runs the region's ``n_channels_initial`` channels, within its channel bounds.
 Every bad value raises ``InvalidInput`` naming ``settings.<field>`` and the accepted range (DESIGN §10,
@@ -26,9 +28,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from repart.controller.policy import ChannelPolicy, FixedPolicy, TargetUtilizationPolicy
+from repart.errors import InvalidInput
 from repart.partitioning.algorithms.problem import DEFAULT_MOVE_LIMIT, BuildParams
 from repart.partitioning.domain import check_utility
 from repart.partitioning.resources import Resources
+from repart.partitioning.split.params import SplitParams
 from repart.storage.regions import RegionConfig
 from repart.validation import (
     FRACTION,
@@ -65,6 +69,7 @@ class ControllerSettings:
     algorithm: str
     counters: int
     rebalance_threshold: float
+    split: SplitParams | None = None
 
     @classmethod
     def from_config(cls, config: RegionConfig) -> ControllerSettings:
@@ -84,7 +89,21 @@ class ControllerSettings:
             algorithm=config.algorithm,
             counters=settings.get("counters", DEFAULT_COUNTERS),
             rebalance_threshold=settings.get("rebalance_threshold", DEFAULT_REBALANCE_THRESHOLD),
+            split=_split(config, settings.get("split", {})),
         )
+
+
+def _split(config: RegionConfig, parameters: Mapping[str, Any]) -> SplitParams | None:
+    """A split region's scheme (its ``split_scheme``) with the parameters of ``settings.split``; None for
+    a key-preserving region. A bad parameter is ``InvalidInput`` naming ``settings.split.<field>``."""
+    if "scheme" in parameters:
+        raise InvalidInput("settings.split.scheme", "is the region's split_scheme (--split), not a setting")
+    if config.split_scheme is None:
+        return None
+    try:
+        return SplitParams.from_settings({"scheme": config.split_scheme, **parameters})
+    except InvalidInput as problem:
+        raise InvalidInput(f"settings.{problem.field}", problem.requirement) from None
 
 
 def _policy(config: RegionConfig, settings: Mapping[str, Any]) -> ChannelPolicy:

@@ -51,9 +51,13 @@ from repart.controller.settings import ControllerSettings
 from repart.controller.window import merge_snapshots, window_size
 from repart.errors import InvalidInput
 from repart.migration import MigrationPlan, plan_migration
-from repart.partitioning import BuildReport, ConsistentSpec, PartitionFunction, build, initial_function
+from repart.partitioning import BuildReport, ConsistentSpec, build, initial_function
 from repart.partitioning.algorithms.builder import predict
+from repart.partitioning.algorithms.problem import BuildParams
 from repart.partitioning.domain import ConsistentMethod
+from repart.partitioning.frequency import FrequencyEstimate
+from repart.partitioning.split.build import build_split, split_imbalance
+from repart.partitioning.split.function import SplitFunction, StoredFunction, home_function, load_function
 from repart.protocol.snapshot import Snapshot
 from repart.storage import (
     Fence,
@@ -129,7 +133,7 @@ class Observation:
     applied_n_channels: int | None
     mode_reason: str | None = None
     applying_plan: int | None = None
-    applied_function: PartitionFunction | None = None
+    applied_function: StoredFunction | None = None
     window: tuple[Snapshot, ...] = ()
 
 
@@ -256,7 +260,7 @@ def observe(session: Session, region: str) -> Observation:
     window = latest_snapshots(session, region, window_size(settings.counters))
     return dataclasses.replace(
         observation,
-        applied_function=PartitionFunction.from_json(cast(str, function_json)),
+        applied_function=load_function(cast(str, function_json)),
         window=tuple(window),
     )
 
@@ -312,6 +316,7 @@ def _recommendation(verdict: Verdict) -> Verdict:
         "plan": {
             "explicit_moves": len(plan.explicit_moves),
             "slot_moves": len(plan.slot_moves),
+            "consolidations": len(plan.consolidations),
             "plan_m": None if plan.m is None else finite_or_none(plan.m),
         },
     }
@@ -346,7 +351,7 @@ def _initialize(config: RegionConfig) -> Verdict:
 def _analyze(
     settings: ControllerSettings,
     status: RegionStatus,
-    current: PartitionFunction,
+    current: StoredFunction,
     window: tuple[Snapshot, ...],
     now: datetime,
 ) -> Verdict:
@@ -359,8 +364,8 @@ def _analyze(
         message = "the window holds no keys to build from"
         return _unchanged(n_applied, "empty-window", message, base, newest)
     decision = settings.policy.decide(_load(window), n_applied, now, status.last_change_at)
-    b_before, _ = predict(current, current, estimate, settings.params)
-    rebalance = needs_rebalance(b_before, settings.rebalance_threshold)
+    b_before = measured_b(current, estimate, settings.params)
+    rebalance = _mode_change(current, settings) or needs_rebalance(b_before, settings.rebalance_threshold)
     base |= {
         "policy": decision.rule,
         "policy_numbers": decision.numbers,
@@ -371,8 +376,8 @@ def _analyze(
     }
     if not decision.changed and not rebalance.rebalance:
         return _unchanged(n_applied, decision.rule, _reason(decision, rebalance), base, newest)
-    result = build(current, estimate, decision.n_channels, settings.params, settings.algorithm)
-    function, report = result.function, result.report
+    built = build_next(current, estimate, decision.n_channels, settings)
+    function = built.function
     if function.digest == current.digest:
         message = (
             f"{_reason(decision, rebalance)}; the build reproduced the applied version "
@@ -380,21 +385,14 @@ def _analyze(
         )
         return _unchanged(n_applied, _rule(decision, rebalance), message, base, newest)
     plan = plan_migration(current, function, estimate, settings.params.resources)
-    stored_report = report_json(report)
     reason = _reason(decision, rebalance)
-    data = base | {
-        "algorithm": report.algorithm,
-        "predicted_b": stored_report["predicted_b"],
-        "predicted_m": stored_report["predicted_m"],
-        "plan_m": None if plan.m is None else finite_or_none(plan.m),
-        "candidates": stored_report["candidates"],
-    }
+    data = base | built.event_data | {"plan_m": None if plan.m is None else finite_or_none(plan.m)}
     version = NewVersion(
         function.to_json(),
         function.digest,
         function.n_channels,
-        report.algorithm.split(":")[0],
-        stored_report,
+        built.algorithm,
+        built.report,
         parent_number=status.applied_version,
     )
     return Verdict(
@@ -456,6 +454,17 @@ def _load(window: tuple[Snapshot, ...]) -> WindowLoad | None:
     return WindowLoad.from_snapshots(window)
 
 
+def _mode_change(current: StoredFunction, settings: ControllerSettings) -> RebalanceDecision | None:
+    """A rebuild whatever b is when the applied function's kind differs from the region's: a region that
+    entered split mode (DESIGN §11.3) splits its hot keys, one that left it consolidates them."""
+    split = isinstance(current, SplitFunction)
+    if split == (settings.split is not None):
+        return None
+    if split:
+        return RebalanceDecision(True, "split-mode", "the region left split mode: its split keys consolidate")
+    return RebalanceDecision(True, "split-mode", "the region entered split mode: its hot keys split")
+
+
 def _rule(decision: Decision, rebalance: RebalanceDecision) -> str:
     """The trigger(s) of a rebuild: the policy's rule if it changes N, and/or the imbalance trigger."""
     rules = [decision.rule] if decision.changed else []
@@ -486,6 +495,72 @@ def finite_or_none(value: float | np.floating[Any]) -> float | None:
     """``value`` as a JSON number, or None (null) when it is infinite or NaN."""
     number = float(value)
     return number if math.isfinite(number) else None
+
+
+@dataclass(frozen=True)
+class Built:
+    """A version built by the tick or an operator's action: the function, the algorithm name stored
+    with the version (``split-<scheme>`` in split mode), its report as JSON, and the figures the
+    activation event records."""
+
+    function: StoredFunction
+    algorithm: str
+    report: dict[str, Any]
+    event_data: dict[str, Any]
+
+
+def build_next(
+    current: StoredFunction, estimate: FrequencyEstimate, n_channels: int, settings: ControllerSettings
+) -> Built:
+    """The next version from ``current`` on the merged window: Gedik's build for a key-preserving
+    region (from ``current``'s home, so that leaving split mode consolidates every split key), or a
+    split function by the region's scheme (DESIGN §11.3)."""
+    if settings.split is None:
+        result = build(home_function(current), estimate, n_channels, settings.params, settings.algorithm)
+        stored = report_json(result.report)
+        return Built(
+            result.function,
+            result.report.algorithm.split(":")[0],
+            stored,
+            {
+                "algorithm": result.report.algorithm,
+                "predicted_b": stored["predicted_b"],
+                "predicted_m": stored["predicted_m"],
+                "candidates": stored["candidates"],
+            },
+        )
+    split = build_split(
+        current,
+        estimate,
+        n_channels,
+        split=settings.split,
+        params=settings.params,
+        algorithm=settings.algorithm,
+    )
+    stored = split.report.to_json_dict()
+    return Built(
+        split.function,
+        f"split-{settings.split.scheme}",
+        stored,
+        {
+            "algorithm": f"split-{settings.split.scheme}",
+            "predicted_b": stored["predicted_b"],
+            "b_lb": stored["b_lb"],
+            "memory": stored["memory"],
+            "split_keys": stored["split_keys"],
+            "d": stored["d"],
+            "head": stored["head"],
+        },
+    )
+
+
+def measured_b(function: StoredFunction, estimate: FrequencyEstimate, params: BuildParams) -> float:
+    """b of ``function`` on the window's ``estimate``: a split function's split keys spread by their
+    weights (DESIGN §11.3), every other key on its channel."""
+    if isinstance(function, SplitFunction):
+        return split_imbalance(function, estimate, params)
+    b, _ = predict(function, function, estimate, params)
+    return b
 
 
 def report_json(report: BuildReport) -> dict[str, Any]:

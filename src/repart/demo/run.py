@@ -167,6 +167,8 @@ def _row(outcome: BatchOutcome, trades: Trades) -> DemoRow:
     hashing = initial_function(
         outcome.n_channels, "str", outcome.function.slot_bits, ConsistentSpec(method="mod")
     )
+    if not isinstance(outcome.function, PartitionFunction):
+        raise TypeError("the demo's region is key-preserving: its versions are PartitionFunctions")
     moved = outcome.moved_rows or 0
     before, after = outcome.n_channels_before, outcome.n_channels
     return DemoRow(

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
 from repart.errors import NotFound
-from repart.partitioning import PartitionFunction
+from repart.partitioning.split.function import StoredFunction
 from repart.protocol.client import ControllerClient
 from repart.sim.trades import Trades
 from repart.spark.jobs import apply_next_plan
@@ -96,7 +96,7 @@ class BatchOutcome:
 
     seq: int
     version: int
-    function: PartitionFunction
+    function: StoredFunction
     n_channels: int
     n_channels_before: int
     plan_id: int | None
