@@ -1,27 +1,34 @@
-"""``observe``: a snapshot of one Spark batch's key frequencies, without a shuffle (DESIGN §3, §9).
+"""``observe``: a snapshot of one Spark batch's key frequencies, computed in the JVM (DESIGN §3, §9).
 
-One Spark job, one stage, no exchange of the batch's rows:
+One Spark query (one action: adaptive execution runs its two shuffle stages as jobs of their own); no
+row of the batch leaves the JVM and nothing runs in Python workers:
 
-1. The JVM projects every row to ``(hash, key)``: ``xxhash64`` of the key (``repart.spark.keys``, equal
-   to repart's XXH64, DESIGN §2) and the key itself. The same job computes Spark's
-   ``approx_count_distinct`` (HyperLogLog++) over the hashes of the non-null keys as an observed metric
-   (``DataFrame.observe``): each task aggregates its rows into a sketch and only the sketches travel.
-2. Each task runs ``repart.spark.counting.count_partition`` over its Arrow batches (``mapInArrow``):
-   Manku & Motwani's lossy counter (``LossyCounter``; Manku and Motwani, VLDB 2002) over the int64
-   hashes, a bincount of the slots ``h >> (64 - S)``, and, for every hash in the counter's table, one
-   original key. At the end of the partition it yields one row with its table, its tuple and null-key
-   counts and its sparse slot counts: the original keys of retained hashes only, never the batch.
-   Workers import only that module (not repart.storage and SQLAlchemy), so they start fast.
-3. The driver collects one row per partition, rebuilds each counter with ``LossyCounter.from_entries``,
-   merges them (counts and deltas add; the error bound is ``epsilon`` times the total, DESIGN §3),
-   maps the merged table's hashes back to original keys, adds up the slot counts, and hands the
-   snapshot document (README "Snapshot documents") to a sink (``repart.spark.sinks``).
+1. The JVM projects every row to ``(key, hash)``: the key as repart hashes it and ``xxhash64`` of it
+   (``repart.spark.keys``, equal to repart's XXH64, DESIGN §2).
+2. Two aggregations of that projection run as one query (a union of their results, collected as
+   Arrow), their map stages side by side:
 
-The counter counts hashes, not keys: the arithmetic stays on int64 whatever the key type, and only the
-retained hashes' keys leave the executors. Two distinct keys with the same 64-bit hash would be counted
-as one and reported under one of their keys (with their summed count). For |D| distinct keys that
-happens with probability about |D|² / 2^65 (3·10⁻⁸ for 10⁶ keys), and such keys share a slot anyway,
-so it is accepted rather than paid for by carrying every key to the executors' tables.
+   - the **slot aggregation**, ``groupBy(h >> (64 - S))`` over the rows with a key: each slot's tuple
+     count (the histogram of the snapshot, exact) and the slot's HyperLogLog register, the largest
+     ``rho`` of its hashes (``repart.spark.cardinality``): Spark's hash aggregation, generated code,
+     at most 2^S rows per task cross the shuffle;
+   - the **key sketch**, a global aggregation: DataSketches' frequent-items sketch of the keys
+     (``approx_top_k_accumulate``, ``repart.spark.frequent_items``) sized for ``epsilon``, and the
+     counts of rows and of rows with a key. Each task builds a partial sketch; one task merges them.
+
+3. The driver reads the sketch with the ``datasketches`` package: every tracked key with its lower
+   bound, and the sketch's offset. An item is ``[key, lower bound, offset]``: the key's true count lies
+   in ``[count, count + delta]``, every key occurring more than ``offset`` times is tracked, and
+   ``offset <= 3.5 / M * n <= floor(n / ceil(1/epsilon))`` for the map size ``M`` the sketch size
+   gives (checked before the job and again after it). |D| is Ertl's estimate from the slots'
+   registers. The snapshot document goes to a sink (``repart.spark.sinks``).
+
+Both aggregations read the batch, so a batch that is not cached is computed twice within the query
+(Spark SQL plans no shared scan; measured alternatives that read it once were slower, see
+docs/DECISIONS.md "observe in the JVM"). The reads must agree: a nondeterministic batch whose
+two reads give different rows is refused (cache or checkpoint it first) rather than described by a
+snapshot whose slots and items count different rows. Results travel through the shuffle and the
+job's result, not through accumulators, so a retried or speculative task counts once.
 """
 
 from __future__ import annotations
@@ -30,20 +37,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import partial, reduce
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
-import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
-from pyspark.sql import Observation as MetricsObservation
 from pyspark.sql import functions as F
 
 from repart.errors import InvalidInput
 from repart.partitioning.documents import require_int
 from repart.partitioning.domain import DEFAULT_SLOT_BITS, KeyType, check_slot_bits
-from repart.partitioning.frequency import LossyCounter
 from repart.protocol.snapshot import (
     ChannelMeasurement,
     CounterEntry,
@@ -51,13 +54,12 @@ from repart.protocol.snapshot import (
     channel_measurements,
     check_region_name,
 )
-from repart.spark.counting import count_partition
+from repart.spark.cardinality import estimate_distinct, register_value
+from repart.spark.frequent_items import accumulate, check_sketch_size, default_sketch_size, read_sketch
 from repart.spark.keys import key_column
 
 if TYPE_CHECKING:  # no import of the sinks (and the database) at run time
     from repart.spark.sinks import SnapshotSink
-
-_INT64 = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -97,8 +99,8 @@ class Observation:
     """What ``observe`` emitted: the snapshot ``document`` and where the sink wrote it.
 
     ``tuples`` counts the rows with a non-null key, ``null_keys`` the rest; ``items`` is the number of
-    counter entries in the document; ``seconds`` the wall time of the whole call (Spark job, merge,
-    write).
+    entries in the document (the keys the sketch tracked); ``seconds`` the wall time of the whole call
+    (Spark job, reading the sketch, write).
     """
 
     document: dict[str, Any]
@@ -117,7 +119,7 @@ class _BatchCounts:
     null_keys: int
     distinct_estimate: int
     items: list[list[Any]]
-    slots: list[list[int]]
+    slots: tuple[tuple[int, int], ...]
 
 
 def observe(
@@ -128,6 +130,7 @@ def observe(
     sink: SnapshotSink,
     *,
     epsilon: float = 1e-3,
+    sketch_size: int | None = None,
     slot_bits: int = DEFAULT_SLOT_BITS,
     version: int | None = None,
     channels: Sequence[dict[str, Any]] | None = None,
@@ -135,27 +138,36 @@ def observe(
 ) -> Observation:
     """Count the keys of ``df[key_col]`` and write the batch's snapshot for ``region`` to ``sink``.
 
-    Runs one Spark job without a shuffle (module docstring). The document holds the lossy counter's
-    entries ``[key, count, delta]`` with ``count <= true count <= count + delta`` and ``delta <= epsilon
-    * tuples`` (every key occurring more than ``epsilon * tuples`` times is among them), the tuple
-    count of every non-empty slot of ``slot_bits`` bits, ``approx_count_distinct`` of the keys as
-    ``distinct_estimate``, and ``version``, ``channels`` (per-channel measurements: dicts with
-    channel, tuples, busy_seconds, state_bytes) and ``batch`` (the job's id of the batch, so that a
-    batch run again after a crash is ingested once) as given.
+    Runs one Spark query that keeps the batch in the JVM (module docstring). The document holds the
+    frequent-items sketch's entries ``[key, count, delta]`` with ``count <= true count <= count +
+    delta`` and ``delta <= floor(tuples / ceil(1/epsilon)) <= epsilon * tuples`` (every key occurring
+    more than ``delta`` times, so every key above ``epsilon * tuples``, is among them), the exact tuple
+    count of every non-empty slot of ``slot_bits`` bits, a HyperLogLog estimate of the distinct keys
+    over those slots as ``distinct_estimate``, and ``version``, ``channels`` (per-channel
+    measurements: dicts with channel, tuples, busy_seconds, state_bytes) and ``batch`` (the job's id
+    of the batch, so that a batch run again after a crash is ingested once) as given.
+
+    ``sketch_size`` is the number of counters of the sketch (Spark's ``maxItemsTracked``); by default
+    the most a sketch for ``epsilon`` holds in the map it needs (3,072 for epsilon = 1e-3, see
+    ``repart.spark.frequent_items``). A larger one is more exact and costs more memory.
 
     Rows whose key is null are not counted: not in ``tuples``, items or slots. Their number is
     returned as ``Observation.null_keys``; ``repart.spark.route`` sends them to channel 0.
 
     Raises InvalidInput naming the field and accepted range, before any Spark work, for: a missing
-    key column or one of an unsupported type, ``epsilon`` outside (0, 1), ``slot_bits`` outside
-    [10, 20], a ``window`` that is not a ``Window``, a bad region name, version or channels. A sink
-    that rejects the document (such as a window already ingested under another batch) raises its
-    ReparError. Nothing is written when anything raises.
+    key column or one of an unsupported type, ``epsilon`` outside (0, 1) or below what Spark's largest
+    sketch guarantees (about 1.7e-6), a ``sketch_size`` outside [1, 1,000,000] or too small for
+    ``epsilon`` (naming both), ``slot_bits`` outside [10, 20], a ``window`` that is not a ``Window``, a
+    bad region name, version or channels; after the job, for a batch whose two reads disagree
+    (``df``). A sink that rejects the document (such as a window already ingested under another
+    batch) raises its ReparError. Nothing is written when anything raises.
     """
     began = time.perf_counter()
     key = key_column(df, key_col)
     if isinstance(epsilon, bool) or not isinstance(epsilon, int | float) or not 0.0 < epsilon < 1.0:
         raise InvalidInput("epsilon", f"must be a number in (0, 1), got {epsilon!r}")
+    epsilon = float(epsilon)
+    size = default_sketch_size(epsilon) if sketch_size is None else check_sketch_size(sketch_size, epsilon)
     if not isinstance(window, Window):
         raise InvalidInput("window", f"must be a repart.spark.observe.Window, got {type(window).__name__}")
     check_slot_bits(slot_bits)  # the fields given, checked before the Spark job runs
@@ -163,7 +175,7 @@ def observe(
         _snapshot,
         region=check_region_name(region),
         window=window,
-        epsilon=float(epsilon),
+        epsilon=epsilon,
         key_type=key.key_type,
         slot_bits=slot_bits,
         version=None if version is None else require_int(version, "version", 1),
@@ -171,9 +183,8 @@ def observe(
         batch=None if batch is None else require_int(batch, "batch"),
     )
 
-    counts = _count(
-        df.select(key.hash.alias("hash"), key.value.alias("key")), key.key_type, epsilon, slot_bits
-    )
+    projected = df.select(key.value.alias("key"), key.hash.alias("hash"))
+    counts = _count(projected, key.key_type, epsilon, size, slot_bits)
     document = fields(counts).to_document()
     destination = sink.write(document)
     return Observation(
@@ -210,66 +221,57 @@ def _snapshot(
         key_type=key_type,
         items=tuple(CounterEntry(key, count, delta) for key, count, delta in counts.items),
         slot_bits=slot_bits,
-        slots=tuple((slot, count) for slot, count in counts.slots) or None,
+        slots=counts.slots or None,
         version=version,
         channels=channels,
         batch=batch,
     )
 
 
-def _count(projected: DataFrame, key_type: KeyType, epsilon: float, slot_bits: int) -> _BatchCounts:
-    """Run the Spark job over ``projected`` (columns ``hash``, ``key``) and merge its partitions."""
-    metrics = MetricsObservation()
-    hashes_of_keys = F.when(F.col("key").isNotNull(), F.col("hash"))  # xxhash64(NULL) is the seed, 42
-    observed = projected.observe(metrics, F.approx_count_distinct(hashes_of_keys).alias("distinct"))
-    key_sql = "string" if key_type == "str" else "bigint"
-    schema = (
-        "n bigint, null_keys bigint, hashes array<bigint>, counts array<bigint>, deltas array<bigint>, "
-        f"keys array<{key_sql}>, slots array<bigint>, slot_counts array<bigint>"
-    )
-    table = observed.mapInArrow(
-        partial(count_partition, epsilon=epsilon, slot_bits=slot_bits), schema
-    ).toArrow()
-    distinct = int(metrics.get["distinct"])
-
-    ns = table.column("n").to_numpy()
-    counters = [
-        LossyCounter.from_entries(epsilon, int(n), hashes, counts, deltas, "int")
-        for n, hashes, counts, deltas in zip(
-            ns, _rows(table, "hashes"), _rows(table, "counts"), _rows(table, "deltas"), strict=True
+def _count(
+    projected: DataFrame, key_type: KeyType, epsilon: float, sketch_size: int, slot_bits: int
+) -> _BatchCounts:
+    """Run the Spark query over ``projected`` (columns ``key``, ``hash``) and read its result: the slot
+    aggregation's rows (``slot``, ``tuples``, ``register``) and the key sketch's one row (``sketch``,
+    ``keyed``, ``rows``), unioned into one table."""
+    slots = (
+        projected.where(F.col("key").isNotNull())
+        .groupBy(F.shiftrightunsigned("hash", 64 - slot_bits).alias("slot"))
+        .agg(
+            F.count(F.lit(1)).alias("tuples"),
+            F.max(register_value(F.col("hash"), slot_bits)).alias("register"),
         )
-    ]
-    merged = reduce(LossyCounter.merge, counters, LossyCounter(epsilon, "int"))
-    hashes, counts, deltas = merged.entries()
-    # Every merged entry is in some partition's table, which carries one original key of it.
-    shipped, first = np.unique(_flat(table, "hashes").to_numpy(), return_index=True)
-    keys = _flat(table, "keys").take(pa.array(first[np.searchsorted(shipped, hashes)])).to_pylist()
-    order = np.argsort(-counts, kind="stable")  # items by count, largest first
-    items = [[keys[i], int(counts[i]), int(deltas[i])] for i in order.tolist()]
+    )
+    sketch = projected.agg(
+        accumulate("key", sketch_size).getField("sketch").alias("sketch"),
+        F.count("key").alias("keyed"),
+        F.count(F.lit(1)).alias("rows"),
+    )
+    table = slots.unionByName(sketch, allowMissingColumns=True).toArrow()
+    sketched = pc.is_valid(table.column("sketch"))
+    summary = table.filter(sketched).to_pylist()[0]
+    histogram = table.filter(pc.invert(sketched)).sort_by("slot")
 
-    slot_counts = np.zeros(1 << slot_bits, dtype=np.int64)
-    np.add.at(slot_counts, _flat(table, "slots").to_numpy(), _flat(table, "slot_counts").to_numpy())
-    filled = np.flatnonzero(slot_counts)
+    tuples = int(pc.sum(histogram.column("tuples")).as_py() or 0)
+    keys = read_sketch(summary["sketch"], key_type)
+    if not tuples == keys.n == summary["keyed"]:
+        raise InvalidInput(
+            "df",
+            "must give the same rows each time it is read: observe reads the batch twice in one query "
+            f"(slot counts and key sketch) and they saw {tuples:,} and {keys.n:,} rows with a key; "
+            "cache or checkpoint a nondeterministic batch before observing it",
+        )
+    keys.check_error(epsilon, sketch_size)
+    items = [[key, count, keys.offset] for key, count in zip(keys.keys, keys.counts.tolist(), strict=True)]
+    distinct = estimate_distinct(histogram.column("register").to_numpy(), slot_bits)
     return _BatchCounts(
-        tuples=merged.n,
-        null_keys=int(table.column("null_keys").to_numpy().sum()),
-        # HyperLogLog++ errs both ways (about 5 %), but each item is a distinct key and the document
-        # requires distinct_estimate >= len(items): a low estimate is clamped up to the item count.
+        tuples=tuples,
+        null_keys=int(summary["rows"]) - tuples,
+        # HyperLogLog errs both ways, but each item is a distinct key and the document requires
+        # distinct_estimate >= len(items): a low estimate is clamped up to the item count.
         distinct_estimate=max(distinct, len(items)),
         items=items,
-        slots=np.column_stack([filled, slot_counts[filled]]).tolist(),
+        slots=tuple(
+            zip(histogram.column("slot").to_pylist(), histogram.column("tuples").to_pylist(), strict=True)
+        ),
     )
-
-
-def _flat(table: pa.Table, name: str) -> pa.Array:
-    """The values of list column ``name`` of all rows, concatenated."""
-    return table.column(name).combine_chunks().flatten()
-
-
-def _rows(table: pa.Table, name: str) -> list[_INT64]:
-    """The values of int64 list column ``name``, one numpy array per row."""
-    column = table.column(name).combine_chunks()
-    if len(column) == 0:
-        return []
-    offsets = column.offsets.to_numpy()
-    return np.split(column.flatten().to_numpy(), offsets[1:-1] - offsets[0])
