@@ -41,6 +41,8 @@ def test_a_split_region_stores_its_scheme_canonical_merge_and_parameters(db_url:
         (["--split", "salting", "--merge", "pv=sum"], "--split must be"),
         (["--split", "pkg", "--merge", "pv=avg"], "--merge must be"),
         (["--set", "split=3"], "--set split must be"),
+        (["--set", "split.theta=5"], "--set split.theta must be"),  # checked in a key-preserving region too
+        (["--split", "pkg", "--merge", "pv=sum", "--set", "split.scheme=rr"], "--set split.scheme is"),
     ],
 )
 def test_bad_split_options_exit_2_and_write_nothing(db_url: str, options: list[str], option: str) -> None:

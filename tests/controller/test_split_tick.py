@@ -84,6 +84,8 @@ def test_scale_and_rollback_of_a_split_region(engine: Engine) -> None:
     function = version_function(versions(engine)[-1])
     assert isinstance(function, SplitFunction) and function.n_channels == 12
     assert scaled.plan_m is not None
+    data = load_object(next(e for e in events(engine) if e.kind == "scaled").data_json)
+    assert data["predicted_m"] == pytest.approx(scaled.plan_m)  # the plan's m, consolidations included
     rolled = rollback(engine, REGION, 1, reason="back to p(0)")
     assert version_function(versions(engine)[-1]) == version_function(versions(engine)[0])
     assert rolled.plan_m is not None

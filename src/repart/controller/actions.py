@@ -270,7 +270,7 @@ def _scale(
     else:
         built = build_next(context.current, context.estimate, n, context.settings)
         function, algorithm, report = built.function, built.algorithm, built.report
-        data |= _predictions(context, function) | built.event_data
+        data |= built.event_data | _predictions(context, function)  # the plan's m, consolidations included
     version = NewVersion(
         function.to_json(), function.digest, n, algorithm, report, parent_number=applied.number
     )
@@ -319,7 +319,8 @@ def _predictions(context: _Context, target: StoredFunction) -> dict[str, Any]:
     if isinstance(current, PartitionFunction) and isinstance(target, PartitionFunction):
         _, m = predict(current, target, estimate, params)
     else:
-        m = plan_migration(current, target, estimate, params.resources).m or math.nan
+        plan_m = plan_migration(current, target, estimate, params.resources).m
+        m = math.nan if plan_m is None else plan_m
     return numbers | {
         "window_seqs": context.window_seqs,
         "b_before": finite_or_none(b_before),

@@ -2,7 +2,7 @@
 
 ``Daemon`` runs a sweep every interval on its own thread (never two at once; sweeps that fall due while one
 still runs are coalesced into the next and counted). A sweep renews every lease this daemon holds and
-takes every free or expired lease in one transaction (``repart.storage.leases.claim_leases``: four
+takes every free or expired lease in one transaction (``repart.storage.leases.claim_leases``: five
 statements however many regions), reads every region with its lease in one query (``region_leases``; a
 region created later is found by the next sweep), and hands each region, at the
 region's fixed phase within the interval (so that ticks do not all queue at its start), to a pool of

@@ -30,7 +30,7 @@ from typing import Any
 from repart.controller.policy import ChannelPolicy, FixedPolicy, TargetUtilizationPolicy
 from repart.errors import InvalidInput
 from repart.partitioning.algorithms.problem import DEFAULT_MOVE_LIMIT, BuildParams
-from repart.partitioning.domain import check_utility
+from repart.partitioning.domain import SPLIT_SCHEMES, check_utility
 from repart.partitioning.resources import Resources
 from repart.partitioning.split.params import SplitParams
 from repart.storage.regions import RegionConfig
@@ -98,12 +98,12 @@ def _split(config: RegionConfig, parameters: Mapping[str, Any]) -> SplitParams |
     a key-preserving region. A bad parameter is ``InvalidInput`` naming ``settings.split.<field>``."""
     if "scheme" in parameters:
         raise InvalidInput("settings.split.scheme", "is the region's split_scheme (--split), not a setting")
-    if config.split_scheme is None:
-        return None
+    scheme = config.split_scheme or SPLIT_SCHEMES[0]  # checked while unused too, as the policy's settings are
     try:
-        return SplitParams.from_settings({"scheme": config.split_scheme, **parameters})
+        params = SplitParams.from_settings({"scheme": scheme, **parameters})
     except InvalidInput as problem:
         raise InvalidInput(f"settings.{problem.field}", problem.requirement) from None
+    return None if config.split_scheme is None else params
 
 
 def _policy(config: RegionConfig, settings: Mapping[str, Any]) -> ChannelPolicy:

@@ -19,7 +19,10 @@ reconcile loop does:
    neither fires, or the build reproduces the applied function: ``unchanged`` (a ``no-change`` event);
    else **plan**: the next function built from the applied version with the region's algorithm and
    parameters, and the migration plan to it (DESIGN §6): ``activated``, or in ``recommend`` mode
-   ``recommended`` (the same candidate and plan, recorded as an event and not activated).
+   ``recommended`` (the same candidate and plan, recorded as an event and not activated). In split
+   mode (DESIGN §11.3) the build is a split function by the region's scheme and b spreads the split
+   keys by their weights; a region whose applied function is of the other kind (it entered or left
+   split mode) rebuilds whatever b is (rule ``split-mode``).
 3. **Persist** (``persist``, one short write transaction; nothing is computed in it): with a lease,
    its fencing token is checked first (``repart.storage.check_fence``: a controller paused past its
    lease cannot write); then the region's status is compared and set, so a decision made on a status

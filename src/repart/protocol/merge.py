@@ -5,8 +5,8 @@ reading the state, or consolidating a key's partials into one channel, merges th
 declares how, column by column, as text such as ``"pv=sum,volume=sum,low=min,high=max"``: every state
 column named once with one of ``MERGE_OPERATIONS``, which are the decomposable aggregations whose
 merge of partials equals the aggregation over all input (a count is the ``sum`` of partial counts).
-The controller stores the canonical text with the region; a job builds the merge from it
-(``repart.state.merge``) or passes a function of its own.
+The controller stores the canonical text with the region; a job builds its merge from it or passes a
+function of its own.
 """
 
 from __future__ import annotations

@@ -107,15 +107,18 @@ def acquire_lease(
 
 def claim_leases(session: Session, holder: str, ttl_seconds: float, now: datetime) -> dict[str, int]:
     """Renew every lease ``holder`` holds (expired or not) and take every free or expired lease, all
-    until ``now + ttl_seconds``, in four statements however many regions there are: the rule of
-    ``acquire_lease`` applied to every region at once. Returns region name → fencing token of each lease
-    ``holder`` holds afterwards; a region another holder's valid lease covers is not in it.
+    until ``now + ttl_seconds``, in five statements however many regions there are (the last reads
+    their names): the rule of ``acquire_lease`` applied to every region at once. Returns region name →
+    fencing token of each lease ``holder`` holds afterwards; a region another holder's valid lease
+    covers is not in it.
 
     The free and expired regions draw their new tokens in one ``UPDATE`` of their region rows, which
     serializes two claimants as ``acquire_lease``'s draw does; the takeover (``UPDATE … WHERE
     expires_at <= now``) and the insert of missing leases (``ON CONFLICT DO NOTHING``) then find a
     lease the other claimant committed in between already valid or present, and leave it. A token
-    drawn for a lease not taken is never used, as in ``acquire_lease``.
+    drawn for a lease not taken is never used, as in ``acquire_lease``. Two claimants can deadlock on
+    PostgreSQL (one renewing its expired lease row while the other, holding region rows, waits for
+    it); the server aborts one and ``run_in_transaction`` retries it.
     """
     _check_holder(holder)
     expires = now + timedelta(seconds=check("ttl_seconds", ttl_seconds, POSITIVE))

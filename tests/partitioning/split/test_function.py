@@ -3,6 +3,7 @@ direct reading of the threshold rule."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -120,3 +121,16 @@ def test_bad_documents_name_their_field() -> None:
 
 def test_thresholds_of_tiny_weights_never_pass_two_to_the_32() -> None:
     assert cumulative_thresholds((1 - 1e-12, 1e-12)) == (ROW_HASH_SPAN, ROW_HASH_SPAN)
+
+
+def test_a_bad_row_is_named_by_its_position_in_the_document() -> None:
+    hot, cold = HOME.lookup("z"), HOME.lookup("a")
+    document = {
+        "format": 1,
+        "kind": "split",
+        "home": json.loads(HOME.to_json()),
+        "split": [["z", [(hot + 1) % 8, hot], [0.5, 0.5]], ["a", [cold, (cold + 1) % 8], [0.5, 0.5]]],
+    }
+    with pytest.raises(InvalidInput) as raised:
+        load_function(json.dumps(document))
+    assert raised.value.field == "split[0].candidates"

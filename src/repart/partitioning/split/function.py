@@ -83,7 +83,7 @@ class SplitFunction:
         check("home", self.home, Kind(PartitionFunction, "a PartitionFunction"))
         checked: dict[Key, SplitEntry] = {}
         key_type = self.home.key_type
-        for index, (key, entry) in enumerate(sorted(self.split.items(), key=_row_order)):
+        for index, (key, entry) in enumerate(self.split.items()):  # named by their given position
             name = f"split[{index}]"
             plain = require_key(key, f"{name}.key", key_type)
             key_type = key_type_of(plain)
