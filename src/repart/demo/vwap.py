@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
 from repart.errors import NotFound
+from repart.partitioning.function import PartitionFunction
 from repart.partitioning.split.function import StoredFunction
 from repart.protocol.client import ControllerClient
 from repart.sim.trades import Trades
@@ -178,6 +179,10 @@ class VwapPipeline:
         if migration is not None:
             self.store = StateStore.open(self.state_root)
         version, function = self.client.applied_function(self.region)
+        if not isinstance(function, PartitionFunction):
+            raise TypeError(
+                f"region {self.region!r} is in split mode; the VWAP pipeline routes key-preserving"
+            )
         frame: DataFrame = self.spark.createDataFrame(trades_table(trades))
         self.store, updates = update_state(
             self.store,
