@@ -29,6 +29,7 @@ from repart.cli.database import (
     read_query,
 )
 from repart.cli.errors import reports_bad_input
+from repart.cli.versions import print_split_keys
 
 if TYPE_CHECKING:
     from repart.controller.actions import ActionResult
@@ -118,17 +119,7 @@ def explain(region: RegionName, db: DbOption = None, as_json: JsonOption = False
                 _cell(candidate["objective"]),
             )
         out.print(candidates)
-    if shown["head"]:
-        head = Table(title="split keys (home first)")
-        for column in ("key", "candidates", "weights"):
-            head.add_column(column)
-        for entry in shown["head"]:
-            head.add_row(
-                Text(repr(entry["key"])),
-                ", ".join(map(str, entry["candidates"])),
-                ", ".join(f"{weight:.3f}" for weight in entry["weights"]),
-            )
-        out.print(head)
+    print_split_keys(shown["head"])
 
 
 def _show(result: ActionResult, as_json: bool) -> None:

@@ -125,6 +125,22 @@ def print_plan(plan: dict[str, Any], title: str) -> None:
         out.print(runs)
 
 
+def print_split_keys(entries: list[dict[str, Any]]) -> None:
+    """Split keys for people (``{"key", "candidates", "weights"}`` objects): a table, nothing if none."""
+    if not entries:
+        return
+    split = Table(title="split keys (home first)")
+    for column in ("key", "candidates", "weights"):
+        split.add_column(column)
+    for entry in entries:
+        split.add_row(
+            Text(repr(entry["key"])),
+            ", ".join(map(str, entry["candidates"])),
+            ", ".join(f"{weight:.3f}" for weight in entry["weights"]),
+        )
+    console().print(split)
+
+
 @versions_app.command("list")
 @reports_bad_input
 def list_(region: RegionName, db: DbOption = None, as_json: JsonOption = False) -> None:
@@ -195,17 +211,7 @@ def show(
     for field, value in shown["report"].items():
         table.add_row(f"report.{field}", Text(json.dumps(value)))
     console().print(table)
-    if shown["split_keys"]:
-        split = Table(title="split keys (home first)")
-        for column in ("key", "candidates", "weights"):
-            split.add_column(column)
-        for entry in shown["split_keys"]:
-            split.add_row(
-                Text(repr(entry["key"])),
-                ", ".join(map(str, entry["candidates"])),
-                ", ".join(f"{weight:.3f}" for weight in entry["weights"]),
-            )
-        console().print(split)
+    print_split_keys(shown["split_keys"])
 
 
 @versions_app.command("diff")

@@ -40,21 +40,19 @@ from repart.migration.consolidation import SplitKey, consolidations_of, predicte
 from repart.migration.plan import ExplicitMove, MigrationPlan
 from repart.partitioning.domain import Key, KeyType
 from repart.partitioning.frequency import FrequencyEstimate
-from repart.partitioning.function import PartitionFunction
 from repart.partitioning.resources import Resources
-from repart.partitioning.split.function import SplitEntry, SplitFunction
+from repart.partitioning.split.function import SplitEntry, SplitFunction, StoredFunction, home_function
 from repart.partitioning.tail import untracked_slot_loads
 
 FloatArray = npt.NDArray[np.float64]
 #: A version's function: key-preserving, or split (DESIGN §11.3).
-Function = PartitionFunction | SplitFunction
 
 DEFAULT_RESOURCES = Resources.parse("LCL")
 
 
 def plan_migration(
-    a: Function,
-    b: Function,
+    a: StoredFunction,
+    b: StoredFunction,
     estimate: FrequencyEstimate | None = None,
     resources: Resources = DEFAULT_RESOURCES,
 ) -> MigrationPlan:
@@ -76,7 +74,7 @@ def plan_migration(
         raise InvalidInput(
             "estimate", f"must hold the functions' {key_type!r} keys, got {estimate.key_type!r} keys"
         )
-    home_a, home_b = _home(a), _home(b)
+    home_a, home_b = home_function(a), home_function(b)
     split_a, split_b = _split_table(a), _split_table(b)
     keys = sorted(home_a.explicit.keys() | home_b.explicit.keys() | split_a.keys() | split_b.keys())
     sources, targets = home_a.lookup_many(keys), home_b.lookup_many(keys)
@@ -126,12 +124,7 @@ def plan_migration(
     )
 
 
-def _home(function: Function) -> PartitionFunction:
-    """The function that routes the unsplit keys: a split function's home, else the function."""
-    return function.home if isinstance(function, SplitFunction) else function
-
-
-def _split_table(function: Function) -> Mapping[Key, SplitEntry]:
+def _split_table(function: StoredFunction) -> Mapping[Key, SplitEntry]:
     """The split table of a split function; a ``PartitionFunction`` splits no key."""
     return function.split if isinstance(function, SplitFunction) else {}
 
@@ -141,7 +134,7 @@ def _side(entry: SplitEntry | None, home: int) -> tuple[tuple[int, ...], tuple[f
     return (entry.candidates, entry.weights) if entry is not None else ((home,), (1.0,))
 
 
-def _common_key_type(a: Function, b: Function) -> KeyType | None:
+def _common_key_type(a: StoredFunction, b: StoredFunction) -> KeyType | None:
     if None not in (a.key_type, b.key_type) and a.key_type != b.key_type:
         raise InvalidInput(
             "b", f"must have a's key_type {a.key_type!r} (a region uses one key type), got {b.key_type!r}"

@@ -48,7 +48,7 @@ from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.partitioning.metrics import imbalance, lower_bound
 from repart.partitioning.resources import Resources, check_channels
 from repart.partitioning.split.candidates import candidate_lists, choice_counts, rendezvous_order
-from repart.partitioning.split.function import SplitEntry, SplitFunction
+from repart.partitioning.split.function import SplitEntry, SplitFunction, home_function
 from repart.partitioning.split.params import SplitParams
 from repart.partitioning.split.report import SplitBuildResult, SplitReport
 from repart.partitioning.split.weights import water_fill
@@ -145,10 +145,8 @@ def split_imbalance(function: SplitFunction, estimate: FrequencyEstimate, params
 
 
 def _home_of(previous: PartitionFunction | SplitFunction) -> PartitionFunction:
-    if isinstance(previous, SplitFunction):
-        return previous.home
-    if isinstance(previous, PartitionFunction):
-        return previous
+    if isinstance(previous, PartitionFunction | SplitFunction):
+        return home_function(previous)
     raise InvalidInput(
         "previous", f"must be a PartitionFunction or a SplitFunction, got a {type(previous).__name__}"
     )
