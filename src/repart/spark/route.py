@@ -38,46 +38,78 @@ folding (the optimizer rule ConvertToLocalRelation), which parses the constants 
 ``repart.spark.session.spark_session`` sets ``spark.sql.execution.arrow.localRelationThreshold=0`` so
 such DataFrames are RDD-backed; data read from files or streams is never a LocalRelation.
 
+A ``SplitFunction`` (DESIGN §11.3) routes through the same lookup with its home function: each split
+key is a routing exception of its slot whose "channel" is the code ``-(i + 1)``, i its index in the
+split table, and a row with a negative code picks among the key's candidates by a hash of the row
+(``repart.spark.split_route``). A function without split keys routes exactly as its home.
+
 ``partition`` then hands the channel to ``DataFrame.repartitionById``: one shuffle, after which Spark
 partition i holds exactly the rows of channel i.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from repart.errors import InvalidInput
-from repart.partitioning.domain import Key
+from repart.partitioning.domain import Key, KeyType
 from repart.partitioning.function import PartitionFunction
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
+from repart.partitioning.split.function import SplitFunction, StoredFunction
+from repart.spark.constants import constant
 from repart.spark.keys import KeyColumn, key_column
+from repart.spark.split_route import route_split, row_columns, split_codes
 
 DEFAULT_CHANNEL_COL = "channel"
 _KEY_TYPES = {"str": "string", "int": "bigint"}
 
 
 def route(
-    df: DataFrame, key_col: str, version: PartitionFunction, *, channel_col: str = DEFAULT_CHANNEL_COL
+    df: DataFrame,
+    key_col: str,
+    version: StoredFunction,
+    *,
+    channel_col: str = DEFAULT_CHANNEL_COL,
+    row_cols: Sequence[str] | None = None,
 ) -> DataFrame:
-    """``df`` with an int column ``channel_col`` holding ``version``'s channel of each row's key.
+    """``df`` with an int column ``channel_col`` holding ``version``'s channel of each row.
 
     The channel is computed by JVM-native expressions (no Python UDF; see the module docstring), so a
-    row's channel equals ``version.lookup(key)`` (DESIGN §2); a null key gets channel 0. InvalidInput
-    if ``key_col`` is missing, of a type repart does not hash or of another key type than
-    ``version``'s, or if ``df`` already has a column ``channel_col``.
+    row's channel equals ``version.lookup(key)`` (DESIGN §2) for a ``PartitionFunction``, and
+    ``version.lookup(key, xxhash64(*row_cols))`` for a ``SplitFunction`` (DESIGN §11.3): the row hash
+    is Spark's ``xxhash64`` of ``row_cols`` (default: every column of ``df``), so the same rows route
+    the same in every run and retry; rows that are equal in every hashed column go to one candidate.
+    ``row_cols`` only matters for split keys but is checked for every version. A null key gets
+    channel 0. InvalidInput if ``key_col`` is missing, of a type repart does not hash or of another
+    key type than ``version``'s, if ``df`` already has a column ``channel_col``, or if ``row_cols``
+    is not a non-empty list of distinct hashable columns of ``df``.
     """
-    if not isinstance(version, PartitionFunction):
-        raise InvalidInput("version", f"must be a PartitionFunction, got {type(version).__name__}")
+    if not isinstance(version, PartitionFunction | SplitFunction):
+        raise InvalidInput(
+            "version", f"must be a PartitionFunction or a SplitFunction, got {type(version).__name__}"
+        )
     key = key_column(df, key_col, expected=version.key_type)
     _check_new_column(df, channel_col)
-    return df.withColumn(channel_col, _channel(key, version))
+    hashed = row_columns(df, row_cols)
+    if isinstance(version, PartitionFunction):
+        return df.withColumn(channel_col, _channel(key, version))
+    if not version.split:
+        return df.withColumn(channel_col, _channel(key, version.home))
+    codes = split_codes(version)
+    code = _channel(key, version.home, codes, version.key_type)
+    return route_split(df, code, version, channel_col=channel_col, row_cols=hashed)
 
 
 def partition(
-    df: DataFrame, key_col: str, version: PartitionFunction, *, channel_col: str = DEFAULT_CHANNEL_COL
+    df: DataFrame,
+    key_col: str,
+    version: StoredFunction,
+    *,
+    channel_col: str = DEFAULT_CHANNEL_COL,
+    row_cols: Sequence[str] | None = None,
 ) -> DataFrame:
     """``route(df, ...)`` shuffled so that Spark partition i holds exactly the rows of channel i (DESIGN §9).
 
@@ -86,45 +118,54 @@ def partition(
     per channel) reads its channel from the rows instead of trusting the partition index. Errors as
     in ``route``.
     """
-    routed = route(df, key_col, version, channel_col=channel_col)
+    routed = route(df, key_col, version, channel_col=channel_col, row_cols=row_cols)
     return routed.repartitionById(version.n_channels, channel_col)
 
 
-def _channel(key: KeyColumn, version: PartitionFunction) -> Column:
-    """The channel of ``key`` under ``version`` as an int column expression (0 for a null key).
+def _channel(
+    key: KeyColumn,
+    function: PartitionFunction,
+    marked: Mapping[Key, int] | None = None,
+    key_type: KeyType | None = None,
+) -> Column:
+    """The channel of ``key`` under ``function`` as an int column expression (0 for a null key), or
+    the code ``marked[key]`` (negative) for a marked key of type ``key_type``.
 
     A null key has a null slot, hence a null entry, which the final ``coalesce`` turns into 0. The
     entry is the first condition of the ``CASE``, evaluated for every row, so whole-stage codegen
     computes it (and the hash) once per row although the expression names it three times.
     """
-    table, keys, channels = _routing_literals(version)
-    slot = F.when(~key.is_null, key.slot(version.slot_bits).cast("int"))
-    entry = F.get(_literal(table, "array<int>"), slot)
+    table, keys, channels = _routing_literals(function, marked or {}, key_type or function.key_type)
+    slot = F.when(~key.is_null, key.slot(function.slot_bits).cast("int"))
+    entry = F.get(constant(table, "array<int>"), slot)
     if keys:  # a negative entry -(g + 1) sends the key to slot group g of the explicit map
         group = -entry - 1
-        key_groups = _literal(keys, f"array<array<{_KEY_TYPES[key.key_type]}>>")
+        key_groups = constant(keys, f"array<array<{_KEY_TYPES[key.key_type]}>>")
         position = F.array_position(F.get(key_groups, group), key.value).cast("int")
-        explicit = F.get(F.get(_literal(channels, "array<array<int>>"), group), position)
+        explicit = F.get(F.get(constant(channels, "array<array<int>>"), group), position)
         entry = F.when(entry >= 0, entry).otherwise(explicit)
     return F.coalesce(entry, F.lit(0))
 
 
-def _routing_literals(version: PartitionFunction) -> tuple[list[int], list[list[Key]], list[list[int]]]:
+def _routing_literals(
+    function: PartitionFunction, marked: Mapping[Key, int], key_type: KeyType | None
+) -> tuple[list[int], list[list[Key]], list[list[int]]]:
     """``T'`` with each slot that holds a routing exception replaced by ``-(g + 1)``, and per group g the
     exceptions' keys and ``[T'[slot], channel of key 1, channel of key 2, ...]``.
 
-    The exceptions are the explicit keys whose channel is not ``T'[slot(key)]``: the others route the
-    same without E.
+    The exceptions are the explicit keys whose channel is not ``T'[slot(key)]`` (the others route the
+    same without E) and every key of ``marked``, whose "channel" is its code.
     """
-    table = version.table.tolist()
-    if not version.explicit or version.key_type is None:
+    table = function.table.tolist()
+    routed = {key: channel for key, channel in function.explicit.items() if key not in marked}
+    if not (routed or marked) or key_type is None:
         return table, [], []
-    explicit_keys = list(version.explicit)
-    slots = slots_of_hashes(hash_keys(explicit_keys, version.key_type), version.slot_bits).tolist()
+    listed = [*routed, *marked]
+    slots = slots_of_hashes(hash_keys(listed, key_type), function.slot_bits).tolist()
     by_slot: dict[int, dict[Key, int]] = {}
-    for key, slot in zip(explicit_keys, slots, strict=True):
-        channel = version.explicit[key]
-        if channel != table[slot]:
+    for key, slot in zip(listed, slots, strict=True):
+        channel = marked[key] if key in marked else routed[key]
+        if key in marked or channel != table[slot]:
             by_slot.setdefault(slot, {})[key] = channel
     keys, channels = [], []
     for group, (slot, exceptions) in enumerate(sorted(by_slot.items())):
@@ -132,11 +173,6 @@ def _routing_literals(version: PartitionFunction) -> tuple[list[int], list[list[
         channels.append([table[slot], *exceptions.values()])
         table[slot] = -(group + 1)
     return table, keys, channels
-
-
-def _literal(value: object, spark_type: str) -> Column:
-    """``value`` as one constant of ``spark_type``: a JSON string literal that the optimizer folds."""
-    return F.from_json(F.lit(json.dumps(value, ensure_ascii=False, separators=(",", ":"))), spark_type)
 
 
 def _check_new_column(df: DataFrame, channel_col: str) -> None:

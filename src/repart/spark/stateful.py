@@ -7,6 +7,11 @@ The driver commits every channel's new files as one new generation of the store 
 swap), so a batch's state update is all or nothing. Channels with no rows in the batch keep their
 files.
 
+Split mode (DESIGN §11.3): with a ``SplitFunction`` a split key's rows arrive on several channels, and
+each channel's ``combine`` folds them into that channel's own row for the key, so the store holds one
+*partial* row per (key, channel): the per-channel check that ``combine`` returns one row per key is
+exactly that invariant. ``StateStore.read_merged`` merges the partials into one row per key.
+
 Exactly once: given the job's ``batch_id``, the generation records the batch
 (``repart.state.batches``), and a batch the store has absorbed already is not folded in again: a job
 killed after the commit and run again on the same batch gets the recorded channel updates back,
@@ -32,7 +37,7 @@ from pyspark import TaskContext
 from pyspark.sql import DataFrame
 
 from repart.errors import Corrupt, InvalidInput
-from repart.partitioning import PartitionFunction
+from repart.partitioning.split.function import StoredFunction
 from repart.state.batches import ChannelUpdate, absorbed_batch
 from repart.state.store import FileEntry, StateStore, write_channel_files
 
@@ -56,7 +61,7 @@ def update_state(
     combine: Combine,
     *,
     version: int,
-    function: PartitionFunction,
+    function: StoredFunction,
     batch_id: int | None = None,
     channel_col: str = "channel",
 ) -> tuple[StateStore, list[ChannelUpdate]]:
@@ -67,9 +72,10 @@ def update_state(
     the store is in: the store's version, digest and channel count (InvalidInput otherwise: apply the
     pending plan first). ``combine`` gets the channel's state and its batch rows (without
     ``channel_col``) as Arrow tables and returns the channel's complete new state with the store's
-    schema. ``batch_id`` (the job's id of the batch, growing from batch to batch) is recorded in the
-    new generation; when the store has absorbed that batch already nothing runs and the recorded
-    updates come back (module docstring). Returns the store at its new generation and one
+    schema. With a ``SplitFunction`` a split key gets one partial row on each channel it reaches.
+    ``batch_id`` (the job's id of the batch, growing from batch to batch) is recorded in the new
+    generation; when the store has absorbed that batch already nothing runs and the recorded updates
+    come back (module docstring). Returns the store at its new generation and one
     ``ChannelUpdate`` per channel that had rows.
     """
     if batch_id is not None and store.absorbed(batch_id):

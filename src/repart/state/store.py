@@ -43,6 +43,7 @@ import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -76,6 +77,7 @@ from repart.state.files import (
     read_verified,
     write_channel_files,
 )
+from repart.state.merge import Merge, MergeColumns, merged
 from repart.state.migrate import migrate_files
 from repart.validation import REGION_NAME, check
 
@@ -86,6 +88,7 @@ MANIFEST = "MANIFEST"
 GENERATIONS = "generations"
 LOCK = ".lock"
 DEFAULT_SLOT_GROUPS = 64
+_READ_THREADS = 8
 _MANIFEST_FIELDS = ("format", "generation", "sha256")
 _GENERATION_FIELDS = (
     "format",
@@ -370,6 +373,20 @@ class StateStore:
                 table.append_column(CHANNEL_COLUMN, pa.array([channel] * table.num_rows, pa.int32()))
             )
         return pa.concat_tables(parts)
+
+    def read_merged(self, merge: MergeColumns | Merge) -> pa.Table:
+        """The whole state with one row per key (the user's columns, no ``channel``; DESIGN §11.3).
+
+        In split mode a split key has one partial row on each channel it was routed to; ``merge``
+        merges them: a ``repart.protocol.merge.MergeSpec`` (each column's sum, min or max; see
+        ``repart.state.merge``) or a function from the partial rows of any keys to one row per key.
+        A key with one row keeps it unchanged under a spec. InvalidInput ``merge`` when a spec does
+        not fit the state's columns, or a function returns another schema, several rows for one key,
+        or other keys than it was given.
+        """
+        with ThreadPoolExecutor(_READ_THREADS) as pool:  # pyarrow reads without the GIL
+            parts = list(pool.map(self.read_channel, range(self.n_channels)))
+        return merged(pa.concat_tables(parts), merge, self.key_col)
 
     def rows(self) -> int:
         """The number of state rows (from the generation's entries)."""
