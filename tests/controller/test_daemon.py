@@ -321,3 +321,19 @@ def test_two_daemons_each_stopped_past_a_1_s_lease_never_both_write(db_url: str,
         assert all(ticked.values()), f"both daemons activated versions in turn: {ticked}"
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize(("lease_ttl", "shown"), [(2.0, "5s"), (40.0, "40s")])
+def test_the_daemons_transactions_may_not_sit_idle_past_its_lease(
+    engine: Engine, lease_ttl: float, shown: str
+) -> None:
+    """A paused daemon must not hold its row locks past its lease (at least 5 s): on PostgreSQL its
+    connections carry ``idle_in_transaction_session_timeout``; SQLite has no such setting."""
+    postgresql = engine.dialect.name == "postgresql"
+    setting = "SHOW idle_in_transaction_session_timeout" if postgresql else "PRAGMA busy_timeout"
+    with engine.connect() as connection:
+        before = connection.exec_driver_sql(setting).scalar()
+    Daemon(engine, DaemonConfig(1.0, lease_ttl, holder="me"))
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql(setting).scalar() == (shown if postgresql else before)
+    assert before != shown

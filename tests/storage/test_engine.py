@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, InternalError, OperationalError
 from sqlalchemy.orm import Session
 
 from repart.errors import Conflict, InvalidInput
@@ -23,6 +23,7 @@ from repart.storage import (
     run_in_transaction,
     upgrade,
 )
+from repart.storage.engine import limit_idle_transactions
 
 
 def _locked(path: Path) -> sqlite3.Connection:
@@ -129,5 +130,46 @@ def test_a_read_transaction_cannot_write(db_url: str) -> None:
         with pytest.raises(DBAPIError, match=r"(?i)read-only|readonly"):
             read_transaction(engine, _create, attempts=1)
         assert read_transaction(engine, _count_regions) == 0
+    finally:
+        engine.dispose()
+
+
+def test_a_paused_transaction_loses_its_locks_after_the_idle_limit(db_url: str) -> None:
+    """limit_idle_transactions: on PostgreSQL a transaction idle past the limit has its session ended by
+    the server, so a row lock it held is free again and its next statement fails; SQLite is left alone."""
+    paused, other = make_engine(db_url), make_engine(db_url)
+    try:
+        upgrade(paused)
+        region_id = run_in_transaction(paused, _create)
+        limit_idle_transactions(paused, 0.3)
+        if paused.dialect.name != "postgresql":
+            with paused.connect() as connection:
+                assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == 5000
+            return
+        lock = text("SELECT id FROM regions WHERE id = :id FOR UPDATE")
+        with paused.connect() as holder:
+            assert holder.exec_driver_sql("SHOW idle_in_transaction_session_timeout").scalar() == "300ms"
+            holder.execute(lock, {"id": region_id})  # holds the row lock, then sits idle
+            started = time.monotonic()
+            with other.connect() as waiter:
+                waiter.exec_driver_sql("SET lock_timeout = '10s'")
+                assert waiter.execute(lock, {"id": region_id}).scalar() == region_id
+                waiter.rollback()
+            assert time.monotonic() - started < 5
+            with pytest.raises(InternalError, match="idle-in-transaction timeout"):
+                holder.execute(text("SELECT 1"))
+            assert holder.invalidated  # the pool drops the ended session
+        assert run_in_transaction(paused, lambda session: session.execute(text("SELECT 1")).scalar()) == 1
+    finally:
+        paused.dispose()
+        other.dispose()
+
+
+@pytest.mark.parametrize("seconds", [0, -1.0, float("inf"), float("nan"), 3_000_000.0, True])
+def test_the_idle_limit_is_checked(db_url: str, seconds: float) -> None:
+    engine = make_engine(db_url)
+    try:
+        with pytest.raises(InvalidInput, match="seconds"):
+            limit_idle_transactions(engine, seconds)
     finally:
         engine.dispose()

@@ -59,7 +59,12 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import QueuePool
 
-from repart.controller.defaults import DEFAULT_INTERVAL_SECONDS, DEFAULT_LEASE_TTL_SECONDS, DEFAULT_WORKERS
+from repart.controller.defaults import (
+    DEFAULT_INTERVAL_SECONDS,
+    DEFAULT_LEASE_TTL_SECONDS,
+    DEFAULT_WORKERS,
+    MIN_IDLE_TRANSACTION_SECONDS,
+)
 from repart.controller.logs import log_event
 from repart.controller.metrics import DaemonMetrics, Health, MetricsServer, check_metrics_port
 from repart.controller.readings import decided_imbalance, region_readings
@@ -77,6 +82,7 @@ from repart.storage import (
     release_lease,
     run_in_transaction,
 )
+from repart.storage.engine import limit_idle_transactions
 from repart.storage.leases import RegionLease, claim_leases, region_leases
 from repart.validation import Interval, check
 
@@ -121,6 +127,14 @@ class DaemonConfig:
         check_max_bytes(self.max_snapshot_bytes, "max_snapshot_bytes")
 
     @property
+    def idle_transaction_seconds(self) -> float:
+        """How long PostgreSQL lets one of the daemon's transactions sit idle before it ends the session
+        (``repart.storage.engine.limit_idle_transactions``): the lease's length, at least
+        ``MIN_IDLE_TRANSACTION_SECONDS``. A daemon paused for longer than its lease has lost the right
+        to its locks; the floor keeps a busy machine's scheduling stalls from ending healthy sessions."""
+        return max(self.lease_ttl_seconds, MIN_IDLE_TRANSACTION_SECONDS)
+
+    @property
     def connections(self) -> int:
         """Database connections the daemon may hold at once: the workers', the sweep's and the spool's."""
         return self.workers + 2
@@ -153,6 +167,7 @@ class Daemon:
                 f"needs {config.connections} database connections (workers + 2), but the engine's pool "
                 f"holds at most {capacity}; lower workers or enlarge the pool",
             )
+        limit_idle_transactions(engine, config.idle_transaction_seconds)
         self.engine = engine
         self.config = config
         self.metrics = metrics

@@ -10,3 +10,7 @@ DEFAULT_LEASE_TTL_SECONDS = 30.0
 DEFAULT_WORKERS = 4
 """Tick threads: ticks are mostly Python (GIL-bound builds, ORM), so more threads than cores add waiting,
 not throughput; four overlap one tick's database round trips with another's computing."""
+
+MIN_IDLE_TRANSACTION_SECONDS = 5.0
+"""The least time PostgreSQL lets a daemon's transaction sit idle before ending its session (the lease's
+length when that is longer; see ``DaemonConfig.idle_transaction_seconds``)."""

@@ -37,7 +37,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 from sqlalchemy.orm import Session
 
 from repart.errors import Conflict, InvalidInput
-from repart.validation import NON_NEGATIVE, POSITIVE_INT, check, shown
+from repart.validation import NON_NEGATIVE, POSITIVE_INT, Interval, check, shown
 
 T = TypeVar("T")
 
@@ -46,6 +46,8 @@ DEFAULT_URL = "sqlite:///./.repart/repart.db"
 DEFAULT_BUSY_TIMEOUT = 5.0
 # The execution option that marks a read-only transaction (see ``read_only``).
 READ_ONLY_OPTION = "repart_read_only"
+# The connection-record key under which ``limit_idle_transactions`` notes the timeout it set.
+_IDLE_TIMEOUT_INFO = "repart_idle_transaction_ms"
 
 # SQLite result codes (the primary code is the low byte of an extended code such as SQLITE_BUSY_SNAPSHOT).
 _SQLITE_BUSY = 5
@@ -104,6 +106,37 @@ def make_engine(url: str | None = None, *, busy_timeout: float = DEFAULT_BUSY_TI
     engine = create_engine(resolved)
     _configure_sqlite(engine, busy_timeout)
     return engine
+
+
+def limit_idle_transactions(engine: Engine, seconds: float) -> None:
+    """Have PostgreSQL end any session of ``engine`` whose transaction sits idle for longer than
+    ``seconds`` (``idle_in_transaction_session_timeout``), releasing its row locks.
+
+    The daemon sets it to its lease's length (``DaemonConfig.idle_transaction_seconds``): a daemon
+    that is paused mid-transaction (SIGSTOP, a frozen VM, a long GC pause) would otherwise hold its
+    locks on the region's row until it resumes, however long that is, and every job ingesting a
+    snapshot and every other daemon taking over the expired lease would wait on them. After the
+    timeout the server ends its session; on resuming, its transaction fails (its lease is gone or
+    renewed on the next sweep) and the pool replaces the connection. The setting is made once per
+    connection, when the pool first hands it out; SQLite engines are left as they are (a writer there
+    holds the one write lock, and others fail after their busy timeout instead of waiting forever).
+    """
+    check("seconds", seconds, Interval(float, 0.001, 2_147_483.647, "both"))  # PostgreSQL: int ms
+    if engine.dialect.name != "postgresql":
+        return
+    milliseconds = max(1, round(seconds * 1000))
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        if record.info.get(_IDLE_TIMEOUT_INFO) == milliseconds:
+            return
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"SET idle_in_transaction_session_timeout = {milliseconds}")
+        finally:
+            cursor.close()
+        dbapi_connection.commit()  # a SET in a transaction that rolls back would be undone
+        record.info[_IDLE_TIMEOUT_INFO] = milliseconds
 
 
 def _configure_sqlite(engine: Engine, busy_timeout: float) -> None:
