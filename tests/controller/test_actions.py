@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import Engine
 
 from repart.controller import actions
-from repart.controller import tick as tick_module
+from repart.controller import build as build_module
 from repart.controller.actions import ActionResult, explain, rollback, scale
 from repart.controller.tick import tick
 from repart.errors import Conflict, InvalidInput, NotFound
@@ -208,7 +208,7 @@ def test_scale_builds_without_holding_the_write_lock(engine: Engine, monkeypatch
         builds.append(args[2])
         return real_build(*args, **kwargs)
 
-    monkeypatch.setattr(tick_module, "build", build_while_another_writer_takes_the_lock)
+    monkeypatch.setattr(build_module, "build", build_while_another_writer_takes_the_lock)
     assert scale(engine, REGION, 6).version == 3
     assert builds == [6]
 

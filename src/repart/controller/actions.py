@@ -35,13 +35,15 @@ from typing import Any, Literal
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from repart.controller.build import build_next, measured_b
 from repart.controller.settings import ControllerSettings
-from repart.controller.tick import aware_now, build_next, finite_or_none, measured_b
+from repart.controller.tick import aware_now
 from repart.controller.window import merge_snapshots, window_size
 from repart.errors import Conflict, InvalidInput, NotFound
 from repart.migration import plan_migration
 from repart.partitioning import PartitionFunction, initial_function
 from repart.partitioning.algorithms.builder import predict
+from repart.partitioning.documents import json_number
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.split.function import StoredFunction, home_function, load_function
 from repart.storage import (
@@ -323,9 +325,9 @@ def _predictions(context: _Context, target: StoredFunction) -> dict[str, Any]:
         m = math.nan if plan_m is None else plan_m
     return numbers | {
         "window_seqs": context.window_seqs,
-        "b_before": finite_or_none(b_before),
-        "predicted_b": finite_or_none(b),
-        "predicted_m": finite_or_none(m),
+        "b_before": json_number(b_before),
+        "predicted_b": json_number(b),
+        "predicted_m": json_number(m),
     }
 
 
@@ -345,7 +347,7 @@ def _activate(
     plan and event and hold the region with the operator's ``reason`` in one write transaction, if the
     region's status is still the one ``context`` read (Conflict otherwise, and nothing is written)."""
     plan = plan_migration(context.current, function, context.estimate, context.settings.params.resources)
-    plan_m = None if plan.m is None else finite_or_none(plan.m)
+    plan_m = None if plan.m is None else json_number(plan.m)
     event = NewEvent(kind, OPERATOR_RULE, message, data | {"plan_m": plan_m})
     held_for = message + (f": {reason}" if reason else "")
 

@@ -39,28 +39,24 @@ what happened and the seconds of each step.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
-import numpy as np
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
+from repart.controller.build import build_next, measured_b
 from repart.controller.policy import Decision, RebalanceDecision, WindowLoad, needs_rebalance
 from repart.controller.settings import ControllerSettings
 from repart.controller.window import merge_snapshots, window_size
 from repart.errors import InvalidInput
 from repart.migration import MigrationPlan, plan_migration
-from repart.partitioning import BuildReport, ConsistentSpec, build, initial_function
-from repart.partitioning.algorithms.builder import predict
-from repart.partitioning.algorithms.problem import BuildParams
+from repart.partitioning import ConsistentSpec, initial_function
+from repart.partitioning.documents import json_number
 from repart.partitioning.domain import ConsistentMethod
-from repart.partitioning.frequency import FrequencyEstimate
-from repart.partitioning.split.build import build_split, split_imbalance
-from repart.partitioning.split.function import SplitFunction, StoredFunction, home_function, load_function
+from repart.partitioning.split.function import SplitFunction, StoredFunction, load_function
 from repart.protocol.snapshot import Snapshot
 from repart.storage import (
     Fence,
@@ -320,7 +316,7 @@ def _recommendation(verdict: Verdict) -> Verdict:
             "explicit_moves": len(plan.explicit_moves),
             "slot_moves": len(plan.slot_moves),
             "consolidations": len(plan.consolidations),
-            "plan_m": None if plan.m is None else finite_or_none(plan.m),
+            "plan_m": None if plan.m is None else json_number(plan.m),
         },
     }
     reason = f"recommend mode, nothing activated: {verdict.reason}"
@@ -374,7 +370,7 @@ def _analyze(
         "policy_numbers": decision.numbers,
         "n_before": n_applied,
         "n_next": decision.n_channels,
-        "b_before": finite_or_none(b_before),
+        "b_before": json_number(b_before),
         "threshold": settings.rebalance_threshold,
     }
     if not decision.changed and not rebalance.rebalance:
@@ -389,7 +385,7 @@ def _analyze(
         return _unchanged(n_applied, _rule(decision, rebalance), message, base, newest)
     plan = plan_migration(current, function, estimate, settings.params.resources)
     reason = _reason(decision, rebalance)
-    data = base | built.event_data | {"plan_m": None if plan.m is None else finite_or_none(plan.m)}
+    data = base | built.event_data | {"plan_m": None if plan.m is None else json_number(plan.m)}
     version = NewVersion(
         function.to_json(),
         function.digest,
@@ -492,91 +488,3 @@ def aware_now(now: datetime | None) -> datetime:
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise InvalidInput("now", f"must be a timezone-aware datetime, got {moment.isoformat()}")
     return moment
-
-
-def finite_or_none(value: float | np.floating[Any]) -> float | None:
-    """``value`` as a JSON number, or None (null) when it is infinite or NaN."""
-    number = float(value)
-    return number if math.isfinite(number) else None
-
-
-@dataclass(frozen=True)
-class Built:
-    """A version built by the tick or an operator's action: the function, the algorithm name stored
-    with the version (``split-<scheme>`` in split mode), its report as JSON, and the figures the
-    activation event records."""
-
-    function: StoredFunction
-    algorithm: str
-    report: dict[str, Any]
-    event_data: dict[str, Any]
-
-
-def build_next(
-    current: StoredFunction, estimate: FrequencyEstimate, n_channels: int, settings: ControllerSettings
-) -> Built:
-    """The next version from ``current`` on the merged window: Gedik's build for a key-preserving
-    region (from ``current``'s home, so that leaving split mode consolidates every split key), or a
-    split function by the region's scheme (DESIGN §11.3)."""
-    if settings.split is None:
-        result = build(home_function(current), estimate, n_channels, settings.params, settings.algorithm)
-        stored = report_json(result.report)
-        return Built(
-            result.function,
-            result.report.algorithm.split(":")[0],
-            stored,
-            {
-                "algorithm": result.report.algorithm,
-                "predicted_b": stored["predicted_b"],
-                "predicted_m": stored["predicted_m"],
-                "candidates": stored["candidates"],
-            },
-        )
-    split = build_split(
-        current,
-        estimate,
-        n_channels,
-        split=settings.split,
-        params=settings.params,
-        algorithm=settings.algorithm,
-    )
-    stored = split.report.to_json_dict()
-    return Built(
-        split.function,
-        f"split-{settings.split.scheme}",
-        stored,
-        {
-            "algorithm": f"split-{settings.split.scheme}",
-            "predicted_b": stored["predicted_b"],
-            "b_lb": stored["b_lb"],
-            "memory": stored["memory"],
-            "split_keys": stored["split_keys"],
-            "d": stored["d"],
-            "head": stored["head"],
-        },
-    )
-
-
-def measured_b(function: StoredFunction, estimate: FrequencyEstimate, params: BuildParams) -> float:
-    """b of ``function`` on the window's ``estimate``: a split function's split keys spread by their
-    weights (DESIGN §11.3), every other key on its channel."""
-    if isinstance(function, SplitFunction):
-        return split_imbalance(function, estimate, params)
-    b, _ = predict(function, function, estimate, params)
-    return b
-
-
-def report_json(report: BuildReport) -> dict[str, Any]:
-    """A build report as a JSON object: non-finite numbers as null, candidates as nested reports."""
-    out: dict[str, Any] = {}
-    for field in dataclasses.fields(report):
-        value = getattr(report, field.name)
-        if field.name == "candidates":
-            out[field.name] = [report_json(candidate) for candidate in value]
-        elif isinstance(value, float | np.floating):
-            out[field.name] = finite_or_none(value)
-        elif isinstance(value, np.integer):
-            out[field.name] = int(value)
-        else:
-            out[field.name] = value
-    return out

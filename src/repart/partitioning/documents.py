@@ -17,7 +17,8 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, cast, get_args
+from numbers import Integral, Real
+from typing import Any, SupportsFloat, cast, get_args
 
 from repart.errors import InvalidInput
 from repart.partitioning.domain import INT64_MAX, Key, KeyType, common_key_type, key_type_of
@@ -56,6 +57,29 @@ def reject_duplicate_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def canonical_json(document: Mapping[str, Any]) -> str:
     """``document`` as canonical JSON text: sorted keys, no whitespace, UTF-8 text, no NaN or infinity."""
     return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def json_number(value: SupportsFloat) -> float | None:
+    """``value`` as a JSON number, or None (null) when it is infinite or NaN: canonical JSON has neither."""
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def json_values(value: Any) -> Any:
+    """``value`` as plain JSON values, however nested: numpy numbers as Python ones (numpy registers
+    them as ``numbers.Integral`` and ``Real``; this module imports no numpy), tuples as lists, every
+    infinite or NaN float as None."""
+    if isinstance(value, bool | str) or value is None:
+        return value
+    if isinstance(value, Integral):
+        return int(value)
+    if isinstance(value, Real):
+        return json_number(value)
+    if isinstance(value, Mapping):
+        return {name: json_values(item) for name, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_values(item) for item in value]
+    return value
 
 
 def sha256_hex(text: str) -> str:

@@ -49,7 +49,7 @@ HELPER_PREFIX = "_repart_split"
 
 
 def split_codes(version: SplitFunction) -> dict[Key, int]:
-    """Each split key's code ``-(i + 1)``, i its index in the split table's (sorted) order."""
+    """Each split key's code ``-(i + 1)``, i its index in the split table (which is in key order)."""
     return {key: -(index + 1) for index, key in enumerate(version.split)}
 
 

@@ -20,6 +20,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +37,7 @@ from repart.partitioning.algorithms.readj import readj
 from repart.partitioning.algorithms.redist import redist
 from repart.partitioning.algorithms.scan import scan
 from repart.partitioning.consistent import ConsistentSpec, slot_table
+from repart.partitioning.documents import json_values
 from repart.partitioning.domain import DEFAULT_SLOT_BITS, KeyType
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.function import PartitionFunction
@@ -71,6 +73,11 @@ class BuildReport:
     evaluations: int
     seconds: float
     candidates: tuple[BuildReport, ...] = ()
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Plain JSON values (the version's stored report): the candidates as nested reports, an
+        infinite or NaN figure as None."""
+        return dict(json_values(dataclasses.asdict(self)))
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from repart.errors import InvalidInput
 from repart.partitioning.documents import (
@@ -73,7 +73,9 @@ class SplitFunction:
     """``home`` routes every key; a key of ``split`` is spread over its candidates by row hash.
 
     Every field is validated on construction: a bad value raises ``InvalidInput`` naming the field
-    (``split[3].candidates``, ``split[3].weights``, …) and what is accepted.
+    (``split[3].candidates``, ``split[3].weights``, …, by the position given) and what is accepted.
+    ``split`` is then kept in key order, the order of the canonical JSON's rows and of the split codes
+    that ``repart.spark.split_route`` gives the keys.
     """
 
     home: PartitionFunction
@@ -88,7 +90,8 @@ class SplitFunction:
             plain = require_key(key, f"{name}.key", key_type)
             key_type = key_type_of(plain)
             checked[plain] = SplitEntry(*_checked_entry(entry, name, self.home, plain))
-        object.__setattr__(self, "split", MappingProxyType(checked))
+        in_key_order = dict(sorted(checked.items(), key=lambda item: item[0]))  # one key type: comparable
+        object.__setattr__(self, "split", MappingProxyType(in_key_order))
 
     def __hash__(self) -> int:
         """Hash of the digest, so that equal functions hash equally."""
@@ -175,8 +178,7 @@ class SplitFunction:
             "kind": KIND,
             "home": parse_json(self.home.to_json(), "home"),
             "split": [
-                [key, list(entry.candidates), list(entry.weights)]
-                for key, entry in sorted(self.split.items(), key=_row_order)
+                [key, list(entry.candidates), list(entry.weights)] for key, entry in self.split.items()
             ],
         }
         return canonical_json(document)
@@ -184,11 +186,6 @@ class SplitFunction:
     @cached_property
     def _thresholds(self) -> dict[Key, tuple[int, ...]]:
         return {key: cumulative_thresholds(entry.weights) for key, entry in self.split.items()}
-
-
-def _row_order(item: tuple[Key, Any]) -> tuple[bool, Key]:
-    """Rows in key order (ints before strs never mix: one function has one key type)."""
-    return (isinstance(item[0], str), item[0])
 
 
 def _checked_entry(

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from repart.partitioning.algorithms.builder import BuildReport
+from repart.partitioning.documents import json_number
 from repart.partitioning.domain import Key
 from repart.partitioning.split.function import SplitEntry, SplitFunction
 
@@ -42,16 +41,15 @@ class SplitReport:
     def to_json_dict(self) -> dict[str, Any]:
         """Plain JSON values: the head as ``[key, candidates, weights]`` rows in key order, an infinite
         ratio as None."""
-        rows = sorted(self.head.items(), key=lambda item: (isinstance(item[0], str), item[0]))
         return {
-            "home": _finite(dataclasses.asdict(self.home)),
+            "home": self.home.to_json_dict(),
             "scheme": self.scheme,
             "theta": self.theta,
-            "predicted_b": _number(self.predicted_b),
-            "b_lb": _number(self.b_lb),
+            "predicted_b": json_number(self.predicted_b),
+            "b_lb": json_number(self.b_lb),
             "memory": self.memory,
             "split_keys": self.split_keys,
-            "head": [[key, list(entry.candidates), list(entry.weights)] for key, entry in rows],
+            "head": [[key, list(entry.candidates), list(entry.weights)] for key, entry in self.head.items()],
             "d": self.d,
             "seconds": self.seconds,
         }
@@ -61,18 +59,3 @@ class SplitReport:
 class SplitBuildResult:
     function: SplitFunction
     report: SplitReport
-
-
-def _number(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with every infinite or NaN float, however nested, replaced by None."""
-    if isinstance(value, float):
-        return _number(value)
-    if isinstance(value, dict):
-        return {name: _finite(item) for name, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(item) for item in value]
-    return value
