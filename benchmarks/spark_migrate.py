@@ -1,34 +1,39 @@
-"""Applying a migration plan vs rewriting the whole state, on one keyed state store (DESIGN §9).
+"""Applying migration plans vs rewriting the whole state, on one keyed state store (DESIGN §9, issue #12).
 
-Issue #4 target: on a 10M-row state, applying a plan that moves 1% of the rows takes <= 25% of the
-time of rewriting the whole state.
+Targets (issue #12), on a 10M-row state: a jump-hash scale-out 32 -> 33 costs <= 0.15 of a full
+rewrite, a rebalance that moves 1 % of the rows <= 0.05; a scale-in 33 -> 32 is reported beside them.
 
 The state: ``--rows`` str keys (one row per key) with VWAP-like columns (volume, notional, trades),
 N=32 channels of the jump consistent hash, 2^16 slots, 64 slot groups per channel.
 
-- **plan A (rebalance)**: the function ``b`` keeps ``a``'s table except for slot overrides that take
-  every slot of ``--units`` (channel, slot group) pairs to another channel, and an explicit map that
-  moves ``--hot`` keys off their channel: the shape of a rebalance by the slot-override pass and the
-  explicit map (DESIGN §5), sized to move ~1% of the rows. ``plan_migration(a, b)`` is the plan.
-- **baseline (rewrite)**: what a job without plans would do: read every file of every channel (with
-  the same verification as apply), write each channel's complete state again with
+- **rebalance**: the function keeps the jump table except for slot overrides that take every slot of
+  ``--units`` (channel, slot group) pairs to another channel, and an explicit map that moves ``--hot``
+  keys off their channel: the shape of a rebalance by the slot-override pass and the explicit map
+  (DESIGN §5), sized to move ~1 % of the rows. Its reverse is applied right after it.
+- **scale-out**: jump N 32 -> 33: ~3 % of the slots of every channel move to the new one, so nearly
+  every file holds moved rows (each gets a slot filter; only the row groups holding moved slots are
+  read). **scale-in**: 33 -> 32 right after it: every row of channel 32 returns to its old channel.
+- **full rewrite** (the baseline): what a job without plans would do: read every file of every
+  channel (with the same verification as apply), write each channel's complete state again with
   ``write_channel_files`` and commit.
-- **plan B (scattered, for information)**: N 32 -> 33 with the jump hash: ~3% of the slots of every
-  channel move to the new channel, so nearly every file holds moved rows and is rewritten.
 
-Apply and rewrite alternate ``--repeats`` times (plan A, rewrite, plan A reversed, rewrite: the
-rewrite after the reverse also restores the compact layout, so every plan A run starts alike).
+One round is: rewrite, rebalance, rebalance reversed, rewrite, scale-out, scale-in, then a
+compaction (for information: after the scale-in every channel holds two files per slot group). Each
+rewrite restores the freshly written layout, so every rebalance and scale-out starts alike. Ratios
+are medians over ``--repeats`` rounds, all from one run.
 
-Run: ``.venv/bin/python benchmarks/spark_migrate.py [--rows N]``
+Run: ``.venv/bin/python benchmarks/spark_migrate.py [--rows N] [--json FILE]``
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +49,8 @@ SLOT_BITS = 16
 SLOT_GROUPS = 64
 CHUNK = 1_000_000
 REGION = "vwap"
-TARGET = 0.25
+TARGETS = {"rebalance": 0.05, "scale-out": 0.15}
+KINDS = ("rebalance", "rebalance reversed", "scale-out", "scale-in")
 
 
 def state_chunks(rows: int, seed: int) -> list[pa.Table]:
@@ -116,7 +122,7 @@ def rewrite_all(store: StateStore) -> float:
 
 
 def rebalance(a: PartitionFunction, units: int, hot: int, rows: int, seed: int) -> PartitionFunction:
-    """Plan A's target: ``units`` whole (channel, slot group) pairs and ``hot`` keys to other channels."""
+    """The rebalance's target: ``units`` whole (channel, slot group) pairs and ``hot`` keys elsewhere."""
     rng = random.Random(seed)
     shift = SLOT_BITS - (SLOT_GROUPS.bit_length() - 1)
     overrides: dict[int, int] = {}
@@ -127,7 +133,7 @@ def rebalance(a: PartitionFunction, units: int, hot: int, rows: int, seed: int) 
             if a.table[slot] == channel:
                 overrides[slot] = target
     keys = [f"T{i:09d}" for i in rng.sample(range(rows), hot)]
-    explicit = {
+    explicit: dict[str | int, int] = {
         key: (channel + 1 + rng.randrange(N_CHANNELS - 1)) % N_CHANNELS
         for key, channel in zip(keys, a.lookup_many(keys).tolist(), strict=True)
     }
@@ -140,12 +146,11 @@ def rebalance(a: PartitionFunction, units: int, hot: int, rows: int, seed: int) 
     )
 
 
-def describe(plan: MigrationPlan, rows: int, result_rows: int) -> str:
+def describe(plan: MigrationPlan) -> str:
     slots = int((plan.slot_moves[:, 1] - plan.slot_moves[:, 0] + 1).sum())
     return (
         f"{len(plan.explicit_moves)} explicit moves, {len(plan.slot_moves)} slot runs ({slots} slots), "
-        f"channels losing keys {len(plan.channels_losing_keys)}/{plan.source_n_channels}; "
-        f"moved {result_rows:,} rows = {100 * result_rows / rows:.2f}% of the state"
+        f"channels losing keys {len(plan.channels_losing_keys)}/{plan.source_n_channels}"
     )
 
 
@@ -156,49 +161,48 @@ def apply(store: StateStore, plan: MigrationPlan) -> ApplyResult:
     return store.apply(plan, plan_id=plan_id, region=REGION, from_version=version, to_version=version + 1)
 
 
-def files_line(result: ApplyResult) -> str:
+def files_line(name: str, result: ApplyResult, rows: int) -> str:
     return (
-        f"{result.seconds:6.2f}s  moved {result.moved_rows:,} rows, {result.moved_bytes / 2**20:.1f} MiB; "
-        f"{result.rewritten_files} files rewritten, {result.relocated_files} relocated (hard links)"
+        f"  {name:<19} {result.seconds:6.2f}s  moved {result.moved_rows:,} rows "
+        f"({100 * result.moved_rows / rows:.2f}%), read {result.read_rows:,}, wrote/linked "
+        f"{result.moved_bytes / 2**20:.1f} MiB; files: {result.filtered_files} filtered, "
+        f"{result.rewritten_files} rewritten, {result.relocated_files} relocated"
     )
 
 
-def alternate(store: StateStore, plan: MigrationPlan, rows: int, repeats: int) -> float:
-    """Plan A, rewrite, plan A reversed, rewrite, ``repeats`` times; prints them, returns the median
-    rewrite time."""
-    applies, reverses, rewrites = [], [], []
+def run_rounds(
+    store: StateStore, plans: dict[str, MigrationPlan], rows: int, repeats: int
+) -> tuple[dict[str, list[float]], list[float]]:
+    """``repeats`` rounds (module docstring); returns each kind's apply times and the rewrite times."""
+    times: dict[str, list[float]] = defaultdict(list)
+    rewrites: list[float] = []
     for repeat in range(repeats):
-        result = apply(store, plan)
-        if repeat == 0:
-            print(f"plan A (rebalance): {describe(plan, rows, result.moved_rows)}")
-        print(f"  apply A:          {files_line(result)}")
-        rewrites.append(rewrite_all(store))
-        print(f"  rewrite all:      {rewrites[-1]:6.2f}s")
-        back = apply(store, plan.reverse())
-        print(f"  apply A reversed: {files_line(back)}")
-        rewrites.append(rewrite_all(store))
-        print(f"  rewrite all:      {rewrites[-1]:6.2f}s")
-        applies.append(result.seconds)
-        reverses.append(back.seconds)
-        store.vacuum(keep_generations=1)
-    rewrite = statistics.median(rewrites)
-    for name, times in (("plan A", applies), ("plan A reversed", reverses)):
-        ratio = statistics.median(times) / rewrite
-        verdict = "PASS" if ratio <= TARGET else "FAIL"
+        print(f"round {repeat + 1}:")
+        for kinds in (("rebalance", "rebalance reversed"), ("scale-out", "scale-in")):
+            rewrites.append(rewrite_all(store))
+            print(f"  {'rewrite all':<19} {rewrites[-1]:6.2f}s")
+            for kind in kinds:
+                result = apply(store, plans[kind])
+                times[kind].append(result.seconds)
+                print(files_line(kind, result, rows))
+        compaction = store.compact()
         print(
-            f"{name}: median apply {statistics.median(times):.2f}s vs median rewrite {rewrite:.2f}s: "
-            f"ratio {ratio:.3f} (target <= {TARGET}): {verdict}"
+            f"  {'compact':<19} {compaction.seconds:6.2f}s  channels {len(compaction.channels)}, "
+            f"files {compaction.files_before} -> {compaction.files_after}, "
+            f"{compaction.dropped_rows:,} filtered rows dropped (for information)"
         )
-    return rewrite
+        store.vacuum(keep_generations=1)
+    return times, rewrites
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000, help="state rows (one per key)")
-    parser.add_argument("--units", type=int, default=0, help="(channel, slot group) pairs A moves; 0: 1%%")
-    parser.add_argument("--hot", type=int, default=32, help="explicit keys plan A moves")
+    parser.add_argument("--units", type=int, default=0, help="(channel, slot group) pairs moved; 0: 1%%")
+    parser.add_argument("--hot", type=int, default=32, help="explicit keys the rebalance moves")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=None, help="where to build the store (default: temp)")
+    parser.add_argument("--json", type=Path, default=None, help="write the ratios to this file")
     args = parser.parse_args()
     units = args.units or max(1, round(0.01 * N_CHANNELS * SLOT_GROUPS))
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
@@ -210,21 +214,36 @@ def main() -> None:
             f"state: {store.rows():,} rows, N={N_CHANNELS}, {SLOT_GROUPS} slot groups, {files} files "
             f"(built in {time.perf_counter() - started:.1f}s)"
         )
-        rewrite = alternate(
-            store,
-            plan_migration(a, rebalance(a, units, args.hot, args.rows, seed=7)),
-            args.rows,
-            args.repeats,
+        moved = plan_migration(a, rebalance(a, units, args.hot, args.rows, seed=7))
+        grown = plan_migration(a, initial_function(N_CHANNELS + 1, "str", SLOT_BITS))
+        plans = {
+            "rebalance": moved,
+            "rebalance reversed": moved.reverse(),
+            "scale-out": grown,
+            "scale-in": grown.reverse(),
+        }
+        for kind in KINDS:
+            print(f"{kind}: {describe(plans[kind])}")
+        times, rewrites = run_rounds(store, plans, args.rows, args.repeats)
+    rewrite = statistics.median(rewrites)
+    ratios = {kind: statistics.median(times[kind]) / rewrite for kind in KINDS}
+    print(f"median full rewrite {rewrite:.2f}s; median apply / full rewrite:")
+    for kind in KINDS:
+        target = TARGETS.get(kind)
+        verdict = (
+            "(reported)"
+            if target is None
+            else f"target <= {target}: " + ("PASS" if ratios[kind] <= target else "FAIL")
         )
-        scattered = plan_migration(a, initial_function(N_CHANNELS + 1, "str", SLOT_BITS))
-        result = apply(store, scattered)
-        print(f"plan B (scattered, jump N {N_CHANNELS} -> {N_CHANNELS + 1}, for information):")
-        print(f"  {describe(scattered, args.rows, result.moved_rows)}")
-        print(f"  apply B:          {files_line(result)}: ratio {result.seconds / rewrite:.3f}")
-        print(
-            "  (its moved rows lie in nearly every file of every channel: apply reads, splits, writes and "
-            "reads back nearly all the state)"
-        )
+        print(f"  {kind:<19} {statistics.median(times[kind]):6.2f}s  ratio {ratios[kind]:.3f}  {verdict}")
+    if args.json is not None:
+        figures = {
+            "scale_out_ratio": ratios["scale-out"],
+            "rebalance_ratio": ratios["rebalance"],
+            "scale_in_ratio": ratios["scale-in"],
+            "full_rewrite_seconds": rewrite,
+        }
+        args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ from repart.controller.actions import scale
 from repart.controller.tick import last_considered_seq, tick
 from repart.errors import Corrupt, InvalidInput, NotFound
 from repart.migration import MigrationPlan
+from repart.protocol.merge import MergeSpec
 from repart.spark.jobs import apply_next_plan
+from repart.state.merge import Merge, MergeColumns
 from repart.state.store import StateStore
 from repart.storage import models, run_in_transaction, set_plan_status
 from repart.storage.client import SqlControllerClient
@@ -42,12 +44,21 @@ class FakeStore:
     error: Exception | None = None
     committed_before: bool = False
     calls: list[tuple[int, int, int]] = field(default_factory=list)
+    merges: list[MergeColumns | Merge | None] = field(default_factory=list)
 
     def apply(
-        self, plan: MigrationPlan, *, plan_id: int, region: str, from_version: int, to_version: int
+        self,
+        plan: MigrationPlan,
+        *,
+        plan_id: int,
+        region: str,
+        from_version: int,
+        to_version: int,
+        merge: MergeColumns | Merge | None = None,
     ) -> Moved:
         assert region == REGION and isinstance(plan, MigrationPlan)
         self.calls.append((plan_id, from_version, to_version))
+        self.merges.append(merge)
         if self.error is not None:
             raise self.error
         if self.committed_before:
@@ -92,6 +103,7 @@ def test_apply_next_plan_takes_the_plan_through_applying_to_applied(engine: Engi
     todo, moved = done
     assert (todo.plan_id, todo.from_version, todo.to_version) == (plan_id, 1, 2)
     assert store.calls == [(plan_id, 1, 2)] and moved.moved_rows == 123
+    assert store.merges == [None]  # no merge given: none passed on
     (row,) = plans(engine)
     assert (row.status, row.moved_rows, row.moved_bytes) == ("applied", 123, 4567)
     number, function = client.applied_function(REGION)
@@ -134,6 +146,14 @@ def test_an_error_that_may_follow_the_commit_leaves_the_plan_applying_for_a_retr
     assert done is not None and done[0].plan_id == plan_id
     (row,) = plans(engine)
     assert (row.status, row.moved_rows, row.moved_bytes) == ("applied", None, None)
+
+
+def test_the_regions_merge_is_passed_to_the_store(engine: Engine) -> None:
+    planned(engine)
+    store = FakeStore()
+    spec = MergeSpec.parse("n=sum")
+    assert apply_next_plan(SqlControllerClient(engine), REGION, store, merge=spec) is not None
+    assert store.merges == [spec]
 
 
 def test_a_plan_left_applying_by_a_dead_job_is_retried(engine: Engine) -> None:

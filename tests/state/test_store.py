@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pytest
@@ -23,6 +23,8 @@ from repart.partitioning import ConsistentSpec, PartitionFunction, initial_funct
 from repart.partitioning.domain import KeyType
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.state.batches import AbsorbedBatch, ChannelUpdate, absorbed_batch
+from repart.state.files import read_verified
+from repart.state.partial import SourceFile
 from repart.state.store import FileEntry, StateStore, write_channel_files
 from tests.factories import (
     REGION,
@@ -79,14 +81,18 @@ def test_apply_moves_every_row_to_the_target_function(
     before = {channel: store.files(channel) for channel in range(a.n_channels)}
     checksum = store.checksum()
     read: list[str] = []
-    for name in ("read_verified", "read_slots"):
-        original = getattr(migrate_module, name)
+    original_open = SourceFile.open
 
-        def recording(root: Any, entry: FileEntry, *args: Any, _original: Any = original) -> Any:
-            read.append(entry.path)
-            return _original(root, entry, *args)
+    def recording_read(root: Any, entry: FileEntry, *args: Any) -> Any:
+        read.append(entry.path)
+        return read_verified(root, entry, *args)
 
-        monkeypatch.setattr(migrate_module, name, recording)
+    def recording_open(root: Any, entry: FileEntry, *args: Any) -> SourceFile:
+        read.append(entry.path)
+        return original_open(root, entry, *args)
+
+    monkeypatch.setattr(migrate_module, "read_verified", recording_read)
+    monkeypatch.setattr(SourceFile, "open", recording_open)
     result = store.apply(plan, plan_id=11, region=REGION, from_version=1, to_version=2)
     check_oracle(store, table, b)
     assert (store.version, store.function_digest, store.n_channels) == (2, b.digest, b.n_channels)
@@ -151,7 +157,7 @@ def test_apply_matches_the_target_function_on_random_states(
         overrides = data.draw(
             st.dictionaries(st.integers(0, 2**SMALL_SLOT_BITS - 1), st.integers(0, n - 1), max_size=50)
         )
-        method = data.draw(st.sampled_from(["jump", "ring"]))
+        method: Literal["jump", "ring"] = data.draw(st.sampled_from(["jump", "ring"]))
         return PartitionFunction(
             n_channels=n,
             key_type=key_type,
@@ -269,8 +275,11 @@ def test_open_names_a_missing_or_corrupt_manifest(tmp_path: Path) -> None:
     with pytest.raises(Corrupt, match=r"/MANIFEST: the manifest is corrupt") as corrupt:
         StateStore.open(store.root)
     assert corrupt.value.path == str(manifest)
-    manifest.write_text(text.replace('"format":1', '"format":2'))
-    with pytest.raises(Corrupt, match=r"/MANIFEST: the manifest is corrupt: format must be 1, got 2"):
+    manifest.write_text(text.replace('"format":2', '"format":3'))
+    with pytest.raises(Corrupt, match=r"/MANIFEST: the document is in format 3, which this version of"):
+        StateStore.open(store.root)
+    manifest.write_text(text.replace('"format":2', '"format":"2"'))
+    with pytest.raises(Corrupt, match=r"/MANIFEST: the manifest is corrupt: format must be one of 1, 2"):
         StateStore.open(store.root)
     manifest.unlink()
     with pytest.raises(Corrupt, match=r"/MANIFEST: the manifest is missing, but the directory holds a state"):

@@ -1,5 +1,6 @@
-"""Crash safety of ``StateStore.apply`` (DESIGN §9): a process killed (SIGKILL) at any point leaves
-the store at a complete generation, old or new, and a retry finishes the migration."""
+"""Crash safety of ``StateStore.apply`` and ``StateStore.compact`` (DESIGN §9): a process killed
+(SIGKILL) at any point leaves the store at a complete generation, old or new, holding exactly the
+input rows, and a retry finishes the migration or the compaction. Ten trials of each."""
 
 from __future__ import annotations
 
@@ -33,15 +34,26 @@ print("done", flush=True)
 """
 
 
-def start_apply(root: Path, plan_file: Path) -> subprocess.Popen[str]:
-    """A child process applying the plan; returns once it is about to call ``apply``."""
-    child = subprocess.Popen(
-        [sys.executable, "-c", APPLY, str(root), str(plan_file), REGION],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+COMPACT = """
+import sys
+from repart.state.store import StateStore
+store = StateStore.open(sys.argv[1])
+print("start", flush=True)
+assert store.compact().compacted
+print("done", flush=True)
+"""
+
+
+def start(script: str, *arguments: str) -> subprocess.Popen[str]:
+    """A child process running ``script``; returns once it is about to apply or compact."""
+    child = subprocess.Popen([sys.executable, "-c", script, *arguments], stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None and child.stdout.readline() == "start\n"
     return child
+
+
+def start_apply(root: Path, plan_file: Path) -> subprocess.Popen[str]:
+    """A child process applying the plan; returns once it is about to call ``apply``."""
+    return start(APPLY, str(root), str(plan_file), REGION)
 
 
 @pytest.mark.slow
@@ -64,8 +76,8 @@ def test_a_killed_apply_leaves_a_complete_generation_and_a_retry_finishes(tmp_pa
 
     measured = tmp_path / "measured"
     shutil.copytree(template, measured)
-    started = time.perf_counter()
     child = start_apply(measured, plan_file)
+    started = time.perf_counter()  # from the call: kills land inside it
     assert child.wait() == 0
     apply_seconds = time.perf_counter() - started
     check_oracle(StateStore.open(measured), table, b)
@@ -94,6 +106,47 @@ def test_a_killed_apply_leaves_a_complete_generation_and_a_retry_finishes(tmp_pa
         check_oracle(StateStore.open(root), table, b)
         outcomes.append(committed)
     print(f"apply {apply_seconds:.2f}s; trials committed before the kill: {outcomes}")
+
+
+@pytest.mark.slow
+def test_a_killed_compaction_leaves_a_complete_generation_and_a_retry_finishes(tmp_path: Path) -> None:
+    table = state_table(ROWS, "str")
+    a, b = initial_function(8, "str", SMALL_SLOT_BITS), initial_function(11, "str", SMALL_SLOT_BITS)
+    template = tmp_path / "template"
+    store = new_store(template, a, table, slot_groups=16)
+    store.apply(plan_migration(a, b), plan_id=1, region=REGION, from_version=1, to_version=2)
+    store.apply(plan_migration(b, a), plan_id=2, region=REGION, from_version=2, to_version=3)
+    assert sum(entry.hidden_rows for entry in all_files(store)) > 0  # filtered files, two per group
+
+    measured = tmp_path / "measured"
+    shutil.copytree(template, measured)
+    child = start(COMPACT, str(measured))
+    started = time.perf_counter()
+    assert child.wait() == 0
+    compact_seconds = time.perf_counter() - started
+    check_oracle(StateStore.open(measured), table, a)
+
+    rng = random.Random(20261123)
+    outcomes = []
+    for trial in range(TRIALS):
+        root = tmp_path / f"trial-{trial}"
+        shutil.copytree(template, root)
+        child = start(COMPACT, str(root))
+        time.sleep(rng.uniform(0, compact_seconds))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        store = StateStore.open(root)
+        committed = store.generation == 4
+        assert store.generation in (3, 4) and (store.version, store.function_digest) == (3, a.digest)
+        check_oracle(store, table, a)
+        assert store.compact().compacted != committed
+        assert all(entry.filter is None for entry in all_files(store))
+        store.vacuum(keep_generations=1)
+        on_disk = {path.relative_to(root).as_posix() for path in root.glob("channel=*/*")}
+        assert on_disk == {entry.path for entry in all_files(store)}
+        check_oracle(StateStore.open(root), table, a)
+        outcomes.append(committed)
+    print(f"compact {compact_seconds:.2f}s; trials committed before the kill: {outcomes}")
 
 
 def test_vacuum_after_a_crash_removes_orphans(tmp_path: Path) -> None:

@@ -17,10 +17,11 @@ from repart.cli.simulate import STDOUT, check_output_path
 from repart.errors import NotFound
 
 if TYPE_CHECKING:
-    from repart.demo.run import DemoRow
+    from repart.demo.report import DemoRow
 
 _HEADER = (
-    f"{'batch':>5} {'N':>3} {'version':>7} {'b':>7} {'b_hash':>7} {'migrated':>9} {'ideal':>7} {'seconds':>8}"
+    f"{'mode':<8} {'batch':>5} {'N':>3} {'version':>7} {'b':>7} {'b_hash':>7} {'b_lb':>7} {'memory':>7} "
+    f"{'migrated':>9} {'ideal':>7} {'seconds':>8}"
 )
 
 
@@ -30,7 +31,8 @@ def _number(value: float | None, digits: int = 3) -> str:
 
 def _line(row: DemoRow) -> str:
     return (
-        f"{row.batch:>5} {row.N:>3} {row.version:>7} {_number(row.b):>7} {_number(row.b_hash):>7} "
+        f"{row.mode:<8} {row.batch:>5} {row.N:>3} {row.version:>7} {_number(row.b):>7} "
+        f"{_number(row.b_hash):>7} {_number(row.b_lb):>7} {row.memory:>7.4f} "
         f"{row.migrated_fraction:>9.4f} {row.ideal_fraction:>7.4f} {row.seconds:>8.2f}"
     )
 
@@ -54,12 +56,20 @@ def demo(
     ] = Path(".repart/demo"),
     master: Annotated[str, typer.Option(help="Spark master URL.")] = "local[2]",
     seed: Annotated[int, typer.Option(help="Seed of the synthetic trades.")] = 7,
+    split: Annotated[
+        str,
+        typer.Option(
+            "--split", help="Scheme of the split-mode run: pkg, dchoices, wchoices, rr, fish or dkg."
+        ),
+    ] = "dchoices",
 ) -> None:
-    """Run the VWAP example for a few batches: Spark local[2], SQLite, the controller in-process.
+    """Run the VWAP example for a few batches in two modes, key-preserving and split: Spark local[2],
+    SQLite, the controller in-process.
 
-    Prints a row per batch (N, version, b of repart vs plain hashing, migrated vs ideal fraction,
-    seconds), writes a PNG plot and ends by checking that the state's totals equal the input's.
-    Exit code 1 if they differ.
+    Prints a row per batch and mode (N, version, b of repart vs plain hashing vs the key-preserving
+    bound b_lb, memory, migrated vs ideal fraction, seconds), writes a PNG plot of both modes and
+    checks, after every batch, that each mode's merged state equals a plain groupBy over all input so
+    far. Exit code 1 if it does not.
     """
     from repart.protocol.files import durable_output
     from repart.sim.plot import plot_demo
@@ -76,16 +86,23 @@ def demo(
     # The in-process controller ticks every half second; a tick that overlaps the next is skipped by
     # APScheduler with a warning that would interleave with the table.
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
-    config = DemoConfig(batches=batches, workdir=workdir, master=master, stream=TradeStream(seed=seed))
+    config = DemoConfig(
+        batches=batches, workdir=workdir, master=master, split=split, stream=TradeStream(seed=seed)
+    )
     check_output_path(json_path, "--json", allow_stdout=True)
     check_output_path(plot, "--plot", allow_stdout=False)
-    console = Console(stderr=json_path == STDOUT, highlight=False)
-    console.print(f"[bold]repart demo[/]: VWAP over {batches} batches of synthetic trades, Spark {master}")
+    console = Console(stderr=json_path == STDOUT, highlight=False, soft_wrap=True)
+    console.print(
+        f"[bold]repart demo[/]: VWAP over {batches} batches of synthetic trades, Spark {master}, "
+        f"modes preserve and split ({split})"
+    )
     console.print(_HEADER)
     result = run_demo(config, on_batch=lambda row: console.print(_line(row)))
     with durable_output(plot) as temporary:
         plot_demo(
-            [row.__dict__ for row in result.rows], temporary, "repart demo: VWAP pipeline, LCL, α = 1.2"
+            [row.to_json() for row in result.rows],
+            temporary,
+            f"repart demo: VWAP pipeline, LCL, α = 1.2; split mode: {split}",
         )
     console.print(f"wrote plot to {escape(str(plot))}")
     document = json.dumps(result.to_json(), indent=1)
@@ -95,7 +112,13 @@ def demo(
         with durable_output(json_path) as temporary:
             temporary.write_text(document)
         console.print(f"wrote {escape(str(json_path))}")
-    verdict = "[green]equal[/]" if result.equal else "[bold red]DIFFERENT[/]"
-    console.print(f"totals: input {result.input_totals}, state {result.state_totals}: {verdict}")
+    for mode, totals in result.totals.items():
+        verdict = "[green]equal[/]" if totals.input == totals.state else "[bold red]DIFFERENT[/]"
+        console.print(f"{mode}: totals: input {totals.input}, state {totals.state}: {verdict}")
+        if totals.mismatches:
+            for mismatch in totals.mismatches:
+                console.print(f"{mode}: merged state ≠ groupBy of the input after {escape(mismatch)}")
+        else:
+            console.print(f"{mode}: merged state = groupBy of the input after every batch")
     if not result.equal:
         raise typer.Exit(1)

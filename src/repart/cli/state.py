@@ -1,9 +1,14 @@
-"""``repart state verify``: check a job's state store against its generation (DESIGN §9, §12.4).
+"""``repart state verify`` and ``repart state compact``: a job's state store (DESIGN §9, §12.4).
 
 Reads every data file the current generation lists and compares its rows, checksum and slots with the
 generation's entry (``StateStore.damaged_files``), after checking the manifest and the generation
 document themselves. Exits 0 when the store is intact and 4 (``Corrupt``) when anything is damaged,
 listing every damaged file; 2 when there is no store at the path.
+
+``compact`` rewrites the files of the channels that are due (``StateStore.compact``: their slot
+filters hide too many rows, or migrations left too many files per slot group) as one more
+generation. Exits 0 whether or not a channel was due, 3 (``Conflict``) when another process is
+writing the store, 4 when a file it reads is damaged, 2 for a threshold out of range or no store.
 """
 
 from __future__ import annotations
@@ -52,6 +57,56 @@ def verify(
     _report(summary, as_json)
     if damaged:
         raise typer.Exit(Corrupt.exit_code)
+
+
+@state_app.command()
+@reports_bad_input
+def compact(
+    state: Annotated[Path, typer.Option("--state", help="The state store's directory.")],
+    max_filtered_share: Annotated[
+        float,
+        typer.Option(
+            help="Compact a channel whose slot filters hide more than this share of its rows, in [0, 1)."
+        ),
+    ] = 0.1,
+    max_files_per_group: Annotated[
+        float,
+        typer.Option(
+            help="Compact a channel holding more than this many files per slot group, in [1, 1024]."
+        ),
+    ] = 1.5,
+    as_json: JsonOption = False,
+) -> None:
+    """Rewrite the files of the channels that are due, as one more generation (exit 3 while another
+    process writes the store)."""
+    from repart.state.store import StateStore
+
+    result = StateStore.open(state).compact(
+        max_filtered_share=max_filtered_share, max_files_per_group=max_files_per_group
+    )
+    summary = {
+        "state": str(state),
+        "compacted": result.compacted,
+        "channels": list(result.channels),
+        "generation": result.generation,
+        "files_before": result.files_before,
+        "files_after": result.files_after,
+        "replaced_files": result.replaced_files,
+        "written_files": result.written_files,
+        "dropped_rows": result.dropped_rows,
+        "seconds": round(result.seconds, 3),
+    }
+    if as_json:
+        print_json(summary)
+        return
+    if not result.compacted:
+        console().print(f"state store at {escape(str(state))}: no channel is due for compaction")
+        return
+    console().print(
+        f"state store at {escape(str(state))}: compacted {len(result.channels)} channels into generation "
+        f"{result.generation}: {result.files_before} -> {result.files_after} files, "
+        f"{result.dropped_rows} filtered rows dropped"
+    )
 
 
 def _damage(error: Corrupt) -> dict[str, str | None]:

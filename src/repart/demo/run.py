@@ -1,40 +1,43 @@
-"""The main job (``repart demo``): the VWAP pipeline under a live controller, end to end.
+"""The main job (``repart demo``): the VWAP pipeline under a live controller, end to end, in two modes.
 
 Everything runs in one process on the embedded defaults: a SQLite database in the work directory,
-Spark ``local[2]``, and the controller's daemon on a background scheduler ticking the region every
-half second. The region starts on 4 channels under the ``target-utilization`` policy; the trade rate
-grows 15 % per batch and the hot tickers drift, so the controller scales out and rebalances while the
-job applies each plan to its state before the next batch.
+Spark ``local[2]``, and the controller's daemon on a background scheduler ticking every half second.
+The same stream of trades feeds two regions, batch by batch in one Spark session: ``trades-preserve``
+(key-preserving, Gedik's functions) and ``trades-split`` (split mode, DESIGN §11.3: D-Choices unless
+``DemoConfig.split`` names another scheme; the state merges by summing, ``vwap.MERGE``), each with its
+own state store. Both start on 4 channels under the ``target-utilization`` policy; the trade rate
+grows 15 % per batch and the hot tickers drift, so the controller scales out and rebalances while each
+job applies its plans to its state before the next batch.
 
-Per batch the demo measures, on the batch's exact ticker counts: b (Gedik Eq. 11, LCL, α = 1.2) of the
-version the batch was routed with, b of plain hashing (``slot mod N``, the
-key hash's top 16 bits modulo N) at the same N, the fraction of
-state rows the batch's migration moved, and the ideal share ``|ΔN| / max(N, N')`` a scale step must
-move at least. It ends by checking that the state's totals (trades, volume, notional) equal the
-input's.
+Per batch and mode the demo measures b of the version the batch was routed with, of plain hashing
+and the key-preserving bound b_lb, the state's memory, and the migrated and ideal fractions
+(``repart.demo.measure``), and checks that the merged state equals a plain groupBy over all input so
+far (``repart.demo.exactness``). It ends with each mode's totals (trades, volume, notional) of the
+input and of the state.
 """
 
 from __future__ import annotations
 
-import math
 import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
 
-import numpy as np
+import pyarrow as pa
+from pyspark.sql import SparkSession
 from sqlalchemy import Engine
 
 from repart.controller.daemon import Daemon, DaemonConfig
 from repart.controller.tick import last_considered_seq, tick
-from repart.demo.vwap import BatchOutcome, VwapPipeline, totals
+from repart.demo.exactness import InputLedger, difference
+from repart.demo.measure import BatchCounts, batch_row
+from repart.demo.report import DemoResult, DemoRow, ModeTotals
+from repart.demo.vwap import MERGE, VwapPipeline, totals
 from repart.errors import InvalidInput
-from repart.partitioning import ConsistentSpec, PartitionFunction, initial_function
-from repart.partitioning.metrics import channel_loads, imbalance
-from repart.partitioning.resources import Resources
-from repart.sim.trades import Trades, TradeStream
+from repart.partitioning.domain import SPLIT_SCHEMES
+from repart.sim.trades import TradeStream
 from repart.spark.session import DEFAULT_MASTER, spark_session
 from repart.storage import (
     RegionConfig,
@@ -45,17 +48,20 @@ from repart.storage import (
     upgrade,
 )
 from repart.storage.client import SqlControllerClient
-from repart.validation import Interval, check
+from repart.validation import Interval, Options, check
 
-REGION = "trades"
+#: The two modes, in the order each batch runs them, and their regions.
+MODES = ("preserve", "split")
+REGIONS = {mode: f"trades-{mode}" for mode in MODES}
 MARKER = ".repart-demo"
-ALPHA = 1.2
-RESOURCES = Resources.parse("LCL")
 
 
 @dataclass(frozen=True)
 class DemoConfig:
-    """The demo's knobs; the defaults are what ``make demo`` runs."""
+    """The demo's knobs; the defaults are what ``make demo`` runs. ``split`` is the split region's
+    scheme (one of ``SPLIT_SCHEMES``). ``slot_groups`` is the number of files per channel of each
+    state store: the demo's state is small (at most 20,000 tickers), and 4 files per channel instead
+    of the store's default 64 spare each batch's update, migration and vacuum hundreds of tiny files."""
 
     batches: int = 8
     workdir: Path = Path(".repart/demo")
@@ -66,83 +72,104 @@ class DemoConfig:
     window_seconds: float = 10.0
     tick_seconds: float = 0.5
     decision_timeout: float = 120.0
+    slot_groups: int = 4
+    split: str = "dchoices"
     stream: TradeStream = field(default_factory=TradeStream)
 
     def __post_init__(self) -> None:
         check("batches", self.batches, Interval(int, 1, 30))
+        check("split", self.split, Options(SPLIT_SCHEMES))
 
-
-@dataclass(frozen=True)
-class DemoRow:
-    """One batch's line of the demo (the fields of ``--json``'s ``batches``)."""
-
-    batch: int
-    N: int
-    version: int
-    b: float | None
-    b_hash: float | None
-    migrated_fraction: float
-    ideal_fraction: float
-    seconds: float
-
-
-@dataclass(frozen=True)
-class DemoResult:
-    rows: list[DemoRow]
-    input_totals: dict[str, int]
-    state_totals: dict[str, int]
-
-    @property
-    def equal(self) -> bool:
-        return self.input_totals == self.state_totals
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "batches": [row.__dict__ for row in self.rows],
-            "totals": {"input": self.input_totals, "state": self.state_totals, "equal": self.equal},
-        }
+    def region(self, mode: str) -> RegionConfig:
+        """The region of ``mode``: str keys, ``target-utilization``, and in split mode the scheme and
+        the VWAP state's merge."""
+        split = mode == "split"
+        return RegionConfig(
+            key_type="str",
+            n_channels_initial=self.initial_channels,
+            policy="target-utilization",
+            min_channels=1,
+            max_channels=self.max_channels,
+            split_scheme=self.split if split else None,
+            merge=MERGE.to_text() if split else None,
+            settings={"target_utilization": 0.8},
+        )
 
 
 def run_demo(config: DemoConfig, on_batch: Callable[[DemoRow], None] | None = None) -> DemoResult:
     """Run the demo (see the module docstring); ``on_batch`` sees every row as it is measured."""
     workdir = _fresh_workdir(config.workdir)
-    engine = make_engine(f"sqlite:///{workdir / 'repart.db'}")
-    upgrade(engine)
-    region = RegionConfig(
-        key_type="str",
-        n_channels_initial=config.initial_channels,
-        policy="target-utilization",
-        min_channels=1,
-        max_channels=config.max_channels,
-        settings={"target_utilization": 0.8},
-    )
-    run_in_transaction(engine, lambda session: create_region(session, REGION, region))
-    tick(engine, REGION)  # p^(0): the consistent hash on the initial channels
+    engine = _controller(workdir, config)
     spark = spark_session(config.master, "repart-demo")
-    pipeline = VwapPipeline(
-        spark,
-        SqlControllerClient(engine, source="repart demo"),
-        REGION,
-        workdir / "state",
-        window_seconds=config.window_seconds,
-        channel_rate=config.channel_rate,
-    )
+    pipelines = _pipelines(spark, engine, workdir, config)
+    ledger = InputLedger(spark)
+    mismatches: dict[str, list[str]] = {mode: [] for mode in MODES}
+    states: dict[str, pa.Table] = {}
+    rows: list[DemoRow] = []
     daemon = Daemon(engine, DaemonConfig(interval_seconds=config.tick_seconds, lease_ttl_seconds=30.0))
     daemon.start()
-    rows: list[DemoRow] = []
     try:
         for seq in range(config.batches):
             trades = config.stream.batch(seq)
-            outcome = pipeline.run_batch(seq, trades)
-            row = _row(outcome, trades)
-            rows.append(row)
-            if on_batch is not None:
-                on_batch(row)
+            counts = BatchCounts.of(trades)
+            ledger.add(trades)
+            expected = ledger.grouped()
+            for mode, pipeline in pipelines.items():
+                outcome = pipeline.run_batch(seq, trades)
+                states[mode] = state = pipeline.store.read_merged(MERGE)
+                problem = difference(expected, state)
+                if problem is not None:
+                    mismatches[mode].append(f"batch {seq}: {problem}")
+                row = batch_row(
+                    mode, outcome, counts, state_rows=pipeline.store.rows(), state_keys=state.num_rows
+                )
+                rows.append(row)
+                if on_batch is not None:
+                    on_batch(row)
             if seq + 1 < config.batches:
-                _wait_for_decision(engine, seq, config.decision_timeout)
+                for region in REGIONS.values():
+                    _wait_for_decision(engine, region, seq, config.decision_timeout)
     finally:
         daemon.stop()
-    return DemoResult(rows=rows, input_totals=pipeline.fed_totals, state_totals=totals(pipeline.store.read()))
+    return DemoResult(
+        rows=rows,
+        totals={
+            mode: ModeTotals(pipeline.fed_totals, totals(states[mode]), tuple(mismatches[mode]))
+            for mode, pipeline in pipelines.items()
+        },
+    )
+
+
+def _controller(workdir: Path, config: DemoConfig) -> Engine:
+    """The demo's database with both regions, each on its first version p^(0) (the consistent hash on
+    the initial channels)."""
+    engine = make_engine(f"sqlite:///{workdir / 'repart.db'}")
+    upgrade(engine)
+    for mode in MODES:
+        run_in_transaction(engine, partial(create_region, name=REGIONS[mode], config=config.region(mode)))
+        tick(engine, REGIONS[mode])
+    return engine
+
+
+def _pipelines(
+    spark: SparkSession, engine: Engine, workdir: Path, config: DemoConfig
+) -> dict[str, VwapPipeline]:
+    """One VWAP pipeline per mode, each with its region and its state store under ``workdir/state``;
+    the split region's pipeline applies its plans' consolidations with ``MERGE``."""
+    client = SqlControllerClient(engine, source="repart demo")
+    return {
+        mode: VwapPipeline(
+            spark,
+            client,
+            REGIONS[mode],
+            workdir / "state" / mode,
+            window_seconds=config.window_seconds,
+            channel_rate=config.channel_rate,
+            slot_groups=config.slot_groups,
+            merge=MERGE if mode == "split" else None,
+        )
+        for mode in MODES
+    }
 
 
 def _fresh_workdir(path: Path) -> Path:
@@ -161,43 +188,13 @@ def _fresh_workdir(path: Path) -> Path:
     return path.resolve()
 
 
-def _row(outcome: BatchOutcome, trades: Trades) -> DemoRow:
-    keys, counts = np.unique(np.asarray(trades.ticker, dtype=object), return_counts=True)
-    frequencies = counts / counts.sum()
-    hashing = initial_function(
-        outcome.n_channels, "str", outcome.function.slot_bits, ConsistentSpec(method="mod")
-    )
-    if not isinstance(outcome.function, PartitionFunction):
-        raise TypeError("the demo's region is key-preserving: its versions are PartitionFunctions")
-    moved = outcome.moved_rows or 0
-    before, after = outcome.n_channels_before, outcome.n_channels
-    return DemoRow(
-        batch=outcome.seq,
-        N=after,
-        version=outcome.version,
-        b=_b(outcome.function, keys, frequencies),
-        b_hash=_b(hashing, keys, frequencies),
-        migrated_fraction=moved / outcome.state_rows_before if outcome.state_rows_before else 0.0,
-        ideal_fraction=abs(after - before) / max(after, before),
-        seconds=outcome.seconds,
-    )
-
-
-def _b(
-    function: PartitionFunction, keys: np.ndarray[Any, Any], frequencies: np.ndarray[Any, Any]
-) -> float | None:
-    channels = function.lookup_many(keys.tolist())
-    loads = channel_loads(RESOURCES, frequencies, channels, function.n_channels)
-    b = imbalance(RESOURCES, loads, ALPHA).b
-    return b if math.isfinite(b) else None
-
-
-def _wait_for_decision(engine: Engine, seq: int, timeout: float) -> None:
-    """Block until the controller has decided on window ``seq`` (it ticks on its own schedule)."""
+def _wait_for_decision(engine: Engine, region: str, seq: int, timeout: float) -> None:
+    """Block until the controller has decided on ``region``'s window ``seq`` (it ticks on its own
+    schedule)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        considered = read_transaction(engine, lambda session: last_considered_seq(session, REGION))
+        considered = read_transaction(engine, lambda session: last_considered_seq(session, region))
         if considered is not None and considered >= seq:
             return
         time.sleep(0.1)
-    raise TimeoutError(f"the controller did not decide on window {seq} within {timeout:g} s")
+    raise TimeoutError(f"the controller did not decide on window {seq} of {region} within {timeout:g} s")

@@ -6,11 +6,17 @@ Each batch does what every stateful job under repart does (DESIGN §9):
 2. **partition** the batch with the applied version (Spark partition i = channel i);
 3. **update** the state: each channel's task folds its trades into its tickers' running sums;
 4. **observe** the batch's key frequencies and per-channel load as a snapshot for the controller;
-5. **report** the batch (rows, moved state, seconds) to the controller.
+5. **report** the batch (rows, moved state, seconds) to the controller, then compact the store when
+   it is due and vacuum it.
 
 The pipeline talks to the controller only through the ``ControllerClient`` port (DESIGN §12.1). The
 state of a ticker is ``(trades, volume, notional_cents)``; its VWAP is ``notional / volume``. Prices
 are integer cents, so the state's totals must equal the input's totals exactly.
+
+The region may be key-preserving or in split mode (DESIGN §11.3). Every state column is a sum, so the
+state is decomposable: in split mode a hot ticker's trades are spread over several channels, each
+keeps a partial row of sums, and ``MERGE`` (every column summed) merges them, when the store reads
+the state (``read_merged``) and when a plan consolidates a ticker's partials into its home channel.
 
 Every batch is processed exactly once under its batch id (its window's seq), whatever step a job is
 killed at and however often it is run again on the same batch: the plan's id is in the store's
@@ -29,10 +35,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
-from repart.errors import NotFound
-from repart.partitioning.function import PartitionFunction
-from repart.partitioning.split.function import StoredFunction
+from repart.errors import InvalidInput, NotFound
+from repart.partitioning.split.function import SplitFunction, StoredFunction
 from repart.protocol.client import ControllerClient
+from repart.protocol.merge import MergeSpec
 from repart.sim.trades import Trades
 from repart.spark.jobs import apply_next_plan
 from repart.spark.observe import Observation, Window, observe
@@ -45,6 +51,8 @@ from repart.validation import POSITIVE, check
 KEY = "ticker"
 SUMS = ("trades", "volume", "notional_cents")
 STATE_SCHEMA = pa.schema([(KEY, pa.string()), *((name, pa.int64()) for name in SUMS)])
+#: How a ticker's partial rows merge (split mode): every column of the state is a sum.
+MERGE = MergeSpec.parse(",".join(f"{name}=sum" for name in SUMS))
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -121,7 +129,10 @@ class VwapPipeline:
     batch (its snapshot's window). ``epsilon`` is the lossy counter's error: it must stay below the
     controller's frequency threshold δ (about 6·10⁻⁴ at N = 32 with the defaults) so that every key
     the builders would track is in the snapshot; 10⁻⁴ leaves a margin of six. ``slot_groups`` is the
-    number of files per channel of a store the pipeline creates (``repart.state.files``).
+    number of files per channel of a store the pipeline creates (``repart.state.files``). ``merge`` is
+    the region's merge, which a region in split mode declares (``MERGE`` for this state) and which
+    ``apply_next_plan`` uses for a plan's consolidations; None for a key-preserving region, whose
+    applied version must then never be a split function (InvalidInput ``merge``).
     """
 
     def __init__(
@@ -135,6 +146,7 @@ class VwapPipeline:
         channel_rate: float | None = None,
         epsilon: float = 1e-4,
         slot_groups: int = DEFAULT_SLOT_GROUPS,
+        merge: MergeSpec | None = None,
     ) -> None:
         self.window_seconds = check("window_seconds", window_seconds, POSITIVE)
         self.channel_rate = None if channel_rate is None else check("channel_rate", channel_rate, POSITIVE)
@@ -144,6 +156,7 @@ class VwapPipeline:
         self.state_root = Path(state_root)
         self.epsilon = epsilon
         self.slot_groups = slot_groups
+        self.merge = merge
         self.store = self._open_or_create_store()
         # Σ trades, volume and notional of the batches this pipeline ran (``input_totals``).
         self.fed_totals = dict.fromkeys(SUMS, 0)
@@ -175,13 +188,15 @@ class VwapPipeline:
         started = time.perf_counter()
         state_rows_before = self.store.rows()
         n_before = self.store.n_channels
-        migration = apply_next_plan(self.client, self.region, self.store)
+        migration = apply_next_plan(self.client, self.region, self.store, merge=self.merge)
         if migration is not None:
             self.store = StateStore.open(self.state_root)
         version, function = self.client.applied_function(self.region)
-        if not isinstance(function, PartitionFunction):
-            raise TypeError(
-                f"region {self.region!r} is in split mode; the VWAP pipeline routes key-preserving"
+        if isinstance(function, SplitFunction) and self.merge is None:
+            raise InvalidInput(
+                "merge",
+                f"is required: region {self.region!r} routes with a split function (version {version}), "
+                "whose partial state rows merge by the region's merge",
             )
         frame: DataFrame = self.spark.createDataFrame(trades_table(trades))
         self.store, updates = update_state(
@@ -232,7 +247,10 @@ class VwapPipeline:
             "state_generation": self.store.generation,
         }
         self.client.report_batch(self.region, seq, payload, plan_id)
-        self.store.vacuum()  # between batches no executor is writing files the store does not list yet
+        # Between batches no executor is writing: rewrite the channels whose files a migration left
+        # filtered or scattered (nothing is written when none is due), then drop unlisted files.
+        self.store.compact()
+        self.store.vacuum()
         self.fed_totals = {
             name: self.fed_totals[name] + value for name, value in input_totals(trades).items()
         }

@@ -52,15 +52,47 @@ def plot_records(records: Sequence[Record], path: Path, title: str) -> None:
 
 
 def plot_demo(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> None:
-    """Three panels per batch: channels N, b of repart vs plain hashing, migrated vs ideal fraction."""
+    """The demo's batches, one column per mode (in the rows' order) side by side, rows of panels sharing
+    their y axis: channels N (labelled with the version routed with), b of repart vs plain hashing
+    and the key-preserving bound b_lb, and the migrated vs the ideal fraction of state rows."""
+    if not rows:
+        raise InvalidInput("rows", "must not be empty (there is nothing to plot), got none")
     plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
 
-    figure, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4.2))
+    modes = list(dict.fromkeys(str(row["mode"]) for row in rows))
+    figure, axes = plt.subplots(
+        3, len(modes), figsize=(1.0 + 6.0 * len(modes), 10.5), squeeze=False, sharex=True, sharey="row"
+    )
+    for column, mode in enumerate(modes):
+        series = [row for row in rows if row["mode"] == mode]
+        top, middle, bottom = (axes[r][column] for r in range(3))
+        memory = max(float(row["memory"]) for row in series)
+        top.set_title(f"{mode} (memory ≤ {memory:.4f} state rows per key)")
+        _plot_channels(top, series)
+        _plot_imbalance(middle, series)
+        _plot_migration(bottom, series)
+        top.yaxis.set_major_locator(MaxNLocator(integer=True))
+        for axis in (top, middle, bottom):
+            axis.grid(True, alpha=0.3)
+            axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        for axis in (middle, bottom):
+            axis.legend(fontsize=8)
+        if column:  # the row's panels share the first column's y axis and its label
+            for axis in (top, middle, bottom):
+                axis.set_ylabel("")
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110, format="png")
+    plt.close(figure)
+
+
+def _plot_channels(axis: Any, rows: Sequence[Mapping[str, Any]]) -> None:
+    """N per batch as steps, each point labelled with the version the batch was routed with."""
     batches = [int(row["batch"]) for row in rows]
-    left.step(batches, [int(row["N"]) for row in rows], where="mid", marker="o")
+    axis.step(batches, [int(row["N"]) for row in rows], where="mid", marker="o")
     for row in rows:
-        left.annotate(
+        axis.annotate(
             f"v{row['version']}",
             (int(row["batch"]), int(row["N"])),
             textcoords="offset points",
@@ -68,36 +100,40 @@ def plot_demo(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> None
             ha="center",
             fontsize=8,
         )
-    left.set(xlabel="batch", ylabel="channels N (label: version routed with)")
+    axis.set(ylabel="channels N (label: version routed with)")
+
+
+def _plot_imbalance(axis: Any, rows: Sequence[Mapping[str, Any]]) -> None:
+    """b of repart and of plain hashing per batch, and b_lb dotted (null, an infinite b, is a gap)."""
+    batches = [int(row["batch"]) for row in rows]
     nan = float("nan")
-    for key, label in (("b", "repart"), ("b_hash", "plain hashing (slot mod N)")):
+    for key, label, style in (
+        ("b", "repart", "-"),
+        ("b_hash", "plain hashing (slot mod N)", "-"),
+        ("b_lb", "key-preserving bound b_lb", ":k"),
+    ):
         values = [nan if row[key] is None else float(row[key]) for row in rows]
-        middle.plot(batches, values, marker="o", label=label)
-    middle.set(xlabel="batch", ylabel="relative imbalance b (Eq. 11)")
+        axis.plot(batches, values, style, marker="o", label=label)
+    axis.set(ylabel="relative imbalance b (Eq. 11)")
+
+
+def _plot_migration(axis: Any, rows: Sequence[Mapping[str, Any]]) -> None:
+    """The migrated and the ideal fraction of state rows per batch, as bars side by side."""
+    batches = [int(row["batch"]) for row in rows]
     width = 0.4
-    right.bar(
+    axis.bar(
         [b - width / 2 for b in batches],
         [float(r["migrated_fraction"]) for r in rows],
         width,
         label="migrated",
     )
-    right.bar(
+    axis.bar(
         [b + width / 2 for b in batches],
         [float(r["ideal_fraction"]) for r in rows],
         width,
         label="ideal |ΔN|/N",
     )
-    right.set(xlabel="batch", ylabel="fraction of state rows")
-    for axis in (left, middle, right):
-        axis.grid(True, alpha=0.3)
-        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-    left.yaxis.set_major_locator(MaxNLocator(integer=True))
-    for axis in (middle, right):
-        axis.legend(fontsize=8)
-    figure.suptitle(title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110, format="png")
-    plt.close(figure)
+    axis.set(xlabel="batch", ylabel="fraction of state rows")
 
 
 def plot_groupings(records: Sequence[Mapping[str, Any]], path: Path, title: str) -> None:

@@ -6,6 +6,10 @@ controller left for it before it writes state, and reports the plan's outcome th
 ``failed`` with the reason. The plan's id is recorded in the state store's manifest when the migration
 commits, so a job that crashed after that commit but before its report finds the plan already applied
 in the store and only reports it.
+
+In split mode (DESIGN §11.3) a plan may consolidate split keys' partial state: the job passes the
+region's merge (its ``MergeSpec`` or merge function) through to the store, which merges the partials
+that meet on a key's home.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Protocol
 from repart.errors import Corrupt, InvalidInput
 from repart.migration import MigrationPlan
 from repart.protocol.client import ControllerClient, PlanToApply
+from repart.state.merge import Merge, MergeColumns
 
 
 class AppliedMigration(Protocol):
@@ -34,15 +39,23 @@ class PlanApplier(Protocol):
     """A state store that can apply a migration plan (``repart.state.store.StateStore``)."""
 
     def apply(
-        self, plan: MigrationPlan, *, plan_id: int, region: str, from_version: int, to_version: int
+        self,
+        plan: MigrationPlan,
+        *,
+        plan_id: int,
+        region: str,
+        from_version: int,
+        to_version: int,
+        merge: MergeColumns | Merge | None = None,
     ) -> AppliedMigration: ...
 
 
 def apply_next_plan(
-    client: ControllerClient, region: str, store: PlanApplier
+    client: ControllerClient, region: str, store: PlanApplier, merge: MergeColumns | Merge | None = None
 ) -> tuple[PlanToApply, AppliedMigration] | None:
     """Claim the region's next plan, apply it to ``store`` and report the outcome; None if there is no
-    plan to apply.
+    plan to apply. ``merge`` is the region's merge, which a plan that consolidates split keys' partials
+    needs (``StateStore.apply``); a plan that needs it when it is None is refused (InvalidInput).
 
     On success the plan becomes ``applied`` with the moved rows and bytes (unknown, None, when the store
     had already committed it: a job died between the store's commit and this report). When the store
@@ -64,6 +77,7 @@ def apply_next_plan(
             region=region,
             from_version=todo.from_version,
             to_version=todo.to_version,
+            merge=merge,
         )
     except (InvalidInput, Corrupt) as refused:
         try:

@@ -5,9 +5,11 @@ On disk, under ``ROOT``:
 - ``channel=<c>/<uuid>.parquet``: immutable data files (``repart.state.files``), one channel and
   one slot group each, sorted by slot, with a ``_slot`` column;
 - ``generations/<gen:08d>.json``: a generation: the files it consists of (path, channel, slot group,
-  rows, bytes, checksum) and the layout they are in: region, version number, function digest, channel
-  count, slot bits, key type and column, the Arrow schema, slot groups, the plans applied so far, and
-  the last batch the state absorbed (``repart.state.batches``: its id and per-channel measurements);
+  rows, bytes, checksum, and a slot filter where the file holds rows of slots the entry no longer
+  owns: ``repart.state.filters``) and the layout they are in: region, version number, function
+  digest, channel count, slot bits, key type and column, the Arrow schema, slot groups, the plans
+  applied so far, and the last batch the state absorbed (``repart.state.batches``: its id and
+  per-channel measurements);
 - ``MANIFEST``: ``{"format", "generation", "sha256"}``, the current generation and the SHA-256 of its
   document, replaced atomically (temporary file, ``fsync``, rename, ``fsync`` of the directory).
 
@@ -16,14 +18,26 @@ are durable, so a reader (or a process killed at any point) sees the old generat
 never a mix. Files a generation shares with the previous one are listed by both; ``vacuum`` removes
 what no recent generation lists, including the leftovers of an apply that was killed.
 
-Writers (``commit``, ``apply``, ``vacuum``) hold an exclusive lock on ``ROOT/.lock``. ``apply`` takes a
+Writers (``commit``, ``apply``, ``compact``, ``vacuum``) hold an exclusive lock on ``ROOT/.lock``;
+``compact`` does not wait for it: another process writing is a ``Conflict``. ``apply`` takes a
 migration plan (DESIGN §6) from the version the store holds to the next one, moving only the rows
-that change channel (``repart.state.migrate``), and records the plan's id: applying it again is a
-no-op. A job writes a channel's state with ``write_channel_files`` (on executors) and ``commit``; a
-commit under a version other than the store's is refused, so no state is ever written in a layout
-the store is not in. A commit may name the batch it absorbs: the generation records the batch's id,
+that change channel (``repart.state.migrate``: files that lose a few slots get a slot filter instead
+of being rewritten), and records the plan's id: applying it again is a no-op. ``compact`` rewrites
+the files of the channels whose filtered rows or file count pass a threshold
+(``repart.state.compact``), one more generation with the same content.
+
+A job writes a channel's state with ``write_channel_files`` (on executors) and ``commit``; a commit
+under a version other than the store's is refused, so no state is ever written in a layout the store
+is not in. A commit may name the batch it absorbs: the generation records the batch's id,
 and ``absorbed(batch_id)`` tells a job that runs the batch again that it is in the state already
-(exactly-once batches, like Delta Lake's transaction identifiers).
+(exactly-once batches, like Delta Lake's transaction identifiers). A commit whose handle is behind
+the manifest goes ahead when the generations in between changed no channel's rows or checksum and
+no layout, plan or batch (a compaction): it replaces whole channels, so it loses nothing.
+
+Formats: the manifest and generation documents are format 2 (entries may carry a filter); format 1
+documents, written before filters existed, are read as they are (their entries have none), so an
+older store opens and its next generation is written in format 2. A format this code does not know
+is refused naming it (``Corrupt``: the store cannot be read by this version).
 
 Errors (DESIGN §12.4): ``InvalidInput`` names the argument at fault (a plan of another region or
 generation, a layout that does not match the version); ``Corrupt`` names the damaged file (a missing
@@ -57,7 +71,6 @@ from repart.partitioning.consistent import check_n_channels
 from repart.partitioning.documents import (
     canonical_json,
     parse_json,
-    require_format,
     require_int,
     require_list,
     require_object,
@@ -68,22 +81,31 @@ from repart.partitioning.domain import KeyType
 from repart.protocol.files import fsync_path, write_durably
 from repart.state.batches import AbsorbedBatch
 from repart.state.checksum import add_checksums
+from repart.state.compact import (
+    DEFAULT_MAX_FILES_PER_GROUP,
+    DEFAULT_MAX_FILTERED_SHARE,
+    CompactionPolicy,
+    compact_files,
+)
 from repart.state.files import (
     CHANNEL_COLUMN,
     FileEntry,
     Layout,
+    channel_totals,
     checked_layout,
-    read_parquet,
+    read_entry,
     read_verified,
     write_channel_files,
 )
 from repart.state.merge import Merge, MergeColumns, merged
 from repart.state.migrate import migrate_files
-from repart.validation import REGION_NAME, check
+from repart.validation import REGION_NAME, Options, check
 
-__all__ = ["ApplyResult", "FileEntry", "StateStore", "write_channel_files"]
+__all__ = ["ApplyResult", "CompactResult", "FileEntry", "StateStore", "write_channel_files"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The document formats this code reads: 1 (before slot filters) and 2.
+READABLE_FORMATS = (1, 2)
 MANIFEST = "MANIFEST"
 GENERATIONS = "generations"
 LOCK = ".lock"
@@ -112,9 +134,10 @@ _GENERATION_NAME = re.compile(r"([0-9]{8})\.json")
 
 @dataclass(frozen=True)
 class ApplyResult:
-    """What ``StateStore.apply`` did: rows and bytes that changed channel, files split (rewritten) and
-    hard-linked into another channel (relocated), the generation it committed (or found, when the
-    plan had been applied already) and the wall time."""
+    """What ``StateStore.apply`` did: rows that changed channel and the bytes written or linked for
+    them; files dropped and written anew (rewritten), given a slot filter (filtered) and hard-linked
+    into another channel (relocated); rows read from files to split them; the generation it committed
+    (or found, when the plan had been applied already) and the wall time."""
 
     plan_id: int
     moved_rows: int
@@ -123,6 +146,25 @@ class ApplyResult:
     relocated_files: int
     generation: int
     already_applied: bool
+    seconds: float
+    filtered_files: int = 0
+    read_rows: int = 0
+
+
+@dataclass(frozen=True)
+class CompactResult:
+    """What ``StateStore.compact`` did: whether it committed a generation (``compacted``: some channel
+    was due), the channels it compacted, the files it replaced and wrote, the filtered rows it left
+    behind, the store's file count before and after, the store's generation and the wall time."""
+
+    compacted: bool
+    channels: tuple[int, ...]
+    replaced_files: int
+    written_files: int
+    dropped_rows: int
+    files_before: int
+    files_after: int
+    generation: int
     seconds: float
 
 
@@ -169,7 +211,7 @@ class _Generation:
             document = require_object(
                 parse_json(text, name), "generation", _GENERATION_FIELDS, _OPTIONAL_GENERATION_FIELDS
             )
-            require_format(document["format"], FORMAT_VERSION)
+            _check_format(document["format"], name)
             schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(document["schema"], validate=True)))
             layout = checked_layout(
                 document["key_col"],
@@ -180,9 +222,11 @@ class _Generation:
             )
             n_channels = check_n_channels(document["n_channels"])
             files = tuple(
-                FileEntry.from_dict(entry, f"files[{index}]")
+                _entry_in_layout(FileEntry.from_dict(entry, f"files[{index}]"), layout, n_channels, index)
                 for index, entry in enumerate(require_list(document["files"], "files"))
             )
+            if len({entry.path for entry in files}) != len(files):
+                raise InvalidInput("files", "must list each file once; a path appears twice")
             plans = require_list(document["applied_plans"], "applied_plans")
             applied = tuple(
                 (require_int(plan_id, "applied_plans.id"), _checked_digest(digest, "applied_plans.digest"))
@@ -345,24 +389,16 @@ class StateStore:
         return [entry for entry in self._current.files if entry.channel == channel]
 
     def read_channel(self, channel: int, columns: Sequence[str] | None = None) -> pa.Table:
-        """The state of ``channel`` (the user's columns, or ``columns`` of them) as one table."""
+        """The state of ``channel`` (the user's columns, or ``columns`` of them) as one table: the rows
+        its files' entries let through (a filtered file's hidden slots are dropped)."""
         names = list(self.schema.names if columns is None else columns)
         unknown = [name for name in names if name not in self.schema.names]
         if unknown:
             raise InvalidInput("columns", f"must be state columns {self.schema.names}, got {unknown}")
         entries = self.files(channel)
         if not entries:
-            return self.schema.empty_table().select(names)
-        parts = []
-        for entry in entries:
-            part = read_parquet(self._root / entry.path, names)
-            if part.num_rows != entry.rows:
-                raise Corrupt(
-                    f"state file holds {part.num_rows} rows, its generation entry {entry.rows}",
-                    path=str(self._root / entry.path),
-                )
-            parts.append(part)
-        return pa.concat_tables(parts)
+            return pa.Table.from_batches([], schema=self.schema).select(names)  # not empty_table(): pandas
+        return pa.concat_tables([read_entry(self._root, entry, names) for entry in entries])
 
     def read(self) -> pa.Table:
         """The whole state with a ``channel`` (int32) column."""
@@ -473,15 +509,28 @@ class StateStore:
         return self
 
     def apply(
-        self, plan: MigrationPlan, *, plan_id: int, region: str, from_version: int, to_version: int
+        self,
+        plan: MigrationPlan,
+        *,
+        plan_id: int,
+        region: str,
+        from_version: int,
+        to_version: int,
+        merge: MergeColumns | Merge | None = None,
     ) -> ApplyResult:
         """Apply ``plan`` (from version ``from_version`` to ``to_version`` of ``region``): move exactly
         the rows that change channel, verify, and commit a new generation (module docstring).
 
+        A plan with consolidations (split mode, DESIGN §11.3) merges the partials of a split key that
+        meet on its home with ``merge``, the region's ``MergeSpec`` or merge function as in
+        ``read_merged`` (``repart.state.consolidate``); it is needed only then. A spec is checked
+        against the state's columns whatever the plan.
+
         A plan id already applied is a no-op (``already_applied=True``). A plan of another region, of
         a version or function other than the store's, or of another key type or slot bits is refused
-        (InvalidInput) with nothing written; a data file it must read that is missing or damaged is
-        Corrupt, naming the file, with nothing written either.
+        (InvalidInput) with nothing written, as is a ``merge`` that a plan needs and that is missing,
+        does not fit the state's columns or returns another schema; a data file it must read that is
+        missing or damaged is Corrupt, naming the file, with nothing written either.
         """
         started = time.perf_counter()
         require_int(plan_id, "plan_id")
@@ -510,7 +559,9 @@ class StateStore:
                     plan_id, 0, 0, 0, 0, current.generation, True, time.perf_counter() - started
                 )
             self._check_plan(plan, plan_id, from_version, current)
-            migration = migrate_files(self._root, current.files, plan, current.layout)
+            if merge is not None and not callable(merge):  # a spec: check it fits the state's columns
+                merged(pa.Table.from_batches([], schema=current.layout.schema), merge, current.layout.key_col)
+            migration = migrate_files(self._root, current.files, plan, current.layout, merge)
             self._publish(
                 replace(
                     current,
@@ -530,6 +581,49 @@ class StateStore:
             relocated_files=migration.relocated_files,
             generation=self.generation,
             already_applied=False,
+            seconds=time.perf_counter() - started,
+            filtered_files=migration.filtered_files,
+            read_rows=migration.read_rows,
+        )
+
+    def compact(
+        self,
+        *,
+        max_filtered_share: float = DEFAULT_MAX_FILTERED_SHARE,
+        max_files_per_group: float = DEFAULT_MAX_FILES_PER_GROUP,
+    ) -> CompactResult:
+        """Compact the channels that are due (``repart.state.compact``: their filters hide more than
+        ``max_filtered_share`` of their files' rows, or they hold more than ``max_files_per_group``
+        files per slot group), verify, and commit a new generation with the same content; move this
+        handle to it. When no channel is due nothing is written (``compacted=False``), so a pipeline
+        may call it between every two batches.
+
+        InvalidInput names a threshold out of range. Conflict when another process holds the store's
+        lock (it is writing: compact later; compaction never waits for a writer). Corrupt names a
+        damaged file, with nothing committed.
+        """
+        started = time.perf_counter()
+        policy = CompactionPolicy(max_filtered_share, max_files_per_group)
+        with _locked(self._root, wait=False):
+            current = self._current = _load(self._root)
+            before = len(current.files)
+            due = policy.due(current.files)
+            if not due:
+                seconds = time.perf_counter() - started
+                return CompactResult(False, (), 0, 0, 0, before, before, current.generation, seconds)
+            compaction = compact_files(self._root, current.files, due, current.layout)
+            self._publish(
+                replace(current, generation=current.generation + 1, files=_sorted_files(compaction.files))
+            )
+        return CompactResult(
+            compacted=True,
+            channels=tuple(due),
+            replaced_files=compaction.replaced_files,
+            written_files=len(compaction.written),
+            dropped_rows=compaction.dropped_rows,
+            files_before=before,
+            files_after=len(compaction.files),
+            generation=self.generation,
             seconds=time.perf_counter() - started,
         )
 
@@ -598,9 +692,10 @@ class StateStore:
             )
 
     def _current_for_writing(self) -> _Generation:
-        """The manifest's generation, which must be this handle's (else another writer moved on)."""
+        """The manifest's generation, which must be this handle's or hold the same state in the same
+        layout (a compaction moved it on: module docstring); else another writer moved on."""
         current = _load(self._root)
-        if current.generation != self._current.generation:
+        if current.generation != self._current.generation and not _same_state(current, self._current):
             raise Conflict(
                 f"the store at {str(self._root)!r} moved on to generation {current.generation} since this "
                 f"handle read generation {self._current.generation}; open it again"
@@ -617,6 +712,12 @@ class StateStore:
             for entry in files:
                 if not isinstance(entry, FileEntry) or entry.channel != channel:
                     raise InvalidInput(field, f"must hold file entries of channel {channel}, got {entry!r}")
+                if entry.filter is not None:
+                    raise InvalidInput(
+                        field,
+                        "must list files as write_channel_files returns them, without a slot filter: "
+                        f"{entry.path}",
+                    )
                 require_int(entry.slot_group, f"{field}.slot_group", 0, current.layout.slot_groups - 1)
                 path = self._root / entry.path
                 try:
@@ -657,7 +758,7 @@ def _load(root: Path) -> _Generation:
         raise Corrupt(f"the manifest cannot be read: {error}", path=str(manifest)) from None
     try:
         document = require_object(parse_json(text, "manifest"), "manifest", _MANIFEST_FIELDS)
-        require_format(document["format"], FORMAT_VERSION)
+        _check_format(document["format"], str(manifest))
         number = require_int(document["generation"], "generation")
         digest = _checked_digest(document["sha256"], "sha256")
     except InvalidInput as error:
@@ -684,6 +785,42 @@ def _load(root: Path) -> _Generation:
     return generation
 
 
+def _entry_in_layout(entry: FileEntry, layout: Layout, n_channels: int, index: int) -> FileEntry:
+    """``entry`` (``files[index]`` of a generation) if its channel, slot group and filter fit the
+    generation's layout; InvalidInput naming the field otherwise."""
+    name = f"files[{index}]"
+    require_int(entry.channel, f"{name}.channel", 0, n_channels - 1)
+    require_int(entry.slot_group, f"{name}.slot_group", 0, layout.slot_groups - 1)
+    if entry.filter is not None:
+        entry.filter.check_within(*layout.slot_range(entry.slot_group), f"{name}.filter")
+    return entry
+
+
+def _check_format(value: object, path: str) -> None:
+    """InvalidInput ``format`` unless ``value`` is one of ``READABLE_FORMATS``; a later format (a store
+    written by a newer repart) is Corrupt naming the file ``path`` and the format: this code cannot
+    read it, and nothing may be written over it."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > FORMAT_VERSION:
+        raise Corrupt(
+            f"the document is in format {value}, which this version of repart does not read (it reads "
+            f"formats {', '.join(map(str, READABLE_FORMATS))}): open the store with the repart that wrote it",
+            path=path,
+        )
+    check("format", value, Options(READABLE_FORMATS))
+
+
+def _same_state(a: _Generation, b: _Generation) -> bool:
+    """Whether two generations hold the same state in the same layout: version, function, plans,
+    last batch, and every channel's rows and checksum."""
+    return (a.version, a.function_digest, a.n_channels, a.applied_plans, a.batch) == (
+        b.version,
+        b.function_digest,
+        b.n_channels,
+        b.applied_plans,
+        b.batch,
+    ) and channel_totals(a.files) == channel_totals(b.files)
+
+
 def _refuse_a_store_without_manifest(root: Path) -> None:
     """Corrupt when ``root`` holds a store's generation documents or data files but no MANIFEST: the
     manifest was deleted, and creating a store over it would silently lose the state."""
@@ -700,10 +837,17 @@ def _refuse_a_store_without_manifest(root: Path) -> None:
 
 
 @contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    """An exclusive lock on ``ROOT/.lock`` for the duration of one write (released if the process dies)."""
+def _locked(root: Path, *, wait: bool = True) -> Iterator[None]:
+    """An exclusive lock on ``ROOT/.lock`` for the duration of one write (released if the process
+    dies). Without ``wait``, Conflict when another process holds it."""
     with open(root / LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Conflict(
+                f"another process is writing the state store at {str(root)!r} (it holds {LOCK}); "
+                "try again when it is done"
+            ) from None
         yield
 
 

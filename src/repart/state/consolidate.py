@@ -1,0 +1,261 @@
+"""Consolidating split keys' partial state while a plan is applied (DESIGN §11.3).
+
+A plan's consolidation ``(key, source, target)`` says that the key's partial row on ``source`` (a
+channel outside its candidates in ``b``) must be merged into its home in ``b``, ``target``. For every
+such key the **pool** is its partial rows on its consolidation sources and on its home; a key without a
+row on any of its sources moves nothing and has no pool. A pool becomes one row on the key's home: the
+row itself when the pool holds one (a partial that only moves), else the merge (``repart.state.merge``)
+of the pool's rows, taken in a fixed order (by channel, then row hash) so that the result does not
+depend on the order the files are read in. A pool of several rows needs the region's merge: without
+one the plan is refused (InvalidInput ``merge``), as it is when the merge breaks its contract (another
+schema, several rows for a key).
+
+``gather_pools`` reads the files of the pools' (channel, slot group) pairs and computes the results
+before ``repart.state.migrate`` writes anything, so a refused plan leaves nothing behind; the migration
+then drops the pooled rows from their files and writes each result among the rows that enter its home.
+``verify_pools`` checks the next generation by key and channel, independently of that routing: it reads
+every file of those pairs and requires, for each pooled key, exactly one row on its pooled channels, on
+its home, with the row hash of its result. The key's partials on its other candidates are untouched
+(the per-channel checksums cover their files), so its merged state, over all its partials, is the same
+before and after.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from repart.errors import Corrupt, InvalidInput
+from repart.migration.plan import MigrationPlan
+from repart.partitioning.domain import Key
+from repart.partitioning.hashing import hash_keys, slots_of_hashes
+from repart.state.checksum import U64, checksum, key_hashes, row_hashes
+from repart.state.files import SLOT_COLUMN, FileEntry, Layout, read_verified
+from repart.state.merge import Merge, MergeColumns, merged
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class PoolScope:
+    """Consolidated keys (sorted), their homes in ``b`` and slot groups, and per channel which of the
+    keys have their partial on that channel pooled (the channel is a consolidation source of the key or
+    its home)."""
+
+    layout: Layout
+    keys: list[Key]
+    homes: IntArray
+    groups: IntArray
+    scope: Mapping[int, BoolArray]
+
+    @classmethod
+    def of(cls, plan: MigrationPlan, layout: Layout) -> PoolScope:
+        """The scope of every key ``plan`` consolidates."""
+        channels: dict[Key, set[int]] = {}
+        homes: dict[Key, int] = {}
+        for row in plan.consolidations:
+            homes[row.key] = row.target
+            channels.setdefault(row.key, {row.target}).add(row.source)
+        keys = sorted(homes)
+        return cls(
+            layout,
+            keys,
+            np.array([homes[key] for key in keys], dtype=np.int64),
+            _slot_groups(keys, layout),
+            {
+                channel: np.array([channel in channels[key] for key in keys], dtype=np.bool_)
+                for channel in sorted(set[int]().union(*channels.values()))
+            },
+        )
+
+    @property
+    def pairs(self) -> frozenset[tuple[int, int]]:
+        """The (channel, slot group) pairs whose files may hold a pooled row."""
+        return frozenset(
+            (channel, int(group))
+            for channel, in_scope in self.scope.items()
+            for group in np.unique(self.groups[in_scope]).tolist()
+        )
+
+    def narrowed(self, kept: BoolArray) -> PoolScope:
+        """The scope of the keys where ``kept`` is True."""
+        return PoolScope(
+            self.layout,
+            [key for key, keep in zip(self.keys, kept.tolist(), strict=True) if keep],
+            self.homes[kept],
+            self.groups[kept],
+            {channel: in_scope[kept] for channel, in_scope in self.scope.items() if in_scope[kept].any()},
+        )
+
+    def index(self, keys: pa.ChunkedArray | pa.Array) -> IntArray:
+        """The index of each key among the scope's keys, -1 where it is not one."""
+        if not self.keys or len(keys) == 0:
+            return np.full(len(keys), -1, dtype=np.int64)
+        int_keys = self.layout.key_type == "int"
+        value_set = pa.array(self.keys, type=pa.int64() if int_keys else pa.string())
+        found = pc.index_in(keys.cast(pa.int64()) if int_keys else keys, value_set=value_set)
+        return np.asarray(pc.fill_null(found, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+    def pooled(self, keys: pa.ChunkedArray | pa.Array, channel: int) -> BoolArray:
+        """Which rows of ``channel`` (given by their keys) are pooled."""
+        index = self.index(keys)
+        in_scope = self.scope.get(channel)
+        mask = np.zeros(len(keys), dtype=np.bool_)
+        if in_scope is not None:
+            rows = np.flatnonzero(index >= 0)
+            mask[rows] = in_scope[index[rows]]
+        return mask
+
+
+@dataclass(frozen=True)
+class Pools:
+    """What a plan consolidates: the pooled keys' scope, the files holding pooled rows (as read and
+    verified, so that the migration does not read them again), one result row per key (in the scope's
+    key order, the file schema) with its row hash, how many pooled rows change channel, and the change
+    of the store's (rows, checksum): the results in, the pooled rows out."""
+
+    scope: PoolScope
+    tables: Mapping[str, tuple[pa.Table, U64]]
+    result: pa.Table
+    hashes: U64
+    moved_rows: int
+    delta: tuple[int, int]
+
+    def results(self) -> Iterator[tuple[int, int, pa.Table, U64]]:
+        """The result rows by (home, slot group): where they enter the next generation."""
+        homes, groups = self.scope.homes, self.scope.groups
+        for home, group in sorted(set(zip(homes.tolist(), groups.tolist(), strict=True))):
+            rows = np.flatnonzero((homes == home) & (groups == group))
+            yield home, group, self.result.take(rows), self.hashes[rows]
+
+
+def gather_pools(
+    root: str | os.PathLike[str],
+    files: Sequence[FileEntry],
+    plan: MigrationPlan,
+    layout: Layout,
+    merge: MergeColumns | Merge | None,
+) -> Pools:
+    """The pools of ``plan`` in the current generation's ``files`` and their results (module
+    docstring). Only reads: InvalidInput ``merge`` when a pool of several rows has no merge or the
+    merge breaks its contract; Corrupt naming a damaged file."""
+    scope = PoolScope.of(plan, layout)
+    pairs = scope.pairs
+    read: dict[str, tuple[pa.Table, U64]] = {}
+    pieces: list[tuple[pa.Table, U64, IntArray]] = []
+    for entry in files:
+        if (entry.channel, entry.slot_group) not in pairs:
+            continue
+        table, hashes = read_verified(root, entry, layout)
+        taken = np.flatnonzero(scope.pooled(table.column(layout.key_col), entry.channel))
+        if taken.size:
+            read[entry.path] = table, hashes
+            pieces.append((table.take(taken), hashes[taken], np.full(taken.size, entry.channel)))
+    if not pieces:
+        return _nothing_pooled(scope)
+    rows = pa.concat_tables([piece for piece, _, _ in pieces])
+    hashes = np.concatenate([piece_hashes for _, piece_hashes, _ in pieces])
+    channels = np.concatenate([piece_channels for _, _, piece_channels in pieces])
+    index = scope.index(rows.column(layout.key_col))
+    off_home = channels != scope.homes[index]
+    moving = np.zeros(len(scope.keys), dtype=np.bool_)
+    moving[index[off_home]] = True  # a key with no row off its home has no pool
+    if not moving.any():
+        return _nothing_pooled(scope)
+    scope = scope.narrowed(moving)
+    kept = moving[index]
+    order = np.lexsort((hashes[kept], channels[kept], index[kept]))
+    rows = rows.filter(pa.array(kept)).take(order)
+    hashes = hashes[kept][order]
+    result = _results(rows, scope, merge)
+    result_hashes = row_hashes(
+        result, key_hashes(result.column(layout.key_col), layout.key_type), layout.state_cols
+    )
+    delta = (result.num_rows - rows.num_rows, (checksum(result_hashes) - checksum(hashes)) % 2**64)
+    tables = {
+        path: (table, table_hashes)
+        for path, (table, table_hashes) in read.items()
+        if (scope.index(table.column(layout.key_col)) >= 0).any()
+    }
+    return Pools(scope, tables, result, result_hashes, int(np.count_nonzero(off_home)), delta)
+
+
+def verify_pools(
+    root: str | os.PathLike[str], files: Sequence[FileEntry], pools: Pools, layout: Layout
+) -> None:
+    """Corrupt unless the next generation's ``files`` hold, for each pooled key, exactly one row on its
+    pooled channels: on its home, with the row hash of its result (module docstring)."""
+    scope = pools.scope
+    if not scope.keys:
+        return
+    found: list[list[tuple[int, int]]] = [[] for _ in scope.keys]
+    pairs = scope.pairs
+    for entry in files:
+        if (entry.channel, entry.slot_group) not in pairs:
+            continue
+        table, hashes = read_verified(root, entry, layout)
+        keys = table.column(layout.key_col)
+        rows = np.flatnonzero(scope.pooled(keys, entry.channel))
+        for key_index, row_hash in zip(scope.index(keys)[rows].tolist(), hashes[rows].tolist(), strict=True):
+            found[key_index].append((entry.channel, row_hash))
+    for key_index, key in enumerate(scope.keys):
+        expected = [(int(scope.homes[key_index]), int(pools.hashes[key_index]))]
+        if found[key_index] != expected:
+            held = sorted(channel for channel, _ in found[key_index])
+            raise Corrupt(
+                f"verification failed for the consolidation of split key {key!r}: after the plan its "
+                f"pooled channels hold {len(held)} rows of it (on channels {held}), expected one row on "
+                f"its home channel {expected[0][0]} equal to the merge of its partials; nothing was "
+                "committed"
+            )
+
+
+def _results(rows: pa.Table, scope: PoolScope, merge: MergeColumns | Merge | None) -> pa.Table:
+    """One row per key of ``scope`` (in its key order, the file schema): a pool's one row as it is,
+    else the merge of its rows."""
+    layout = scope.layout
+    index = scope.index(rows.column(layout.key_col))
+    counts = np.bincount(index, minlength=len(scope.keys))
+    several = counts[index] > 1
+    user = rows.drop_columns([SLOT_COLUMN])
+    parts = [user.filter(pa.array(~several))]
+    if several.any():
+        if merge is None:
+            first = int(index[np.argmax(several)])
+            raise InvalidInput(
+                "merge",
+                f"must be given (the region's MergeSpec or merge function): the plan consolidates the "
+                f"partials of {int(np.count_nonzero(counts > 1))} split keys into a home that receives "
+                f"several of them, such as key {scope.keys[first]!r} ({counts[first]} partials into "
+                f"channel {int(scope.homes[first])})",
+            )
+        together = merged(user.filter(pa.array(several)), merge, layout.key_col)
+        parts.append(pa.Table.from_arrays(together.columns, schema=user.schema))
+    result = pa.concat_tables(parts)
+    result = result.take(np.argsort(scope.index(result.column(layout.key_col)), kind="stable"))
+    slots = _slots(result.column(layout.key_col), layout)
+    return result.append_column(rows.schema.field(SLOT_COLUMN), pa.array(slots.astype(np.int32)))
+
+
+def _nothing_pooled(scope: PoolScope) -> Pools:
+    empty = scope.narrowed(np.zeros(len(scope.keys), dtype=np.bool_))
+    nothing = pa.Table.from_batches([], schema=scope.layout.file_schema)  # empty_table() imports pandas
+    return Pools(empty, {}, nothing, np.empty(0, dtype=np.uint64), 0, (0, 0))
+
+
+def _slot_groups(keys: Sequence[Key], layout: Layout) -> IntArray:
+    if not keys:
+        return np.empty(0, dtype=np.int64)
+    slots = slots_of_hashes(hash_keys(list(keys), layout.key_type), layout.slot_bits).astype(np.int64)
+    return slots >> layout.group_shift
+
+
+def _slots(keys: pa.ChunkedArray, layout: Layout) -> IntArray:
+    return slots_of_hashes(key_hashes(keys, layout.key_type), layout.slot_bits).astype(np.int64)

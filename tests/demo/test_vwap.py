@@ -1,0 +1,54 @@
+"""The VWAP pipeline's contract with a split region, checked before any Spark work."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from pyspark.sql import SparkSession
+
+from repart.demo.vwap import MERGE, VwapPipeline
+from repart.errors import InvalidInput
+from repart.partitioning.function import PartitionFunction
+from repart.partitioning.split.function import SplitEntry, SplitFunction
+from repart.protocol.client import AppliedFunction, PlanToApply
+from repart.protocol.snapshot import Snapshot
+from repart.sim.trades import TradeStream
+
+HOME = PartitionFunction(n_channels=2, explicit={"T0": 0})
+SPLIT = SplitFunction(HOME, {"T0": SplitEntry((0, 1), (0.5, 0.5))})
+
+
+class SplitRegion:
+    """A controller whose region is in split mode, with no plan pending; the job must stop before it
+    submits or reports anything."""
+
+    def applied_function(self, region: str) -> AppliedFunction:
+        return AppliedFunction(2, SPLIT)
+
+    def claim_next_plan(self, region: str) -> PlanToApply | None:
+        return None
+
+    def report_plan(self, plan_id: int, outcome: str, **details: Any) -> None:
+        raise AssertionError("no plan was claimed")
+
+    def submit_snapshot(self, snapshot: Snapshot) -> str:
+        raise AssertionError("the batch must not be observed")
+
+    def report_batch(
+        self, region: str, batch_id: int, payload: Mapping[str, Any], plan_id: int | None
+    ) -> int:
+        raise AssertionError("the batch must not be reported")
+
+
+def test_a_split_region_needs_the_pipelines_merge(tmp_path: Path) -> None:
+    no_spark = cast(SparkSession, None)  # the refusal comes before the batch reaches Spark
+    pipeline = VwapPipeline(no_spark, SplitRegion(), "vwap", tmp_path / "state")
+    assert pipeline.store.function_digest == SPLIT.digest  # the store is laid out by the split function
+    generation = pipeline.store.generation
+    with pytest.raises(InvalidInput, match="merge is required: region 'vwap' routes with a split function"):
+        pipeline.run_batch(0, TradeStream(tickers=10, base_trades=20).batch(0))
+    assert pipeline.store.generation == generation and pipeline.store.rows() == 0
+    assert MERGE.to_text() == "notional_cents=sum,trades=sum,volume=sum"
