@@ -164,7 +164,7 @@ def apply(store: StateStore, plan: MigrationPlan) -> ApplyResult:
 def files_line(name: str, result: ApplyResult, rows: int) -> str:
     return (
         f"  {name:<19} {result.seconds:6.2f}s  moved {result.moved_rows:,} rows "
-        f"({100 * result.moved_rows / rows:.2f}%), read {result.read_rows:,}, wrote/linked "
+        f"({100 * result.moved_rows / rows:.2f}%), took {result.taken_rows:,}, wrote/linked "
         f"{result.moved_bytes / 2**20:.1f} MiB; files: {result.filtered_files} filtered, "
         f"{result.rewritten_files} rewritten, {result.relocated_files} relocated"
     )

@@ -212,3 +212,9 @@ def test_bad_row_cols_and_versions_are_invalid_input(spark: SparkSession) -> Non
     with pytest.raises(InvalidInput, match=r"column 'price' has type double"):
         route(df, "price", version, row_cols=["k"])
     assert route(df, "k", version, row_cols=["k", "price"]).count() == 1
+    # A preserving function (or one without split keys) hashes no rows: the map column is no concern
+    # unless row_cols names it.
+    assert route(df, "k", version.home).select("channel").collect()[0][0] == 1
+    assert route(df, "k", SplitFunction(version.home)).count() == 1
+    with pytest.raises(InvalidInput, match=r"row_cols must be columns Spark can hash"):
+        route(df, "k", version.home, row_cols=["tags"])

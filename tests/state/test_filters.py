@@ -96,7 +96,7 @@ def test_a_scale_out_filters_files_and_reads_only_row_groups_with_moved_slots(
     old, new = a.lookup_many(keys), b.lookup_many(keys)
     groups = slots_of_hashes(hash_keys(keys, "str"), SMALL_SLOT_BITS) >> (SMALL_SLOT_BITS - 2)
     losing_files = {(int(c), int(g)) for c, g in zip(old[old != new], groups[old != new], strict=True)}
-    assert result.moved_rows == result.read_rows == int((old != new).sum()) > 0
+    assert result.moved_rows == result.taken_rows == int((old != new).sum()) > 0
     assert result.rewritten_files == result.relocated_files == 0
     assert result.filtered_files == len(losing_files)
     filtered = [entry for entry in all_files(store) if entry.filter is not None]
@@ -113,6 +113,28 @@ def test_a_scale_out_filters_files_and_reads_only_row_groups_with_moved_slots(
             statistics = footer.row_group(index).column(footer.num_columns - 1).statistics
             assert moved_slots & set(range(statistics.min, statistics.max + 1))
     assert sum(len(indices) for _, indices in read) < total_groups / 3
+
+
+def test_a_migration_that_misses_a_row_group_is_corrupt_before_the_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The filters are checked against each file's _slot column, not against the row groups the
+    migration chose: one row group left unread would hide rows that never moved."""
+    table = state_table(20_000, "str")
+    store = scale_out_store(tmp_path / "s", monkeypatch, table, n=16, row_group=32)
+    a, b = initial_function(16, "str", SMALL_SLOT_BITS), initial_function(17, "str", SMALL_SLOT_BITS)
+    original = SourceFile.groups_holding
+
+    def one_short(source: SourceFile, wanted: Any) -> list[int]:
+        groups: list[int] = original(source, wanted)
+        return groups[1:] if len(groups) > 1 else groups
+
+    monkeypatch.setattr(SourceFile, "groups_holding", one_short)
+    generation = store.generation
+    with pytest.raises(Corrupt, match="filter hides"):
+        store.apply(plan_migration(a, b), plan_id=1, region=REGION, from_version=1, to_version=2)
+    assert StateStore.open(store.root).generation == generation
+    check_oracle(StateStore.open(store.root), table, a)
 
 
 @pytest.mark.parametrize("key_type", ["str", "int"])

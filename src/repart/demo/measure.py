@@ -18,7 +18,6 @@ An infinite ratio (a channel with no load) is None, JSON's null.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +29,7 @@ from repart.demo.report import DemoRow
 from repart.demo.vwap import BatchOutcome
 from repart.partitioning import ConsistentSpec, initial_function
 from repart.partitioning.algorithms.problem import BuildParams
+from repart.partitioning.documents import json_number
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.metrics import lower_bound
 from repart.partitioning.resources import Resources
@@ -79,9 +79,9 @@ def batch_row(
         batch=outcome.seq,
         N=n,
         version=outcome.version,
-        b=_finite(imbalance_of(outcome.function, estimate)),
-        b_hash=_finite(imbalance_of(hashing, estimate)),
-        b_lb=_finite(lower_bound(PARAMS.resources, counts.counts / estimate.total, n, PARAMS.alpha)),
+        b=json_number(imbalance_of(outcome.function, estimate)),
+        b_hash=json_number(imbalance_of(hashing, estimate)),
+        b_lb=json_number(lower_bound(PARAMS.resources, counts.counts / estimate.total, n, PARAMS.alpha)),
         memory=state_rows / state_keys,
         migrated_fraction=moved / outcome.state_rows_before if outcome.state_rows_before else 0.0,
         ideal_fraction=abs(n - before) / max(n, before),
@@ -93,7 +93,3 @@ def imbalance_of(function: StoredFunction, estimate: FrequencyEstimate) -> float
     """b of ``function`` on ``estimate``, split keys spread by their weights (module docstring)."""
     split = function if isinstance(function, SplitFunction) else SplitFunction(function)
     return split_imbalance(split, estimate, PARAMS)
-
-
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None

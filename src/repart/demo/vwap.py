@@ -26,6 +26,7 @@ already is skipped), the controller keeps one snapshot and one report per batch 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -35,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
-from repart.errors import InvalidInput, NotFound
+from repart.errors import Conflict, InvalidInput, NotFound
 from repart.partitioning.split.function import SplitFunction, StoredFunction
 from repart.protocol.client import ControllerClient
 from repart.protocol.merge import MergeSpec
@@ -249,7 +250,10 @@ class VwapPipeline:
         self.client.report_batch(self.region, seq, payload, plan_id)
         # Between batches no executor is writing: rewrite the channels whose files a migration left
         # filtered or scattered (nothing is written when none is due), then drop unlisted files.
-        self.store.compact()
+        # Compaction is housekeeping: while another process holds the store's lock (say `repart state
+        # compact`), the batch, committed already, finishes without it.
+        with contextlib.suppress(Conflict):
+            self.store.compact()
         self.store.vacuum()
         self.fed_totals = {
             name: self.fed_totals[name] + value for name, value in input_totals(trades).items()

@@ -82,8 +82,10 @@ def route(
     ``version.lookup(key, xxhash64(*row_cols))`` for a ``SplitFunction`` (DESIGN §11.3): the row hash
     is Spark's ``xxhash64`` of ``row_cols`` (default: every column of ``df``), so the same rows route
     the same in every run and retry; rows that are equal in every hashed column go to one candidate.
-    ``row_cols`` only matters for split keys but is checked for every version. A null key gets
-    channel 0. InvalidInput if ``key_col`` is missing, of a type repart does not hash or of another
+    ``row_cols`` only matters for split keys; when given it is checked for every version (so that a
+    job written for a preserve region keeps working after a split); the default is checked only where
+    it is used (a DataFrame with a map column routes by a preserving function as before). A null key
+    gets channel 0. InvalidInput if ``key_col`` is missing, of a type repart does not hash or of another
     key type than ``version``'s, if ``df`` already has a column ``channel_col``, or if ``row_cols``
     is not a non-empty list of distinct hashable columns of ``df``.
     """
@@ -93,14 +95,15 @@ def route(
         )
     key = key_column(df, key_col, expected=version.key_type)
     _check_new_column(df, channel_col)
-    hashed = row_columns(df, row_cols)
+    if row_cols is not None:
+        row_columns(df, row_cols)
     if isinstance(version, PartitionFunction):
         return df.withColumn(channel_col, _channel(key, version))
     if not version.split:
         return df.withColumn(channel_col, _channel(key, version.home))
     codes = split_codes(version)
     code = _channel(key, version.home, codes, version.key_type)
-    return route_split(df, code, version, channel_col=channel_col, row_cols=hashed)
+    return route_split(df, code, version, channel_col=channel_col, row_cols=row_columns(df, row_cols))
 
 
 def partition(

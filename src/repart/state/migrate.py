@@ -70,6 +70,7 @@ from repart.state.files import (
     channel_totals,
     link_part,
     make_durable,
+    read_parquet,
     read_verified,
     write_part,
 )
@@ -102,7 +103,7 @@ class Migration:
     rewritten_files: int = 0
     filtered_files: int = 0
     relocated_files: int = 0
-    read_rows: int = 0
+    taken_rows: int = 0
     written: list[FileEntry] = field(default_factory=list)  # the files written (not linked)
     links: list[tuple[FileEntry, FileEntry]] = field(default_factory=list)
     flows: dict[int, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
@@ -285,9 +286,11 @@ def migrate_files(
             else:
                 migration.add(entry)
     settled = taken.settle()
+    filtered: list[FileEntry] = []
     for index, hidden in hiding:
         rows = taken.tables[index].num_rows
-        migration.add(taken.entries[index].without(hidden, rows, settled.checksums[index]))
+        filtered.append(taken.entries[index].without(hidden, rows, settled.checksums[index]))
+        migration.add(filtered[-1])
     for flow in settled.flows:
         migration.flow(flow.source, flow.target, flow.rows, flow.digest)
     for target, group, table, hashes in settled.incoming:
@@ -303,6 +306,7 @@ def migrate_files(
         migration.moved_bytes += migration.write(target, group, table.take(order), hashes[order])
     make_durable(root, migration.written)
     make_durable(root, [link for _, link in migration.links], links=True)
+    _verify_filters(root, filtered)
     _verify(root, files, migration, layout, plan.target_n_channels, pools.delta)
     verify_pools(root, migration.files, pools, layout)
     return migration
@@ -346,7 +350,7 @@ def _filter(
     if not count:
         migration.add(entry)
         return
-    migration.read_rows += count
+    migration.taken_rows += count
     if count == entry.rows:
         migration.rewritten_files += 1
     else:
@@ -386,7 +390,7 @@ def _rewrite(
         migration.keep_or_link(entry, int(targets[0]))
         return
     migration.rewritten_files += 1
-    migration.read_rows += table.num_rows
+    migration.taken_rows += table.num_rows
     for target in targets.tolist():
         rows = np.flatnonzero(destinations == target)
         if target == POOLED:
@@ -396,6 +400,28 @@ def _rewrite(
         else:
             migration.flow(entry.channel, target, rows.size, checksum(hashes[rows]))
             incoming[target, entry.slot_group].append((table.take(rows), hashes[rows]))
+
+
+def _verify_filters(root: str | os.PathLike[str], filtered: Sequence[FileEntry]) -> None:
+    """Check every entry the plan gave a wider filter against its file's ``_slot`` column, independently
+    of the row groups the migration chose to read: the filter hides exactly ``filter.rows`` of the
+    file's rows, and the file holds ``rows + filter.rows`` rows. A row group the migration missed
+    would leave rows hidden that never moved; Corrupt, naming the file, before anything is committed."""
+
+    def slot_column(entry: FileEntry) -> npt.NDArray[np.int64]:
+        table = read_parquet(Path(root) / entry.path, [SLOT_COLUMN])
+        return np.asarray(table.column(SLOT_COLUMN).to_numpy(), dtype=np.int64)
+
+    with ThreadPoolExecutor(_READ_THREADS) as pool:  # pyarrow decodes without the GIL
+        for entry, slots in zip(filtered, pool.map(slot_column, filtered), strict=True):
+            assert entry.filter is not None  # ``FileEntry.without`` always sets one
+            hidden = int(np.count_nonzero(entry.filter.hides(slots)))
+            if hidden != entry.filter.rows or slots.size != entry.file_rows:
+                raise Corrupt(
+                    f"verification failed: the file's filter hides {hidden} of its {slots.size} rows, but "
+                    f"the plan moved {entry.filter.rows} of {entry.file_rows}; nothing was committed",
+                    path=entry.path,
+                )
 
 
 def _verify(

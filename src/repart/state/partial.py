@@ -11,7 +11,9 @@ read has a slot outside the wanted ones.
 The file as a whole is checked for the store's schema and for the row count its entry states (rows
 seen plus rows its filter hides); the rows a migration takes are checked as ``read_verified`` checks
 a whole file (``repart.state.taken``). The rows it does not take are not re-checked, as the files a
-migration keeps are not: ``verify`` reads every file.
+migration keeps are not (``verify`` reads every file), but before the commit the migration reads the
+``_slot`` column of every file it filtered and checks that the filter hides exactly the rows it took
+(``repart.state.migrate``), whatever row groups were read.
 
 Errors: a file that is missing, unreadable or differs from its entry is ``Corrupt`` naming it.
 """

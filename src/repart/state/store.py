@@ -31,8 +31,10 @@ under a version other than the store's is refused, so no state is ever written i
 is not in. A commit may name the batch it absorbs: the generation records the batch's id,
 and ``absorbed(batch_id)`` tells a job that runs the batch again that it is in the state already
 (exactly-once batches, like Delta Lake's transaction identifiers). A commit whose handle is behind
-the manifest goes ahead when the generations in between changed no channel's rows or checksum and
-no layout, plan or batch (a compaction): it replaces whole channels, so it loses nothing.
+the manifest goes ahead when the manifest's generation holds what the handle's did: the same rows and
+checksum per channel, layout, plans and batch. Plans and batches only accumulate, so no generation in
+between can have changed them and changed them back: what lies between is compactions. The commit
+replaces whole channels, so it loses nothing.
 
 Formats: the manifest and generation documents are format 2 (entries may carry a filter); format 1
 documents, written before filters existed, are read as they are (their entries have none), so an
@@ -136,8 +138,9 @@ _GENERATION_NAME = re.compile(r"([0-9]{8})\.json")
 class ApplyResult:
     """What ``StateStore.apply`` did: rows that changed channel and the bytes written or linked for
     them; files dropped and written anew (rewritten), given a slot filter (filtered) and hard-linked
-    into another channel (relocated); rows read from files to split them; the generation it committed
-    (or found, when the plan had been applied already) and the wall time."""
+    into another channel (relocated); rows taken out of their files (the rows of the slots a filter
+    now hides, and of the files split); the generation it committed (or found, when the plan had been
+    applied already) and the wall time."""
 
     plan_id: int
     moved_rows: int
@@ -148,7 +151,7 @@ class ApplyResult:
     already_applied: bool
     seconds: float
     filtered_files: int = 0
-    read_rows: int = 0
+    taken_rows: int = 0
 
 
 @dataclass(frozen=True)
@@ -583,7 +586,7 @@ class StateStore:
             already_applied=False,
             seconds=time.perf_counter() - started,
             filtered_files=migration.filtered_files,
-            read_rows=migration.read_rows,
+            taken_rows=migration.taken_rows,
         )
 
     def compact(

@@ -27,6 +27,7 @@ import os
 import random
 import sqlite3
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -48,6 +49,8 @@ DEFAULT_BUSY_TIMEOUT = 5.0
 READ_ONLY_OPTION = "repart_read_only"
 # The connection-record key under which ``limit_idle_transactions`` notes the timeout it set.
 _IDLE_TIMEOUT_INFO = "repart_idle_transaction_ms"
+# Each engine's limit (milliseconds) set by ``limit_idle_transactions``, read by its one listener.
+_IDLE_LIMITS: weakref.WeakKeyDictionary[Engine, int] = weakref.WeakKeyDictionary()
 
 # SQLite result codes (the primary code is the low byte of an extended code such as SQLITE_BUSY_SNAPSHOT).
 _SQLITE_BUSY = 5
@@ -117,17 +120,25 @@ def limit_idle_transactions(engine: Engine, seconds: float) -> None:
     locks on the region's row until it resumes, however long that is, and every job ingesting a
     snapshot and every other daemon taking over the expired lease would wait on them. After the
     timeout the server ends its session; on resuming, its transaction fails (its lease is gone or
-    renewed on the next sweep) and the pool replaces the connection. The setting is made once per
-    connection, when the pool first hands it out; SQLite engines are left as they are (a writer there
-    holds the one write lock, and others fail after their busy timeout instead of waiting forever).
+    renewed on the next sweep) and the pool replaces the connection.
+
+    The limit holds for every user of ``engine``: the daemon's engine is its own (``repart run`` opens
+    it). One listener per engine sets it once per connection, when the pool hands the connection out;
+    a later call changes the limit for connections handed out after it (the last call wins). SQLite
+    engines are left as they are (a writer there holds the one write lock, and others fail after their
+    busy timeout instead of waiting forever).
     """
     check("seconds", seconds, Interval(float, 0.001, 2_147_483.647, "both"))  # PostgreSQL: int ms
     if engine.dialect.name != "postgresql":
         return
-    milliseconds = max(1, round(seconds * 1000))
+    first = engine not in _IDLE_LIMITS
+    _IDLE_LIMITS[engine] = max(1, round(seconds * 1000))
+    if not first:
+        return
 
     @event.listens_for(engine, "checkout")
     def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        milliseconds = _IDLE_LIMITS[engine]
         if record.info.get(_IDLE_TIMEOUT_INFO) == milliseconds:
             return
         cursor = dbapi_connection.cursor()
