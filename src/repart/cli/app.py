@@ -1,4 +1,9 @@
-"""The ``repart`` application: one typer app, one module per command group."""
+"""The ``repart`` application: one typer app, one module per command group.
+
+The app names each command and where it lives; a command's module is imported, and its command built,
+only when the command runs or help lists it (``lazy_group``), so that ``repart status`` does not load
+the other commands' modules (issue #10).
+"""
 
 from __future__ import annotations
 
@@ -6,45 +11,36 @@ from typing import Annotated
 
 import typer
 
-from repart.cli.actions import explain, resume, rollback, scale
-from repart.cli.batches import batches_app
-from repart.cli.demo import demo
-from repart.cli.events import events_app
-from repart.cli.init import init
-from repart.cli.plans import plans_app
-from repart.cli.regions import region_app
-from repart.cli.run import run
-from repart.cli.simulate import simulate
-from repart.cli.simulate_grouping import simulate_grouping
-from repart.cli.snapshots import snapshot_app
-from repart.cli.state import state_app
-from repart.cli.status import status
-from repart.cli.tick import tick
-from repart.cli.versions import versions_app
+from repart.cli.lazy_group import lazy_group
+
+# Each command, in the order help lists them: its name and its function or Typer ("module:attribute").
+COMMANDS = {
+    "demo": "repart.cli.demo:demo",
+    "simulate": "repart.cli.simulate:simulate",
+    "simulate-grouping": "repart.cli.simulate_grouping:simulate_grouping",
+    "init": "repart.cli.init:init",
+    "status": "repart.cli.status:status",
+    "tick": "repart.cli.tick:tick",
+    "run": "repart.cli.run:run",
+    "rollback": "repart.cli.actions:rollback",
+    "scale": "repart.cli.actions:scale",
+    "resume": "repart.cli.actions:resume",
+    "explain": "repart.cli.actions:explain",
+    "region": "repart.cli.regions:region_app",
+    "snapshot": "repart.cli.snapshots:snapshot_app",
+    "versions": "repart.cli.versions:versions_app",
+    "plans": "repart.cli.plans:plans_app",
+    "state": "repart.cli.state:state_app",
+    "events": "repart.cli.events:events_app",
+    "batches": "repart.cli.batches:batches_app",
+}
 
 app = typer.Typer(
+    cls=lazy_group(COMMANDS),
     no_args_is_help=True,
     add_completion=False,
     help="repart: elastic repartitioning for stateful Spark pipelines.",
 )
-app.command()(demo)
-app.command()(simulate)
-app.command("simulate-grouping")(simulate_grouping)
-app.command()(init)
-app.command()(status)
-app.command()(tick)
-app.command()(run)
-app.command()(rollback)
-app.command()(scale)
-app.command()(resume)
-app.command()(explain)
-app.add_typer(region_app, name="region")
-app.add_typer(snapshot_app, name="snapshot")
-app.add_typer(versions_app, name="versions")
-app.add_typer(plans_app, name="plans")
-app.add_typer(state_app, name="state")
-app.add_typer(events_app, name="events")
-app.add_typer(batches_app, name="batches")
 
 
 def _print_version(requested: bool) -> None:

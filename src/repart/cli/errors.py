@@ -20,8 +20,6 @@ from functools import wraps
 from typing import Any, ParamSpec, TypeVar, get_type_hints
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from typer.models import ArgumentInfo, OptionInfo
 
 from repart.errors import InvalidInput, ReparError
@@ -37,7 +35,6 @@ FIELD_PARAMETERS = {
     "region": "name",
     "split_scheme": "split",
 }
-_stderr = Console(stderr=True, soft_wrap=True)  # one line, however long
 
 
 def reports_bad_input(command: Callable[P, R]) -> Callable[P, R]:
@@ -48,11 +45,20 @@ def reports_bad_input(command: Callable[P, R]) -> Callable[P, R]:
         try:
             return command(*args, **kwargs)
         except ReparError as error:
-            # The message quotes user input, which must not be read as rich markup ("[/x]").
-            _stderr.print(f"[bold red]error:[/] {escape(message_of(error, command))}", highlight=False)
+            print_error(message_of(error, command))
             raise typer.Exit(error.exit_code) from None
 
     return wrapper
+
+
+def print_error(message: str) -> None:
+    """``error: <message>`` on stderr in one line, however long (rich is imported only here: a command
+    that succeeds does not load it for its errors)."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    # The message quotes user input, which must not be read as rich markup ("[/x]").
+    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}", highlight=False)
 
 
 def message_of(error: ReparError, command: Callable[..., Any]) -> str:

@@ -6,8 +6,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from repart.cli.database import DbOption, JsonOption, console, print_json, read_query, timestamp
 from repart.cli.errors import reports_bad_input
@@ -57,7 +55,15 @@ def status(
     rows = read_query(db, work)
     if as_json:
         print_json(rows)
-        return
+    else:
+        print_table(rows)
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    """The regions' status as a table on stdout (rich is imported here: ``--json`` does not load it)."""
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title="status")
     for column in ("region", "mode", "applied version", "N", "pending plan", "last event"):
         table.add_column(column)
