@@ -1,6 +1,7 @@
 """Routing speed of every grouping kernel against a bare numba loop, and against its Python reference.
 
     .venv/bin/python benchmarks/grouping_speed.py [--messages 10000000] [--reference-messages 20000]
+        [--schemes kg,pkg,dchoices,wchoices,rr,fish,dkg]
 
 Zipf(2.0) over 10^5 keys, n = 100 workers, S = 5 sources: most tuples are head tuples. The floor is a
 numba loop that only reads each key hash and writes hash mod n. It writes into a fresh output array
@@ -93,7 +94,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=10_000_000)
     parser.add_argument("--reference-messages", type=int, default=20_000)
+    parser.add_argument(
+        "--schemes", default=",".join(TARGETS), help="comma-separated schemes to time (default: all)"
+    )
     args = parser.parse_args()
+    schemes = args.schemes.split(",")
+    unknown = sorted(set(schemes) - set(TARGETS))
+    if unknown:
+        parser.error(f"--schemes: unknown {', '.join(unknown)}; choose from {', '.join(TARGETS)}")
     stream = zipf_stream(2.0, 100_000, args.messages, SOURCES, seed=1)
     hashes, sources = stream.key_hashes, stream.sources
     reused = np.empty(hashes.size, dtype=np.int64)
@@ -114,6 +122,8 @@ def main() -> int:
     small_h = [int(k) for k in hashes[: args.reference_messages]]
     small_s = sources[: args.reference_messages].tolist()
     for scheme, reference in references().items():
+        if scheme not in schemes:
+            continue
         make_grouping(scheme, N, SOURCES, seed=1).route(hashes[:50_000], sources[:50_000])  # compile + warm
         seconds = best_of(RUNS, lambda s=scheme: make_grouping(s, N, SOURCES, seed=1).route(hashes, sources))
         reference_per_tuple = best_of(1, lambda r=reference: r.route(small_h, small_s)) / len(small_h)

@@ -20,6 +20,10 @@ survives is the structure, implemented here with each lost formula a named param
    F_i ← max(F_i, now) + S·c_i per tuple it sends, and W_i = max(0, F_i − now): the paper's
    "q_i·c_i − elapsed_i" with elapsed_i the time since the queue was last seen empty. Ties go to the
    earliest candidate. Tuple t of the stream arrives at t/λ (``arrival_rate`` λ).
+
+The kernel finds a hot key's first idle candidate without scanning them (``idle.py``), counts tuples
+and classifies as ``spacesaving`` and ``_classify`` say, and takes ordinary tuples in a tight inner
+loop (``_fish_kernel``); the pure-Python reference in the tests is the definition it must equal.
 """
 
 from __future__ import annotations
@@ -40,6 +44,19 @@ from repart.partitioning.splitting.base import (
     check_positive,
     check_rates,
     default_theta,
+)
+from repart.partitioning.splitting.idle import (
+    BUSY,
+    REBASE_AFTER,
+    I16Array,
+    RankArray,
+    earliest_release,
+    least_idle_rank,
+    padded,
+    rank_dtype,
+    rebase,
+    relative,
+    waiting_choice,
 )
 from repart.partitioning.splitting.keytable import KeyTable, append, find_or_slot
 from repart.partitioning.splitting.minload import lowest_bit, words
@@ -67,60 +84,16 @@ _ONE = np.uint64(1)
 UNLINKED, ABSENT = -2, -1  # a summary entry's key-table entry not looked up yet, or not there
 
 
-@numba.njit(cache=True, inline="always")
-def waiting_choice(
-    candidates: I32Array, row: int, length: int, finish: FloatArray, s: int, now: float
-) -> int:
-    """The candidate of ``candidates[row, :length]`` with the least estimated wait max(0, F_i − now)
-    at source ``s``; ties to the earliest. A wait is never below 0, so the first idle candidate
-    (F_i ≤ now) ends the scan."""
-    best = candidates[row, 0]
-    best_wait = finish[s, best] - now
-    q = 1
-    while best_wait > 0.0 and q < length:
-        c = candidates[row, q]
-        wait = finish[s, c] - now
-        if wait < best_wait:
-            best, best_wait = c, wait
-        q += 1
-    return int(best)
-
-
-@numba.njit(cache=True, inline="always")
-def first_idle(
-    order: I32Array,
-    m: int,
-    length: int,
-    finish: FloatArray,
-    s: int,
-    now: float,
-    resume: IntArray,
-    bound: FloatArray,
-) -> int:
-    """The first idle candidate (F_i ≤ now) of a hot key's ``order[m, :length]``, or −1 when all are
-    busy: then :func:`waiting_choice` decides, and otherwise it would pick this one (its wait, 0, is
-    the least possible and it is the earliest with it), usually without scanning them all.
-
-    ``resume[m]`` is where the key's last idle candidate stood and ``bound[m]`` a lower bound of the
-    F_i before it. F_i only grows and ``now`` too, so while ``now < bound[m]`` every candidate before
-    ``resume[m]`` is still busy and the scan resumes there (the width only grows, keeping it a
-    prefix). It calls no other function (see ``spacesaving``: numba would count references to its
-    arrays on every call).
-    """
-    start = resume[m] if now < bound[m] else 0
-    low = bound[m] if start > 0 else np.inf
-    for q in range(start, length):
-        c = order[m, q]
-        if finish[s, c] <= now:
-            resume[m] = q
-            bound[m] = low
-            return int(c)
-        low = min(low, finish[s, c])
-    resume[m] = 0
-    return -1
-
-
 @numba.njit(cache=True)
+def _decay_counts(counts: FloatArray, size: int, s: int, factor: float) -> None:
+    """``spacesaving.decay`` of a summary that is not full: its errors are all 0 (only a replacement,
+    in a full summary, sets one) and 0 decays to 0, and it has no heap to repair, so only the counts
+    are scaled. (One array argument: numba counts references to each on every call.)"""
+    for e in range(size):
+        counts[s, e] *= factor
+
+
+@numba.njit(cache=True, inline="always")  # inlined into the kernel: 1–2.5 ns a tuple less than a call
 def _classify(
     s: int,
     theta: float,
@@ -138,55 +111,60 @@ def _classify(
     width: IntArray,
     hot_in: IntArray,
     hot_entries: IntArray,
+    hot_shares: FloatArray,
     entry_of: IntArray,
     marked: UIntArray,
 ) -> bool:
-    """CHK at an epoch end; returns False (changing nothing) when the key table needs to grow first.
+    """CHK at an epoch end; returns False when the key table must grow first (then the entries still
+    marked are the hot ones, and classifying again gives the same result).
 
     Only the entries ``marked`` — hot at the previous epoch end, or counted since — are read, in entry
-    order as a pass over the whole summary would (so the hot mass sums alike). Any other entry is not
-    hot: its count has only decayed with the total since it was below θ·total, while the total grew by
-    the epoch's tuples, a margin far above the rounding of those products (exact while the decayed
-    total stays below 10^14 tuples; it tends to epoch/(1 − decay)). Afterwards the hot entries stay
-    marked and the rest are cleared.
+    order as a pass over the whole summary would (so the hot mass sums alike; a cold entry adds 0.0,
+    which changes no sum). Any other entry is not hot: its count has only decayed with the total since
+    it was below θ·total, while the total grew by the epoch's tuples, a margin far above the rounding
+    of those products (exact while the decayed total stays below 10^14 tuples; it tends to
+    epoch/(1 − decay)). Afterwards only the hot entries stay marked. The pass is branch-free but for
+    the walk over the marked bits: which entries are hot varies from epoch to epoch.
     """
     bar = theta * total
     hot_mass = 0.0
     hot = 0
     for word in range((ss_sizes[s] + 63) >> 6):
         bits = marked[s, word]
+        kept = np.uint64(0)
         while bits != 0:
             bit = bits & (~bits + _ONE)
             bits ^= bit
             e = 64 * word + lowest_bit(bit)
-            if ss_counts[s, e] >= bar:
-                hot_mass += ss_counts[s, e] / total
-                hot_entries[hot] = e
-                hot += 1
-    if hot > 0 and size[0] + hot > keys.size:
-        return False
-    for word in range((ss_sizes[s] + 63) >> 6):
-        marked[s, word] = 0
-    for q in range(hot):
-        marked[s, hot_entries[q] >> 6] |= _ONE << np.uint64(hot_entries[q] & 63)
+            share = ss_counts[s, e] / total
+            is_hot = ss_counts[s, e] >= bar
+            hot_mass += share if is_hot else 0.0
+            hot_entries[hot] = e
+            hot_shares[hot] = share
+            hot += is_hot
+            kept |= bit if is_hot else np.uint64(0)
+        marked[s, word] = kept
     if hot == 0:
         return True
+    if size[0] + hot > keys.size:
+        return False
     floor = max(2, (math.ceil(n * hot_mass / hot)))
     for q in range(hot):
         e = hot_entries[q]
-        share = ss_counts[s, e] / total
-        d = min(n, max(floor, (math.ceil(spread * n * share))))
-        k = ss_keys[s, e]
-        m = find_or_slot(index, keys, owners, k, s)
-        if m < 0:
-            m = append(index, keys, owners, size, -m - 1, k, s)
-        entry_of[s, e] = m
+        d = min(n, max(floor, (math.ceil(spread * n * hot_shares[q]))))
+        m = entry_of[s, e]
+        if m < 0:  # not linked to its key-table entry yet
+            k = ss_keys[s, e]
+            m = find_or_slot(index, keys, owners, k, s)
+            if m < 0:
+                m = append(index, keys, owners, size, -m - 1, k, s)
+            entry_of[s, e] = m
         width[m] = max(width[m], d)
         hot_in[m] = epoch_number
     return True
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")  # no division by zero: λ > 0, totals ≥ 1
 def _fish_kernel(
     key_hashes: UIntArray,
     sources: IntArray,
@@ -222,22 +200,84 @@ def _fish_kernel(
     hot_in: IntArray,
     order: I32Array,
     ordered: IntArray,
-    resume: IntArray,
-    bound: FloatArray,
+    ranks: RankArray,
+    release: I16Array,
+    base: IntArray,
     ring_positions: UIntArray,
     ring_owners: IntArray,
     ring_buckets: IntArray,
     scratch: I32Array,
     stamps: IntArray,
     hot_entries: IntArray,
+    hot_shares: FloatArray,
     entry_of: IntArray,
     marked: UIntArray,
 ) -> int:
-    """Route from ``start``; returns where it stopped (the key table must grow) or the length."""
-    for i in range(start, key_hashes.size):
-        # Unsigned, so that numba skips the negative-index fix-up of every [s, ...] (D-Choices: −15 %); the
-        # helpers take it as the int it holds.
-        s: int = np.uint64(sources[i])  # type: ignore[assignment]
+    """Route from ``start``; returns where it stopped (the key table must grow) or the length.
+
+    Two paths compute the same thing. The inner loop takes a run of ordinary tuples: the source's
+    epoch goes on, the key is counted already (no admission, no heap repair), linked to its key-table
+    entry, and walked on the ring as far as its candidate count; the source needs no rebase. It reads
+    what decides that before changing anything and leaves at the first "no"; that tuple then takes
+    the general path, which handles any tuple, and the inner loop resumes after it. The inner loop
+    calls no compiled function and indexes with unsigned integers (no negative-index fix-up), so
+    numba's LLVM keeps it in registers; the run's ``loads`` are counted after the run, so that no
+    store in the loop waits for its worker to be chosen to know its address (docs/DECISIONS.md).
+    """
+    none = ranks.dtype.type(n)  # least_idle_rank's "no idle worker", typed as the ranks
+    i = start
+    while i < key_hashes.size:
+        run = i
+        while i < key_hashes.size:
+            iu = np.uint64(i)
+            s: int = np.uint64(sources[iu])  # type: ignore[assignment]
+            if in_epoch[s] == epoch:
+                break
+            k = key_hashes[iu]
+            e = locate(ss_keys, ss_index, s, k)
+            if e < 0:
+                break
+            eu = np.uint64(e)
+            if 2 * ss_positions[s, eu] + 1 < ss_sizes[s]:  # bump would need sink
+                break
+            m = entry_of[s, eu]
+            if m < 0:
+                break
+            mu = np.uint64(m)
+            hot = hot_in[mu] == epochs[s]
+            if ordered[mu] < (width[mu] if hot else tail_choices):
+                break
+            t = arrived[0]
+            if t - base[s] >= REBASE_AFTER:
+                break
+            now = t / arrival_rate
+            if hot:
+                q = least_idle_rank(release, s, np.int16(t - base[s]), ranks, mu, none)
+                if q < width[mu]:
+                    wu = np.uint64(order[mu, np.uint64(q)])
+                    if finish[s, wu] > now:  # released at the next tuple only
+                        wu = np.uint64(waiting_choice(order, m, width[mu], finish, s, now))
+                else:  # every candidate is busy
+                    wu = np.uint64(waiting_choice(order, m, width[mu], finish, s, now))
+            else:  # hot once, not now: its tail candidates are a prefix of its ring order
+                wu = np.uint64(waiting_choice(order, m, tail_choices, finish, s, now))
+            ss_counts[s, eu] += 1.0
+            marked[s, eu >> np.uint64(6)] |= _ONE << (eu & np.uint64(63))
+            totals[s] += 1.0
+            in_epoch[s] += 1
+            busy = max(finish[s, wu], now) + S * costs[wu]
+            finish[s, wu] = busy
+            release[s, wu] = relative(earliest_release(busy, arrival_rate), base[s])
+            arrived[0] = t + 1
+            out[iu] = wu
+            i += 1
+        for j in range(run, i):
+            loads[np.uint64(sources[j]), np.uint64(out[j])] += 1
+        if i == key_hashes.size:
+            break
+        # The general path, one tuple. Unsigned, so that numba skips the negative-index fix-up of every
+        # [s, ...] (D-Choices: −15 %); the helpers take it as the int it holds.
+        s = np.uint64(sources[i])  # type: ignore[assignment]
         if in_epoch[s] == epoch:
             # The previous tuple closed this source's epoch: classify on its frequencies (decay scales
             # counts and total alike), then decay.
@@ -258,16 +298,22 @@ def _fish_kernel(
                 width,
                 hot_in,
                 hot_entries,
+                hot_shares,
                 entry_of,
                 marked,
             ):
                 return i
-            decay(ss_counts, ss_errors, ss_sizes, ss_heap, ss_positions, s, decay_factor)
+            if ss_sizes[s] < ss_keys.shape[1]:
+                _decay_counts(ss_counts, ss_sizes[s], s, decay_factor)
+            else:
+                decay(ss_counts, ss_errors, ss_sizes, ss_heap, ss_positions, s, decay_factor)
             totals[s] *= decay_factor
             epochs[s] += 1
             in_epoch[s] = 0
+            continue  # the tuple itself may take the inner loop now
         k = key_hashes[i]
-        now = arrived[0] / arrival_rate
+        t = arrived[0]
+        now = t / arrival_rate
         e = locate(ss_keys, ss_index, s, k)
         if e >= 0:
             if bump(ss_counts, ss_positions, ss_sizes, s, e):
@@ -284,18 +330,36 @@ def _fish_kernel(
             m = find_or_slot(index, keys, owners, k, s)
             entry_of[s, e] = max(m, ABSENT)
         if m >= 0 and hot_in[m] == epochs[s]:
-            if ordered[m] == 0:  # a hot key's whole ring order, once: its M[k] candidates are a prefix
-                ordered[m] = walk(ring_positions, ring_owners, ring_buckets, k, n, order, m, stamps)
-            w = first_idle(order, m, width[m], finish, s, now, resume, bound)
-            if w < 0:
+            if ordered[m] < width[m]:  # its ring order, as far as M[k]: its candidates are a prefix
+                done = ordered[m]
+                ordered[m] = walk(ring_positions, ring_owners, ring_buckets, k, width[m], order, m, stamps)
+                for q in range(done, ordered[m]):
+                    ranks[m, order[m, q]] = q
+            if t - base[s] >= REBASE_AFTER:
+                rebase(release, finish, base, s, t, arrival_rate)
+            q = least_idle_rank(release, s, np.int16(t - base[s]), ranks, m, none)
+            w = order[m, min(q, width[m] - 1)]
+            if q >= width[m] or finish[s, w] > now:  # every candidate busy, or w released next tuple only
                 w = waiting_choice(order, m, width[m], finish, s, now)
+        elif m >= 0:  # a table key not hot now: its tail candidates, a prefix of its ring order
+            if ordered[m] < tail_choices:
+                done = ordered[m]
+                ordered[m] = walk(
+                    ring_positions, ring_owners, ring_buckets, k, tail_choices, order, m, stamps
+                )
+                for q in range(done, ordered[m]):
+                    ranks[m, order[m, q]] = q
+            w = waiting_choice(order, m, tail_choices, finish, s, now)
         else:
             length = walk(ring_positions, ring_owners, ring_buckets, k, tail_choices, scratch, 0, stamps)
             w = waiting_choice(scratch, 0, length, finish, s, now)
-        finish[s, w] = max(finish[s, w], now) + S * costs[w]
+        busy = max(finish[s, w], now) + S * costs[w]
+        finish[s, w] = busy
+        release[s, w] = relative(earliest_release(busy, arrival_rate), base[s])
         loads[s, w] += 1
         arrived[0] += 1
         out[i] = w
+        i += 1
     return key_hashes.size
 
 
@@ -341,6 +405,10 @@ class Fish(Grouping):
         self._summaries = Summaries.empty(self.sources, self.capacity)
         self._finish = np.zeros((self.sources, n), dtype=np.float64)
         self._arrived = np.zeros(1, dtype=np.int64)
+        # Each source's workers' release indices relative to its base (idle.py); padding is never idle.
+        self._release = np.full((self.sources, padded(n)), BUSY, dtype=np.int16)
+        self._release[:, :n] = 0
+        self._base = np.zeros(self.sources, dtype=np.int64)
         self._in_epoch = np.zeros(self.sources, dtype=np.int64)
         self._epochs = np.zeros(self.sources, dtype=np.int64)
         self._totals = np.zeros(self.sources, dtype=np.float64)
@@ -348,10 +416,11 @@ class Fish(Grouping):
             {
                 "width": ((), np.int64, 0),
                 "hot_in": ((), np.int64, -1),
+                # The key's ring order as far as it was walked (its first `ordered` workers), and each
+                # worker's rank in it: n for a worker not walked yet and for padding (idle.py).
                 "order": ((n,), np.int32, 0),
                 "ordered": ((), np.int64, 0),
-                "resume": ((), np.int64, 0),  # first_idle's memory of the key's idle candidates
-                "bound": ((), np.float64, 0),
+                "ranks": ((padded(n),), rank_dtype(n), n),
             }
         )
         self._ring = build_ring(n, self.virtual_nodes, self.seed)
@@ -359,6 +428,7 @@ class Fish(Grouping):
         # Per-worker stamps of ring walks, the last cell counting walks; and the classification's scratch.
         self._stamps = np.zeros(n + 1, dtype=np.int64)
         self._hot_entries = np.zeros(self.capacity, dtype=np.int64)
+        self._hot_shares = np.zeros(self.capacity, dtype=np.float64)
         # Each summary entry's key-table entry: ABSENT while its key has none (only the classification
         # adds keys to the table, and it links them), UNLINKED until looked up once.
         self._entry_of = np.full((self.sources, self.capacity), UNLINKED, dtype=np.int64)
@@ -404,14 +474,16 @@ class Fish(Grouping):
                 t.columns["hot_in"],
                 t.columns["order"],
                 t.columns["ordered"],
-                t.columns["resume"],
-                t.columns["bound"],
+                t.columns["ranks"],
+                self._release,
+                self._base,
                 self._ring[0],
                 self._ring[1],
                 self._ring[2],
                 self._scratch,
                 self._stamps,
                 self._hot_entries,
+                self._hot_shares,
                 self._entry_of,
                 self._marked,
             )
