@@ -255,7 +255,7 @@ def _fish_kernel(
                 q = least_idle_rank(release, s, np.int16(t - base[s]), ranks, mu, none)
                 if q < width[mu]:
                     wu = np.uint64(order[mu, np.uint64(q)])
-                    if finish[s, wu] > now:  # released at the next tuple only
+                    if finish[s, wu] > now:  # released within the next two tuples only
                         wu = np.uint64(waiting_choice(order, m, width[mu], finish, s, now))
                 else:  # every candidate is busy
                     wu = np.uint64(waiting_choice(order, m, width[mu], finish, s, now))
@@ -339,7 +339,7 @@ def _fish_kernel(
                 rebase(release, finish, base, s, t, arrival_rate)
             q = least_idle_rank(release, s, np.int16(t - base[s]), ranks, m, none)
             w = order[m, min(q, width[m] - 1)]
-            if q >= width[m] or finish[s, w] > now:  # every candidate busy, or w released next tuple only
+            if q >= width[m] or finish[s, w] > now:  # all busy, or w released a tuple or two later
                 w = waiting_choice(order, m, width[m], finish, s, now)
         elif m >= 0:  # a table key not hot now: its tail candidates, a prefix of its ring order
             if ordered[m] < tail_choices:

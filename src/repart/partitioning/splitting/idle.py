@@ -7,8 +7,9 @@ idle is random), and with it the overlap of consecutive tuples: half of FISH's t
 
 Instead each source keeps, per worker, a lower bound of its *release index*: the first tuple number
 r with F_i ≤ r/λ as the kernel divides (t ↦ t/λ never decreases, so F_i ≤ now ⟺ r ≤ t). The bound,
-⌈F_i·λ⌉ − 1, is r or r − 1 (:func:`earliest_release`): a worker whose bound is above the current
-tuple is busy, one at or below it is idle or released at the next tuple, and the kernel checks
+⌈F_i·λ⌉ − 1, is at most r and at least r − 2 (:func:`earliest_release`; r − 2 when F_i lies an ulp
+above a tuple boundary): a worker whose bound is above the current tuple is busy, one at or below it
+is idle or released within the next two tuples, and the kernel checks
 F_i ≤ now for the one worker it picks. The bound is stored relative to a per-source base as int16,
 saturated (a value clamped up is still above any tuple before the next rebase, one clamped down is
 below the base), and the base moves up to the current tuple every ``REBASE_AFTER`` tuples
@@ -77,7 +78,7 @@ def release_index(finish: float, rate: float) -> int:
 
 @numba.njit(cache=True, inline="always")
 def earliest_release(finish: float, rate: float) -> int:
-    """⌈finish·λ⌉ − 1, at most :func:`release_index` and at least one below it while finish·λ stays
+    """⌈finish·λ⌉ − 1, at most :func:`release_index` and at most two below it while finish·λ stays
     below 2^50 (both roundings are then far below a tuple; :func:`release_index` itself beyond). A
     kernel stores this bound and checks the one worker it picks (``finish ≤ now``), which spares two
     divisions per tuple."""
