@@ -419,7 +419,7 @@ def _verify_filters(root: str | os.PathLike[str], filtered: Sequence[FileEntry])
             if hidden != entry.filter.rows or slots.size != entry.file_rows:
                 raise Corrupt(
                     f"verification failed: the file's filter hides {hidden} of its {slots.size} rows, but "
-                    f"the plan moved {entry.filter.rows} of {entry.file_rows}; nothing was committed",
+                    f"its entry says {entry.filter.rows} of {entry.file_rows}; nothing was committed",
                     path=entry.path,
                 )
 
