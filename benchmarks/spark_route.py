@@ -62,10 +62,10 @@ def zipf_keys(spark: SparkSession, rows: int, keys: int, exponent: float) -> Dat
     return df.cache()
 
 
-def repart_function(df: DataFrame, rows: int, n: int) -> tuple[PartitionFunction, BuildReport, list[Row]]:
-    """The function a controller builds from this batch (hot keys explicit, the tail rebalanced slot by
-    slot from the per-slot counts of a snapshot), its build report, and the tracked keys with their
-    counts, most frequent first."""
+def exact_estimate(df: DataFrame, rows: int) -> tuple[FrequencyEstimate, list[Row]]:
+    """The batch's exact counts as a snapshot would give them: the keys at or above ``SUPPORT`` of the
+    rows, the distinct keys and the per-slot tuple counts; and the tracked keys' rows with their counts,
+    most frequent first. Also used by ``benchmarks/spark_split.py``."""
     slot_bits = DEFAULT_SLOT_BITS
     counts = df.groupBy(KEY).count()
     distinct = counts.count()
@@ -81,6 +81,14 @@ def repart_function(df: DataFrame, rows: int, n: int) -> tuple[PartitionFunction
         slot_counts=slot_counts,
         slot_bits=slot_bits,
     )
+    return estimate, hot
+
+
+def repart_function(df: DataFrame, rows: int, n: int) -> tuple[PartitionFunction, BuildReport, list[Row]]:
+    """The function a controller builds from this batch (hot keys explicit, the tail rebalanced slot by
+    slot from the per-slot counts of a snapshot), its build report, and the tracked keys with their
+    counts, most frequent first."""
+    estimate, hot = exact_estimate(df, rows)
     result = build(initial_function(n, "str"), estimate, n, BuildParams(tail_aware=True))
     return result.function, result.report, hot
 

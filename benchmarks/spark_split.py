@@ -35,6 +35,7 @@ import argparse
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -47,13 +48,15 @@ import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from repart.partitioning import BuildParams, FrequencyEstimate, PartitionFunction, build, initial_function
-from repart.partitioning.domain import DEFAULT_SLOT_BITS
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.spark_route import KEY, exact_estimate, noop_seconds
+
+from repart.partitioning import BuildParams, PartitionFunction, build, initial_function
 from repart.partitioning.split.build import build_split
 from repart.partitioning.split.function import SplitFunction
 from repart.partitioning.split.params import SplitParams
 from repart.protocol.merge import MergeSpec
-from repart.spark.keys import key_column
 from repart.spark.route import partition, route
 from repart.spark.session import spark_session
 from repart.spark.stateful import update_state
@@ -62,12 +65,10 @@ from repart.state.store import StateStore
 
 TARGET_RATIO = 1.3
 TARGET_BALANCE = 1.05
-SUPPORT = 1e-5
 #: The state store's slot groups: its default, and a few (fewer, larger files per channel).
 SLOT_GROUPS = (64, 4)
 PARQUET = "salting, Parquet state (no store)"
 VWAP_ROUNDS = 2
-KEY = "k"
 STATE = pa.schema(
     [(KEY, pa.string()), ("volume", pa.int64()), ("notional", pa.float64()), ("trades", pa.int64())]
 )
@@ -87,32 +88,6 @@ def zipf_trades(spark: SparkSession, rows: int, keys: int, exponent: float) -> D
         F.col("id"),
     )
     return df.cache()
-
-
-def estimate_of(df: DataFrame, rows: int) -> tuple[FrequencyEstimate, int]:
-    """The exact counts of the keys at or above ``SUPPORT`` of the rows, per-slot counts for the rest,
-    and the most frequent key's rows."""
-    counts = df.groupBy(KEY).count()
-    distinct = counts.count()
-    hot = counts.where(F.col("count") >= SUPPORT * rows).collect()
-    slot_counts = np.zeros(2**DEFAULT_SLOT_BITS)
-    slot = key_column(df, KEY).slot(DEFAULT_SLOT_BITS).alias("slot")
-    for row in df.groupBy(slot).count().collect():
-        slot_counts[row["slot"]] = row["count"]
-    estimate = FrequencyEstimate.from_counts(
-        {row[KEY]: float(row["count"]) for row in hot},
-        total=rows,
-        distinct_estimate=distinct,
-        slot_counts=slot_counts,
-        slot_bits=DEFAULT_SLOT_BITS,
-    )
-    return estimate, max(row["count"] for row in hot)
-
-
-def noop_seconds(df: DataFrame) -> float:
-    started = time.perf_counter()
-    df.write.format("noop").mode("overwrite").save()
-    return time.perf_counter() - started
 
 
 def round_robin(cases: dict[str, DataFrame], repeat: int) -> dict[str, float]:
@@ -271,7 +246,8 @@ def main() -> None:
     )
     df = zipf_trades(spark, args.rows, args.keys, args.zipf)
     df.count()
-    estimate, top_rows = estimate_of(df, args.rows)
+    estimate, hot = exact_estimate(df, args.rows)
+    top_rows = hot[0]["count"]
     started = time.perf_counter()
     preserve = build(initial_function(n, "str"), estimate, n, BuildParams(tail_aware=True)).function
     preserve_seconds = time.perf_counter() - started

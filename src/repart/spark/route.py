@@ -95,15 +95,14 @@ def route(
         )
     key = key_column(df, key_col, expected=version.key_type)
     _check_new_column(df, channel_col)
-    if row_cols is not None:
-        row_columns(df, row_cols)
+    chosen = None if row_cols is None else row_columns(df, row_cols)
     if isinstance(version, PartitionFunction):
         return df.withColumn(channel_col, _channel(key, version))
     if not version.split:
         return df.withColumn(channel_col, _channel(key, version.home))
     codes = split_codes(version)
     code = _channel(key, version.home, codes, version.key_type)
-    return route_split(df, code, version, channel_col=channel_col, row_cols=row_columns(df, row_cols))
+    return route_split(df, code, version, channel_col=channel_col, row_cols=chosen or row_columns(df, None))
 
 
 def partition(
