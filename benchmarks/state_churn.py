@@ -17,14 +17,23 @@ Each batch is what the VWAP pipeline does (``repart.demo.vwap``), without Spark:
    where the pipeline calls them.
 
 The trades are the demo's stream (``repart.sim.trades.TradeStream``: Zipf tickers whose popularity
-drifts). After the last batch the store is compared with a fresh store of the same state (the same
-layout, written by ``write_channel_files``): live files, and the time to read every channel (the best
+drifts). In it every channel has trades in every batch, so each update rewrites every channel and the
+debris of a migration lives only until the next update: compaction never falls due. The **skewed**
+variant (run after it by default; ``--skewed-channels K``, 0 to skip it) makes channels fall quiet:
+in each run of ``--quiet-batches Q`` batches, K channels of the store's function (rotating from one
+run to the next) get no trades (the trades of tickers routed to them are left out of the batch, as if
+their market were closed), so their files are not rewritten, a migration's filters and extra files
+pile up in them, and the compaction between batches falls due; the run prints how many happened.
+
+After the last batch the store is compared with a fresh store of the same state (the same layout,
+written by ``write_channel_files``): live files, and the time to read every channel (the best
 of ``--repeats`` interleaved rounds of five passes each; two fresh copies of one state differ by up to
 10 % on this shared machine). The state's totals must equal the input's exactly. For information:
 the most live files over a fresh store's at any batch boundary, and both ratios right after each
 migration, before its batch's update (the state ``update_state`` reads then).
 
-Run: ``.venv/bin/python benchmarks/state_churn.py [--batches 30] [--json FILE]``
+Run: ``.venv/bin/python benchmarks/state_churn.py [--batches 30] [--skewed-channels 2]
+[--quiet-batches 6] [--skip-uniform] [--json FILE]``
 """
 
 from __future__ import annotations
@@ -142,6 +151,23 @@ def next_function(
     )
 
 
+def quiet_channels(seq: int, n_channels: int, quiet: int, quiet_batches: int) -> list[int]:
+    """The channels that get no trades in batch ``seq`` of the skewed variant (module docstring)."""
+    first = (seq // quiet_batches) * quiet
+    return sorted({(first + step) % n_channels for step in range(min(quiet, n_channels - 1))})
+
+
+def without_channels(trades: Trades, function: PartitionFunction, channels: list[int]) -> Trades:
+    """``trades`` less those of the tickers ``function`` routes to ``channels``."""
+    tickers, inverse = np.unique(np.array(trades.ticker), return_inverse=True)
+    kept = ~np.isin(function.lookup_many(tickers.tolist()), channels)[inverse]
+    return Trades(
+        ticker=np.array(trades.ticker)[kept].tolist(),
+        price_cents=trades.price_cents[kept],
+        volume=trades.volume[kept],
+    )
+
+
 def fresh_copy(store: StateStore, root: Path) -> StateStore:
     """A freshly written store holding ``store``'s state in its layout."""
     fresh = StateStore.create(
@@ -210,8 +236,9 @@ class Outcome:
     exact: bool
 
 
-def run(args: argparse.Namespace, scratch: Path) -> Outcome:
-    """The batches (module docstring), printing one line each."""
+def run(args: argparse.Namespace, scratch: Path, quiet: int) -> Outcome:
+    """The batches (module docstring), printing one line each; ``quiet`` channels at a time get no
+    trades (0: the demo's stream)."""
     stream = TradeStream(tickers=args.tickers, base_trades=args.trades, growth=args.growth)
     function = initial_function(args.channels, "str", SLOT_BITS)
     store = StateStore.create(
@@ -252,6 +279,10 @@ def run(args: argparse.Namespace, scratch: Path) -> Outcome:
                 f"rows, {result.filtered_files} files filtered, then files {files_ratio:.2f}x and reads "
                 f"{reads_ratio:.2f}x fresh"
             )
+        if quiet:
+            silent = quiet_channels(seq, function.n_channels, quiet, args.quiet_batches)
+            trades = without_channels(trades, function, silent)
+            line += f"; {len(trades):,} fed, channels {silent} quiet"
         update(store, function, trades, seq)
         fed["trades"] += len(trades)
         fed["volume"] += int(trades.volume.sum())
@@ -267,8 +298,8 @@ def run(args: argparse.Namespace, scratch: Path) -> Outcome:
     return Outcome(final, boundaries, after_migrations, compactions, totals_match(store, fed))
 
 
-def report(outcome: Outcome, batches: int, path: Path | None) -> None:
-    """Print the ratios with PASS/FAIL and write them to ``path`` as JSON."""
+def report(outcome: Outcome, batches: int) -> dict[str, float | int | bool]:
+    """Print the ratios with PASS/FAIL; return them for the JSON file."""
     files_ratio, reads_ratio, files, fresh_files = outcome.final
     worst_files = max((ratio for ratio, _ in outcome.after_migrations), default=float("nan"))
     worst_reads = max((ratio for _, ratio in outcome.after_migrations), default=float("nan"))
@@ -287,15 +318,14 @@ def report(outcome: Outcome, batches: int, path: Path | None) -> None:
         f"  right after a migration, before its batch's update, at worst: files {worst_files:.2f}x, reads "
         f"{worst_reads:.2f}x fresh)"
     )
-    if path is not None:
-        figures = {
-            "files_ratio": files_ratio,
-            "reads_ratio": reads_ratio,
-            "totals_exact": outcome.exact,
-            "worst_files_ratio_after_migration": worst_files,
-            "worst_reads_ratio_after_migration": worst_reads,
-        }
-        path.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    return {
+        "files_ratio": files_ratio,
+        "reads_ratio": reads_ratio,
+        "totals_exact": outcome.exact,
+        "compactions": outcome.compactions,
+        "worst_files_ratio_after_migration": worst_files,
+        "worst_reads_ratio_after_migration": worst_reads,
+    }
 
 
 def main() -> None:
@@ -310,11 +340,45 @@ def main() -> None:
     parser.add_argument("--slot-groups", type=int, default=4, help="slot groups per channel (the demo's)")
     parser.add_argument("--units", type=int, default=2, help="(channel, slot group) pairs a rebalance moves")
     parser.add_argument("--repeats", type=int, default=10, help="interleaved read rounds per comparison")
-    parser.add_argument("--json", type=Path, default=None, help="write the ratios to this file")
+    parser.add_argument(
+        "--skewed-channels",
+        type=int,
+        default=2,
+        help="channels without trades at a time in the skewed variant (0: skip the variant)",
+    )
+    parser.add_argument(
+        "--quiet-batches", type=int, default=6, help="batches a channel of the skewed variant stays quiet"
+    )
+    parser.add_argument("--skip-uniform", action="store_true", help="run the skewed variant alone")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        help="write the ratios to this file (the skewed variant's under the key 'skewed')",
+    )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as directory:
-        outcome = run(args, Path(directory))
-    report(outcome, args.batches, args.json)
+    if args.skewed_channels < 0 or args.quiet_batches < 1:
+        parser.error("--skewed-channels must be >= 0 and --quiet-batches >= 1")
+    variants = [] if args.skip_uniform else [("the demo's stream", 0)]
+    if args.skewed_channels:
+        variants.append(
+            (
+                f"skewed: {args.skewed_channels} channels quiet for {args.quiet_batches} batches at a time",
+                args.skewed_channels,
+            )
+        )
+    figures: dict[str, object] = {}
+    for title, quiet in variants:
+        print(f"== {title}")
+        with tempfile.TemporaryDirectory() as directory:
+            outcome = run(args, Path(directory), quiet)
+        results = report(outcome, args.batches)
+        if quiet:
+            figures["skewed"] = results
+        else:
+            figures.update(results)
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning import LossyCounter, PartitionFunction, build, initial_function
 from repart.partitioning.domain import MAX_CHANNELS, Key, KeyType
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
+from repart.partitioning.split.function import SplitFunction
+from repart.protocol.merge import MergeSpec
 from repart.protocol.snapshot import ChannelMeasurement, CounterEntry, Snapshot
 from repart.state.store import FileEntry, StateStore, write_channel_files
 from repart.storage import (
@@ -400,3 +402,58 @@ def check_oracle(store: StateStore, old: pa.Table, target: PartitionFunction) ->
     assert store.rows() == old.num_rows
     store.verify()
     assert StateStore.open(store.root).generation == store.generation
+
+
+def partial_store(
+    root: Path,
+    function: PartitionFunction | SplitFunction,
+    rows: pa.Table,
+    merge: MergeSpec,
+    slot_groups: int = 16,
+) -> StateStore:
+    """A store of region ``REGION`` at version 1, laid out by ``function``, as a split-mode job leaves
+    it (DESIGN §11.3): each input row (a ``key`` column, the columns ``merge`` names, a ``row_hash``)
+    goes to ``function.lookup(key, row_hash)`` (a PartitionFunction: ``lookup(key)``), and each channel
+    holds one partial row per key it received: a pyarrow group_by of its rows by ``merge``'s
+    operations, in the input columns' types."""
+    schema = rows.schema.remove(rows.schema.get_field_index("row_hash"))
+    key_type: KeyType = "str" if pa.types.is_string(schema.field("key").type) else "int"
+    store = StateStore.create(
+        root,
+        region=REGION,
+        version=1,
+        function_digest=function.digest,
+        n_channels=function.n_channels,
+        slot_bits=function.slot_bits,
+        key_type=key_type,
+        key_col="key",
+        schema=schema,
+        slot_groups=slot_groups,
+    )
+    routed = zip(rows.column("key").to_pylist(), rows.column("row_hash").to_pylist(), strict=True)
+    channels = np.array(
+        [
+            function.lookup(key, row_hash) if isinstance(function, SplitFunction) else function.lookup(key)
+            for key, row_hash in routed
+        ]
+    )
+    replaced = {}
+    for channel in np.unique(channels).tolist():
+        grouped = rows.filter(pa.array(channels == channel)).group_by("key", use_threads=False)
+        partial = grouped.aggregate(list(merge.columns.items()))
+        columns = {
+            field.name: partial.column(
+                "key" if field.name == "key" else f"{field.name}_{merge.columns[field.name]}"
+            )
+            for field in schema
+        }
+        replaced[channel] = write_channel_files(
+            root,
+            channel,
+            pa.table(columns).cast(schema),
+            key_col="key",
+            key_type=key_type,
+            slot_bits=function.slot_bits,
+            slot_groups=slot_groups,
+        )
+    return store.commit(replaced, version=1, function_digest=function.digest, n_channels=function.n_channels)
