@@ -10,11 +10,12 @@ import pyarrow as pa
 import pytest
 
 from repart.demo.exactness import difference
-from repart.demo.measure import BatchCounts, imbalance_of
+from repart.demo.measure import PARAMS, BatchCounts
 from repart.demo.report import DemoResult, DemoRow, ModeTotals
 from repart.demo.vwap import STATE_SCHEMA
 from repart.errors import InvalidInput
 from repart.partitioning.function import PartitionFunction
+from repart.partitioning.split.build import split_imbalance
 from repart.partitioning.split.function import SplitEntry, SplitFunction
 from repart.sim.plot import plot_demo
 from repart.sim.trades import Trades
@@ -31,12 +32,12 @@ def test_b_counts_a_split_key_on_its_candidates_by_weight() -> None:
     counts = counts_of(["a"] * 60 + ["b"] * 20 + ["c"] * 20)
     assert dict(zip(counts.keys, counts.counts.tolist(), strict=True)) == {"a": 60, "b": 20, "c": 20}
     # Key-preserving: 60 against 40 tuples (state and communication both linear), b = 1.5 / α.
-    assert imbalance_of(HOME, counts.estimate) == pytest.approx(1.5 / 1.2)
+    assert split_imbalance(HOME, counts.estimate, PARAMS) == pytest.approx(1.5 / 1.2)
     # a's tuples 5/6 at home, 1/6 on channel 1: 50 against 50, b = 1 / α.
     even = SplitFunction(HOME, {"a": SplitEntry((0, 1), (5 / 6, 1 / 6))})
-    assert imbalance_of(even, counts.estimate) == pytest.approx(1 / 1.2)
+    assert split_imbalance(even, counts.estimate, PARAMS) == pytest.approx(1 / 1.2)
     halves = SplitFunction(HOME, {"a": SplitEntry((0, 1), (0.5, 0.5))})
-    assert imbalance_of(halves, counts.estimate) == pytest.approx((70 / 30) / 1.2)
+    assert split_imbalance(halves, counts.estimate, PARAMS) == pytest.approx((70 / 30) / 1.2)
 
 
 def state(rows: list[tuple[str, int, int, int]]) -> pa.Table:

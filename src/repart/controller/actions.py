@@ -35,7 +35,7 @@ from typing import Any, Literal
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from repart.controller.build import build_next, measured_b
+from repart.controller.build import build_next
 from repart.controller.settings import ControllerSettings
 from repart.controller.tick import aware_now
 from repart.controller.window import merge_snapshots, window_size
@@ -45,6 +45,7 @@ from repart.partitioning import PartitionFunction, initial_function
 from repart.partitioning.algorithms.builder import predict
 from repart.partitioning.documents import json_number
 from repart.partitioning.frequency import FrequencyEstimate
+from repart.partitioning.split.build import split_imbalance
 from repart.partitioning.split.function import StoredFunction, home_function, load_function
 from repart.storage import (
     NewEvent,
@@ -317,7 +318,7 @@ def _predictions(context: _Context, target: StoredFunction) -> dict[str, Any]:
     if context.estimate is None:
         return numbers
     params, current, estimate = context.settings.params, context.current, context.estimate
-    b_before, b = measured_b(current, estimate, params), measured_b(target, estimate, params)
+    b_before, b = split_imbalance(current, estimate, params), split_imbalance(target, estimate, params)
     if isinstance(current, PartitionFunction) and isinstance(target, PartitionFunction):
         _, m = predict(current, target, estimate, params)
     else:

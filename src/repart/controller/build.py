@@ -1,5 +1,5 @@
 """Building the next version of a region (DESIGN §5, §11.3): Gedik's build for a key-preserving
-region, a split function by the region's scheme in split mode, and b of a stored function on a window.
+region and a split function by the region's scheme in split mode.
 The tick (``repart.controller.tick``) and the operator's actions (``repart.controller.actions``) build
 through here."""
 
@@ -10,11 +10,9 @@ from typing import Any
 
 from repart.controller.settings import ControllerSettings
 from repart.partitioning import build
-from repart.partitioning.algorithms.builder import predict
-from repart.partitioning.algorithms.problem import BuildParams
 from repart.partitioning.frequency import FrequencyEstimate
-from repart.partitioning.split.build import build_split, split_imbalance
-from repart.partitioning.split.function import SplitFunction, StoredFunction, home_function
+from repart.partitioning.split.build import build_split
+from repart.partitioning.split.function import StoredFunction, home_function
 
 
 @dataclass(frozen=True)
@@ -72,12 +70,3 @@ def build_next(
             "head": stored["head"],
         },
     )
-
-
-def measured_b(function: StoredFunction, estimate: FrequencyEstimate, params: BuildParams) -> float:
-    """b of ``function`` on the window's ``estimate``: a split function's split keys spread by their
-    weights (DESIGN §11.3), every other key on its channel."""
-    if isinstance(function, SplitFunction):
-        return split_imbalance(function, estimate, params)
-    b, _ = predict(function, function, estimate, params)
-    return b

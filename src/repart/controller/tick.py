@@ -47,7 +47,7 @@ from typing import Any, Literal, cast
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from repart.controller.build import build_next, measured_b
+from repart.controller.build import build_next
 from repart.controller.policy import Decision, RebalanceDecision, WindowLoad, needs_rebalance
 from repart.controller.settings import ControllerSettings
 from repart.controller.window import merge_snapshots, window_size
@@ -56,6 +56,7 @@ from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning import ConsistentSpec, initial_function
 from repart.partitioning.documents import json_number
 from repart.partitioning.domain import ConsistentMethod
+from repart.partitioning.split.build import split_imbalance
 from repart.partitioning.split.function import SplitFunction, StoredFunction, load_function
 from repart.protocol.snapshot import Snapshot
 from repart.storage import (
@@ -363,7 +364,7 @@ def _analyze(
         message = "the window holds no keys to build from"
         return _unchanged(n_applied, "empty-window", message, base, newest)
     decision = settings.policy.decide(_load(window), n_applied, now, status.last_change_at)
-    b_before = measured_b(current, estimate, settings.params)
+    b_before = split_imbalance(current, estimate, settings.params)
     rebalance = _mode_change(current, settings) or needs_rebalance(b_before, settings.rebalance_threshold)
     base |= {
         "policy": decision.rule,

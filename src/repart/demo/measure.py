@@ -34,7 +34,6 @@ from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.metrics import lower_bound
 from repart.partitioning.resources import Resources
 from repart.partitioning.split.build import split_imbalance
-from repart.partitioning.split.function import SplitFunction, StoredFunction
 from repart.sim.trades import Trades
 
 PARAMS = BuildParams(resources=Resources.parse("LCL"), alpha=1.2)
@@ -79,17 +78,11 @@ def batch_row(
         batch=outcome.seq,
         N=n,
         version=outcome.version,
-        b=json_number(imbalance_of(outcome.function, estimate)),
-        b_hash=json_number(imbalance_of(hashing, estimate)),
+        b=json_number(split_imbalance(outcome.function, estimate, PARAMS)),
+        b_hash=json_number(split_imbalance(hashing, estimate, PARAMS)),
         b_lb=json_number(lower_bound(PARAMS.resources, counts.counts / estimate.total, n, PARAMS.alpha)),
         memory=state_rows / state_keys,
         migrated_fraction=moved / outcome.state_rows_before if outcome.state_rows_before else 0.0,
         ideal_fraction=abs(n - before) / max(n, before),
         seconds=outcome.seconds,
     )
-
-
-def imbalance_of(function: StoredFunction, estimate: FrequencyEstimate) -> float:
-    """b of ``function`` on ``estimate``, split keys spread by their weights (module docstring)."""
-    split = function if isinstance(function, SplitFunction) else SplitFunction(function)
-    return split_imbalance(split, estimate, PARAMS)

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from repart.partitioning import initial_function
+from repart.partitioning.algorithms.builder import predict
 from repart.partitioning.algorithms.problem import BuildParams
 from repart.partitioning.domain import SPLIT_SCHEMES
 from repart.partitioning.frequency import FrequencyEstimate
@@ -36,3 +42,27 @@ def test_b_on_another_window_spreads_only_the_split_keys_it_holds() -> None:
     assert split_imbalance(function, FrequencyEstimate.from_counts(window), BuildParams()) == pytest.approx(
         expected
     )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 6),
+    counts=st.dictionaries(st.text("abcdefgh", min_size=1, max_size=3), st.integers(1, 500), max_size=12),
+    untracked=st.integers(0, 2_000),
+    explicit=st.dictionaries(st.text("abcdefgh", min_size=1, max_size=3), st.integers(0, 5), max_size=6),
+)
+def test_a_key_preserving_function_s_b_is_the_builder_s_prediction(
+    n: int, counts: dict[str, int], untracked: int, explicit: dict[str, int]
+) -> None:
+    """A key-preserving function is a split function without split keys: its b, untracked mass by slot
+    included, is ``builder.predict``'s (the tick and the demo measure both kinds through one function)."""
+    function = replace(initial_function(n, "str"), explicit={k: c % n for k, c in explicit.items()})
+    estimate = FrequencyEstimate(
+        keys=tuple(counts),
+        counts=np.asarray(list(counts.values()), dtype=np.float64),
+        total=sum(counts.values()) + untracked,
+        distinct_estimate=len(counts) + 3,
+        key_type="str",
+    )
+    expected, _ = predict(function, function, estimate, BuildParams())
+    assert split_imbalance(function, estimate, BuildParams()) == expected

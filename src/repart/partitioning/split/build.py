@@ -48,7 +48,7 @@ from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.partitioning.metrics import imbalance, lower_bound
 from repart.partitioning.resources import Resources, check_channels
 from repart.partitioning.split.candidates import candidate_lists, choice_counts, rendezvous_order
-from repart.partitioning.split.function import SplitEntry, SplitFunction, home_function
+from repart.partitioning.split.function import SplitEntry, SplitFunction, StoredFunction, home_function
 from repart.partitioning.split.params import SplitParams
 from repart.partitioning.split.report import SplitBuildResult, SplitReport
 from repart.partitioning.split.weights import water_fill
@@ -127,11 +127,13 @@ def build_split(
     return SplitBuildResult(function, report)
 
 
-def split_imbalance(function: SplitFunction, estimate: FrequencyEstimate, params: BuildParams) -> float:
-    """b of ``function`` on ``estimate``, as ``build_split`` predicts it for the function it builds: the
-    estimate's keys that ``function`` splits spread over their candidates by their weights, every other
-    key (and the untracked mass by slot) on its home channel (the controller's b of an applied split
-    function on a new window)."""
+def split_imbalance(stored: StoredFunction, estimate: FrequencyEstimate, params: BuildParams) -> float:
+    """b of ``stored`` on ``estimate``, as ``build_split`` predicts it for the function it builds: the
+    estimate's keys that ``stored`` splits spread over their candidates by their weights, every other
+    key (and the untracked mass by slot) on its home channel. This is the controller's b of an applied
+    version on a new window and the demo's b of a batch; a key-preserving function is a split function
+    without split keys, for which it equals ``builder.predict``'s b."""
+    function = stored if isinstance(stored, SplitFunction) else SplitFunction(stored)
     exponents = params.resources.load_exponents
     head = np.asarray([i for i, key in enumerate(estimate.keys) if key in function.split], dtype=np.int64)
     keys = [estimate.keys[i] for i in head.tolist()]
