@@ -302,8 +302,13 @@ def test_two_daemons_each_stopped_past_a_1_s_lease_never_both_write(db_url: str,
         for _ in range(2):
             stopped = processes[held_lease().holder]
             stopped.send_signal(signal.SIGSTOP)
+            # Resumed on time by a timer: a daemon stopped inside a statement (between two messages
+            # of a pipelined insert) keeps its row locks until it runs again, since the server's
+            # idle-in-transaction timeout ends idle sessions only, and the feed may wait on them.
+            resume = threading.Timer(7.0, stopped.send_signal, (signal.SIGCONT,))
+            resume.start()
             feed(7.0)
-            stopped.send_signal(signal.SIGCONT)
+            resume.join()
             feed(3.0)
     finally:
         for process in processes.values():

@@ -24,7 +24,7 @@ from repart.partitioning.function import PartitionFunction
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.partitioning.resources import Resources
 from repart.partitioning.split.function import SplitEntry, SplitFunction
-from tests.migration.test_plan import KEY_TYPES, SPECS, UNIVERSE, UNTRACKED, estimate_of, slot_of
+from tests.migration.universe import KEY_TYPES, SPECS, UNIVERSE, UNTRACKED, estimate_of, slot_of
 
 BITS = 10
 MOD = ConsistentSpec("mod")

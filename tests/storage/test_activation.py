@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -68,11 +67,10 @@ def stored(engine: Engine, plan_id: int) -> tuple[Any, list[tuple[Any, ...]]]:
 
 
 @pytest.fixture
-def engine_with_region(engine: Engine) -> Iterator[Engine]:
-    """The engine of a database with region ``trades``, whose version 1 (V1) is applied."""
+def trades_at_v1(engine: Engine) -> None:
+    """Region ``trades`` in ``engine``'s database, its version 1 (V1) applied."""
     add_region(engine)
     run_in_transaction(engine, lambda s: activate(s, "trades", new_version(V1, "consistent"), None, EVENT))
-    yield engine
 
 
 def _activate_v2(engine: Engine) -> Any:
@@ -92,20 +90,20 @@ def _status(engine: Engine) -> tuple[dict[int, str], dict[int, str]]:
     return run_in_transaction(engine, read)
 
 
-def test_first_version_is_applied_without_a_plan(engine_with_region: Engine) -> None:
-    version = run_in_transaction(engine_with_region, lambda s: applied_version(s, "trades"))
+def test_first_version_is_applied_without_a_plan(engine: Engine, trades_at_v1: None) -> None:
+    version = run_in_transaction(engine, lambda s: applied_version(s, "trades"))
     assert version is not None and version.number == 1 and version.status == "applied"
     assert version_function(version) == V1
     stored = run_in_transaction(
-        engine_with_region, lambda s: [(e.key_utf8, e.channel) for e in get_version(s, "trades", 1).explicit]
+        engine, lambda s: [(e.key_utf8, e.channel) for e in get_version(s, "trades", 1).explicit]
     )
     assert stored == [(b"AAPL", 1), (b"nul\x00", 2)]
 
 
-def test_activation_writes_version_plan_moves_and_event(engine_with_region: Engine) -> None:
-    result = _activate_v2(engine_with_region)
+def test_activation_writes_version_plan_moves_and_event(engine: Engine, trades_at_v1: None) -> None:
+    result = _activate_v2(engine)
     assert result.version_number == 2 and result.plan_id is not None and result.superseded_plans == ()
-    plan, moves = stored(engine_with_region, result.plan_id)
+    plan, moves = stored(engine, result.plan_id)
     assert (plan.from_version, plan.to_version, plan.status) == (1, 2, "pending")
     assert (plan.plan_json, plan.digest) == (PLAN_1_2.to_json(), PLAN_1_2.digest)
     assert MigrationPlan.from_json(plan.plan_json) == PLAN_1_2
@@ -120,7 +118,7 @@ def test_activation_writes_version_plan_moves_and_event(engine_with_region: Engi
     assert PLAN_1_2.pinned_keys == ("nul\x00",) and counts[:2] == (2, len(moves) - 2) and counts[1] > 1000
     assert moves == stored_moves(PLAN_1_2)
     assert {move[5] for move in moves[2:]} == {4}
-    events = run_in_transaction(engine_with_region, lambda s: list_events(s, "trades"))
+    events = run_in_transaction(engine, lambda s: list_events(s, "trades"))
     assert [e.kind for e in events] == ["activate", "activate"]
     assert load_object(events[0].data_json) == {
         "b": 1.4,
@@ -129,16 +127,16 @@ def test_activation_writes_version_plan_moves_and_event(engine_with_region: Engi
         "plan_id": result.plan_id,
         "superseded_plans": [],
     }
-    assert _status(engine_with_region) == ({1: "applied", 2: "planned"}, {2: "pending"})
+    assert _status(engine) == ({1: "applied", 2: "planned"}, {2: "pending"})
 
 
-def test_a_plan_may_be_given_as_json_text_and_without_an_estimate(engine_with_region: Engine) -> None:
+def test_a_plan_may_be_given_as_json_text_and_without_an_estimate(engine: Engine, trades_at_v1: None) -> None:
     plan = plan_migration(V1, V2)
     result = run_in_transaction(
-        engine_with_region, lambda s: activate(s, "trades", new_version(V2, parent=1), plan.to_json(), EVENT)
+        engine, lambda s: activate(s, "trades", new_version(V2, parent=1), plan.to_json(), EVENT)
     )
     assert result.plan_id is not None
-    row, moves = stored(engine_with_region, result.plan_id)
+    row, moves = stored(engine, result.plan_id)
     assert (row.plan_json, row.digest, row.predicted_cost, row.predicted_m) == (
         plan.to_json(),
         plan.digest,
@@ -148,33 +146,33 @@ def test_a_plan_may_be_given_as_json_text_and_without_an_estimate(engine_with_re
     assert moves == stored_moves(plan) and moves[0][-1] == 0.0
 
 
-def test_applying_a_plan_moves_the_versions_along(engine_with_region: Engine) -> None:
-    plan_id = _activate_v2(engine_with_region).plan_id
-    run_in_transaction(engine_with_region, lambda s: set_plan_status(s, plan_id, "applying"))
+def test_applying_a_plan_moves_the_versions_along(engine: Engine, trades_at_v1: None) -> None:
+    plan_id = _activate_v2(engine).plan_id
+    run_in_transaction(engine, lambda s: set_plan_status(s, plan_id, "applying"))
     run_in_transaction(
-        engine_with_region, lambda s: set_plan_status(s, plan_id, "applied", moved_rows=10, moved_bytes=2048)
+        engine, lambda s: set_plan_status(s, plan_id, "applied", moved_rows=10, moved_bytes=2048)
     )
-    assert _status(engine_with_region) == ({1: "superseded", 2: "applied"}, {2: "applied"})
-    plan = run_in_transaction(engine_with_region, lambda s: get_plan(s, plan_id))
+    assert _status(engine) == ({1: "superseded", 2: "applied"}, {2: "applied"})
+    plan = run_in_transaction(engine, lambda s: get_plan(s, plan_id))
     assert (plan.moved_rows, plan.moved_bytes) == (10, 2048)
     report = run_in_transaction(
-        engine_with_region, lambda s: record_batch_report(s, "trades", 7, {"rows": 10}, plan_id=plan_id)
+        engine, lambda s: record_batch_report(s, "trades", 7, {"rows": 10}, plan_id=plan_id)
     )
     assert report > 0
 
 
-def test_a_failed_plan_abandons_its_version(engine_with_region: Engine) -> None:
-    plan_id = _activate_v2(engine_with_region).plan_id
-    run_in_transaction(engine_with_region, lambda s: set_plan_status(s, plan_id, "applying"))
-    run_in_transaction(engine_with_region, lambda s: set_plan_status(s, plan_id, "failed"))
-    assert _status(engine_with_region) == ({1: "applied", 2: "abandoned"}, {2: "failed"})
+def test_a_failed_plan_abandons_its_version(engine: Engine, trades_at_v1: None) -> None:
+    plan_id = _activate_v2(engine).plan_id
+    run_in_transaction(engine, lambda s: set_plan_status(s, plan_id, "applying"))
+    run_in_transaction(engine, lambda s: set_plan_status(s, plan_id, "failed"))
+    assert _status(engine) == ({1: "applied", 2: "abandoned"}, {2: "failed"})
 
 
-def test_a_new_activation_supersedes_the_pending_plan(engine_with_region: Engine) -> None:
-    first = _activate_v2(engine_with_region)
-    second = _activate_v2(engine_with_region)
+def test_a_new_activation_supersedes_the_pending_plan(engine: Engine, trades_at_v1: None) -> None:
+    first = _activate_v2(engine)
+    second = _activate_v2(engine)
     assert second.superseded_plans == (first.plan_id,)
-    assert _status(engine_with_region) == (
+    assert _status(engine) == (
         {1: "applied", 2: "abandoned", 3: "planned"},
         {2: "superseded", 3: "pending"},
     )
@@ -193,44 +191,42 @@ ILLEGAL = [
 
 @pytest.mark.parametrize(("path", "status", "message"), ILLEGAL)
 def test_illegal_plan_transitions_are_refused(
-    engine_with_region: Engine, path: list[str], status: str, message: str
+    engine: Engine, trades_at_v1: None, path: list[str], status: str, message: str
 ) -> None:
-    plan_id = _activate_v2(engine_with_region).plan_id
+    plan_id = _activate_v2(engine).plan_id
     for step in path:
-        run_in_transaction(engine_with_region, lambda s, step=step: set_plan_status(s, plan_id, step))
-    before = _status(engine_with_region)
+        run_in_transaction(engine, lambda s, step=step: set_plan_status(s, plan_id, step))
+    before = _status(engine)
     with pytest.raises(Conflict, match=message):
-        run_in_transaction(engine_with_region, lambda s: set_plan_status(s, plan_id, status))
-    assert _status(engine_with_region) == before
+        run_in_transaction(engine, lambda s: set_plan_status(s, plan_id, status))
+    assert _status(engine) == before
 
 
-def test_unknown_status_and_unknown_plan_are_errors(engine_with_region: Engine) -> None:
-    plan_id = _activate_v2(engine_with_region).plan_id
+def test_unknown_status_and_unknown_plan_are_errors(engine: Engine, trades_at_v1: None) -> None:
+    plan_id = _activate_v2(engine).plan_id
     with pytest.raises(InvalidInput, match="status must be one of"):
-        run_in_transaction(engine_with_region, lambda s: set_plan_status(s, plan_id, "done"))
+        run_in_transaction(engine, lambda s: set_plan_status(s, plan_id, "done"))
     with pytest.raises(NotFound, match="plan 999 does not exist"):
-        run_in_transaction(engine_with_region, lambda s: set_plan_status(s, 999, "applying"))
+        run_in_transaction(engine, lambda s: set_plan_status(s, 999, "applying"))
     with pytest.raises(InvalidInput, match="recorded when a plan is applied"):
-        run_in_transaction(
-            engine_with_region, lambda s: set_plan_status(s, plan_id, "applying", moved_rows=3)
-        )
+        run_in_transaction(engine, lambda s: set_plan_status(s, plan_id, "applying", moved_rows=3))
 
 
 @pytest.mark.parametrize(
     "field", ["digest", "function_json", "n_channels", "algorithm", "number", "report_json"]
 )
-def test_version_content_is_immutable(engine_with_region: Engine, field: str) -> None:
+def test_version_content_is_immutable(engine: Engine, trades_at_v1: None, field: str) -> None:
     def change(session: Session) -> None:
         version = get_version(session, "trades", 1)
         setattr(version, field, 7 if field in ("n_channels", "number") else "changed")
         session.flush()
 
     with pytest.raises(Conflict, match=f"only status may change, not {field}"):
-        run_in_transaction(engine_with_region, change)
-    assert run_in_transaction(engine_with_region, lambda s: get_version(s, "trades", 1).digest) == V1.digest
+        run_in_transaction(engine, change)
+    assert run_in_transaction(engine, lambda s: get_version(s, "trades", 1).digest) == V1.digest
 
 
-def test_versions_and_their_entries_cannot_be_deleted_or_edited(engine_with_region: Engine) -> None:
+def test_versions_and_their_entries_cannot_be_deleted_or_edited(engine: Engine, trades_at_v1: None) -> None:
     def delete_version(session: Session) -> None:
         session.delete(get_version(session, "trades", 1))
         session.flush()
@@ -241,45 +237,45 @@ def test_versions_and_their_entries_cannot_be_deleted_or_edited(engine_with_regi
 
     for work in (delete_version, edit_entry):
         with pytest.raises(Conflict):
-            run_in_transaction(engine_with_region, work)
-    assert row_counts(engine_with_region)["version_explicit"] == 2
+            run_in_transaction(engine, work)
+    assert row_counts(engine)["version_explicit"] == 2
 
 
-def test_status_of_a_version_may_change(engine_with_region: Engine) -> None:
-    plan_id = _activate_v2(engine_with_region).plan_id
-    run_in_transaction(engine_with_region, lambda s: set_plan_status(s, plan_id, "superseded"))
-    assert _status(engine_with_region)[0][2] == "abandoned"
+def test_status_of_a_version_may_change(engine: Engine, trades_at_v1: None) -> None:
+    plan_id = _activate_v2(engine).plan_id
+    run_in_transaction(engine, lambda s: set_plan_status(s, plan_id, "superseded"))
+    assert _status(engine)[0][2] == "abandoned"
 
 
-def test_activation_is_atomic_when_it_fails_midway(engine_with_region: Engine) -> None:
+def test_activation_is_atomic_when_it_fails_midway(engine: Engine, trades_at_v1: None) -> None:
     def fail(*_: object) -> None:
         raise RuntimeError("disk full")
 
-    before = row_counts(engine_with_region)
+    before = row_counts(engine)
     event.listen(Event, "before_insert", fail)
     try:
         with pytest.raises(RuntimeError, match="disk full"):
-            _activate_v2(engine_with_region)
-        with Session(engine_with_region) as session:
+            _activate_v2(engine)
+        with Session(engine) as session:
             # The caller swallows the error and commits: activate's SAVEPOINT still leaves nothing behind.
             with pytest.raises(RuntimeError):
                 activate(session, "trades", new_version(V2), PLAN_1_2, EVENT)
             session.commit()
     finally:
         event.remove(Event, "before_insert", fail)
-    assert row_counts(engine_with_region) == before
+    assert row_counts(engine) == before
 
 
 def test_activation_is_atomic_when_a_duplicate_version_number_collides(
-    engine_with_region: Engine, monkeypatch: pytest.MonkeyPatch
+    engine: Engine, trades_at_v1: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import repart.storage.activation as activation
 
     monkeypatch.setattr(activation, "func", _MaxIsZero())
-    before = row_counts(engine_with_region)
+    before = row_counts(engine)
     with pytest.raises(Conflict, match="conflicts with a stored record"):
-        _activate_v2(engine_with_region)
-    assert row_counts(engine_with_region) == before
+        _activate_v2(engine)
+    assert row_counts(engine) == before
 
 
 class _MaxIsZero:
@@ -490,19 +486,20 @@ BAD_ACTIVATIONS: list[tuple[str, NewVersion, Any, type[Exception], str | None, s
     ids=[c[0] for c in BAD_ACTIVATIONS],
 )
 def test_bad_activations_write_nothing(
-    engine_with_region: Engine,
+    engine: Engine,
+    trades_at_v1: None,
     version: NewVersion,
     plan: Any,
     error: type[Exception],
     field: str | None,
     fragment: str | None,
 ) -> None:
-    before = row_counts(engine_with_region)
+    before = row_counts(engine)
     with pytest.raises(error) as raised:
-        run_in_transaction(engine_with_region, lambda s: activate(s, "trades", version, plan, EVENT))
+        run_in_transaction(engine, lambda s: activate(s, "trades", version, plan, EVENT))
     assert field is None or (isinstance(raised.value, InvalidInput) and raised.value.field == field)
     assert fragment is None or fragment in str(raised.value)
-    assert row_counts(engine_with_region) == before
+    assert row_counts(engine) == before
 
 
 @pytest.mark.parametrize(
@@ -530,8 +527,8 @@ def test_a_first_version_needs_no_plan_and_refuses_one(engine: Engine) -> None:
     assert row_counts(engine)["versions"] == 0
 
 
-def test_activation_waits_for_a_plan_being_applied(engine_with_region: Engine) -> None:
-    plan_id = _activate_v2(engine_with_region).plan_id
-    run_in_transaction(engine_with_region, lambda s: set_plan_status(s, plan_id, "applying"))
+def test_activation_waits_for_a_plan_being_applied(engine: Engine, trades_at_v1: None) -> None:
+    plan_id = _activate_v2(engine).plan_id
+    run_in_transaction(engine, lambda s: set_plan_status(s, plan_id, "applying"))
     with pytest.raises(Conflict, match="is being applied"):
-        _activate_v2(engine_with_region)
+        _activate_v2(engine)
