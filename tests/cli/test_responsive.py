@@ -72,6 +72,17 @@ def test_status_loads_no_numpy_or_pydantic(tmp_path: Path) -> None:
         assert heavy not in loaded, f"repart status loads {heavy}"
 
 
+def test_status_loads_no_orm(tmp_path: Path) -> None:
+    """``repart status`` reads the Core tables on a connection (``repart.storage.overview``), so it
+    loads neither SQLAlchemy's ORM nor the mapped classes, over a quarter of its start (issue #10)."""
+    url = status_database(tmp_path)
+    for words in (["status"], ["status", "--json"], ["status", "ticks"]):
+        printed, loaded = modules_loaded_by(words, url)
+        assert "ticks" in printed and "repart.storage.tables" in loaded, words
+        for heavy in ("sqlalchemy.orm", "repart.storage.models"):
+            assert heavy not in loaded, f"repart {' '.join(words)} loads {heavy}"
+
+
 def test_status_loads_no_other_command_and_its_json_no_rich(tmp_path: Path) -> None:
     """The app builds only the command that runs (``lazy_group``): ``repart status`` imports
     ``repart.cli.status`` and what every command shares, not the modules of the other commands (nor

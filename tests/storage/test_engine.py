@@ -7,9 +7,10 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Connection, event, text
 from sqlalchemy.exc import DBAPIError, InternalError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -23,16 +24,18 @@ from repart.storage import (
     run_in_transaction,
     upgrade,
 )
-from repart.storage.engine import limit_idle_transactions
+from repart.storage.engine import limit_idle_transactions, read_connection
+
+INSERT_EVENT = (
+    "INSERT INTO events (at, kind, rule, message, data_json) VALUES ('2026-01-01', 'k', 'r', 'm', '{}')"
+)
 
 
 def _locked(path: Path) -> sqlite3.Connection:
     """A second connection holding a write transaction on the database at ``path``."""
     holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     holder.execute("BEGIN IMMEDIATE")
-    holder.execute(
-        "INSERT INTO events (at, kind, rule, message, data_json) VALUES ('2026-01-01', 'k', 'r', 'm', '{}')"
-    )
+    holder.execute(INSERT_EVENT)
     return holder
 
 
@@ -52,7 +55,11 @@ def test_busy_database_is_retried_until_the_lock_is_released(tmp_path: Path) -> 
         attempts += 1
         return _create(session)
 
-    release = threading.Timer(0.4, holder.commit)
+    # The lock goes once an attempt has failed on it (not after a fixed delay, which a loaded machine
+    # can outlast before the first attempt starts).
+    failed = threading.Event()
+    event.listen(engine, "handle_error", lambda context: failed.set())
+    release = threading.Thread(target=lambda: (failed.wait(30), holder.commit()))
     release.start()
     try:
         assert run_in_transaction(engine, work, attempts=20, backoff=0.05, max_backoff=0.1) > 0
@@ -100,11 +107,20 @@ def test_other_errors_are_not_retried(tmp_path: Path) -> None:
         run_in_transaction(engine, work, attempts=0)
 
 
-def _count_regions(session: Session) -> int:
-    return len(session.execute(text("SELECT id FROM regions")).all())
+def _count_regions(reader: Session | Connection) -> int:
+    return len(reader.execute(text("SELECT id FROM regions")).all())
 
 
-def test_reads_work_while_another_connection_holds_the_write_lock(tmp_path: Path) -> None:
+def _insert_event(connection: Connection) -> None:
+    connection.execute(text(INSERT_EVENT))
+
+
+# The two reads: on an ORM session, and on a Core connection (which loads no ORM).
+READS = [read_transaction, read_connection]
+
+
+@pytest.mark.parametrize("read", READS)
+def test_reads_work_while_another_connection_holds_the_write_lock(read: Any, tmp_path: Path) -> None:
     path = tmp_path / "busy.db"
     upgrade(f"sqlite:///{path}")
     engine = make_engine(f"sqlite:///{path}", busy_timeout=5.0)
@@ -112,7 +128,7 @@ def test_reads_work_while_another_connection_holds_the_write_lock(tmp_path: Path
     holder = _locked(path)
     try:
         started = time.perf_counter()
-        assert read_transaction(engine, _count_regions, attempts=1) == 1
+        assert read(engine, _count_regions, attempts=1) == 1
         assert time.perf_counter() - started < 1.0  # not the 5 s busy timeout: the read never waited
         with pytest.raises(Conflict, match="database is locked"):
             run_in_transaction(
@@ -124,12 +140,14 @@ def test_reads_work_while_another_connection_holds_the_write_lock(tmp_path: Path
         engine.dispose()
 
 
-def test_a_read_transaction_cannot_write(db_url: str) -> None:
+@pytest.mark.parametrize(("read", "write"), [(read_transaction, _create), (read_connection, _insert_event)])
+def test_a_read_transaction_cannot_write(read: Any, write: Any, db_url: str) -> None:
     engine = make_engine(db_url)
     try:
         with pytest.raises(DBAPIError, match=r"(?i)read-only|readonly"):
-            read_transaction(engine, _create, attempts=1)
-        assert read_transaction(engine, _count_regions) == 0
+            read(engine, write, attempts=1)
+        assert read(engine, _count_regions) == 0
+        assert read(engine, lambda reader: len(reader.execute(text("SELECT id FROM events")).all())) == 0
     finally:
         engine.dispose()
 

@@ -1,4 +1,4 @@
-"""``region_overviews``, the status overview, against the per-region repository queries."""
+"""``region_overviews``, the status overview in Core, against the per-region repository queries (ORM)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from sqlalchemy.orm import Session
 
 from repart.errors import NotFound
 from repart.storage import applied_version, list_events, list_plans, record_event, run_in_transaction
-from repart.storage.models import OPEN_PLAN_STATUSES
+from repart.storage.engine import read_connection
 from repart.storage.overview import region_overviews
+from repart.storage.tables import OPEN_PLAN_STATUSES
 from tests.factories import REBALANCE_EVENT, add_region, add_versions
 
 
@@ -33,9 +34,9 @@ def test_overviews_match_the_per_region_queries(engine: Engine, db_url: str) -> 
     add_region(engine, "b-events")
     for _ in range(3):
         run_in_transaction(engine, lambda s: record_event(s, "b-events", REBALANCE_EVENT))
+    overviews = read_connection(engine, region_overviews)
+    assert [o.region.name for o in overviews] == ["a-bare", "b-events", "c-history"]
     with Session(engine) as session:
-        overviews = region_overviews(session)
-        assert [o.region.name for o in overviews] == ["a-bare", "b-events", "c-history"]
         for overview in overviews:
             found = (
                 overview.n_channels,
@@ -43,12 +44,16 @@ def test_overviews_match_the_per_region_queries(engine: Engine, db_url: str) -> 
                 None if overview.last_event is None else overview.last_event.id,
             )
             assert found == expected(session, overview.region.name)
-        history = overviews[2]
-        assert history.n_channels == 4 and history.open_plan is not None
-        assert overviews[0].open_plan is None and overviews[0].n_channels is None
-        assert [o.region.name for o in region_overviews(session, "b-events")] == ["b-events"]
+    history = overviews[2]
+    assert history.n_channels == 4 and history.open_plan is not None
+    assert history.open_plan.status == "pending" and history.region.mode == "auto"
+    assert overviews[0].open_plan is None and overviews[0].n_channels is None
+    only = read_connection(engine, lambda connection: region_overviews(connection, "b-events"))
+    assert [o.region.name for o in only] == ["b-events"]
 
 
 def test_overview_of_an_unknown_region_is_not_found(engine: Engine) -> None:
-    with Session(engine) as session, pytest.raises(NotFound):
-        region_overviews(session, "absent")
+    add_region(engine, "present")
+    with pytest.raises(NotFound) as raised:
+        read_connection(engine, lambda connection: region_overviews(connection, "absent"))
+    assert str(raised.value) == "unknown region 'absent'; known regions: present"

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from types import NoneType
+from typing import Any, get_args, get_origin, get_type_hints
 
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, inspect, select, text
+from sqlalchemy import Column, Engine, Integer, Table, Text, inspect, select, text
 from sqlalchemy.exc import IntegrityError, StatementError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session
+from sqlalchemy.types import TypeDecorator
 
 from repart.storage import RegionStatus, current_revision, database_url, head_revision, make_engine, upgrade
 from repart.storage.models import Base, Event, Region
@@ -46,6 +49,60 @@ def test_models_match_the_migrated_schema(engine: Engine) -> None:
     with engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"compare_type": True})
         assert compare_metadata(context, Base.metadata) == []
+
+
+def annotated_columns(model: type[Any]) -> dict[str, tuple[type, bool]]:
+    """``{attribute: (Python type, may be None)}`` of ``model``'s own ``Mapped`` annotations, its
+    relationships left out."""
+    hints = get_type_hints(model)
+    relationships = set(inspect(model).relationships.keys())
+    typed: dict[str, tuple[type, bool]] = {}
+    for name in model.__annotations__:
+        if name in relationships or get_origin(hints[name]) is not Mapped:
+            continue
+        (annotated,) = get_args(hints[name])
+        values = [t for t in get_args(annotated) or (annotated,) if t is not NoneType]
+        assert len(values) == 1, (model.__name__, name, annotated)
+        typed[name] = (values[0], NoneType in get_args(annotated))
+    return typed
+
+
+def table_columns(table: Table) -> dict[str, tuple[type, bool]]:
+    """``{column: (Python type, nullable)}`` of ``table`` (a decorated type's is its implementation's)."""
+    types = {
+        column.key: column.type.impl_instance if isinstance(column.type, TypeDecorator) else column.type
+        for column in table.columns
+    }
+    return {column.key: (types[column.key].python_type, bool(column.nullable)) for column in table.columns}
+
+
+def test_every_model_types_exactly_its_tables_columns() -> None:
+    """The ORM classes map the Core tables (``__table__``) and annotate each column for type checkers:
+    a column annotated under another name, left out, with another Python type, or with None allowed
+    or not unlike the column's nullability, fails here (SQLAlchemy itself does not check this)."""
+    models = [mapper.class_ for mapper in Base.registry.mappers]
+    assert {model.__table__.name for model in models} == set(Base.metadata.tables)
+    for model in models:
+        assert annotated_columns(model) == table_columns(model.__table__), model.__name__
+
+
+@pytest.mark.parametrize(
+    ("annotations", "agree"),
+    [
+        ({"id": Mapped[int], "note": Mapped[str | None]}, True),
+        ({"id": Mapped[int], "nots": Mapped[str | None]}, False),  # misnamed
+        ({"id": Mapped[int], "note": Mapped[str]}, False),  # None not allowed, the column is nullable
+        ({"id": Mapped[int], "note": Mapped[bytes | None]}, False),  # another type
+        ({"id": Mapped[int]}, False),  # a column left out
+    ],
+)
+def test_the_type_check_catches_a_wrong_annotation(annotations: dict[str, Any], agree: bool) -> None:
+    class Other(DeclarativeBase):  # not Base: the check above reads every class mapped on Base
+        pass
+
+    table = Table("t", Other.metadata, Column("id", Integer, primary_key=True), Column("note", Text))
+    model = type("Model", (Other,), {"__table__": table, "__annotations__": annotations})
+    assert (annotated_columns(model) == table_columns(table)) is agree
 
 
 def test_timestamps_are_utc_aware_on_the_way_out(engine: Engine) -> None:

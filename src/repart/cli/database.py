@@ -26,7 +26,7 @@ from repart.errors import InvalidInput
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from sqlalchemy import URL, Engine
+    from sqlalchemy import URL, Connection, Engine
     from sqlalchemy.orm import Session
 
 T = TypeVar("T")
@@ -137,6 +137,15 @@ def read_query(url: str | None, work: Callable[[Session], T]) -> T:
 
     with open_database(url) as engine:
         return read_transaction(engine, work)
+
+
+def read_rows(url: str | None, work: Callable[[Connection], T]) -> T:
+    """``read_query`` for ``work`` that reads Core tables (``repart.storage.tables``) on a connection:
+    the command loads no ORM (``repart status``, issue #10)."""
+    from repart.storage.engine import read_connection
+
+    with open_database(url) as engine:
+        return read_connection(engine, work)
 
 
 def console() -> Console:

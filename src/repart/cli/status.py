@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from repart.cli.database import DbOption, JsonOption, console, print_json, read_query, timestamp
+from repart.cli.database import DbOption, JsonOption, console, print_json, read_rows, timestamp
 from repart.cli.errors import reports_bad_input
 
 if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
+    from sqlalchemy import Connection
 
     from repart.storage.overview import RegionOverview
 
@@ -49,10 +49,10 @@ def status(
 
     from repart.storage.overview import region_overviews
 
-    def work(session: Session) -> list[dict[str, Any]]:
-        return [region_status(overview) for overview in region_overviews(session, region)]
+    def work(connection: Connection) -> list[dict[str, Any]]:
+        return [region_status(overview) for overview in region_overviews(connection, region)]
 
-    rows = read_query(db, work)
+    rows = read_rows(db, work)
     if as_json:
         print_json(rows)
     else:

@@ -64,7 +64,7 @@ from repart.controller.logs import log_event
 from repart.controller.readings import RegionReading
 from repart.controller.tick import TickAction, TickResult
 from repart.errors import InvalidInput
-from repart.storage.models import REGION_MODES
+from repart.storage.tables import REGION_MODES
 from repart.validation import Interval, shown
 
 METRICS_HOST = ""

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from repart.controller.actions import EXPLAINED_KINDS
 from repart.storage import models
 from repart.storage.jsontext import load_object
+from repart.storage.tables import OPEN_PLAN_STATUSES
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ def region_readings(session: Session) -> list[RegionReading]:
         select(func.min(plan.created_at))
         .where(
             plan.region_id == region.id,
-            plan.status.in_(models.OPEN_PLAN_STATUSES),
+            plan.status.in_(OPEN_PLAN_STATUSES),
         )
         .scalar_subquery()
     )

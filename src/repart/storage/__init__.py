@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # the names, for type checkers and readers; at run time __get
     from repart.storage.engine import database_url as database_url
     from repart.storage.engine import is_retryable as is_retryable
     from repart.storage.engine import make_engine as make_engine
+    from repart.storage.engine import read_connection as read_connection
     from repart.storage.engine import read_only as read_only
     from repart.storage.engine import read_transaction as read_transaction
     from repart.storage.engine import run_in_transaction as run_in_transaction
@@ -105,6 +106,7 @@ _EXPORTS = {
     "make_engine": "repart.storage.engine",
     "NewEvent": "repart.storage.events",
     "NewVersion": "repart.storage.activation",
+    "read_connection": "repart.storage.engine",
     "read_only": "repart.storage.engine",
     "read_transaction": "repart.storage.engine",
     "record_batch_report": "repart.storage.events",

@@ -31,10 +31,10 @@ from repart.storage import models
 from repart.storage.events import NewEvent
 from repart.storage.jsontext import dump_object
 from repart.storage.keys import key_columns
-from repart.storage.models import utc_now
 from repart.storage.plans import move_rows, transition_plan
 from repart.storage.regions import region_by_name
 from repart.storage.status import RegionStatus, compare_and_set_status
+from repart.storage.tables import utc_now
 from repart.validation import STRING, Interval, Options, check, shown
 
 

@@ -27,6 +27,7 @@ from repart.storage.engine import read_transaction, run_in_transaction
 from repart.storage.events import NewEvent, record_batch_report, record_event
 from repart.storage.plans import list_plans, set_plan_status
 from repart.storage.snapshots import ingest_snapshot
+from repart.storage.tables import OPEN_PLAN_STATUSES
 from repart.storage.versions import applied_version, version_function
 
 SOURCE = "repart job"
@@ -122,7 +123,7 @@ def _claim(session: Session, region: str) -> PlanToApply | None:
         .with_for_update()
         .execution_options(populate_existing=True)
     )
-    if locked is None or locked.status not in models.OPEN_PLAN_STATUSES:
+    if locked is None or locked.status not in OPEN_PLAN_STATUSES:
         return None
     if locked.status == "pending":
         set_plan_status(session, todo.plan_id, "applying")

@@ -13,7 +13,8 @@ Two kinds of transaction:
 - ``read_transaction`` (reads): a plain deferred ``BEGIN`` with ``query_only`` on SQLite, which in WAL
   mode reads a consistent snapshot without ever taking or waiting for the write lock (and cannot
   write); ``REPEATABLE READ READ ONLY`` on PostgreSQL, which reads one snapshot and never fails with a
-  serialization error.
+  serialization error. ``read_connection`` is the same read on a Core connection instead of an ORM
+  session, for reads that need no mapped objects and so need not load the ORM.
 
 Both run a unit of work in one transaction and retry it with exponential backoff when the database
 reports a lock conflict (SQLite "database is locked") or a serialization failure or deadlock
@@ -30,15 +31,17 @@ import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
-from sqlalchemy.orm import Session
 
 from repart.errors import Conflict, InvalidInput
 from repart.validation import NON_NEGATIVE, POSITIVE_INT, Interval, check, shown
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 T = TypeVar("T")
 
@@ -229,7 +232,7 @@ def run_in_transaction(
     ``max_backoff`` seconds, with jitter. When ``attempts`` run out the last conflict becomes a
     ``Conflict`` (its cause is the driver's error); any other error is raised at once.
     """
-    return _retried(engine, work, attempts, backoff, max_backoff)
+    return _retried(lambda: _in_session(engine, work), attempts, backoff, max_backoff)
 
 
 def read_transaction(
@@ -242,18 +245,33 @@ def read_transaction(
 ) -> T:
     """Run ``work(session)`` in one read-only transaction (``read_only``), retried as
     ``run_in_transaction`` is; ``work`` must not write."""
-    return _retried(read_only(engine), work, attempts, backoff, max_backoff)
+    reader = read_only(engine)
+    return _retried(lambda: _in_session(reader, work), attempts, backoff, max_backoff)
 
 
-def _retried(
-    engine: Engine, work: Callable[[Session], T], attempts: int, backoff: float, max_backoff: float
+def read_connection(
+    engine: Engine,
+    work: Callable[[Connection], T],
+    *,
+    attempts: int = 5,
+    backoff: float = 0.05,
+    max_backoff: float = 2.0,
 ) -> T:
+    """Run ``work(connection)``, which reads with SQLAlchemy Core (``repart.storage.tables``), in one
+    read-only transaction, retried as ``read_transaction`` is. Neither it nor ``work`` loads the ORM:
+    a command that only shows rows, ``repart status``, starts faster (issue #10)."""
+    reader = read_only(engine)
+    return _retried(lambda: _on_connection(reader, work), attempts, backoff, max_backoff)
+
+
+def _retried(attempt: Callable[[], T], attempts: int, backoff: float, max_backoff: float) -> T:
+    """``attempt()``, called again after a retryable conflict (see ``run_in_transaction``)."""
     check("attempts", attempts, POSITIVE_INT)
     started = time.monotonic()
     failed = 0
     while True:
         try:
-            return _attempt(engine, work)
+            return attempt()
         except DBAPIError as error:
             if not is_retryable(error):
                 raise
@@ -267,6 +285,15 @@ def _retried(
         time.sleep(min(max_backoff, backoff * 2 ** (failed - 1)) * random.uniform(0.5, 1.0))
 
 
-def _attempt(engine: Engine, work: Callable[[Session], T]) -> T:
+def _in_session(engine: Engine, work: Callable[[Session], T]) -> T:
+    """``work(session)`` in one transaction of a new session, committed if it returns."""
+    from sqlalchemy.orm import Session  # here: a Core reader (``read_connection``) does not load the ORM
+
     with Session(engine, expire_on_commit=False) as session, session.begin():
         return work(session)
+
+
+def _on_connection(engine: Engine, work: Callable[[Connection], T]) -> T:
+    """``work(connection)`` in one transaction of a new connection, committed if it returns."""
+    with engine.begin() as connection:
+        return work(connection)

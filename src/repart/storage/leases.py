@@ -27,8 +27,8 @@ from sqlalchemy.sql.selectable import ScalarSelect
 
 from repart.errors import Conflict, InvalidInput
 from repart.storage import models
-from repart.storage.models import UTCDateTime
 from repart.storage.regions import region_by_name
+from repart.storage.tables import UTCDateTime
 from repart.validation import POSITIVE, check
 
 

@@ -1,201 +1,86 @@
-"""SQLAlchemy 2.0 typed models of the controller's database (DESIGN §7).
+"""SQLAlchemy 2.0 typed ORM classes of the controller's records, mapped onto ``repart.storage.tables``.
 
-One table per record the controller keeps: regions (configuration), snapshots with their retained
-items, sparse per-slot counts and per-channel measurements (DESIGN §3), versions with their explicit
-entries, plans with their moves (DESIGN §6), batch reports from Spark jobs, the audit log of events, and
-leases. Keys are stored so they round-trip exactly: an int key in ``key_int`` (BIGINT), a str key as
-its UTF-8 bytes in ``key_utf8`` (PostgreSQL text cannot hold NUL characters, which are valid keys).
-Timestamps are timezone-aware UTC on the way in and out, whatever the backend.
-
-The schema is owned by the Alembic revisions in ``repart.storage.migrations``; a test checks that this
-metadata and the migrated schema agree. Versions are immutable once written: the ORM refuses to
-change their content (only ``status`` may change) or to delete them.
+Each class maps one table of the schema (``tables``, where every column is defined and described); its
+``Mapped`` annotations name the table's columns with their Python types, so that type checkers know the
+attributes (a test checks them against the tables), and its relationships give a snapshot its items,
+slots and channels, a version its explicit entries and a plan its moves, in their stored order.
+Versions are immutable once written: the ORM refuses to change their content (only ``status`` may
+change) or to delete them.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    BigInteger,
-    Boolean,
-    CheckConstraint,
-    DateTime,
-    Dialect,
-    Float,
-    ForeignKey,
-    ForeignKeyConstraint,
-    Index,
-    Integer,
-    LargeBinary,
-    MetaData,
-    String,
-    Text,
-    UniqueConstraint,
-    event,
-    inspect,
-)
-from sqlalchemy.orm import DeclarativeBase, Mapped, Mapper, mapped_column, relationship
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy import event, inspect
+from sqlalchemy.orm import DeclarativeBase, Mapped, Mapper, relationship
 
 from repart.errors import Conflict
-from repart.partitioning.domain import SPLIT_SCHEMES
-
-NAMING_CONVENTION = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-KEY_TYPES = ("str", "int")
-VERSION_STATUSES = ("planned", "applied", "superseded", "abandoned")
-PLAN_STATUSES = ("pending", "applying", "applied", "failed", "superseded")
-#: The statuses of a plan that a job has not finished applying yet.
-OPEN_PLAN_STATUSES = ("pending", "applying")
-REGION_MODES = ("auto", "recommend", "hold")
-MOVE_KINDS = ("explicit", "slots")
-
-
-def utc_now() -> datetime:
-    """The current time, timezone-aware UTC."""
-    return datetime.now(UTC)
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """A timezone-aware UTC timestamp on every backend.
-
-    Naive datetimes are rejected on the way in. SQLite stores the UTC wall time (it has no time zone
-    type); PostgreSQL stores ``timestamptz``. Values read back are aware and in UTC.
-    """
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(f"timestamps must be timezone-aware, got the naive datetime {value.isoformat()}")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def _in(column: str, values: tuple[str, ...]) -> str:
-    return f"{column} IN ({', '.join(repr(v) for v in values)})"
-
-
-_ONE_KEY = "(key_int IS NULL) <> (key_utf8 IS NULL)"
+from repart.storage import tables
 
 
 class Base(DeclarativeBase):
-    """Declarative base with a naming convention, so constraint names agree across backends."""
+    """Declarative base on the schema's metadata (``tables.metadata``)."""
 
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    metadata = tables.metadata
 
 
 class Region(Base):
-    """A keyed, stateful stage of a pipeline and its controller configuration (DESIGN §8).
+    """A keyed, stateful stage of a pipeline, its controller configuration and its reconcile status
+    (``tables.regions``)."""
 
-    ``settings_json`` holds the channel-count policy's parameters (target utilization, cooldown,
-    hysteresis, rebalance threshold) as a JSON object.
+    __table__ = tables.regions
 
-    The reconcile status (DESIGN §12.2) lives on the row, so that a tick reads it with one small query
-    and persists its decision with a compare-and-set: ``applied_version`` (the number of the version
-    with status ``applied``), ``latest_version`` (the newest version's number), ``considered_seq``
-    (the newest window seq a decision considered) and ``last_change_at`` (when a version changing N
-    was activated: the channel-count policy's cooldown). All are None before the first version.
-    ``mode`` is what the tick may do (DESIGN §12.3): ``auto`` act, ``recommend`` record what it would
-    do without activating it, ``hold`` nothing; ``mode_reason`` says why, ``previous_mode`` is the mode
-    ``resume`` returns to. The mode is part of the status a tick compares and sets.
-    ``split_scheme`` puts the region in split mode (DESIGN §11.3: None keeps every key on one
-    channel) and ``merge`` is the merge of a split key's partial state it requires
-    (``repart.protocol.merge``).
-    ``lease_token`` is the last fencing token issued for the region's lease (``repart.storage.leases``):
-    it only grows, also across released leases.
-    """
-
-    __tablename__ = "regions"
-    __table_args__ = (
-        CheckConstraint(_in("key_type", KEY_TYPES), name="key_type"),
-        CheckConstraint("1 <= min_channels AND min_channels <= max_channels", name="channel_bounds"),
-        CheckConstraint(
-            "min_channels <= n_channels_initial AND n_channels_initial <= max_channels",
-            name="initial_channels",
-        ),
-        CheckConstraint(_in("mode", REGION_MODES), name="mode"),
-        CheckConstraint(f"split_scheme IS NULL OR {_in('split_scheme', SPLIT_SCHEMES)}", name="split_scheme"),
-        CheckConstraint("split_scheme IS NULL OR merge IS NOT NULL", name="split_merge"),
-    )
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    name: Mapped[str] = mapped_column(String(128), unique=True)
-    key_type: Mapped[str] = mapped_column(String(3))
-    n_channels_initial: Mapped[int] = mapped_column(Integer)
-    resources: Mapped[str] = mapped_column(String(3))
-    alpha: Mapped[float] = mapped_column(Float)
-    sigma: Mapped[float] = mapped_column(Float)
-    algorithm: Mapped[str] = mapped_column(String(16))
-    utility: Mapped[str] = mapped_column(String(8))
-    policy: Mapped[str] = mapped_column(String(32))
-    min_channels: Mapped[int] = mapped_column(Integer)
-    max_channels: Mapped[int] = mapped_column(Integer)
-    tail_aware: Mapped[bool] = mapped_column(Boolean)
-    slot_bits: Mapped[int] = mapped_column(Integer)
-    consistent_method: Mapped[str] = mapped_column(String(8))
-    settings_json: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now, onupdate=utc_now)
-    applied_version: Mapped[int | None] = mapped_column(Integer)
-    latest_version: Mapped[int | None] = mapped_column(Integer)
-    considered_seq: Mapped[int | None] = mapped_column(BigInteger)
-    last_change_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    lease_token: Mapped[int] = mapped_column(BigInteger, default=0)
-    mode: Mapped[str] = mapped_column(String(16), default="auto", server_default="auto")
-    mode_reason: Mapped[str | None] = mapped_column(Text)
-    previous_mode: Mapped[str | None] = mapped_column(String(16))
-    split_scheme: Mapped[str | None] = mapped_column(String(16))
-    merge: Mapped[str | None] = mapped_column(Text)
+    id: Mapped[int]
+    name: Mapped[str]
+    key_type: Mapped[str]
+    n_channels_initial: Mapped[int]
+    resources: Mapped[str]
+    alpha: Mapped[float]
+    sigma: Mapped[float]
+    algorithm: Mapped[str]
+    utility: Mapped[str]
+    policy: Mapped[str]
+    min_channels: Mapped[int]
+    max_channels: Mapped[int]
+    tail_aware: Mapped[bool]
+    slot_bits: Mapped[int]
+    consistent_method: Mapped[str]
+    settings_json: Mapped[str]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    applied_version: Mapped[int | None]
+    latest_version: Mapped[int | None]
+    considered_seq: Mapped[int | None]
+    last_change_at: Mapped[datetime | None]
+    lease_token: Mapped[int]
+    mode: Mapped[str]
+    mode_reason: Mapped[str | None]
+    previous_mode: Mapped[str | None]
+    split_scheme: Mapped[str | None]
+    merge: Mapped[str | None]
 
 
 class Snapshot(Base):
-    """One tumbling window's lossy counter and measurements (DESIGN §3); ``version`` was active.
+    """One tumbling window's lossy counter and measurements (``tables.snapshots``)."""
 
-    ``batch`` is the id of the job's batch the window observed (None when the document has none),
-    unique per region: a job that submits a batch's snapshot again after a crash
-    finds it there (exactly-once batches, ``repart.storage.client``).
-    """
+    __table__ = tables.snapshots
 
-    __tablename__ = "snapshots"
-    __table_args__ = (
-        UniqueConstraint("region_id", "seq"),
-        Index("ix_snapshots_region_id_batch", "region_id", "batch", unique=True),
-        CheckConstraint("window_start < window_end", name="window_order"),
-        CheckConstraint("tuples >= 0 AND distinct_estimate >= 0", name="counts"),
-        CheckConstraint(_in("key_type", KEY_TYPES), name="key_type"),
-    )
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    region_id: Mapped[int] = mapped_column(ForeignKey("regions.id", ondelete="CASCADE"), index=True)
-    seq: Mapped[int] = mapped_column(BigInteger)
-    window_start: Mapped[datetime] = mapped_column(UTCDateTime)
-    window_end: Mapped[datetime] = mapped_column(UTCDateTime)
-    tuples: Mapped[int] = mapped_column(BigInteger)
-    distinct_estimate: Mapped[int] = mapped_column(BigInteger)
-    epsilon: Mapped[float] = mapped_column(Float)
-    key_type: Mapped[str] = mapped_column(String(3))
-    slot_bits: Mapped[int] = mapped_column(Integer)
-    version: Mapped[int | None] = mapped_column(Integer)
-    ingested_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
-    source: Mapped[str | None] = mapped_column(Text)
-    batch: Mapped[int | None] = mapped_column(BigInteger)
+    id: Mapped[int]
+    region_id: Mapped[int]
+    seq: Mapped[int]
+    window_start: Mapped[datetime]
+    window_end: Mapped[datetime]
+    tuples: Mapped[int]
+    distinct_estimate: Mapped[int]
+    epsilon: Mapped[float]
+    key_type: Mapped[str]
+    slot_bits: Mapped[int]
+    version: Mapped[int | None]
+    ingested_at: Mapped[datetime]
+    source: Mapped[str | None]
+    batch: Mapped[int | None]
 
     items: Mapped[list[SnapshotItem]] = relationship(
         order_by="SnapshotItem.idx", cascade="all, delete-orphan", passive_deletes=True
@@ -209,126 +94,101 @@ class Snapshot(Base):
 
 
 class SnapshotItem(Base):
-    """A retained lossy-counter entry ``(key, count, delta)``, in the snapshot's order."""
+    """A retained lossy-counter entry ``(key, count, delta)`` (``tables.snapshot_items``)."""
 
-    __tablename__ = "snapshot_items"
-    __table_args__ = (
-        CheckConstraint(_ONE_KEY, name="one_key"),
-        CheckConstraint("count >= 0 AND delta >= 0", name="counts"),
-    )
+    __table__ = tables.snapshot_items
 
-    snapshot_id: Mapped[int] = mapped_column(ForeignKey("snapshots.id", ondelete="CASCADE"), primary_key=True)
-    idx: Mapped[int] = mapped_column(Integer, primary_key=True)
-    key_int: Mapped[int | None] = mapped_column(BigInteger)
-    key_utf8: Mapped[bytes | None] = mapped_column(LargeBinary)
-    count: Mapped[int] = mapped_column(BigInteger)
-    delta: Mapped[int] = mapped_column(BigInteger)
+    snapshot_id: Mapped[int]
+    idx: Mapped[int]
+    key_int: Mapped[int | None]
+    key_utf8: Mapped[bytes | None]
+    count: Mapped[int]
+    delta: Mapped[int]
 
 
 class SnapshotSlot(Base):
-    """The tuple count of one slot with a non-zero count (the bincount, stored sparse)."""
+    """The tuple count of one slot with a non-zero count (``tables.snapshot_slots``)."""
 
-    __tablename__ = "snapshot_slots"
-    __table_args__ = (CheckConstraint("slot >= 0 AND count >= 0", name="values"),)
+    __table__ = tables.snapshot_slots
 
-    snapshot_id: Mapped[int] = mapped_column(ForeignKey("snapshots.id", ondelete="CASCADE"), primary_key=True)
-    slot: Mapped[int] = mapped_column(Integer, primary_key=True)
-    count: Mapped[int] = mapped_column(BigInteger)
+    snapshot_id: Mapped[int]
+    slot: Mapped[int]
+    count: Mapped[int]
 
 
 class SnapshotChannel(Base):
-    """What one channel measured during the window, under the version then active."""
+    """What one channel measured during the window (``tables.snapshot_channels``)."""
 
-    __tablename__ = "snapshot_channels"
-    __table_args__ = (
-        CheckConstraint(
-            "channel >= 0 AND tuples >= 0 AND busy_seconds >= 0 AND state_bytes >= 0", name="values"
-        ),
-    )
+    __table__ = tables.snapshot_channels
 
-    snapshot_id: Mapped[int] = mapped_column(ForeignKey("snapshots.id", ondelete="CASCADE"), primary_key=True)
-    channel: Mapped[int] = mapped_column(Integer, primary_key=True)
-    tuples: Mapped[int] = mapped_column(BigInteger)
-    busy_seconds: Mapped[float] = mapped_column(Float)
-    state_bytes: Mapped[int] = mapped_column(BigInteger)
+    snapshot_id: Mapped[int]
+    channel: Mapped[int]
+    tuples: Mapped[int]
+    busy_seconds: Mapped[float]
+    state_bytes: Mapped[int]
 
 
 class Version(Base):
-    """A partition function of a region, numbered 1, 2, … per region; immutable except ``status``."""
+    """A partition function of a region, numbered 1, 2, … per region; immutable except ``status``
+    (``tables.versions``)."""
 
-    __tablename__ = "versions"
-    __table_args__ = (
-        UniqueConstraint("region_id", "number"),
-        ForeignKeyConstraint(["region_id", "parent_number"], ["versions.region_id", "versions.number"]),
-        CheckConstraint(_in("status", VERSION_STATUSES), name="status"),
-        CheckConstraint("number >= 1 AND n_channels >= 1", name="numbers"),
-    )
+    __table__ = tables.versions
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    region_id: Mapped[int] = mapped_column(ForeignKey("regions.id", ondelete="CASCADE"), index=True)
-    number: Mapped[int] = mapped_column(Integer)
-    parent_number: Mapped[int | None] = mapped_column(Integer)
-    n_channels: Mapped[int] = mapped_column(Integer)
-    digest: Mapped[str] = mapped_column(String(64))
-    function_json: Mapped[str] = mapped_column(Text)
-    algorithm: Mapped[str] = mapped_column(String(16))
-    status: Mapped[str] = mapped_column(String(16))
-    report_json: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    id: Mapped[int]
+    region_id: Mapped[int]
+    number: Mapped[int]
+    parent_number: Mapped[int | None]
+    n_channels: Mapped[int]
+    digest: Mapped[str]
+    function_json: Mapped[str]
+    algorithm: Mapped[str]
+    status: Mapped[str]
+    report_json: Mapped[str]
+    created_at: Mapped[datetime]
 
     explicit: Mapped[list[VersionExplicit]] = relationship(
         order_by="VersionExplicit.idx", cascade="all, delete-orphan", passive_deletes=True
     )
 
 
+# What a version may not change once written: every column but its id and status.
 VERSION_CONTENT = tuple(
-    column.key for column in Version.__table__.columns if column.key not in ("id", "status")
+    column.key for column in tables.versions.columns if column.key not in ("id", "status")
 )
 
 
 class VersionExplicit(Base):
-    """One entry ``key → channel`` of a version's explicit map, in the canonical JSON's key order."""
+    """One entry ``key → channel`` of a version's explicit map (``tables.version_explicit``)."""
 
-    __tablename__ = "version_explicit"
-    __table_args__ = (
-        CheckConstraint(_ONE_KEY, name="one_key"),
-        CheckConstraint("channel >= 0", name="channel"),
-    )
+    __table__ = tables.version_explicit
 
-    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"), primary_key=True)
-    idx: Mapped[int] = mapped_column(Integer, primary_key=True)
-    key_int: Mapped[int | None] = mapped_column(BigInteger)
-    key_utf8: Mapped[bytes | None] = mapped_column(LargeBinary)
-    channel: Mapped[int] = mapped_column(Integer)
+    version_id: Mapped[int]
+    idx: Mapped[int]
+    key_int: Mapped[int | None]
+    key_utf8: Mapped[bytes | None]
+    channel: Mapped[int]
 
 
 class Plan(Base):
-    """A migration plan between two versions of a region (DESIGN §6) and its status (DESIGN §7)."""
+    """A migration plan between two versions of a region and its status (``tables.plans``)."""
 
-    __tablename__ = "plans"
-    __table_args__ = (
-        ForeignKeyConstraint(["region_id", "from_version"], ["versions.region_id", "versions.number"]),
-        ForeignKeyConstraint(["region_id", "to_version"], ["versions.region_id", "versions.number"]),
-        UniqueConstraint("region_id", "to_version"),
-        CheckConstraint(_in("status", PLAN_STATUSES), name="status"),
-        CheckConstraint("explicit_moves >= 0 AND slot_moves >= 0", name="move_counts"),
-    )
+    __table__ = tables.plans
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    region_id: Mapped[int] = mapped_column(ForeignKey("regions.id", ondelete="CASCADE"), index=True)
-    from_version: Mapped[int] = mapped_column(Integer)
-    to_version: Mapped[int] = mapped_column(Integer)
-    status: Mapped[str] = mapped_column(String(16))
-    predicted_cost: Mapped[float | None] = mapped_column(Float)
-    predicted_m: Mapped[float | None] = mapped_column(Float)
-    explicit_moves: Mapped[int] = mapped_column(Integer)
-    slot_moves: Mapped[int] = mapped_column(Integer)
-    plan_json: Mapped[str] = mapped_column(Text)
-    digest: Mapped[str] = mapped_column(String(64))
-    moved_rows: Mapped[int | None] = mapped_column(BigInteger)
-    moved_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now, onupdate=utc_now)
+    id: Mapped[int]
+    region_id: Mapped[int]
+    from_version: Mapped[int]
+    to_version: Mapped[int]
+    status: Mapped[str]
+    predicted_cost: Mapped[float | None]
+    predicted_m: Mapped[float | None]
+    explicit_moves: Mapped[int]
+    slot_moves: Mapped[int]
+    plan_json: Mapped[str]
+    digest: Mapped[str]
+    moved_rows: Mapped[int | None]
+    moved_bytes: Mapped[int | None]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
 
     moves: Mapped[list[PlanMove]] = relationship(
         order_by="PlanMove.idx", cascade="all, delete-orphan", passive_deletes=True
@@ -336,73 +196,59 @@ class Plan(Base):
 
 
 class PlanMove(Base):
-    """One move of a plan: an explicit key ``(key, source, target, weight)`` or a slot range
-    ``(first_slot..last_slot, source, target)``, in the plan JSON's order. A split plan's
-    consolidations (DESIGN §11.3) are in its JSON only."""
+    """One move of a plan: an explicit key or a slot range (``tables.plan_moves``)."""
 
-    __tablename__ = "plan_moves"
-    __table_args__ = (
-        CheckConstraint(
-            f"(kind = 'explicit' AND {_ONE_KEY} AND first_slot IS NULL AND last_slot IS NULL)"
-            " OR (kind = 'slots' AND key_int IS NULL AND key_utf8 IS NULL"
-            " AND 0 <= first_slot AND first_slot <= last_slot)",
-            name="shape",
-        ),
-        CheckConstraint("source >= 0 AND target >= 0 AND source <> target", name="channels"),
-    )
+    __table__ = tables.plan_moves
 
-    plan_id: Mapped[int] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"), primary_key=True)
-    idx: Mapped[int] = mapped_column(Integer, primary_key=True)
-    kind: Mapped[str] = mapped_column(String(8))
-    key_int: Mapped[int | None] = mapped_column(BigInteger)
-    key_utf8: Mapped[bytes | None] = mapped_column(LargeBinary)
-    first_slot: Mapped[int | None] = mapped_column(Integer)
-    last_slot: Mapped[int | None] = mapped_column(Integer)
-    source: Mapped[int] = mapped_column(Integer)
-    target: Mapped[int] = mapped_column(Integer)
-    weight: Mapped[float | None] = mapped_column(Float)
+    plan_id: Mapped[int]
+    idx: Mapped[int]
+    kind: Mapped[str]
+    key_int: Mapped[int | None]
+    key_utf8: Mapped[bytes | None]
+    first_slot: Mapped[int | None]
+    last_slot: Mapped[int | None]
+    source: Mapped[int]
+    target: Mapped[int]
+    weight: Mapped[float | None]
 
 
 class BatchReport(Base):
-    """What a Spark batch reported (moved rows, timings, …) as a JSON object, optionally for a plan;
-    one report per (region, batch): a batch run again after a crash keeps its first report."""
+    """What a Spark batch reported, optionally for a plan (``tables.batch_reports``)."""
 
-    __tablename__ = "batch_reports"
-    __table_args__ = (Index("ix_batch_reports_region_id_batch", "region_id", "batch", unique=True),)
+    __table__ = tables.batch_reports
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    region_id: Mapped[int] = mapped_column(ForeignKey("regions.id", ondelete="CASCADE"), index=True)
-    plan_id: Mapped[int | None] = mapped_column(ForeignKey("plans.id", ondelete="SET NULL"))
-    batch: Mapped[int] = mapped_column(BigInteger)
-    payload_json: Mapped[str] = mapped_column(Text)
-    reported_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    id: Mapped[int]
+    region_id: Mapped[int]
+    plan_id: Mapped[int | None]
+    batch: Mapped[int]
+    payload_json: Mapped[str]
+    reported_at: Mapped[datetime]
 
 
 class Event(Base):
-    """An audit-log entry: what was decided, by which rule, with which numbers (``data_json``)."""
+    """An audit-log entry (``tables.events``)."""
 
-    __tablename__ = "events"
+    __table__ = tables.events
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    region_id: Mapped[int | None] = mapped_column(ForeignKey("regions.id", ondelete="SET NULL"), index=True)
-    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
-    kind: Mapped[str] = mapped_column(String(32))
-    rule: Mapped[str] = mapped_column(String(64))
-    message: Mapped[str] = mapped_column(Text)
-    data_json: Mapped[str] = mapped_column(Text)
+    id: Mapped[int]
+    region_id: Mapped[int | None]
+    at: Mapped[datetime]
+    kind: Mapped[str]
+    rule: Mapped[str]
+    message: Mapped[str]
+    data_json: Mapped[str]
 
 
 class Lease(Base):
-    """The lease of the one controller allowed to act on a region until ``expires_at``; ``token`` is
-    its fencing token, which a write checks (DESIGN §12.2)."""
+    """The lease of the one controller allowed to act on a region (``tables.leases``)."""
 
-    __tablename__ = "leases"
+    __table__ = tables.leases
 
-    region_id: Mapped[int] = mapped_column(ForeignKey("regions.id", ondelete="CASCADE"), primary_key=True)
-    holder: Mapped[str] = mapped_column(String(200))
-    token: Mapped[int] = mapped_column(BigInteger)
-    acquired_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    region_id: Mapped[int]
+    holder: Mapped[str]
+    token: Mapped[int]
+    acquired_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
 
 
 @event.listens_for(Version, "before_update")

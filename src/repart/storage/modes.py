@@ -19,8 +19,8 @@ from sqlalchemy.orm import Session
 from repart.errors import InvalidInput
 from repart.storage import models
 from repart.storage.events import NewEvent, record_event
-from repart.storage.models import REGION_MODES
 from repart.storage.regions import region_by_name
+from repart.storage.tables import REGION_MODES
 from repart.validation import Options, check
 
 OPERATOR_RULE = "operator"

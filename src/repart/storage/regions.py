@@ -18,7 +18,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from repart.errors import Conflict, InvalidInput, NotFound
+from repart.errors import Conflict, InvalidInput
 from repart.partitioning.documents import require_int
 from repart.partitioning.domain import (
     DEFAULT_METHOD,
@@ -35,6 +35,7 @@ from repart.partitioning.domain import (
 from repart.protocol.merge import MergeSpec
 from repart.storage import models
 from repart.storage.jsontext import dump_object, load_object
+from repart.storage.region_names import unknown_region
 from repart.validation import BOOLEAN, NONE, REGION_NAME, Interval, Options, check
 
 POLICIES = ("fixed", "target-utilization")
@@ -131,8 +132,7 @@ def region_by_name(session: Session, name: str) -> models.Region:
     """The region called ``name``; NotFound naming the known regions if there is none."""
     row = session.scalar(select(models.Region).where(models.Region.name == name))
     if row is None:
-        known = session.scalars(select(models.Region.name).order_by(models.Region.name).limit(20)).all()
-        raise NotFound(f"unknown region {name!r}; known regions: {', '.join(known) or '(none)'}")
+        raise unknown_region(session, name)
     return row
 
 

@@ -1,0 +1,23 @@
+"""The error for a name that names no region, listing the regions there are (the first 20 by name).
+
+Both ways of reading a region by name raise it: the ORM repository (``regions.region_by_name``) and the
+Core overview of ``repart status`` (``overview``), which loads no ORM and so cannot call the former.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Connection, select
+
+from repart.errors import NotFound
+from repart.storage.tables import regions
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+
+def unknown_region(reader: Connection | Session, name: str) -> NotFound:
+    """NotFound for region ``name``, naming the known regions read through ``reader``."""
+    known = reader.scalars(select(regions.c.name).order_by(regions.c.name).limit(20)).all()
+    return NotFound(f"unknown region {name!r}; known regions: {', '.join(known) or '(none)'}")
