@@ -114,11 +114,11 @@ def main() -> None:
             args.repeat, [run_observe, run_group_by, run_scan]
         )
 
-    document = observations[-1].document
-    n = document["tuples"]
+    snapshot = observations[-1].snapshot
+    n = snapshot.tuples
     delta = frequency_threshold(Resources.parse(RESOURCES), ALPHA, SIGMA, CHANNELS)
     epsilon_n = args.epsilon * n
-    items = {key: (count, error) for key, count, error in document["items"]}
+    items = {item.key: (item.count, item.delta) for item in snapshot.items}
     exact_counts = df.groupBy("key").count()
     heavy = {row["key"]: row["count"] for row in exact_counts.where(F.col("count") > delta * n).collect()}
     exact = {row["key"]: row["count"] for row in exact_counts.where(F.col("key").isin(list(items))).collect()}
@@ -146,8 +146,8 @@ def main() -> None:
     scan = "scan floor agg(max(xxhash64(key)))"
     print(f"{scan:<46}{scan_seconds:>9.2f}  {ratio_scan:.2f} (target <= 5)")
     print(
-        f"snapshot: tuples {n:,}, items {len(items):,}, slots {len(document.get('slots', [])):,}, "
-        f"distinct_estimate {document['distinct_estimate']:,} (true {args.keys:,}), "
+        f"snapshot: tuples {n:,}, items {len(items):,}, slots {len(snapshot.slots or ()):,}, "
+        f"distinct_estimate {snapshot.distinct_estimate:,} (true {args.keys:,}), "
         f"null keys {observations[-1].null_keys}"
     )
     print(

@@ -13,10 +13,11 @@ A relative import (``from ..storage import models``) is checked as the absolute 
 The scripts in ``examples/`` are user programs, above every package: a runnable pipeline is a job's
 driver that may also set up its region and run a controller tick between batches (DESIGN §1: "runnable
 pipelines using the library"), so it may import any package, ``repart.storage`` for the setup included,
-and pyspark. Two things stay out of reach of a user program: ``repart.storage.models`` (the tables are
-storage's own; a program goes through the repository functions and the ``ControllerClient``, as a job
-goes through ``repart.protocol``) and ``repart.cli`` (the command-line front end, which a program runs
-as ``repart …``, not a library). A script has no package, so it has no relative imports.
+and pyspark. Two things stay out of reach of a user program: ``repart.storage.models`` and
+``repart.storage.tables`` (the schema is storage's own; a program goes through the repository functions
+and the ``ControllerClient``, as a job goes through ``repart.protocol``) and ``repart.cli`` (the
+command-line front end, which a program runs as ``repart …``, not a library). A script has no
+package, so it has no relative imports.
 """
 
 from __future__ import annotations
@@ -46,9 +47,14 @@ ALLOWED: dict[str, set[str]] = {
     "lazy": set(),
 }
 PYSPARK_PACKAGES = {"spark", "demo"}
+# The demo's pipeline is a job like those ``repart.spark`` serves: it reaches the controller only
+# through the ControllerClient port, never through ``storage`` or ``controller`` (the demo's driver,
+# demo/run.py, sets up the database and ticks, as an example script may).
+PIPELINES = {Path("demo/vwap.py"): {"partitioning", "migration", "protocol", "state", "spark", "sim"}}
 # What an example may not import (the name and every module or name below it), and why.
 EXAMPLE_FORBIDDEN = {
     "repart.storage.models": "programs use the repository functions",
+    "repart.storage.tables": "programs use the repository functions",
     "repart.cli": "programs run the CLI as a command",
 }
 
@@ -93,7 +99,8 @@ def _violations(relative: Path, source: str) -> list[str]:
     package = _package(relative)
     if package == "__init__":
         return []
-    allowed = ALLOWED[package] | {package} | (LEAVES - {package} if package not in LEAVES else set())
+    layer = PIPELINES.get(relative, ALLOWED[package])
+    allowed = layer | {package} | (LEAVES - {package} if package not in LEAVES else set())
     if package == "validation":
         allowed = {"validation", "errors"}
     if package == "state":
@@ -176,6 +183,16 @@ def test_imports_follow_the_dependency_direction(path: Path) -> None:
             "imports repart.protocol.spool.locked (state → protocol)",
         ),
         ("errors.py", "from .. import anything\n", "imports relatively above the repart package"),
+        (
+            "demo/vwap.py",
+            "from repart.storage import models\n",
+            "imports repart.storage.models (demo → storage)",
+        ),
+        (
+            "demo/vwap.py",
+            "from ..controller import tick\n",
+            "imports repart.controller.tick (demo → controller)",
+        ),
     ],
 )
 def test_the_check_catches_imports_against_the_direction(module: str, source: str, problem: str) -> None:
@@ -250,3 +267,36 @@ def test_the_check_catches_what_an_example_may_not_import(source: str, problem: 
     assert [message.split(" ", 1)[1] for message in _example_violations(Path("examples/x.py"), source)] == [
         problem
     ]
+
+
+TESTS = ROOT / "tests"
+
+
+def _test_module_imports(relative: Path, source: str) -> list[str]:
+    """Where the module at ``relative`` (to the repository) imports a test module (``test_*``): shared
+    builders live in tests/factories.py or a helper module beside the tests, never in a test module."""
+    package = ".".join(relative.with_suffix("").parts[:-1])
+    problems = []
+    for line, name in _imports(source, package):
+        if name is not None and any(part.startswith("test_") for part in name.split(".")):
+            problems.append(f"{relative}:{line} imports {name} (a test module)")
+    return problems
+
+
+@pytest.mark.parametrize("path", sorted(TESTS.rglob("*.py")), ids=lambda path: str(path.relative_to(TESTS)))
+def test_no_test_module_imports_another(path: Path) -> None:
+    assert _test_module_imports(path.relative_to(ROOT), path.read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        ("from tests.spark.test_observe import frame\n", True),
+        ("from .test_plan import SPECS\n", True),
+        ("from tests.cli import test_modes\n", True),
+        ("from tests.cli.helpers import repart\n", False),
+        ("from tests.factories import add_region\n", False),
+    ],
+)
+def test_the_check_catches_a_test_module_import(source: str, found: bool) -> None:
+    assert bool(_test_module_imports(Path("tests/migration/test_x.py"), source)) is found

@@ -89,6 +89,16 @@ def test_good_and_bad_files_end_where_they_should(engine: Engine, spool: Path) -
         ("06-broken.json", "rejected"),
         ("07-binary.json", "rejected"),
     ]
+    # The region and seq of a parsed snapshot, refused or not; none of a document that did not parse.
+    assert [(o.region, o.seq) for o in outcomes] == [
+        (REGION, 1),
+        (REGION, 2),
+        (None, None),
+        ("nowhere", 4),
+        (REGION, 1),
+        (None, None),
+        (None, None),
+    ]
     assert stored_seqs(engine) == [1, 2]
     assert names(spool / "done") == {"01-good.json", "02-good.json"}
     reasons = {

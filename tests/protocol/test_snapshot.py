@@ -120,6 +120,7 @@ def test_a_time_outside_the_representable_utc_range_is_invalid_input(field: str,
     [
         ({"region": "../escape"}, "region"),
         ({"region": ""}, "region"),
+        ({"distinct_estimate": None}, "distinct_estimate"),
         ({"batch": -1}, "batch"),
         ({"batch": 1.5}, "batch"),
         ({"items": [["AAPL", 40, 0], ["AAPL", 1, 0]]}, "items[1]"),

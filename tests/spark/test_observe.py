@@ -1,78 +1,35 @@
 """observe(): sketch counts, slots and null keys against exact numpy counts; the batch read twice and
-only aggregates shuffled; the database and spool sinks; bad input rejected before any Spark work with
-nothing written (DESIGN §3, §9)."""
+only aggregates shuffled; the database and spool sinks (the spool file's JSON byte for byte); bad
+input rejected before any Spark work with nothing written (DESIGN §3, §9)."""
 
 from __future__ import annotations
 
+import json
 import math
-import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from sqlalchemy import Engine
 
 from repart.controller.spool import ingest_spool
 from repart.errors import InvalidInput, NotFound
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.protocol.snapshot import Snapshot
-from repart.spark.observe import Observation, Window, observe
+from repart.spark.observe import Window, observe
 from repart.spark.sinks import ControllerSink, SpoolSink
 from repart.storage import get_snapshot, run_in_transaction
 from repart.storage.client import SqlControllerClient
-from tests.factories import add_region, row_counts, snapshot_document
+from tests.factories import add_region, row_counts, small_snapshot
+from tests.spark.observing import PIECES, START, WINDOW, MemorySink, check_counts, frame, spark_jobs
 
-START = datetime(2026, 1, 1, tzinfo=UTC)
-WINDOW = Window(7, START, START + timedelta(minutes=1))
 ROWS = 200_000
-PIECES = 3  # createDataFrame pieces, coalesced to 2 Spark partitions each, unioned without a shuffle
-
-
-class MemorySink:
-    """Keeps what it is given, after the same validation as the real sinks."""
-
-    def __init__(self) -> None:
-        self.documents: list[Mapping[str, Any]] = []
-
-    def write(self, document: Mapping[str, Any]) -> str:
-        Snapshot.from_document(document)
-        self.documents.append(document)
-        return "memory"
-
-
-@contextmanager
-def spark_jobs(spark: SparkSession, group: str) -> Iterator[list[list[int]]]:
-    """Collects the stage ids of every Spark job started inside the block (one list per job).
-
-    The status tracker learns of jobs from the listener bus, asynchronously but in order: once a
-    sentinel job run after the block is visible, so is every job of the block.
-    """
-    context = spark.sparkContext
-    tracker = context.statusTracker()
-    stages: list[list[int]] = []
-    context.setJobGroup(group, group)
-    try:
-        yield stages
-    finally:
-        context.setJobGroup(f"{group}-sentinel", "sentinel")
-        context.parallelize([0], 1).count()
-        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-    deadline = time.monotonic() + 10
-    while not tracker.getJobIdsForGroup(f"{group}-sentinel") and time.monotonic() < deadline:
-        time.sleep(0.02)
-    for job in tracker.getJobIdsForGroup(group):
-        info = tracker.getJobInfo(job)
-        assert info is not None
-        stages.append(list(info.stageIds))
 
 
 def stage_data(spark: SparkSession, stage: int) -> Any:
@@ -82,22 +39,6 @@ def stage_data(spark: SparkSession, stage: int) -> Any:
     store = spark.sparkContext._jsc.sc().statusStore()
     tasks, quantiles = getattr(store, "stageData$default$3")(), getattr(store, "stageData$default$5")()
     return store.stageData(stage, False, tasks, False, quantiles).apply(0)
-
-
-def frame(spark: SparkSession, keys: list[Any], spark_type: str, pieces: int = PIECES) -> DataFrame:
-    """A one-column DataFrame ``k`` holding ``keys`` in order, in ``2 * pieces`` partitions."""
-    arrow_type = pa.string() if spark_type == "string" else pa.int64()
-    size = max(1, -(-len(keys) // pieces))
-    parts = [
-        spark.createDataFrame(
-            pa.table({"k": pa.array(keys[i : i + size], type=arrow_type)}), f"k {spark_type}"
-        ).coalesce(2)  # Arrow data is RDD-backed (session.py); two partitions per piece, no shuffle
-        for i in range(0, max(len(keys), 1), size)
-    ]
-    df = parts[0]
-    for part in parts[1:]:
-        df = df.union(part)
-    return df
 
 
 def zipf_keys(key_type: str, seed: int) -> list[Any]:
@@ -111,39 +52,6 @@ def zipf_keys(key_type: str, seed: int) -> list[Any]:
     else:
         values = [(rank * 0x9E3779B97F4A7C15) % 2**64 - 2**63 for rank in ranks.tolist()]
     return [None if null else value for value, null in zip(values, nulls.tolist(), strict=True)]
-
-
-def check_counts(observation: Observation, keys: list[Any], epsilon: float) -> None:
-    """Every property of the snapshot against exact counts of ``keys``."""
-    document = observation.document
-    present = [key for key in keys if key is not None]
-    truth = Counter(present)
-    n = len(present)
-    assert observation.tuples == document["tuples"] == n
-    assert observation.null_keys == len(keys) - n
-    assert observation.items == len(document["items"])
-    bound = epsilon * n
-    seen = set()
-    for key, count, delta in document["items"]:
-        assert key in truth, f"{key!r} is not a key of the batch (a hash instead of the key?)"
-        assert truth[key] - bound <= count <= truth[key] <= count + delta
-        assert delta <= bound
-        seen.add(key)
-    assert {key for key, true in truth.items() if true >= 2 * bound} <= seen
-    assert {key for key, true in truth.items() if true > bound} <= seen  # the snapshot's guarantee
-    offsets = {delta for _, _, delta in document["items"]}
-    assert len(offsets) <= 1  # one sketch offset for every item
-    offset = offsets.pop() if offsets else 0
-    assert {key for key, true in truth.items() if true > offset} <= seen  # the sketch's own guarantee
-
-    slot_bits = document["slot_bits"]
-    expected = np.bincount(slots_of_hashes(hash_keys(present), slot_bits), minlength=1 << slot_bits)
-    dense = np.zeros(1 << slot_bits, dtype=np.int64)
-    for slot, count in document.get("slots", []):
-        dense[slot] = count
-    assert np.array_equal(dense, expected)
-    assert len(document["items"]) <= document["distinct_estimate"]
-    Snapshot.from_document(document)
 
 
 # 2 partitions of 100,000 rows each, and 6 partitions of about 33,000 rows (more partial sketches and
@@ -168,13 +76,18 @@ def test_counts_and_slots_match_exact_counts(
     assert len(reads) == 2 and all(stage.numTasks() == 2 * pieces for stage in reads), ran
     assert sum(stage.shuffleWriteRecords() for stage in reads) <= 2 * pieces * ((1 << 12) + 1)
     check_counts(observation, keys, 1e-3)
-    document = observation.document
-    assert sink.documents == [document] and observation.destination == "memory"
-    assert document["key_type"] == key_type and document["version"] == 3 and "channels" not in document
-    assert document["window"] == {"seq": 7, "start": START.isoformat(), "end": WINDOW.end.isoformat()}
+    snapshot = observation.snapshot
+    assert sink.snapshots == [snapshot] and observation.destination == "memory"
+    assert snapshot.key_type == key_type and snapshot.version == 3 and snapshot.channels is None
+    assert (snapshot.region, snapshot.seq, snapshot.window_start, snapshot.window_end) == (
+        "trades",
+        7,
+        START,
+        WINDOW.end,
+    )
     distinct = len({key for key in keys if key is not None})
-    assert abs(document["distinct_estimate"] - distinct) <= 0.1 * distinct
-    counts = [count for _, count, _ in document["items"]]
+    assert abs(snapshot.distinct_estimate - distinct) <= 0.1 * distinct
+    counts = [item.count for item in snapshot.items]
     assert counts == sorted(counts, reverse=True)
 
 
@@ -224,14 +137,15 @@ def test_database_sink_stores_a_readable_snapshot(spark: SparkSession, engine: E
     )
     assert observation.destination.startswith("sqlite:///") and "#snapshot/" in observation.destination
     stored = run_in_transaction(engine, lambda s: get_snapshot(s, "trades", 7))
-    assert stored.tuples == observation.tuples == len(SMALL) - 3 and observation.null_keys == 3
+    assert stored.tuples == observation.snapshot.tuples == len(SMALL) - 3 and observation.null_keys == 3
     exact = Counter(key for key in SMALL if key is not None)
     assert {(item.key, item.count, item.delta) for item in stored.items} == {
         (key, count, 0) for key, count in exact.items()
     }  # epsilon * n < 1: no bucket closes, nothing is deleted, counts are exact
-    assert [list(pair) for pair in stored.slots or ()] == sorted(observation.document["slots"])
+    assert stored.slots == observation.snapshot.slots
     assert stored.channels is not None and stored.channels[0].busy_seconds == 1.5
     assert stored.window_start == START and stored.distinct_estimate >= len(exact)
+    assert stored == observation.snapshot  # the controller stored the snapshot observe built
 
     before = row_counts(engine)
     with pytest.raises(InvalidInput, match=r"window.seq 7 was already ingested"):
@@ -276,19 +190,43 @@ def test_spool_sink_writes_files_the_spool_ingests(
     assert stored.tuples == 4 and stored.slot_bits == 12
 
 
-def test_sinks_refuse_bad_documents_and_places(tmp_path: Path) -> None:
+def test_the_spool_sink_writes_the_documented_json(spark: SparkSession, tmp_path: Path) -> None:
+    keys = ["é"] * 3 + ["b"] * 2 + ["a"] + [None]  # distinct counts: one item order
+    df = frame(spark, keys, "string", pieces=1)
+    observation = observe(
+        df, "k", "trades", WINDOW, SpoolSink(tmp_path), epsilon=0.1, version=3, channels=CHANNELS, batch=5
+    )
+    present = [key for key in keys if key is not None]
+    slots = np.bincount(slots_of_hashes(hash_keys(present), 16), minlength=1 << 16)
+    expected = {
+        "format": 1,
+        "region": "trades",
+        "window": {"seq": 7, "start": "2026-01-01T00:00:00+00:00", "end": "2026-01-01T00:01:00+00:00"},
+        "tuples": 6,
+        "distinct_estimate": 3,
+        "epsilon": 0.1,
+        "key_type": "str",
+        "items": [["é", 3, 0], ["b", 2, 0], ["a", 1, 0]],
+        "slot_bits": 16,
+        "slots": [[int(slot), int(slots[slot])] for slot in np.flatnonzero(slots)],
+        "version": 3,
+        "batch": 5,
+        "channels": CHANNELS,
+    }
+    # The file, byte for byte: fields in this order, UTF-8 keys unescaped, one line.
+    assert Path(observation.destination).read_text(encoding="utf-8") == (
+        json.dumps(expected, ensure_ascii=False) + "\n"
+    )
+    assert Snapshot.from_document(expected) == observation.snapshot
+
+
+def test_sinks_refuse_bad_places_and_region_names(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput) as missing:
         SpoolSink(tmp_path / "missing")
     assert missing.value.field == "sink"
-    sink = SpoolSink(tmp_path)
-    cases: list[tuple[dict[str, Any], str]] = [
-        ({"distinct_estimate": None}, "distinct_estimate"),
-        ({"region": "../escape"}, "region"),
-    ]
-    for changes, field in cases:
-        with pytest.raises(InvalidInput) as raised:
-            sink.write(snapshot_document(**changes))
-        assert raised.value.field == field
+    with pytest.raises(InvalidInput) as raised:
+        SpoolSink(tmp_path).write(small_snapshot(region="../escape"))  # it would name the file
+    assert raised.value.field == "region"
     assert list(tmp_path.iterdir()) == []
 
 

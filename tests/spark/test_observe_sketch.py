@@ -31,7 +31,7 @@ from repart.spark.frequent_items import (
 )
 from repart.spark.observe import observe
 from repart.spark.sinks import SpoolSink
-from tests.spark.test_observe import WINDOW, MemorySink, check_counts, frame, spark_jobs
+from tests.spark.observing import WINDOW, MemorySink, check_counts, frame, spark_jobs
 
 ROWS = 200_000
 
@@ -60,7 +60,7 @@ def test_every_key_above_delta_n_is_kept_with_its_true_count_within_its_bounds(
     # δ of a 4-channel region with Gedik's defaults: the keys the controller must see.
     delta = frequency_threshold(Resources.parse("LCL"), 1.2, 0.1, 4)
     observation = observe(frame(spark, keys, spark_type), "k", "r", WINDOW, MemorySink(), epsilon=epsilon)
-    items = {key: (count, error) for key, count, error in observation.document["items"]}
+    items = {item.key: (item.count, item.delta) for item in observation.snapshot.items}
 
     offsets = {error for _, error in items.values()}
     assert len(offsets) == 1 and 0 < offsets.pop() <= n // 1000  # the sketch purged, within ε·n
@@ -81,7 +81,7 @@ def test_a_larger_sketch_is_exact_when_it_holds_every_key(spark: SparkSession) -
     observation = observe(
         frame(spark, keys, "string"), "k", "r", WINDOW, MemorySink(), epsilon=1e-3, sketch_size=size
     )
-    assert {key: (count, error) for key, count, error in observation.document["items"]} == {
+    assert {item.key: (item.count, item.delta) for item in observation.snapshot.items} == {
         key: (count, 0) for key, count in truth.items()
     }
 
@@ -139,7 +139,7 @@ def test_keys_cross_the_sketch_unchanged(spark: SparkSession, values: list[Any],
         values = [value for value in values if -(2**31) <= value < 2**31]
     keys = [value for i, value in enumerate(values) for _ in range(i + 1)] + [None]
     observation = observe(frame(spark, keys, spark_type, pieces=2), "k", "r", WINDOW, MemorySink())
-    assert {key: (count, error) for key, count, error in observation.document["items"]} == {
+    assert {item.key: (item.count, item.delta) for item in observation.snapshot.items} == {
         key: (count, 0) for key, count in Counter(key for key in keys if key is not None).items()
     }
     check_counts(observation, keys, 1e-3)
@@ -148,9 +148,9 @@ def test_keys_cross_the_sketch_unchanged(spark: SparkSession, values: list[Any],
 def test_empty_and_all_null_batches(spark: SparkSession) -> None:
     for keys in ([], [None, None, None]):
         observation = observe(frame(spark, keys, "string", pieces=1), "k", "r", WINDOW, MemorySink())
-        document = observation.document
-        assert (document["tuples"], document["items"], document["distinct_estimate"]) == (0, [], 0)
-        assert "slots" not in document and observation.null_keys == len(keys)
+        snapshot = observation.snapshot
+        assert (snapshot.tuples, list(snapshot.items), snapshot.distinct_estimate) == (0, [], 0)
+        assert snapshot.slots is None and observation.null_keys == len(keys)
 
 
 def test_a_batch_whose_two_reads_differ_is_refused(spark: SparkSession, tmp_path: Path) -> None:

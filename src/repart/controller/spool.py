@@ -34,7 +34,8 @@ from repart.validation import POSITIVE_INT, check
 class IngestOutcome:
     """What became of one snapshot file: ``ingested`` or ``rejected`` with the error message.
 
-    ``region`` and ``seq`` are the document's, as far as it could be read (None otherwise).
+    ``region`` and ``seq`` are the snapshot's once its document parsed (``Snapshot.from_document``),
+    None for a file rejected before that: an unparsed document's fields are not reported.
     """
 
     file: str
@@ -70,12 +71,10 @@ def ingest_file(engine: Engine, path: Path, *, max_bytes: int = MAX_SNAPSHOT_BYT
     region: str | None = None
     seq: int | None = None
     try:
-        document = parse_json(read_document(path, max_bytes), "file")
-        if isinstance(document, dict) and isinstance(document.get("region"), str):
-            region = document["region"]
-        snapshot = Snapshot.from_document(document)
-        del document  # the parsed JSON, several times the size of the snapshot's item columns
-        seq = snapshot.seq
+        # No name holds the parsed JSON (several times the size of the snapshot's item columns), so
+        # it is freed before the ingest.
+        snapshot = Snapshot.from_document(parse_json(read_document(path, max_bytes), "file"))
+        region, seq = snapshot.region, snapshot.seq
         run_in_transaction(engine, lambda session: ingest_snapshot(session, snapshot, source=str(path)))
     except (OSError, UnicodeDecodeError) as error:
         return IngestOutcome(str(path), "rejected", seq, region, f"cannot read the file: {error}")

@@ -21,7 +21,8 @@ row of the batch leaves the JVM and nothing runs in Python workers:
    in ``[count, count + delta]``, every key occurring more than ``offset`` times is tracked, and
    ``offset <= 3.5 / M * n <= floor(n / ceil(1/epsilon))`` for the map size ``M`` the sketch size
    gives (checked before the job and again after it). |D| is Ertl's estimate from the slots'
-   registers. The snapshot document goes to a sink (``repart.spark.sinks``).
+   registers. The ``Snapshot`` (``repart.protocol.snapshot``) goes to a sink (``repart.spark.sinks``),
+   which writes its document.
 
 Both aggregations read the batch, so a batch that is not cached is computed twice within the query
 (Spark SQL plans no shared scan; measured alternatives that read it once were slower, see
@@ -96,24 +97,22 @@ def _has_utc_time(moment: datetime) -> bool:
 
 @dataclass(frozen=True)
 class Observation:
-    """What ``observe`` emitted: the snapshot ``document`` and where the sink wrote it.
+    """What ``observe`` emitted: the batch's ``snapshot`` and where the sink wrote it.
 
-    ``tuples`` counts the rows with a non-null key, ``null_keys`` the rest; ``items`` is the number of
-    entries in the document (the keys the sketch tracked); ``seconds`` the wall time of the whole call
-    (Spark job, reading the sketch, write).
+    The snapshot's ``tuples`` counts the rows with a non-null key and its ``items`` are the keys the
+    sketch tracked; ``null_keys`` counts the rows left out (a null key). ``seconds`` is the wall time
+    of the whole call (Spark job, reading the sketch, write).
     """
 
-    document: dict[str, Any]
+    snapshot: Snapshot
     null_keys: int
-    tuples: int
-    items: int
     seconds: float
     destination: str
 
 
 @dataclass(frozen=True)
 class _BatchCounts:
-    """The measured part of a snapshot document."""
+    """The measured part of a snapshot."""
 
     tuples: int
     null_keys: int
@@ -138,14 +137,16 @@ def observe(
 ) -> Observation:
     """Count the keys of ``df[key_col]`` and write the batch's snapshot for ``region`` to ``sink``.
 
-    Runs one Spark query that keeps the batch in the JVM (module docstring). The document holds the
-    frequent-items sketch's entries ``[key, count, delta]`` with ``count <= true count <= count +
+    Runs one Spark query that keeps the batch in the JVM (module docstring). The snapshot's ``items``
+    are the frequent-items sketch's entries (key, count, delta) with ``count <= true count <= count +
     delta`` and ``delta <= floor(tuples / ceil(1/epsilon)) <= epsilon * tuples`` (every key occurring
     more than ``delta`` times, so every key above ``epsilon * tuples``, is among them), the exact tuple
     count of every non-empty slot of ``slot_bits`` bits, a HyperLogLog estimate of the distinct keys
     over those slots as ``distinct_estimate``, and ``version``, ``channels`` (per-channel
     measurements: dicts with channel, tuples, busy_seconds, state_bytes) and ``batch`` (the job's id
-    of the batch, so that a batch run again after a crash is ingested once) as given.
+    of the batch, so that a batch run again after a crash is ingested once) as given. It holds
+    everything ``Snapshot.from_document`` requires of a document (its document parses back to it),
+    so the sink writes it as it is.
 
     ``sketch_size`` is the number of counters of the sketch (Spark's ``maxItemsTracked``); by default
     the most a sketch for ``epsilon`` holds in the map it needs (3,072 for epsilon = 1e-3, see
@@ -159,7 +160,7 @@ def observe(
     sketch guarantees (about 1.7e-6), a ``sketch_size`` outside [1, 1,000,000] or too small for
     ``epsilon`` (naming both), ``slot_bits`` outside [10, 20], a ``window`` that is not a ``Window``, a
     bad region name, version or channels; after the job, for a batch whose two reads disagree
-    (``df``). A sink that rejects the document (such as a window already ingested under another
+    (``df``). A sink that rejects the snapshot (such as a window already ingested under another
     batch) raises its ReparError. Nothing is written when anything raises.
     """
     began = time.perf_counter()
@@ -185,13 +186,11 @@ def observe(
 
     projected = df.select(key.value.alias("key"), key.hash.alias("hash"))
     counts = _count(projected, key.key_type, epsilon, size, slot_bits)
-    document = fields(counts).to_document()
-    destination = sink.write(document)
+    snapshot = fields(counts)
+    destination = sink.write(snapshot)
     return Observation(
-        document=document,
+        snapshot=snapshot,
         null_keys=counts.null_keys,
-        tuples=counts.tuples,
-        items=len(counts.items),
         seconds=time.perf_counter() - began,
         destination=destination,
     )
@@ -267,7 +266,7 @@ def _count(
     return _BatchCounts(
         tuples=tuples,
         null_keys=int(summary["rows"]) - tuples,
-        # HyperLogLog errs both ways, but each item is a distinct key and the document requires
+        # HyperLogLog errs both ways, but each item is a distinct key and a snapshot requires
         # distinct_estimate >= len(items): a low estimate is clamped up to the item count.
         distinct_estimate=max(distinct, len(items)),
         items=items,

@@ -1,21 +1,22 @@
-"""Where ``observe`` delivers a snapshot document: the controller or its spool (DESIGN §3, §8, §12.1).
+"""Where ``observe`` delivers a batch's snapshot: the controller or its spool (DESIGN §3, §8, §12.1).
 
-Both sinks validate the document with ``Snapshot.from_document`` before anything is written, so a bad
-document never lands, and return a description of where it went.
+A sink takes a ``Snapshot`` (``repart.protocol.snapshot``: ``observe`` builds one that its document
+parses back to) and returns a description of where it went. Neither sink builds or parses a document
+itself: the spool writes ``Snapshot.to_document()``, the controller ingests the snapshot.
 
 - ``ControllerSink`` hands it to the controller through the ``ControllerClient`` port
   (``submit_snapshot``), under the job's batch id: a batch's snapshot submitted again after a crash is
   a no-op (exactly-once batches).
-- ``SpoolSink`` writes it into a spool directory (``repart.protocol.spool.write_snapshot``: durably,
-  named by region and seq) for ``repart run --spool`` or ``repart snapshot ingest``.
+- ``SpoolSink`` writes its document into a spool directory (``repart.protocol.spool.write_snapshot``:
+  durably, named by region and seq) for ``repart run --spool`` or ``repart snapshot ingest``, which
+  read it with ``Snapshot.from_document``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from repart.protocol.client import ControllerClient
 from repart.protocol.snapshot import Snapshot
@@ -23,32 +24,33 @@ from repart.protocol.spool import check_spool, write_snapshot
 
 
 class SnapshotSink(Protocol):
-    """Anything that takes a snapshot document and returns where it wrote it."""
+    """Anything that takes a snapshot and returns where it wrote it."""
 
-    def write(self, document: Mapping[str, Any]) -> str:
-        """Validate and store ``document``; raise (a ValueError for a bad document) having written nothing."""
+    def write(self, snapshot: Snapshot) -> str:
+        """Store ``snapshot``; raise (a ReparError for one the destination refuses) having written
+        nothing."""
         ...
 
 
 @dataclass(frozen=True)
 class ControllerSink:
-    """Submit snapshot documents to the controller through the ``ControllerClient`` port."""
+    """Submit snapshots to the controller through the ``ControllerClient`` port."""
 
     client: ControllerClient
 
-    def write(self, document: Mapping[str, Any]) -> str:
-        """Parse ``document`` and submit it; returns where the controller stored it.
+    def write(self, snapshot: Snapshot) -> str:
+        """Submit ``snapshot``; returns where the controller stored it.
 
-        Raises InvalidInput for an invalid document, and NotFound, InvalidInput or Conflict when the
-        region rejects it: unknown region, other key type or slot bits, a window already ingested
-        under another batch or overlapping one. Nothing is stored then.
+        Raises NotFound, InvalidInput or Conflict when the region rejects it: unknown region, other key
+        type or slot bits, a window already ingested under another batch or overlapping one. Nothing
+        is stored then.
         """
-        return self.client.submit_snapshot(Snapshot.from_document(document))
+        return self.client.submit_snapshot(snapshot)
 
 
 @dataclass(frozen=True)
 class SpoolSink:
-    """Write snapshot documents as files into a spool directory (InvalidInput ``sink`` if it is not
+    """Write snapshots as document files into a spool directory (InvalidInput ``sink`` if it is not
     one)."""
 
     directory: Path
@@ -56,12 +58,10 @@ class SpoolSink:
     def __init__(self, directory: Path | str) -> None:
         object.__setattr__(self, "directory", check_spool(directory, "sink"))
 
-    def write(self, document: Mapping[str, Any]) -> str:
-        """Validate ``document`` and write it atomically; returns its path.
+    def write(self, snapshot: Snapshot) -> str:
+        """Write ``snapshot``'s document atomically; returns its path.
 
-        Raises InvalidInput for an invalid document or a region name that is not one (it becomes part
-        of the file name, so it must be a region name: no path separators).
+        Raises InvalidInput for a region name that is not one (it becomes part of the file name, so it
+        must be a region name: no path separators); nothing is written then.
         """
-        snapshot = Snapshot.from_document(document)
-        path = write_snapshot(self.directory, snapshot)
-        return str(path)
+        return str(write_snapshot(self.directory, snapshot))
