@@ -141,6 +141,8 @@ REGION_NAME = Matches(
     "a name of 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit",
 )
 PROBABILITY = Interval(float, 0, 1)
+# A lease holder's name (a daemon's ``--holder``; its host name and process id by default).
+LEASE_HOLDER = Matches(r"(?s).{1,200}", "a string of 1-200 characters")
 
 
 def check(field: str, value: Any, *constraints: Constraint) -> Any:

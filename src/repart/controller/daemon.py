@@ -84,7 +84,7 @@ from repart.storage import (
 )
 from repart.storage.engine import limit_idle_transactions
 from repart.storage.leases import RegionLease, claim_leases, region_leases
-from repart.validation import Interval, check
+from repart.validation import LEASE_HOLDER, Interval, check
 
 
 def default_holder() -> str:
@@ -118,8 +118,7 @@ class DaemonConfig:
                 f"must exceed the interval ({self.interval_seconds:g} s) so that a live daemon renews its "
                 f"leases in time, got {self.lease_ttl_seconds:g}",
             )
-        if not 1 <= len(self.holder) <= 200:
-            raise InvalidInput("holder", f"must be 1-200 characters, got {self.holder!r}")
+        check("holder", self.holder, LEASE_HOLDER)
         if self.spool is not None:
             check_spool(self.spool)
         if self.metrics_port is not None:

@@ -25,11 +25,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.selectable import ScalarSelect
 
-from repart.errors import Conflict, InvalidInput
+from repart.errors import Conflict
 from repart.storage import models
 from repart.storage.regions import region_by_name
 from repart.storage.tables import UTCDateTime
-from repart.validation import POSITIVE, check
+from repart.validation import LEASE_HOLDER, POSITIVE, check
 
 
 @dataclass(frozen=True)
@@ -48,12 +48,6 @@ def _timestamp(value: datetime) -> ColumnElement[datetime]:
     return literal(value, UTCDateTime())
 
 
-def _check_holder(holder: object) -> str:
-    if not isinstance(holder, str) or not 1 <= len(holder) <= 200:
-        raise InvalidInput("holder", f"must be a string of 1-200 characters, got {holder!r}")
-    return holder
-
-
 def acquire_lease(
     session: Session, region: str, holder: str, ttl_seconds: float, now: datetime
 ) -> int | None:
@@ -64,7 +58,7 @@ def acquire_lease(
     (``expires_at <= now``) is taken with a new, larger token. None if another holder's lease is still
     valid. NotFound for an unknown region.
     """
-    _check_holder(holder)
+    check("holder", holder, LEASE_HOLDER)
     expires = now + timedelta(seconds=check("ttl_seconds", ttl_seconds, POSITIVE))
     region_id = region_by_name(session, region).id
     lease = models.Lease
@@ -120,7 +114,7 @@ def claim_leases(session: Session, holder: str, ttl_seconds: float, now: datetim
     PostgreSQL (one renewing its expired lease row while the other, holding region rows, waits for
     it); the server aborts one and ``run_in_transaction`` retries it.
     """
-    _check_holder(holder)
+    check("holder", holder, LEASE_HOLDER)
     expires = now + timedelta(seconds=check("ttl_seconds", ttl_seconds, POSITIVE))
     lease, region = models.Lease, models.Region
     held = dict(
