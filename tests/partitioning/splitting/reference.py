@@ -1,13 +1,19 @@
 """Line-by-line pure-Python references of every grouping: the oracles the compiled kernels must equal.
 
 Each follows its paper's description directly (dicts and lists, no shared code with the kernels beyond
-the hash family's definition, which is re-implemented here with Python ints).
+the hash family's definition, which is re-implemented here with Python ints). At the end: the stream
+builder and the kernel-against-reference drivers the test modules share.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 MASK = 2**64 - 1
 GOLDEN = 0x9E3779B97F4A7C15
@@ -101,7 +107,8 @@ class PKG(Reference):
 class Sticky(Reference):
     def __init__(self, n: int, sources: int, seed: int, rule: str) -> None:
         super().__init__(n, sources, seed)
-        self.rule, self.table, self.total = rule, {}, [0] * n
+        self.rule, self.total = rule, [0] * n
+        self.table: dict[int, int] = {}
 
     def one(self, k: int, s: int) -> int:
         if k not in self.table:
@@ -423,3 +430,45 @@ class DKG(Reference):
                 if (self.seen[s] // self.cycle) % self.old_every == 0:
                     self.promote(s, 1, 2, self.old_cap)
         return out
+
+
+def first_tuple(finish: float, rate: float) -> int:
+    """The first tuple t whose arrival t/λ (as the kernel divides) is at or after ``finish``: the
+    release index of a worker busy until ``finish`` (FISH)."""
+    t = max(0, int(finish * rate) - 5)
+    while t > 0 and finish <= (t - 1) / rate:
+        t -= 1
+    while finish > t / rate:
+        t += 1
+    return t
+
+
+# Streams and drivers shared by the test modules.
+
+Keys = npt.NDArray[np.uint64]
+Origins = npt.NDArray[np.int64]
+
+
+def zipf_keys(rng: np.random.Generator, size: int, distinct: int, z: float) -> Keys:
+    """Key hashes (random odd 64-bit values) of a Zipf(z) stream over ``distinct`` keys."""
+    weights = np.arange(1, distinct + 1, dtype=np.float64) ** -z
+    vocabulary = rng.integers(0, 2**63, distinct, dtype=np.int64).astype(np.uint64) * np.uint64(
+        2
+    ) + np.uint64(1)
+    return vocabulary[rng.choice(distinct, size, p=weights / weights.sum())]
+
+
+def route_in_chunks(grouping: Any, keys: Keys, origins: Origins, cuts: list[int]) -> list[int]:
+    """A compiled grouping's workers for the stream fed in chunks ending at ``cuts`` (sorted)."""
+    bounds = [0, *cuts, keys.size]
+    out: list[int] = []
+    for lo, hi in itertools.pairwise(bounds):
+        out.extend(grouping.route(keys[lo:hi], origins[lo:hi]).tolist())
+    return out
+
+
+def check(grouping: Any, reference: Reference, keys: Keys, origins: Origins, cuts: list[int]) -> None:
+    """The grouping fed in chunks routes the stream as its reference does, with the same loads."""
+    expected = reference.route([int(k) for k in keys], origins.tolist())
+    assert route_in_chunks(grouping, keys, origins, cuts) == expected
+    assert grouping.loads.tolist() == reference.loads

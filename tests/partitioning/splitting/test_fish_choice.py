@@ -14,6 +14,7 @@ from repart.partitioning.splitting.idle import (
     REBASE_AFTER,
     earliest_release,
     least_idle_rank,
+    least_wait,
     padded,
     rank_dtype,
     rebase,
@@ -22,21 +23,12 @@ from repart.partitioning.splitting.idle import (
     waiting_choice,
 )
 from tests.partitioning.splitting import reference as ref
+from tests.partitioning.splitting.reference import first_tuple
 
 
 def oracle(order: list[int], width: int, finish: list[float], now: float) -> int:
     """The candidate with the least wait max(0, F − now), ties to the earliest (FISH §4.2)."""
     return order[min(range(width), key=lambda q: (max(0.0, finish[order[q]] - now), q))]
-
-
-def first_tuple(finish: float, rate: float) -> int:
-    """The first tuple t whose arrival t/λ (as the kernel divides) is at or after ``finish``."""
-    t = max(0, int(finish * rate) - 5)
-    while t > 0 and finish <= (t - 1) / rate:
-        t -= 1
-    while finish > t / rate:
-        t += 1
-    return t
 
 
 @settings(max_examples=200, deadline=None)
@@ -101,8 +93,9 @@ def test_a_worker_released_at_the_next_tuple_only_is_checked_and_passed_over() -
     st.sampled_from([0.9, 5.0]),
 )
 def test_idle_ranks_with_rebases_pick_the_least_wait(n: int, seed: int, cost: float, rate: float) -> None:
-    """Random hot keys' orders and widths over a source's workers, sent to by the least wait, with
-    the relative bounds kept and checked as the kernel does (rebasing every ``REBASE_AFTER``)."""
+    """Random hot keys' orders and widths over a source's workers, sent to by the kernel's choice
+    (``least_wait``), with the relative bounds kept as the kernel keeps them (rebasing every
+    ``REBASE_AFTER``): always the oracle's least wait."""
     rng = np.random.default_rng(seed)
     keys = 3
     order = np.zeros((keys, n), dtype=np.int32)
@@ -124,10 +117,8 @@ def test_idle_ranks_with_rebases_pick_the_least_wait(n: int, seed: int, cost: fl
         m = int(rng.integers(keys))
         width = int(widths[m])
         expected = oracle(order[m].tolist(), width, finish[0].tolist(), now)
-        q = least_idle_rank(release, 0, np.int16(t - base[0]), ranks, m, ranks.dtype.type(n))
-        chosen = int(order[m, min(q, width - 1)])
-        if q >= width or finish[0, chosen] > now:
-            chosen = waiting_choice(order, m, width, finish, 0, now)
+        elapsed = np.int16(t - base[0])
+        chosen = least_wait(release, 0, elapsed, ranks, ranks.dtype.type(n), order, m, width, finish, now)
         assert chosen == expected
         finish[0, chosen] = max(finish[0, chosen], now) + cost * float(rng.random()) * REBASE_AFTER / rate
         release[0, chosen] = relative(earliest_release(finish[0, chosen], rate), int(base[0]))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -14,17 +13,9 @@ from repart.errors import InvalidInput
 from repart.partitioning.splitting import SCHEMES, Fish, make_grouping, optimal_choices
 from repart.partitioning.splitting.fish import waiting_choice
 from tests.partitioning.splitting import reference as ref
+from tests.partitioning.splitting.reference import check, zipf_keys
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def zipf_keys(rng: np.random.Generator, size: int, distinct: int, z: float) -> np.ndarray:
-    """Key hashes (random 64-bit values) of a Zipf(z) stream over ``distinct`` keys."""
-    weights = np.arange(1, distinct + 1, dtype=np.float64) ** -z
-    vocabulary = rng.integers(0, 2**63, distinct, dtype=np.int64).astype(np.uint64) * np.uint64(
-        2
-    ) + np.uint64(1)
-    return vocabulary[rng.choice(distinct, size, p=weights / weights.sum())]
 
 
 @st.composite
@@ -40,20 +31,6 @@ def streams(draw: st.DrawFn) -> tuple[int, int, int, np.ndarray, np.ndarray, lis
     origins = rng.integers(0, sources, size)
     cuts = sorted(draw(st.lists(st.integers(0, size), max_size=4)))
     return n, sources, seed, keys, origins, cuts
-
-
-def route_in_chunks(grouping, keys: np.ndarray, origins: np.ndarray, cuts: list[int]) -> list[int]:  # type: ignore[no-untyped-def]
-    bounds = [0, *cuts, keys.size]
-    out: list[int] = []
-    for lo, hi in itertools.pairwise(bounds):
-        out.extend(grouping.route(keys[lo:hi], origins[lo:hi]).tolist())
-    return out
-
-
-def check(grouping, reference, keys: np.ndarray, origins: np.ndarray, cuts: list[int]) -> None:  # type: ignore[no-untyped-def]
-    expected = reference.route([int(k) for k in keys], origins.tolist())
-    assert route_in_chunks(grouping, keys, origins, cuts) == expected
-    assert grouping.loads.tolist() == reference.loads
 
 
 @SETTINGS

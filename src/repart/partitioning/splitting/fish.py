@@ -52,6 +52,7 @@ from repart.partitioning.splitting.idle import (
     RankArray,
     earliest_release,
     least_idle_rank,
+    least_wait,
     padded,
     rank_dtype,
     rebase,
@@ -251,7 +252,7 @@ def _fish_kernel(
             if t - base[s] >= REBASE_AFTER:
                 break
             now = t / arrival_rate
-            if hot:
+            if hot:  # idle.least_wait written out: called here, FISH measured 12 % slower
                 q = least_idle_rank(release, s, np.int16(t - base[s]), ranks, mu, none)
                 if q < width[mu]:
                     wu = np.uint64(order[mu, np.uint64(q)])
@@ -314,6 +315,8 @@ def _fish_kernel(
         k = key_hashes[i]
         t = arrived[0]
         now = t / arrival_rate
+        if t - base[s] >= REBASE_AFTER:  # whatever the tuple: a source with no hot key rebases too
+            rebase(release, finish, base, s, t, arrival_rate)
         e = locate(ss_keys, ss_index, s, k)
         if e >= 0:
             if bump(ss_counts, ss_positions, ss_sizes, s, e):
@@ -335,12 +338,7 @@ def _fish_kernel(
                 ordered[m] = walk(ring_positions, ring_owners, ring_buckets, k, width[m], order, m, stamps)
                 for q in range(done, ordered[m]):
                     ranks[m, order[m, q]] = q
-            if t - base[s] >= REBASE_AFTER:
-                rebase(release, finish, base, s, t, arrival_rate)
-            q = least_idle_rank(release, s, np.int16(t - base[s]), ranks, m, none)
-            w = order[m, min(q, width[m] - 1)]
-            if q >= width[m] or finish[s, w] > now:  # all busy, or w released a tuple or two later
-                w = waiting_choice(order, m, width[m], finish, s, now)
+            w = least_wait(release, s, np.int16(t - base[s]), ranks, none, order, m, width[m], finish, now)
         elif m >= 0:  # a table key not hot now: its tail candidates, a prefix of its ring order
             if ordered[m] < tail_choices:
                 done = ordered[m]
