@@ -26,7 +26,7 @@ from repart.controller.daemon import Daemon, DaemonConfig, run
 from repart.controller.logs import json_logging, log_event
 from repart.controller.metrics import DaemonMetrics, Health, MetricsServer
 from repart.controller.tick import TickResult, tick
-from repart.errors import InvalidInput
+from repart.errors import Conflict, InvalidInput
 from repart.storage import models, run_in_transaction, set_mode
 from repart.storage.jsontext import load_object
 from tests.cli.helpers import repart
@@ -318,6 +318,35 @@ def test_a_failed_metrics_read_is_counted_and_the_regions_are_still_ticked(
     samples = scrape(server)
     assert samples[("repart_failures_total", (("kind", "RuntimeError"), ("stage", "metrics")))] == 1
     assert samples[("repart_ticks_total", (("action", "initialized"),))] == 1
+
+
+def test_failed_ticks_are_counted_by_kind(
+    engine: Engine, metrics: tuple[DaemonMetrics, MetricsServer]
+) -> None:
+    """A refused write counts as kind ``conflict``, any other error by its type; the daemon goes on."""
+    add_region(engine, "refused")
+    add_region(engine, "broken")
+    registry, server = metrics
+
+    def failing(engine: Engine, region: str, **kwargs: Any) -> TickResult:
+        if region == "refused":
+            raise Conflict("the lease was lost")
+        raise RuntimeError("the build failed")
+
+    daemon = Daemon(engine, DaemonConfig(1, 5, holder="me"), ticker=failing, metrics=registry)
+    server.serve(daemon.health)
+    try:
+        assert daemon.sweep() == 2
+        settle(daemon)
+    finally:
+        daemon.stop()
+    failures = {
+        labels: value for (name, labels), value in scrape(server).items() if name == "repart_failures_total"
+    }
+    assert failures == {
+        (("kind", "conflict"), ("stage", "tick")): 1,
+        (("kind", "RuntimeError"), ("stage", "tick")): 1,
+    }
 
 
 @pytest.mark.parametrize("port", [-1, 65536, 70000, 1.5, "9100", True])

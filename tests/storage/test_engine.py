@@ -59,7 +59,12 @@ def test_busy_database_is_retried_until_the_lock_is_released(tmp_path: Path) -> 
     # can outlast before the first attempt starts).
     failed = threading.Event()
     event.listen(engine, "handle_error", lambda context: failed.set())
-    release = threading.Thread(target=lambda: (failed.wait(30), holder.commit()))
+
+    def release_after_a_failure() -> None:
+        failed.wait(30)
+        holder.commit()
+
+    release = threading.Thread(target=release_after_a_failure)
     release.start()
     try:
         assert run_in_transaction(engine, work, attempts=20, backoff=0.05, max_backoff=0.1) > 0

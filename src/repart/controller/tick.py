@@ -306,7 +306,7 @@ def decide(observation: Observation, now: datetime) -> Verdict:
 
 def _recommendation(verdict: Verdict) -> Verdict:
     """What ``activated`` would have done, recorded instead as a ``recommended`` event (DESIGN §12.3):
-    the candidate's N, digest, predicted b and m, and its plan's moves; nothing is activated."""
+    the candidate's N, digest, predicted b and m, and its plan's move counts and m; nothing is activated."""
     version, plan, event = verdict.version, verdict.plan, verdict.event
     if version is None or plan is None or event is None:
         raise TypeError("a recommendation is made from an activation verdict with a version and a plan")

@@ -1,7 +1,7 @@
 """Region modes: what the controller's tick may do with a region (DESIGN §12.3).
 
 ``auto``: the tick acts. ``recommend``: it decides as in ``auto`` and records what it would activate
-(a ``recommended`` event with the candidate's predicted b and m and its plan's moves) but activates
+(a ``recommended`` event with the candidate's predicted b and m and its plan's move counts) but activates
 nothing: a dry run. ``hold``: it does nothing at all. An operator's ``rollback`` or ``scale`` holds the
 region with the operator's reason, so that the next tick does not undo it; ``resume`` returns to the
 mode the region had before it was held. Every change of mode is a ``mode-changed`` event.
