@@ -230,6 +230,32 @@ def test_sinks_refuse_bad_places_and_region_names(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"tuples": -5}, "tuples"),
+        ({"slots": ((99_999, 100),)}, "slots"),
+        ({"epsilon": 7.0}, "epsilon"),
+    ],
+)
+def test_sinks_refuse_a_snapshot_no_document_could_hold(
+    engine: Engine, tmp_path: Path, changes: dict[str, Any], field: str
+) -> None:
+    """A snapshot built in code is checked as its document would be, before anything is written: the
+    spool gets no file and the controller stores nothing."""
+    add_region(engine, "trades", "str")
+    before = row_counts(engine)
+    bad = small_snapshot(region="trades", **changes)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    for sink in (SpoolSink(spool), to_controller(engine)):
+        with pytest.raises(InvalidInput) as raised:
+            sink.write(bad)
+        assert raised.value.field.startswith(field)
+    assert list(spool.iterdir()) == []
+    assert row_counts(engine) == before
+
+
 NAIVE = datetime(2026, 1, 1)
 
 

@@ -80,7 +80,9 @@ class ChannelMeasurement:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A validated snapshot (DESIGN §3).
+    """A snapshot (DESIGN §3). One read by ``from_document`` is validated; one built in code (as
+    ``observe`` builds it) is validated by ``checked`` before it leaves the job: the constructor only
+    holds the fields.
 
     ``items`` are held as columns (``CounterItems``; any sequence of ``CounterEntry`` given is turned
     into one). ``slots`` is sparse ``(slot, count)`` pairs sorted by slot and ``channels`` is sorted by
@@ -122,6 +124,12 @@ class Snapshot:
         or a slot outside ``[0, 2**slot_bits)``.
         """
         return _parse(document)
+
+    def checked(self) -> Snapshot:
+        """This snapshot, if its document passes every check of ``from_document`` (InvalidInput naming
+        the field otherwise): what the sinks run before a snapshot built in code is written or
+        submitted, so that the spool and the controller never receive one a document could not hold."""
+        return _parse(self.to_document())
 
     def to_document(self) -> dict[str, Any]:
         """The snapshot as its JSON document (optional fields only when set)."""

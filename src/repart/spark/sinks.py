@@ -1,8 +1,9 @@
 """Where ``observe`` delivers a batch's snapshot: the controller or its spool (DESIGN §3, §8, §12.1).
 
-A sink takes a ``Snapshot`` (``repart.protocol.snapshot``: ``observe`` builds one that its document
-parses back to) and returns a description of where it went. Neither sink builds or parses a document
-itself: the spool writes ``Snapshot.to_document()``, the controller ingests the snapshot.
+A sink takes a ``Snapshot`` (``repart.protocol.snapshot``), checks it as a document would be checked
+(``Snapshot.checked``: a snapshot built in code is not validated by its constructor), and returns a
+description of where it went; nothing is written when the check fails. The spool writes
+``Snapshot.to_document()``, the controller ingests the snapshot.
 
 - ``ControllerSink`` hands it to the controller through the ``ControllerClient`` port
   (``submit_snapshot``), under the job's batch id: a batch's snapshot submitted again after a crash is
@@ -41,11 +42,12 @@ class ControllerSink:
     def write(self, snapshot: Snapshot) -> str:
         """Submit ``snapshot``; returns where the controller stored it.
 
-        Raises NotFound, InvalidInput or Conflict when the region rejects it: unknown region, other key
-        type or slot bits, a window already ingested under another batch or overlapping one. Nothing
-        is stored then.
+        Raises InvalidInput naming the field for a snapshot no document could hold (``checked``), and
+        NotFound, InvalidInput or Conflict when the region rejects it: unknown region, other key type or
+        slot bits, a window already ingested under another batch or overlapping one. Nothing is stored
+        then.
         """
-        return self.client.submit_snapshot(snapshot)
+        return self.client.submit_snapshot(snapshot.checked())
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,8 @@ class SpoolSink:
     def write(self, snapshot: Snapshot) -> str:
         """Write ``snapshot``'s document atomically; returns its path.
 
-        Raises InvalidInput for a region name that is not one (it becomes part of the file name, so it
-        must be a region name: no path separators); nothing is written then.
+        Raises InvalidInput naming the field for a snapshot no document could hold (``checked``), such
+        as a region name that is not one (it becomes part of the file name: no path separators);
+        nothing is written then.
         """
-        return str(write_snapshot(self.directory, snapshot))
+        return str(write_snapshot(self.directory, snapshot.checked()))
