@@ -32,8 +32,8 @@ from repart.partitioning.split.function import SplitEntry, SplitFunction
 from repart.protocol.merge import MergeSpec
 from repart.state.consolidate import Pools
 from repart.state.merge import merge_function
-from repart.state.store import ApplyResult, StateStore, write_channel_files
-from tests.factories import REGION
+from repart.state.store import ApplyResult, StateStore
+from tests.factories import REGION, partial_store
 
 BITS = 10
 SPEC = MergeSpec.parse("volume=sum,trades=sum,notional=sum,low=min,high=max,venue=max")
@@ -85,7 +85,9 @@ def trades(key_type: KeyType, count: int, seed: int) -> pa.Table:
             "notional": pa.array(np.where(priced, price * volume, 0.0)),
             "low": pa.array(price, mask=~priced),
             "high": pa.array(price, mask=~priced),
-            "venue": pa.array([f"v{v}" if v else None for v in rng.integers(0, 4, count).tolist()]),
+            "venue": pa.array(
+                [f"v{v}" if v else None for v in rng.integers(0, 4, count).tolist()], pa.string()
+            ),
             "row_hash": pa.array(rng.integers(-(2**63), 2**63 - 1, count, dtype=np.int64)),
         }
     )
@@ -102,42 +104,6 @@ def aggregate(rows: pa.Table, key_type: KeyType) -> pa.Table:
             for field in schema(key_type)
         }
     ).cast(schema(key_type))
-
-
-def split_store(root: Path, a: Function, rows: pa.Table, key_type: KeyType, groups: int) -> StateStore:
-    """A store laid out by ``a``: each channel holds one partial row per key routed to it."""
-    store = StateStore.create(
-        root,
-        region=REGION,
-        version=1,
-        function_digest=a.digest,
-        n_channels=a.n_channels,
-        slot_bits=BITS,
-        key_type=key_type,
-        key_col="key",
-        schema=schema(key_type),
-        slot_groups=groups,
-    )
-    hashes = rows.column("row_hash").to_pylist()
-    channels = np.array(
-        [
-            a.lookup(key, row_hash) if isinstance(a, SplitFunction) else a.lookup(key)
-            for key, row_hash in zip(rows.column("key").to_pylist(), hashes, strict=True)
-        ]
-    )
-    replaced = {
-        channel: write_channel_files(
-            root,
-            channel,
-            aggregate(rows.filter(pa.array(channels == channel)), key_type),
-            key_col="key",
-            key_type=key_type,
-            slot_bits=BITS,
-            slot_groups=groups,
-        )
-        for channel in np.unique(channels).tolist()
-    }
-    return store.commit(replaced, version=1, function_digest=a.digest, n_channels=a.n_channels)
 
 
 def candidates_of(function: Function, key: Key) -> tuple[int, ...]:
@@ -301,7 +267,7 @@ def test_apply_consolidates_random_partial_states(
 ) -> None:
     key_type, a, b = migration
     rows = trades(key_type, count, seed)
-    store = split_store(tmp_path_factory.mktemp("s"), a, rows, key_type, groups)
+    store = partial_store(tmp_path_factory.mktemp("s"), a, rows, SPEC, groups)
     plan = plan_migration(a, b)
     merge = merge_function(SPEC) if as_function else SPEC
     result = check_applied(
@@ -339,7 +305,7 @@ def test_consolidations_apply_to_filtered_files(
     key_type, a, b = migration
     c = data.draw(split_functions(key_type, like=b))
     rows = trades(key_type, count, seed)
-    store = split_store(tmp_path_factory.mktemp("s"), a, rows, key_type, groups)
+    store = partial_store(tmp_path_factory.mktemp("s"), a, rows, SPEC, groups)
     for plan_id, (source, target) in enumerate(((a, b), (b, c)), start=1):
         plan = plan_migration(source, target)
 
@@ -385,7 +351,7 @@ def leaving_head(
     a = hot_split()
     b = PartitionFunction(4, key_type="str", slot_bits=BITS, explicit={"sym-0": 3})
     rows = trades("str", count, seed=7)
-    return split_store(tmp_path / "s", a, rows, "str", 4), a, b, rows
+    return partial_store(tmp_path / "s", a, rows, SPEC, 4), a, b, rows
 
 
 def test_a_key_leaving_the_head_is_merged_into_its_home(tmp_path: Path) -> None:
@@ -414,7 +380,7 @@ def test_a_split_key_on_its_candidates_stays_when_its_slot_moves(tmp_path: Path)
     a = SplitFunction(base, {key: SplitEntry((0, 1), (0.5, 0.5))})
     b = SplitFunction(moved, {key: SplitEntry((1, 0), (0.5, 0.5))})
     rows = trades("str", 2_000, seed=3)
-    store = split_store(tmp_path / "s", a, rows, "str", 4)
+    store = partial_store(tmp_path / "s", a, rows, SPEC, 4)
     assert sorted(channel for k, channel in partials(store) if k == key) == [0, 1]
     plan = plan_migration(a, b)
     assert plan.consolidations == () and any(first <= slot <= last for first, last, _, _ in plan.slot_moves)
@@ -441,7 +407,7 @@ def test_a_single_partial_moves_without_a_merge(tmp_path: Path) -> None:
     hot = pc.equal(rows["key"], "sym-0").to_numpy(zero_copy_only=False)
     to_two = np.array([a.lookup("sym-0", int(h)) == 2 for h in hashes.tolist()])
     rows = rows.filter(pa.array(~hot | to_two))
-    store = split_store(tmp_path / "s", a, rows, "str", 4)
+    store = partial_store(tmp_path / "s", a, rows, SPEC, 4)
     assert [channel for key, channel in partials(store) if key == "sym-0"] == [2]
     plan = plan_migration(a, b)
     check_applied(
@@ -535,11 +501,11 @@ def test_a_partial_moved_instead_of_merged_fails_verification(
     slot = next(s for s in range(start, start + group_size) if a.home.table[s] == 1)
     b = hot_split(candidates=(0, 1), slot_overrides={slot: 3})  # loses 2: merged into 0; 1 stays
     rows = trades("str", 3_000, seed=5)
-    store = split_store(tmp_path / "s", a, rows, "str", 4)
+    store = partial_store(tmp_path / "s", a, rows, SPEC, 4)
     plan = plan_migration(a, b)
     assert [(row.source, row.target) for row in plan.consolidations] == [(2, 0)]
     assert 1 in plan.channels_losing_keys
-    sound = split_store(tmp_path / "t", a, rows, "str", 4)
+    sound = partial_store(tmp_path / "t", a, rows, SPEC, 4)
     check_applied(  # without the fault: the partial on 1 stays although its file is rewritten
         sound,
         a,
