@@ -20,9 +20,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
+import repart.state.files as files_module
 from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning import LossyCounter, PartitionFunction, build, initial_function
 from repart.partitioning.domain import MAX_CHANNELS, Key, KeyType
@@ -457,3 +459,14 @@ def partial_store(
             slot_groups=slot_groups,
         )
     return store.commit(replaced, version=1, function_digest=function.digest, n_channels=function.n_channels)
+
+
+def churned_store(root: Path, rows: int, monkeypatch: pytest.MonkeyPatch) -> StateStore:
+    """A store of ``rows`` state rows taken 4 -> 5 -> 4 channels, in row groups of 64 rows: every file
+    filtered, a second file in most slot groups (so compaction is due)."""
+    monkeypatch.setattr(files_module, "ROW_GROUP_ROWS", 64)
+    four, five = initial_function(4, "str", SMALL_SLOT_BITS), initial_function(5, "str", SMALL_SLOT_BITS)
+    store = new_store(root, four, state_table(rows, "str"), slot_groups=4)
+    store.apply(plan_migration(four, five), plan_id=1, region=REGION, from_version=1, to_version=2)
+    store.apply(plan_migration(five, four), plan_id=2, region=REGION, from_version=2, to_version=3)
+    return store

@@ -11,14 +11,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import repart.state.files as files_module
 from repart.cli.app import app
 from repart.cli.state import compact
-from repart.migration import plan_migration
 from repart.partitioning import initial_function
 from repart.state.compact import DEFAULT_MAX_FILES_PER_GROUP, DEFAULT_MAX_FILTERED_SHARE
 from repart.state.store import StateStore
-from tests.factories import REGION, SMALL_SLOT_BITS, check_oracle, new_store, state_table
+from tests.factories import SMALL_SLOT_BITS, check_oracle, churned_store, new_store, state_table
 
 
 def run(root: Path, *options: str) -> tuple[int, str, str]:
@@ -26,19 +24,10 @@ def run(root: Path, *options: str) -> tuple[int, str, str]:
     return outcome.exit_code, outcome.stdout, outcome.stderr
 
 
-def churned(root: Path, monkeypatch: pytest.MonkeyPatch) -> StateStore:
-    monkeypatch.setattr(files_module, "ROW_GROUP_ROWS", 64)
-    four, five = initial_function(4, "str", SMALL_SLOT_BITS), initial_function(5, "str", SMALL_SLOT_BITS)
-    store = new_store(root, four, state_table(3000, "str"), slot_groups=4)
-    store.apply(plan_migration(four, five), plan_id=1, region=REGION, from_version=1, to_version=2)
-    store.apply(plan_migration(five, four), plan_id=2, region=REGION, from_version=2, to_version=3)
-    return store
-
-
 def test_compact_rewrites_due_channels_then_finds_none_due(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = churned(tmp_path / "s", monkeypatch)
+    store = churned_store(tmp_path / "s", 3000, monkeypatch)
     files = sum(len(store.files(channel)) for channel in range(4))
     code, out, _ = run(store.root, "--json")
     report = json.loads(out)
@@ -66,7 +55,7 @@ def test_compact_names_a_bad_threshold_or_a_missing_store(tmp_path: Path) -> Non
 def test_compact_exits_3_while_another_process_writes_and_4_on_damage(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = churned(tmp_path / "s", monkeypatch)
+    store = churned_store(tmp_path / "s", 3000, monkeypatch)
     with open(store.root / ".lock", "a") as lock:  # another open file description: flock conflicts
         fcntl.flock(lock, fcntl.LOCK_EX)
         code, _, err = run(store.root)

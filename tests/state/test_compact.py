@@ -13,14 +13,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import repart.state.files as files_module
 from repart.errors import Conflict, Corrupt, InvalidInput
-from repart.migration import plan_migration
 from repart.partitioning import initial_function
 from repart.state.compact import DEFAULT_MAX_FILES_PER_GROUP, DEFAULT_MAX_FILTERED_SHARE, CompactionPolicy
 from repart.state.filters import SlotFilter
 from repart.state.store import FileEntry, StateStore, write_channel_files
-from tests.factories import REGION, SMALL_SLOT_BITS, all_files, check_oracle, new_store, state_table
+from tests.factories import (
+    SMALL_SLOT_BITS,
+    all_files,
+    check_oracle,
+    churned_store,
+    new_store,
+    state_table,
+)
 
 ROWS = 6000
 
@@ -29,20 +34,10 @@ def listing(root: Path) -> dict[str, float]:
     return {str(p.relative_to(root)): p.stat().st_mtime for p in root.rglob("*") if p.name != ".lock"}
 
 
-def churned_store(root: Path, monkeypatch: pytest.MonkeyPatch) -> StateStore:
-    """A store taken 4 -> 5 -> 4 channels: every file filtered, a second file in most slot groups."""
-    monkeypatch.setattr(files_module, "ROW_GROUP_ROWS", 64)
-    four, five = initial_function(4, "str", SMALL_SLOT_BITS), initial_function(5, "str", SMALL_SLOT_BITS)
-    store = new_store(root, four, state_table(ROWS, "str"), slot_groups=4)
-    store.apply(plan_migration(four, five), plan_id=1, region=REGION, from_version=1, to_version=2)
-    store.apply(plan_migration(five, four), plan_id=2, region=REGION, from_version=2, to_version=3)
-    return store
-
-
 def test_compaction_leaves_one_unfiltered_file_per_slot_group_with_the_same_content(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = churned_store(tmp_path / "s", monkeypatch)
+    store = churned_store(tmp_path / "s", ROWS, monkeypatch)
     table, four = state_table(ROWS, "str"), initial_function(4, "str", SMALL_SLOT_BITS)
     before = all_files(store)
     checksum, generation = store.checksum(), store.generation
@@ -135,7 +130,7 @@ with open(sys.argv[1], "a") as lock:
 def test_compaction_is_refused_while_another_process_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = churned_store(tmp_path / "s", monkeypatch)
+    store = churned_store(tmp_path / "s", ROWS, monkeypatch)
     files = listing(store.root)
     writer = subprocess.Popen(
         [sys.executable, "-c", HOLD_LOCK, str(store.root / ".lock")],
@@ -159,7 +154,7 @@ def test_compaction_is_refused_while_another_process_writes(
 def test_a_damaged_file_stops_compaction_with_nothing_committed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = churned_store(tmp_path / "s", monkeypatch)
+    store = churned_store(tmp_path / "s", ROWS, monkeypatch)
     victim = next(entry for entry in all_files(store) if entry.filter is not None)
     path = store.root / victim.path
     path.write_bytes(path.read_bytes()[:-40])
@@ -175,7 +170,7 @@ def test_a_commit_goes_ahead_over_a_compaction_but_not_over_a_change(
 ) -> None:
     """A job's handle read generation G; a compaction (same state) moved the store on: its commit
     replaces whole channels, so it goes ahead. After a commit that changed a channel it is refused."""
-    store = churned_store(tmp_path / "s", monkeypatch)
+    store = churned_store(tmp_path / "s", ROWS, monkeypatch)
     four = initial_function(4, "str", SMALL_SLOT_BITS)
     job = StateStore.open(store.root)
     new_state = job.read_channel(2).slice(0, 10)
