@@ -4,6 +4,7 @@ against exact counts of its batch."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -63,6 +64,22 @@ def spark_jobs(spark: SparkSession, group: str) -> Iterator[list[list[int]]]:
         stages.append(list(info.stageIds))
 
 
+def stage_data(spark: SparkSession, stage: int) -> Any:
+    """The status store's record of a stage (``org.apache.spark.status.api.v1.StageData``: tasks,
+    status, shuffle records written), read through the JVM gateway: PySpark's status tracker does not
+    report shuffle metrics."""
+    store = spark.sparkContext._jsc.sc().statusStore()
+    tasks, quantiles = getattr(store, "stageData$default$3")(), getattr(store, "stageData$default$5")()
+    return store.stageData(stage, False, tasks, False, quantiles).apply(0)
+
+
+def shuffling_stages(spark: SparkSession, jobs: list[list[int]]) -> list[Any]:
+    """The completed stages of ``jobs`` that wrote shuffle records (the stages reading the batch), in
+    the order they ran."""
+    ran = [stage_data(spark, stage) for stage in sorted({stage for stages in jobs for stage in stages})]
+    return [s for s in ran if str(s.status()) == "COMPLETE" and s.shuffleWriteRecords() > 0]
+
+
 def frame(spark: SparkSession, keys: list[Any], spark_type: str, pieces: int = PIECES) -> DataFrame:
     """A one-column DataFrame ``k`` holding ``keys`` in order, in ``2 * pieces`` partitions."""
     arrow_type = pa.string() if spark_type == "string" else pa.int64()
@@ -80,27 +97,23 @@ def frame(spark: SparkSession, keys: list[Any], spark_type: str, pieces: int = P
 
 
 def check_counts(observation: Observation, keys: list[Any], epsilon: float) -> None:
-    """Every property of the observed snapshot against exact counts of ``keys``, and that its
-    document parses back to it."""
+    """Every property of the observed snapshot against exact counts of ``keys``: the items are exactly
+    the keys counted more than ``floor(n / ceil(1/epsilon))`` times, at their exact counts with delta
+    0, largest first; the slots are the exact histogram; the document parses back to the snapshot."""
     snapshot = observation.snapshot
     present = [key for key in keys if key is not None]
     truth = Counter(present)
     n = len(present)
     assert snapshot.tuples == n
     assert observation.null_keys == len(keys) - n
-    bound = epsilon * n
-    seen = set()
-    for item in snapshot.items:
-        assert item.key in truth, f"{item.key!r} is not a key of the batch (a hash instead of the key?)"
-        assert truth[item.key] - bound <= item.count <= truth[item.key] <= item.count + item.delta
-        assert item.delta <= bound
-        seen.add(item.key)
-    assert {key for key, true in truth.items() if true >= 2 * bound} <= seen
-    assert {key for key, true in truth.items() if true > bound} <= seen  # the snapshot's guarantee
-    offsets = {item.delta for item in snapshot.items}
-    assert len(offsets) <= 1  # one sketch offset for every item
-    offset = offsets.pop() if offsets else 0
-    assert {key for key, true in truth.items() if true > offset} <= seen  # the sketch's own guarantee
+    bound = n // math.ceil(1 / epsilon)
+    expected_items = {key: count for key, count in truth.items() if count > bound}
+    assert {item.key: (item.count, item.delta) for item in snapshot.items} == {
+        key: (count, 0) for key, count in expected_items.items()
+    }
+    assert {key for key, true in truth.items() if true > epsilon * n} <= expected_items.keys()
+    counts = [item.count for item in snapshot.items]
+    assert counts == sorted(counts, reverse=True)
 
     slot_bits = snapshot.slot_bits
     expected = np.bincount(slots_of_hashes(hash_keys(present), slot_bits), minlength=1 << slot_bits)

@@ -1,7 +1,7 @@
-"""observe() in the JVM: the frequent-items sketch's guarantee against exact counts (every key above
-δ·n kept, its true count within [count, count + delta]), the sketch size ε needs (and the error when a
-size is too small), keys that stress the sketch's serialization, empty and nondeterministic batches,
-and the HyperLogLog estimate over the slots (DESIGN §3, §9)."""
+"""observe() in the JVM: the two passes against exact counts (the items are exactly the keys above
+floor(n / ceil(1/ε)) at their true counts, every key above δ·n among them), the hot-slot mask against
+set membership, a batch without a hot slot read once, keys that stress the round trip, empty and
+nondeterministic batches, and the HyperLogLog estimate over the slots (DESIGN §3, §9)."""
 
 from __future__ import annotations
 
@@ -13,32 +13,25 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from repart.errors import InvalidInput
+from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.partitioning.resources import Resources, frequency_threshold
+from repart.spark.batch_counts import _in_mask
 from repart.spark.cardinality import estimate_distinct, register_value
-from repart.spark.frequent_items import (
-    EPSILON_FACTOR,
-    MAX_SKETCH_SIZE,
-    accumulate,
-    check_sketch_size,
-    default_sketch_size,
-    map_size,
-    minimum_sketch_size,
-    read_sketch,
-)
 from repart.spark.observe import observe
 from repart.spark.sinks import SpoolSink
-from tests.spark.observing import WINDOW, MemorySink, check_counts, frame, spark_jobs
+from tests.spark.observing import WINDOW, MemorySink, check_counts, frame, shuffling_stages, spark_jobs
 
 ROWS = 200_000
 
 
 def skewed_keys(key_type: str, seed: int) -> list[Any]:
-    """ROWS Zipf(1.1) keys over about 60,000 distinct ranks with 1 % nulls: far more keys than the
-    sketch's counters, so the sketch purges and its offset is positive."""
+    """ROWS Zipf(1.1) keys over about 60,000 distinct ranks with 1 % nulls."""
     rng = np.random.default_rng(seed)
     ranks = rng.zipf(1.1, ROWS) % 100_000
     nulls = rng.random(ROWS) < 0.01
@@ -50,81 +43,55 @@ def skewed_keys(key_type: str, seed: int) -> list[Any]:
 
 
 @pytest.mark.parametrize(("key_type", "spark_type"), [("str", "string"), ("int", "bigint")])
-def test_every_key_above_delta_n_is_kept_with_its_true_count_within_its_bounds(
+def test_every_key_above_the_bound_is_listed_with_its_exact_count(
     spark: SparkSession, key_type: str, spark_type: str
 ) -> None:
     keys = skewed_keys(key_type, seed=5)
     truth = Counter(key for key in keys if key is not None)
     n = sum(truth.values())
     epsilon = 1e-3
+    bound = n // 1000
     # δ of a 4-channel region with Gedik's defaults: the keys the controller must see.
     delta = frequency_threshold(Resources.parse("LCL"), 1.2, 0.1, 4)
-    observation = observe(frame(spark, keys, spark_type), "k", "r", WINDOW, MemorySink(), epsilon=epsilon)
-    items = {item.key: (item.count, item.delta) for item in observation.snapshot.items}
-
-    offsets = {error for _, error in items.values()}
-    assert len(offsets) == 1 and 0 < offsets.pop() <= n // 1000  # the sketch purged, within ε·n
+    observation = observe(
+        frame(spark, keys, spark_type), "k", "r", WINDOW, MemorySink(), epsilon=epsilon, slot_bits=12
+    )
+    items = {item.key: item.count for item in observation.snapshot.items}
     heavy = {key: true for key, true in truth.items() if true > delta * n}
-    assert len(heavy) >= 10
-    for key, true in heavy.items():
-        assert key in items, f"{key!r} occurs {true} > δ·n = {delta * n:.0f} times but was dropped"
-        count, error = items[key]
-        assert count <= true <= count + error
-        assert count >= (delta - epsilon) * n  # so the controller's select_tracked keeps it
+    assert len(heavy) >= 10 and all(items[key] == true for key, true in heavy.items())
+    # The key pass counted cold keys too (those sharing a hot slot), and they are left out.
+    slot_of = dict(zip(truth, slots_of_hashes(hash_keys(list(truth)), 12).tolist(), strict=True))
+    slot_counts = Counter({slot: 0 for slot in slot_of.values()})
+    for key, count in truth.items():
+        slot_counts[slot_of[key]] += count
+    in_hot = {key for key in truth if slot_counts[slot_of[key]] > bound}
+    assert len(in_hot) > len(items) > 0
     check_counts(observation, keys, epsilon)
 
 
-def test_a_larger_sketch_is_exact_when_it_holds_every_key(spark: SparkSession) -> None:
-    keys = skewed_keys("str", seed=6)
-    truth = Counter(key for key in keys if key is not None)
-    size = math.ceil(len(truth) / 0.75) + 1  # 0.75 * M counters hold every key: no purge
-    observation = observe(
-        frame(spark, keys, "string"), "k", "r", WINDOW, MemorySink(), epsilon=1e-3, sketch_size=size
-    )
-    assert {item.key: (item.count, item.delta) for item in observation.snapshot.items} == {
-        key: (count, 0) for key, count in truth.items()
-    }
+def test_a_batch_without_a_hot_slot_is_read_once(spark: SparkSession) -> None:
+    keys = [f"u{i}" for i in range(20_000)]  # every key once: no slot of 2^16 reaches 20 rows
+    with spark_jobs(spark, "no-hot-slot") as jobs:
+        observation = observe(frame(spark, keys, "string"), "k", "r", WINDOW, MemorySink(), epsilon=1e-3)
+    assert len(shuffling_stages(spark, jobs)) == 1
+    assert list(observation.snapshot.items) == []
+    check_counts(observation, keys, 1e-3)
 
 
-def test_a_sketch_too_small_for_epsilon_names_both_and_runs_nothing(
-    spark: SparkSession, tmp_path: Path
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    slot_bits=st.sampled_from([10, 16]),
+    members=st.sets(st.integers(0, 2**16 - 1), max_size=300),
+    edges=st.sets(st.sampled_from([0, 1, 62, 63, 64, 65, 127, 128, 1023, 65_535]), max_size=10),
+)
+def test_the_hot_slot_mask_holds_exactly_its_members(
+    spark: SparkSession, slot_bits: int, members: set[int], edges: set[int]
 ) -> None:
-    df = spark.createDataFrame([("a",)], "k string")
-    with spark_jobs(spark, "small-sketch") as jobs, pytest.raises(InvalidInput) as raised:
-        observe(df, "k", "r", WINDOW, SpoolSink(tmp_path), epsilon=1e-3, sketch_size=1536)
-    assert raised.value.field == "sketch_size"
-    assert "at least 1,537 for epsilon=0.001" in str(raised.value)
-    assert "got 1,536" in str(raised.value)
-    assert jobs == [] and list(tmp_path.iterdir()) == []
-    assert check_sketch_size(1537, 1e-3) == 1537
-
-
-def spark_map_size(sketch_size: int) -> int:
-    """Spark's ApproxTopK.calMaxMapSize in its floating-point form, raised to DataSketches' smallest
-    map of 8: the independent oracle."""
-    return max(8, int(math.pow(2, math.ceil(math.log(math.ceil(sketch_size / 0.75)) / math.log(2)))))
-
-
-def test_sketch_sizes_follow_the_documented_bound() -> None:
-    for size in [*range(1, 5000), 49_151, 49_152, 49_153, 393_216, MAX_SKETCH_SIZE]:
-        assert map_size(size) == spark_map_size(size), size
-    for epsilon in [0.9, 0.5, 0.3, 0.2, 0.05, 0.01, 1e-3, 3e-4, 1e-4, 1e-5, 1.7e-6]:
-        width = math.ceil(1 / epsilon)
-        smallest, default = minimum_sketch_size(epsilon), default_sketch_size(epsilon)
-        assert EPSILON_FACTOR / map_size(smallest) <= 1 / width  # error <= n / ceil(1/ε)
-        assert smallest == 1 or EPSILON_FACTOR / map_size(smallest - 1) > 1 / width  # none smaller
-        assert smallest <= default <= MAX_SKETCH_SIZE and map_size(default) == map_size(smallest)
-    with pytest.raises(InvalidInput) as raised:
-        minimum_sketch_size(1.6e-6)
-    assert raised.value.field == "epsilon"
-
-
-def test_spark_builds_the_map_size_observe_relies_on(spark: SparkSession) -> None:
-    df = spark.range(10_000).select((F.col("id") % 700).alias("k"))
-    for size in (1, 3, 384, 1537, 3072):
-        row = df.agg(accumulate("k", size).getField("sketch").alias("s")).collect()[0]
-        sketch = read_sketch(bytes(row["s"]), "int")
-        assert sketch.map_size == map_size(size) and sketch.n == 10_000
+    size = 1 << slot_bits
+    chosen = sorted({slot % size for slot in members | edges})
+    df = spark.range(size).withColumnRenamed("id", "slot")
+    inside = df.where(_in_mask(F.col("slot"), np.array(chosen, dtype=np.int64), slot_bits))
+    assert sorted(row["slot"] for row in inside.collect()) == chosen
 
 
 EDGE_STRINGS = ["", "é", "𝄞 clef", "a\x00b", "x" * 1000, "日本語", " ", "A", "a"]
@@ -134,7 +101,7 @@ EDGE_INTS = [-(2**63), 2**63 - 1, 0, -1, 1, 2**32, -(2**31)]
 @pytest.mark.parametrize(
     ("values", "spark_type"), [(EDGE_STRINGS, "string"), (EDGE_INTS, "bigint"), (EDGE_INTS, "int")]
 )
-def test_keys_cross_the_sketch_unchanged(spark: SparkSession, values: list[Any], spark_type: str) -> None:
+def test_keys_cross_the_passes_unchanged(spark: SparkSession, values: list[Any], spark_type: str) -> None:
     if spark_type == "int":  # an int column: repart's int keys, hashed as bigints
         values = [value for value in values if -(2**31) <= value < 2**31]
     keys = [value for i, value in enumerate(values) for _ in range(i + 1)] + [None]
@@ -154,10 +121,10 @@ def test_empty_and_all_null_batches(spark: SparkSession) -> None:
 
 
 def test_a_batch_whose_two_reads_differ_is_refused(spark: SparkSession, tmp_path: Path) -> None:
-    # Spark's rand() repeats itself on every read (its seed is fixed in the plan); a Python coin
-    # flip does not.
-    coin = F.udf(lambda i: str(i) if random.random() < 0.5 else None, "string").asNondeterministic()
-    df = spark.range(20_000, numPartitions=2).select(coin("id").alias("k"))
+    # Spark's rand() repeats itself on every read (its seed is fixed in the plan); a Python draw does
+    # not. Three keys over 20,000 rows: their slots are hot, so the key pass reads the batch again.
+    draw = F.udf(lambda i: random.choice(["a", "b", "c", None]), "string").asNondeterministic()
+    df = spark.range(20_000, numPartitions=2).select(draw("id").alias("k"))
     with pytest.raises(InvalidInput) as raised:
         observe(df, "k", "r", WINDOW, SpoolSink(tmp_path))
     assert raised.value.field == "df" and "cache or checkpoint" in str(raised.value)
