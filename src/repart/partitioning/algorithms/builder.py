@@ -225,7 +225,7 @@ def _build_placement(
         slot_bits=previous.slot_bits,
         consistent=previous.consistent,
         explicit=dict(zip(problem.keys, channels.tolist(), strict=True)),
-        slot_overrides={int(s): int(table[s]) for s in np.flatnonzero(table != base)},
+        slot_overrides=_overrides(table, base),
     )
     rho = float(balance_penalty(loads.max(axis=1), loads.min(axis=1), loads.sum(axis=1), problem.thetas, n))
     gamma = migration / problem.ideal_migration if problem.ideal_migration > 0 else 0.0
@@ -291,6 +291,50 @@ def _tail_aware(
         ideal_migration=problem.ideal_migration,
     )
     return _TailAware(problem, slots)
+
+
+def keep_previous_overrides(previous: PartitionFunction, function: PartitionFunction) -> PartitionFunction:
+    """``function`` (on its consistent base) with the previous overrides whose channel still exists:
+    the slot table a tail-aware build starts from."""
+    base = function.base_table
+    table = _keep_previous_overrides(previous, base, function.n_channels)
+    return dataclasses.replace(function, slot_overrides=_overrides(table, base))
+
+
+def rebalance_tail(
+    previous: PartitionFunction,
+    function: PartitionFunction,
+    estimate: FrequencyEstimate,
+    params: BuildParams,
+    fixed_loads: FloatArray,
+) -> PartitionFunction:
+    """``function`` with the tail-aware slot-override pass run on its table, its explicit map kept.
+
+    For a home whose explicit keys are already placed (split mode, ``split.build``): ``fixed_loads``
+    (count space, rows s, c, n) is the split keys' load as their weights spread it, so the pass moves
+    slots only for the imbalance those weights leave. Migration is counted from p^(t) = ``previous``
+    as in a tail-aware build.
+    """
+    n = function.n_channels
+    fixed = _checked_fixed_loads(fixed_loads, n)
+    if fixed is None:
+        raise InvalidInput("fixed_loads", f"must be a (3, {n}) array of finite loads >= 0, got None")
+    start = function.table
+    problem = prepare(previous, estimate, n, params, table=start)
+    rebalance = _tail_aware(problem, previous, estimate, params, start)
+    channels = function.lookup_many(problem.keys) if problem.keys else np.empty(0, dtype=np.int64)
+    slots = dataclasses.replace(
+        rebalance.slots,
+        explicit_loads=problem.placed_loads(channels) + fixed[list(params.resources.active)],
+    )
+    migration = rebalance.problem.initial_migration + _explicit_migration(problem, channels)
+    table, _, _ = rebalance_slots(slots, start, migration)
+    return dataclasses.replace(function, slot_overrides=_overrides(table, function.base_table))
+
+
+def _overrides(table: npt.NDArray[np.int32], base: npt.NDArray[np.int32]) -> dict[int, int]:
+    """The slot overrides that turn the consistent ``base`` into ``table``."""
+    return {int(s): int(table[s]) for s in np.flatnonzero(table != base)}
 
 
 def _keep_previous_overrides(

@@ -15,6 +15,12 @@
    candidates on top of the load of every key the build does not place (the untracked mass and the
    window's keys below δ, by the new consistent table). Gedik so places the unsplit keys around the
    split keys' partial loads; the split keys are then pinned to their homes in its explicit map.
+   With ``tail_aware`` the placement is the same, and the slot overrides act only on what the split
+   keys cannot absorb: from the previous overrides, the weights are water-filled over the per-slot
+   loads, and the override pass balances the channels around the split keys so spread
+   (``builder.rebalance_tail``). The weights already absorb the tail's unevenness on every channel a
+   split key covers; slot moves made against loads that ignore this fit the per-slot sampling noise
+   (the pass picks slots by their counts, and picked counts are biased) and pay migration for it.
 5. **Weights**: RR's are uniform (load-oblivious, as in its paper); every other scheme's balance the
    predicted channel loads by water-filling (``weights.water_fill``) over the loads of every unsplit
    key under the home function, tracked keys at their home and the untracked mass by slot as the
@@ -38,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 from repart.errors import InvalidInput
-from repart.partitioning.algorithms.builder import build
+from repart.partitioning.algorithms.builder import BuildResult, build, keep_previous_overrides, rebalance_tail
 from repart.partitioning.algorithms.problem import BuildParams, count_weights, select_tracked
 from repart.partitioning.consistent import slot_table
 from repart.partitioning.domain import Key, key_type_of
@@ -95,11 +101,14 @@ def build_split(
         home_before,
         home_estimate(estimate, head),
         n,
-        params,
+        dataclasses.replace(params, tail_aware=False),
         algorithm,
         fixed_loads=home_fixed_loads(home_before, estimate, head, n, key_loads, lists, params),
     )
-    home = _pinned(built.function, dict(zip(keys, homes.tolist(), strict=True)))
+    pins = dict(zip(keys, homes.tolist(), strict=True))
+    if params.tail_aware:
+        built = tail_aware_home(home_before, built, estimate, head, key_loads, lists, pins, params)
+    home = _pinned(built.function, pins)
     base = unsplit_loads(home, estimate, head, exponents)
     if split.scheme == "rr":
         weights = [(1.0 / len(candidates),) * len(candidates) for candidates in lists]
@@ -144,6 +153,29 @@ def split_imbalance(stored: StoredFunction, estimate: FrequencyEstimate, params:
         key_loads, lists, weights, function.n_channels
     )
     return float(imbalance(params.resources, loads, params.alpha).b)
+
+
+def tail_aware_home(
+    previous: PartitionFunction,
+    built: BuildResult,
+    estimate: FrequencyEstimate,
+    head: IntArray,
+    key_loads: FloatArray,
+    lists: list[tuple[int, ...]],
+    pins: dict[Key, int],
+    params: BuildParams,
+) -> BuildResult:
+    """The home ``built`` (placed as without ``tail_aware``) with the tail-aware slot overrides of the
+    imbalance the split keys' weights leave (see the module docstring): starting from the previous
+    overrides, the weights are water-filled over the per-slot loads, and the override pass
+    (``builder.rebalance_tail``) balances around the split keys so spread."""
+    exponents = params.resources.load_exponents
+    start = keep_previous_overrides(previous, built.function)
+    loads = unsplit_loads(_pinned(start, pins), estimate, head, exponents)
+    spread = _spread(key_loads, lists, balancing_weights(loads, key_loads, lists, params), start.n_channels)
+    function = rebalance_tail(previous, start, home_estimate(estimate, head), params, spread)
+    report = dataclasses.replace(built.report, slot_overrides=len(function.slot_overrides))
+    return BuildResult(function, report)
 
 
 def _home_of(previous: PartitionFunction | SplitFunction) -> PartitionFunction:

@@ -1,0 +1,81 @@
+"""Tail-aware split builds: the slot overrides act only on the imbalance the split keys' weights leave
+(``split.build.tail_aware_home``, ``builder.rebalance_tail``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from repart.partitioning.algorithms.builder import initial_function, rebalance_tail
+from repart.partitioning.algorithms.problem import BuildParams
+from repart.partitioning.frequency import FrequencyEstimate
+from repart.partitioning.function import PartitionFunction
+from repart.partitioning.split.build import build_split
+from repart.partitioning.split.function import SplitFunction
+from repart.partitioning.split.params import SplitParams
+from repart.partitioning.tail import loads_by_channel, untracked_slot_mass
+from tests.partitioning.test_overrides import zipf_estimate_with_slots
+
+SLOT_BITS = 10
+FloatArray = npt.NDArray[np.float64]
+
+
+def _tail_estimate(slot_counts: FloatArray) -> FrequencyEstimate:
+    """A window of untracked keys only: one tracked key with count 0 and the given slot counts."""
+    return FrequencyEstimate(
+        keys=(10**9,),
+        counts=np.array([0.0]),
+        total=int(slot_counts.sum()),
+        distinct_estimate=10 * slot_counts.size,
+        slot_counts=slot_counts,
+        slot_bits=SLOT_BITS,
+        key_type="int",
+    )
+
+
+def _tail_loads(estimate: FrequencyEstimate, table: npt.NDArray[np.int32], n: int) -> FloatArray:
+    mass = untracked_slot_mass(estimate, (), np.empty(0), SLOT_BITS)
+    return loads_by_channel(mass[None, :], table, n)[0]
+
+
+def test_rebalance_tail_moves_nothing_when_the_fixed_loads_even_out_the_tail() -> None:
+    previous = initial_function(1, "int", SLOT_BITS)
+    home = PartitionFunction(n_channels=4, key_type="int", slot_bits=SLOT_BITS)
+    estimate = _tail_estimate(np.arange(1 << SLOT_BITS, dtype=np.float64) % 40)
+    tail = _tail_loads(estimate, home.table, 4)
+    # Split keys whose weights fill every channel up to the fullest one: nothing left to balance.
+    fixed = np.tile(tail.max() - tail, (3, 1))
+    result = rebalance_tail(previous, home, estimate, BuildParams(tail_aware=True), fixed)
+    assert dict(result.slot_overrides) == {}
+    assert result == home
+
+
+def test_rebalance_tail_moves_slots_off_the_channel_the_weights_leave_heavy() -> None:
+    previous = initial_function(1, "int", SLOT_BITS)
+    home = PartitionFunction(n_channels=4, key_type="int", slot_bits=SLOT_BITS)
+    estimate = _tail_estimate(np.arange(1 << SLOT_BITS, dtype=np.float64) % 40)
+    tail = _tail_loads(estimate, home.table, 4)
+    fixed = np.tile(tail.max() - tail, (3, 1))
+    fixed[:, 0] += 2_000.0  # 2,000 tuples more on channel 0 than the weights could spread
+    result = rebalance_tail(previous, home, estimate, BuildParams(tail_aware=True), fixed)
+    after = _tail_loads(estimate, result.table, 4) + fixed[0]
+    # Slot masses are at most 39: the pass ends within about one slot of even, mostly moving off 0.
+    assert float(after.max() - after.min()) < 40.0
+    left = [int(home.table[slot]) for slot in result.slot_overrides]
+    assert left.count(0) > len(left) / 2
+    assert dict(result.explicit) == dict(home.explicit)
+
+
+def test_a_tail_aware_split_build_equals_the_plain_one_when_the_weights_absorb_the_tail() -> None:
+    # W-Choices' candidates cover every channel, so the weights balance the predicted loads exactly
+    # and the override pass has nothing to do: the plain build is the oracle.
+    estimate = zipf_estimate_with_slots(20_000, 400_000)
+    previous = initial_function(1, "int")
+    for n in (2, 4, 6):
+        split = SplitParams("wchoices")
+        plain = build_split(previous, estimate, n, split=split, params=BuildParams())
+        tail = build_split(previous, estimate, n, split=split, params=BuildParams(tail_aware=True))
+        assert isinstance(tail.function, SplitFunction)
+        assert tail.report.home.slot_overrides == len(tail.function.home.slot_overrides) == 0
+        assert tail.function.digest == plain.function.digest
+        previous = tail.function.home
