@@ -80,6 +80,19 @@ def shuffling_stages(spark: SparkSession, jobs: list[list[int]]) -> list[Any]:
     return [s for s in ran if str(s.status()) == "COMPLETE" and s.shuffleWriteRecords() > 0]
 
 
+def zipf_keys(key_type: str, seed: int, *, exponent: float, ranks: int, rows: int = 200_000) -> list[Any]:
+    """``rows`` keys of Zipf(``exponent``) ranks folded into ``ranks`` with about 1 % nulls; str keys are
+    'k<rank>', int keys spread over the signed 64-bit range."""
+    rng = np.random.default_rng(seed)
+    drawn = rng.zipf(exponent, rows) % ranks
+    nulls = rng.random(rows) < 0.01
+    if key_type == "str":
+        values: list[Any] = [f"k{rank}" for rank in drawn.tolist()]
+    else:
+        values = [(rank * 0x9E3779B97F4A7C15) % 2**64 - 2**63 for rank in drawn.tolist()]
+    return [None if null else value for value, null in zip(values, nulls.tolist(), strict=True)]
+
+
 def frame(spark: SparkSession, keys: list[Any], spark_type: str, pieces: int = PIECES) -> DataFrame:
     """A one-column DataFrame ``k`` holding ``keys`` in order, in ``2 * pieces`` partitions."""
     arrow_type = pa.string() if spark_type == "string" else pa.int64()

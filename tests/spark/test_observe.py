@@ -36,22 +36,8 @@ from tests.spark.observing import (
     frame,
     shuffling_stages,
     spark_jobs,
+    zipf_keys,
 )
-
-ROWS = 200_000
-
-
-def zipf_keys(key_type: str, seed: int) -> list[Any]:
-    """A Zipf(1.2) stream of ROWS keys with about 1 % nulls; str keys are 'k<rank>', int keys spread
-    over the signed 64-bit range."""
-    rng = np.random.default_rng(seed)
-    ranks = rng.zipf(1.2, ROWS) % 50_000
-    nulls = rng.random(ROWS) < 0.01
-    if key_type == "str":
-        values: list[Any] = [f"k{rank}" for rank in ranks.tolist()]
-    else:
-        values = [(rank * 0x9E3779B97F4A7C15) % 2**64 - 2**63 for rank in ranks.tolist()]
-    return [None if null else value for value, null in zip(values, nulls.tolist(), strict=True)]
 
 
 # 2 partitions of 100,000 rows each, and 6 partitions of about 33,000 rows (more partial counts to merge).
@@ -61,7 +47,7 @@ def zipf_keys(key_type: str, seed: int) -> list[Any]:
 def test_counts_and_slots_match_exact_counts(
     spark: SparkSession, key_type: str, spark_type: str, pieces: int
 ) -> None:
-    keys = zipf_keys(key_type, seed=1)
+    keys = zipf_keys(key_type, seed=1, exponent=1.2, ranks=50_000)
     df = frame(spark, keys, spark_type, pieces)
     assert df.rdd.getNumPartitions() == 2 * pieces
     sink = MemorySink()

@@ -21,32 +21,26 @@ from pyspark.sql import functions as F
 from repart.errors import InvalidInput
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.partitioning.resources import Resources, frequency_threshold
-from repart.spark.batch_counts import _in_mask
+from repart.spark.batch_counts import in_slot_mask
 from repart.spark.cardinality import estimate_distinct, register_value
 from repart.spark.observe import observe
 from repart.spark.sinks import SpoolSink
-from tests.spark.observing import WINDOW, MemorySink, check_counts, frame, shuffling_stages, spark_jobs
-
-ROWS = 200_000
-
-
-def skewed_keys(key_type: str, seed: int) -> list[Any]:
-    """ROWS Zipf(1.1) keys over about 60,000 distinct ranks with 1 % nulls."""
-    rng = np.random.default_rng(seed)
-    ranks = rng.zipf(1.1, ROWS) % 100_000
-    nulls = rng.random(ROWS) < 0.01
-    if key_type == "str":
-        values: list[Any] = [f"key-{rank}" for rank in ranks.tolist()]
-    else:
-        values = [(rank * 0x9E3779B97F4A7C15) % 2**64 - 2**63 for rank in ranks.tolist()]
-    return [None if null else value for value, null in zip(values, nulls.tolist(), strict=True)]
+from tests.spark.observing import (
+    WINDOW,
+    MemorySink,
+    check_counts,
+    frame,
+    shuffling_stages,
+    spark_jobs,
+    zipf_keys,
+)
 
 
 @pytest.mark.parametrize(("key_type", "spark_type"), [("str", "string"), ("int", "bigint")])
 def test_every_key_above_the_bound_is_listed_with_its_exact_count(
     spark: SparkSession, key_type: str, spark_type: str
 ) -> None:
-    keys = skewed_keys(key_type, seed=5)
+    keys = zipf_keys(key_type, seed=5, exponent=1.1, ranks=100_000)
     truth = Counter(key for key in keys if key is not None)
     n = sum(truth.values())
     epsilon = 1e-3
@@ -69,6 +63,33 @@ def test_every_key_above_the_bound_is_listed_with_its_exact_count(
     check_counts(observation, keys, epsilon)
 
 
+def same_slot_keys(count: int, slot_bits: int) -> list[str]:
+    """``count`` distinct str keys that share one slot of ``slot_bits`` bits (found by search)."""
+    candidates = [f"s{i}" for i in range(20_000)]
+    slots = slots_of_hashes(hash_keys(candidates), slot_bits).tolist()
+    by_slot: dict[int, list[str]] = {}
+    for key, slot in zip(candidates, slots, strict=True):
+        by_slot.setdefault(slot, []).append(key)
+        if len(by_slot[slot]) == count:
+            return by_slot[slot]
+    raise AssertionError("no slot holds enough keys")
+
+
+def test_a_key_at_the_bound_is_left_out_and_one_above_it_listed(spark: SparkSession) -> None:
+    # ε = 0.01 and n = 1,000 rows: the bound is floor(1000 / 100) = 10. ``at`` (10 rows) shares its
+    # slot with ``beside`` (5 rows), so the slot (15 rows) is hot and both are counted by key; only
+    # ``above`` (11 rows, in another slot) is listed.
+    at, beside = same_slot_keys(2, 12)
+    above = "above"
+    assert slots_of_hashes(hash_keys([above]), 12)[0] != slots_of_hashes(hash_keys([at]), 12)[0]
+    keys = [at] * 10 + [beside] * 5 + [above] * 11 + [f"once{i}" for i in range(974)]
+    observation = observe(
+        frame(spark, keys, "string"), "k", "r", WINDOW, MemorySink(), epsilon=0.01, slot_bits=12
+    )
+    assert [(item.key, item.count, item.delta) for item in observation.snapshot.items] == [(above, 11, 0)]
+    check_counts(observation, keys, 0.01)
+
+
 def test_a_batch_without_a_hot_slot_is_read_once(spark: SparkSession) -> None:
     keys = [f"u{i}" for i in range(20_000)]  # every key once: no slot of 2^16 reaches 20 rows
     with spark_jobs(spark, "no-hot-slot") as jobs:
@@ -80,9 +101,9 @@ def test_a_batch_without_a_hot_slot_is_read_once(spark: SparkSession) -> None:
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    slot_bits=st.sampled_from([10, 16]),
-    members=st.sets(st.integers(0, 2**16 - 1), max_size=300),
-    edges=st.sets(st.sampled_from([0, 1, 62, 63, 64, 65, 127, 128, 1023, 65_535]), max_size=10),
+    slot_bits=st.sampled_from([10, 16, 20]),
+    members=st.sets(st.integers(0, 2**20 - 1), max_size=300),
+    edges=st.sets(st.sampled_from([0, 1, 62, 63, 64, 65, 127, 128, 1023, 65_535, 2**20 - 1]), max_size=11),
 )
 def test_the_hot_slot_mask_holds_exactly_its_members(
     spark: SparkSession, slot_bits: int, members: set[int], edges: set[int]
@@ -90,7 +111,7 @@ def test_the_hot_slot_mask_holds_exactly_its_members(
     size = 1 << slot_bits
     chosen = sorted({slot % size for slot in members | edges})
     df = spark.range(size).withColumnRenamed("id", "slot")
-    inside = df.where(_in_mask(F.col("slot"), np.array(chosen, dtype=np.int64), slot_bits))
+    inside = df.where(in_slot_mask(F.col("slot"), np.array(chosen, dtype=np.int64), slot_bits))
     assert sorted(row["slot"] for row in inside.collect()) == chosen
 
 

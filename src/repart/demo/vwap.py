@@ -127,13 +127,14 @@ class VwapPipeline:
     seconds as ``tuples / channel_rate`` in the snapshots instead of measuring its task time: the two
     cores of a local session cannot show how busy 20 channels of a cluster would be, and a model keeps
     the demo's channel-count decisions reproducible. ``window_seconds`` is the event-time length of a
-    batch (its snapshot's window). ``epsilon`` is the lossy counter's error: it must stay below the
-    controller's frequency threshold δ (about 6·10⁻⁴ at N = 32 with the defaults) so that every key
-    the builders would track is in the snapshot; 10⁻⁴ leaves a margin of six. ``slot_groups`` is the
-    number of files per channel of a store the pipeline creates (``repart.state.files``). ``merge`` is
-    the region's merge, which a region in split mode declares (``MERGE`` for this state) and which
-    ``apply_next_plan`` uses for a plan's consolidations; None for a key-preserving region, whose
-    applied version must then never be a split function (InvalidInput ``merge``).
+    batch (its snapshot's window). ``epsilon`` is the snapshots' error bound (observe lists every key
+    above ⌊n/⌈1/ε⌉⌋): it must stay below the controller's frequency threshold δ (about 6·10⁻⁴ at
+    N = 32 with the defaults) so that every key the builders would track is in the snapshot; 10⁻⁴
+    leaves a margin of six. ``slot_groups`` is the number of files per channel of a store the pipeline
+    creates (``repart.state.files``). ``merge`` is the region's merge, which a region in split mode
+    declares (``MERGE`` for this state) and which ``apply_next_plan`` uses for a plan's
+    consolidations; None for a key-preserving region, whose applied version must then never be a
+    split function (InvalidInput ``merge``).
     """
 
     def __init__(

@@ -19,18 +19,19 @@ shuffled and collected, never the batch's rows.
 
 The key pass reads the batch a second time. Its per-slot totals must equal the slot pass's count of
 every hot slot: a batch whose two reads differ there (a nondeterministic batch that is not cached) is
-refused rather than described by items and slots that count different rows.
+refused rather than described by items whose counts disagree with their slots'. Rows of the other
+slots are read by the slot pass only, so a difference confined to them goes unseen, and the snapshot
+describes the slot pass's read.
 
 Why not a frequent-items sketch (``approx_top_k_accumulate``, DataSketches) beside the slot pass, as
 issue #12 suggested: the sketch's Misra–Gries updates cost more per row than the key pass's filter
 and small hash aggregation, its items carry an error, and it needs a sketch size tied to ε. Measured in
-docs/DECISIONS.md, "observe: exact counts in two passes".
+docs/DECISIONS.md, "observe in the JVM (issue #12)".
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -108,14 +109,15 @@ def count_slots(projected: DataFrame, slot_bits: int) -> SlotCounts:
 def count_hot_keys(projected: DataFrame, slots: SlotCounts, epsilon: float, slot_bits: int) -> KeyCounts:
     """Run the key pass over ``projected`` for the slots of ``slots`` above ``heavy_bound`` (no Spark
     job when there are none) and check it against them; InvalidInput ``df`` when the two reads of the
-    batch disagree on a hot slot's count."""
+    batch disagree on a hot slot's count (the slots the items come from; rows of other slots are read
+    by the slot pass only)."""
     bound = heavy_bound(slots.n, epsilon)
     hot = slots.tuples > bound
     if not hot.any():
         return KeyCounts(keys=[], counts=np.zeros(0, dtype=np.int64), bound=bound)
     slot = F.shiftrightunsigned("hash", 64 - slot_bits)
     table = (
-        projected.where(F.col("key").isNotNull() & _in_mask(slot, slots.slots[hot], slot_bits))
+        projected.where(F.col("key").isNotNull() & in_slot_mask(slot, slots.slots[hot], slot_bits))
         .groupBy(slot.alias("slot"), F.col("key"))
         .agg(F.count(F.lit(1)).alias("tuples"))
         .toArrow()
@@ -133,17 +135,13 @@ def count_hot_keys(projected: DataFrame, slots: SlotCounts, epsilon: float, slot
             f"then the keys of the {int(hot.sum()):,} slots above {bound:,} rows) and the reads differ in "
             f"{differing:,} of those slots; cache or checkpoint a nondeterministic batch before observing it",
         )
-    heavy = np.flatnonzero(counted > bound)
-    keys: list[Any] = table.column("key").take(pa.array(heavy)).to_pylist()
-    order = sorted(range(len(heavy)), key=lambda i: (-int(counted[heavy[i]]), keys[i]))
-    return KeyCounts(
-        keys=[keys[i] for i in order],
-        counts=counted[heavy[order]] if order else np.zeros(0, dtype=np.int64),
-        bound=bound,
+    heavy = table.filter(pc.greater(table.column("tuples"), bound)).sort_by(
+        [("tuples", "descending"), ("key", "ascending")]
     )
+    return KeyCounts(keys=heavy.column("key").to_pylist(), counts=_int64(heavy, "tuples"), bound=bound)
 
 
-def _in_mask(slot: Column, members: IntArray, slot_bits: int) -> Column:
+def in_slot_mask(slot: Column, members: IntArray, slot_bits: int) -> Column:
     """Whether ``slot`` is one of ``members``: its bit in a mask of ``2^slot_bits`` bits held as one
     ``array<bigint>`` constant (word ``slot >> 6``, bit ``slot & 63``), constant time per row."""
     words = np.zeros((1 << slot_bits) // WORD_BITS, dtype=np.uint64)
