@@ -27,6 +27,7 @@ from repart.spark.route import partition, route
 ROWS = 100_000
 HOT = 40
 ROW_COLS = ["i", "k", "v"]
+DEFAULT_ROW_COLS = ["i", "v"]  # every column but the key
 PYTHON_EVALUATION = ("BatchEvalPython", "ArrowEvalPython", "PythonUDF")
 # (N, slot bits, method, split keys): S = 10 makes split keys share slots with explicit keys.
 SHAPES: list[tuple[int, int, ConsistentMethod, int]] = [
@@ -143,11 +144,14 @@ def test_split_functions_route_like_the_python_lookup(spark: SparkSession, key_t
     assert_routes_like_lookup(spark.createDataFrame(table), versions)
 
 
-def test_the_row_hash_defaults_to_every_column_and_routes_the_same_every_time(spark: SparkSession) -> None:
+def test_the_row_hash_defaults_to_every_column_but_the_key_and_routes_the_same_every_time(
+    spark: SparkSession,
+) -> None:
     table, keys = rows("str", seed=3)
     version = split_function(32, 16, "ring", keys, HOT)
     df = spark.createDataFrame(table.slice(0, 20_000))
-    first = route(df, "k", version).select("i", "channel", F.xxhash64(*ROW_COLS).alias("h")).toArrow()
+    first = route(df, "k", version).select("i", "channel", F.xxhash64(*DEFAULT_ROW_COLS).alias("h"))
+    first = first.toArrow()
     again = route(df.repartition(5), "k", version).select("i", "channel").toArrow()  # other tasks, order
     first, again = first.sort_by("i"), again.sort_by("i")
     assert first.column("channel").equals(again.column("channel"))
@@ -175,10 +179,18 @@ def test_partition_puts_each_split_row_in_its_channel_partition(spark: SparkSess
     assert_jvm_only(parted)
     assert parted.columns == ["i", "k", "v", "channel"] and parted.rdd.getNumPartitions() == 7
     got = parted.select(
-        F.spark_partition_id().alias("p"), "channel", "k", F.xxhash64(*ROW_COLS).alias("h")
+        F.spark_partition_id().alias("p"), "channel", "k", F.xxhash64(*DEFAULT_ROW_COLS).alias("h")
     ).collect()
     assert len(got) == 20_000
     assert all(row.p == row.channel == version.lookup(row.k, row.h) for row in got)
+
+
+def test_a_frame_of_keys_alone_hashes_the_key(spark: SparkSession) -> None:
+    home = PartitionFunction(n_channels=7, slot_bits=10)
+    version = SplitFunction(home, {"a": SplitEntry((home.lookup("a"), 3, 4), (0.2, 0.3, 0.5))})
+    df = spark.createDataFrame([("a",), ("b",), ("a",)], "k string")
+    got = route(df, "k", version).select("k", "channel", F.xxhash64("k").alias("h")).collect()
+    assert [row.channel for row in got] == [version.lookup(row.k, row.h) for row in got]
 
 
 def test_null_keys_go_to_channel_0_and_an_empty_split_table_routes_as_its_home(spark: SparkSession) -> None:

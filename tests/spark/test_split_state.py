@@ -83,7 +83,9 @@ def test_update_state_keeps_one_partial_row_per_key_and_channel(spark: SparkSess
     expected: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])  # (key, channel) → n, total
     for batch_id, table in enumerate((first, second)):
         df = spark.createDataFrame(table)
-        hashes = df.select(F.xxhash64(*df.columns).alias("h")).toArrow()["h"].to_pylist()
+        # The default row hash: every column but the key.
+        hashes = df.select(F.xxhash64(*(c for c in df.columns if c != "k")).alias("h")).toArrow()["h"]
+        hashes = hashes.to_pylist()
         for key, value, row_hash in zip(table["k"].to_pylist(), table["v"].to_pylist(), hashes, strict=True):
             partial = expected[(key, version.lookup(key, row_hash))]
             partial[0] += 1

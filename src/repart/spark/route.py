@@ -80,8 +80,10 @@ def route(
     The channel is computed by JVM-native expressions (no Python UDF; see the module docstring), so a
     row's channel equals ``version.lookup(key)`` (DESIGN §2) for a ``PartitionFunction``, and
     ``version.lookup(key, xxhash64(*row_cols))`` for a ``SplitFunction`` (DESIGN §11.3): the row hash
-    is Spark's ``xxhash64`` of ``row_cols`` (default: every column of ``df``), so the same rows route
-    the same in every run and retry; rows that are equal in every hashed column go to one candidate.
+    is Spark's ``xxhash64`` of ``row_cols`` (default: every column of ``df`` but ``key_col``, which is
+    the same in all of a split key's rows; the key column alone if it is the only one), so the same
+    rows route the same in every run and retry; rows that are equal in every hashed column go to one
+    candidate.
     ``row_cols`` only matters for split keys; when given it is checked for every version (so that a
     job written for a preserve region keeps working after a split); the default is checked only where
     it is used (a DataFrame with a map column routes by a preserving function as before). A null key
@@ -95,14 +97,16 @@ def route(
         )
     key = key_column(df, key_col, expected=version.key_type)
     _check_new_column(df, channel_col)
-    chosen = None if row_cols is None else row_columns(df, row_cols)
+    chosen = None if row_cols is None else row_columns(df, row_cols, key.name)
     if isinstance(version, PartitionFunction):
         return df.withColumn(channel_col, _channel(key, version))
     if not version.split:
         return df.withColumn(channel_col, _channel(key, version.home))
     codes = split_codes(version)
     code = _channel(key, version.home, codes, version.key_type)
-    return route_split(df, code, version, channel_col=channel_col, row_cols=chosen or row_columns(df, None))
+    return route_split(
+        df, code, version, channel_col=channel_col, row_cols=chosen or row_columns(df, None, key.name)
+    )
 
 
 def partition(

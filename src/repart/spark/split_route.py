@@ -7,8 +7,9 @@ A row with a negative code reads, with Spark SQL expressions only (no Python UDF
     r = shiftrightunsigned(xxhash64(row columns), 32)        in [0, 2^32), computed for split rows only
     channel = candidates[i][#{j : thresholds[i][j] <= r}]
 
-which is ``SplitFunction.lookup(key, row_hash)``: the count of thresholds at or below r is the index
-of the first threshold above it (``bisect_right``). Only the first d - 1 thresholds of a key with d
+(the row columns: ``row_cols``, by default every column but the key, ``row_columns``), which is
+``SplitFunction.lookup(key, row_hash)``: the count of thresholds at or below r is the index of the
+first threshold above it (``bisect_right``). Only the first d - 1 thresholds of a key with d
 candidates are kept (the last, 2^32, is above every r). Thresholds and candidates are two constants,
 ``array<array<bigint>>`` and ``array<array<int>>`` (``repart.spark.constants``).
 
@@ -53,16 +54,19 @@ def split_codes(version: SplitFunction) -> dict[Key, int]:
     return {key: -(index + 1) for index, key in enumerate(version.split)}
 
 
-def row_columns(df: DataFrame, row_cols: Sequence[str] | None) -> list[str]:
-    """The columns whose ``xxhash64`` is a row's hash: ``row_cols``, or every column of ``df``.
+def row_columns(df: DataFrame, row_cols: Sequence[str] | None, key_col: str) -> list[str]:
+    """The columns whose ``xxhash64`` is a row's hash: ``row_cols``, or by default every column of
+    ``df`` but the key column ``key_col`` (the key column alone when it is the only one).
 
-    InvalidInput ``row_cols`` unless it is a non-empty list of distinct column names of ``df`` whose
-    types Spark can hash (a map or a variant, or a struct or array holding one, cannot be: pass
-    ``row_cols`` without it).
+    The key is the same in every row of a split key, so hashing it spreads nothing: the default
+    leaves it out, which saves hashing a string per split row (measured in docs/DECISIONS.md, "The
+    candidate is a binary search in one projection per step"). InvalidInput ``row_cols`` unless it is
+    a non-empty list of distinct column names of ``df`` whose types Spark can hash (a map or a variant,
+    or a struct or array holding one, cannot be: pass ``row_cols`` without it).
     """
     types = {field.name: field.dataType for field in df.schema.fields}
     if row_cols is None:
-        names = list(df.columns)
+        names = [name for name in df.columns if name != key_col] or [key_col]
     elif isinstance(row_cols, str) or not isinstance(row_cols, Sequence) or not row_cols:
         raise InvalidInput("row_cols", f"must be a non-empty list of column names, got {row_cols!r}")
     else:
