@@ -406,6 +406,25 @@ def check_oracle(store: StateStore, old: pa.Table, target: PartitionFunction) ->
     assert StateStore.open(store.root).generation == store.generation
 
 
+#: The partial state of the split-mode state tests: VWAP-like sums, a min, a max and a nullable string.
+PARTIAL_STATE_MERGE = MergeSpec.parse("volume=sum,trades=sum,notional=sum,low=min,high=max,venue=max")
+
+
+def partial_state_schema(key_type: KeyType) -> pa.Schema:
+    """The schema of that state with a ``key`` column of ``key_type``."""
+    return pa.schema(
+        [
+            ("key", pa.string() if key_type == "str" else pa.int64()),
+            ("volume", pa.int64()),
+            ("trades", pa.int32()),
+            ("notional", pa.float64()),
+            ("low", pa.float64()),
+            ("high", pa.float64()),
+            ("venue", pa.string()),
+        ]
+    )
+
+
 def partial_store(
     root: Path,
     function: PartitionFunction | SplitFunction,

@@ -33,10 +33,9 @@ from repart.protocol.merge import MergeSpec
 from repart.state.consolidate import Pools
 from repart.state.merge import merge_function
 from repart.state.store import ApplyResult, StateStore
-from tests.factories import REGION, partial_store
+from tests.factories import PARTIAL_STATE_MERGE, REGION, partial_state_schema, partial_store
 
 BITS = 10
-SPEC = MergeSpec.parse("volume=sum,trades=sum,notional=sum,low=min,high=max,venue=max")
 AGGREGATES = [
     ("volume", "sum"),
     ("trades", "sum"),
@@ -54,20 +53,6 @@ SPECS = [ConsistentSpec("jump"), ConsistentSpec("mod"), ConsistentSpec("ring", r
 Function = PartitionFunction | SplitFunction
 
 
-def schema(key_type: KeyType) -> pa.Schema:
-    return pa.schema(
-        [
-            ("key", pa.string() if key_type == "str" else pa.int64()),
-            ("volume", pa.int64()),
-            ("trades", pa.int32()),
-            ("notional", pa.float64()),
-            ("low", pa.float64()),
-            ("high", pa.float64()),
-            ("venue", pa.string()),
-        ]
-    )
-
-
 def trades(key_type: KeyType, count: int, seed: int) -> pa.Table:
     """Input rows: a key (the head most often), volume, price (a multiple of 0.25, so every sum of
     notionals is exact in any order; sometimes null), venue (sometimes null) and a row hash."""
@@ -79,7 +64,9 @@ def trades(key_type: KeyType, count: int, seed: int) -> pa.Table:
     priced = rng.random(count) > 0.05
     return pa.table(
         {
-            "key": pa.array([universe[rank] for rank in ranks.tolist()], schema(key_type).field("key").type),
+            "key": pa.array(
+                [universe[rank] for rank in ranks.tolist()], partial_state_schema(key_type).field("key").type
+            ),
             "volume": pa.array(volume, pa.int64()),
             "trades": pa.array(np.ones(count, dtype=np.int32)),
             "notional": pa.array(np.where(priced, price * volume, 0.0)),
@@ -101,9 +88,9 @@ def aggregate(rows: pa.Table, key_type: KeyType) -> pa.Table:
             field.name: grouped.column(
                 "key" if field.name == "key" else f"{field.name}_{dict(AGGREGATES)[field.name]}"
             )
-            for field in schema(key_type)
+            for field in partial_state_schema(key_type)
         }
-    ).cast(schema(key_type))
+    ).cast(partial_state_schema(key_type))
 
 
 def candidates_of(function: Function, key: Key) -> tuple[int, ...]:
@@ -151,11 +138,11 @@ def check_applied(
     """Apply, then check the merged state, where every partial is and which partials are untouched."""
     before = partials(store)
     oracle = sorted_state(aggregate(rows, key_type))
-    assert sorted_state(store.read_merged(SPEC)).equals(oracle)
+    assert sorted_state(store.read_merged(PARTIAL_STATE_MERGE)).equals(oracle)
     result = apply()
     after = partials(store)
     assert set(after) == expected_channels(a, b, list(before))
-    assert sorted_state(store.read_merged(SPEC)).equals(oracle)  # every key, every column
+    assert sorted_state(store.read_merged(PARTIAL_STATE_MERGE)).equals(oracle)  # every key, every column
     split = {key for f in (a, b) if isinstance(f, SplitFunction) for key in f.split}
     merged_into = {
         (key, candidates_of(b, key)[0]) for key, channel in before if channel not in candidates_of(b, key)
@@ -267,9 +254,9 @@ def test_apply_consolidates_random_partial_states(
 ) -> None:
     key_type, a, b = migration
     rows = trades(key_type, count, seed)
-    store = partial_store(tmp_path_factory.mktemp("s"), a, rows, SPEC, groups)
+    store = partial_store(tmp_path_factory.mktemp("s"), a, rows, PARTIAL_STATE_MERGE, groups)
     plan = plan_migration(a, b)
-    merge = merge_function(SPEC) if as_function else SPEC
+    merge = merge_function(PARTIAL_STATE_MERGE) if as_function else PARTIAL_STATE_MERGE
     result = check_applied(
         store,
         a,
@@ -305,13 +292,18 @@ def test_consolidations_apply_to_filtered_files(
     key_type, a, b = migration
     c = data.draw(split_functions(key_type, like=b))
     rows = trades(key_type, count, seed)
-    store = partial_store(tmp_path_factory.mktemp("s"), a, rows, SPEC, groups)
+    store = partial_store(tmp_path_factory.mktemp("s"), a, rows, PARTIAL_STATE_MERGE, groups)
     for plan_id, (source, target) in enumerate(((a, b), (b, c)), start=1):
         plan = plan_migration(source, target)
 
         def apply(plan: MigrationPlan = plan, plan_id: int = plan_id) -> ApplyResult:
             return store.apply(
-                plan, plan_id=plan_id, region=REGION, from_version=plan_id, to_version=plan_id + 1, merge=SPEC
+                plan,
+                plan_id=plan_id,
+                region=REGION,
+                from_version=plan_id,
+                to_version=plan_id + 1,
+                merge=PARTIAL_STATE_MERGE,
             )
 
         check_applied(store, source, target, rows, key_type, apply)
@@ -351,7 +343,7 @@ def leaving_head(
     a = hot_split()
     b = PartitionFunction(4, key_type="str", slot_bits=BITS, explicit={"sym-0": 3})
     rows = trades("str", count, seed=7)
-    return partial_store(tmp_path / "s", a, rows, SPEC, 4), a, b, rows
+    return partial_store(tmp_path / "s", a, rows, PARTIAL_STATE_MERGE, 4), a, b, rows
 
 
 def test_a_key_leaving_the_head_is_merged_into_its_home(tmp_path: Path) -> None:
@@ -365,7 +357,9 @@ def test_a_key_leaving_the_head_is_merged_into_its_home(tmp_path: Path) -> None:
         b,
         rows,
         "str",
-        lambda: store.apply(plan, plan_id=1, region=REGION, from_version=1, to_version=2, merge=SPEC),
+        lambda: store.apply(
+            plan, plan_id=1, region=REGION, from_version=1, to_version=2, merge=PARTIAL_STATE_MERGE
+        ),
     )
     assert [channel for key, channel in partials(store) if key == "sym-0"] == [3]
 
@@ -380,7 +374,7 @@ def test_a_split_key_on_its_candidates_stays_when_its_slot_moves(tmp_path: Path)
     a = SplitFunction(base, {key: SplitEntry((0, 1), (0.5, 0.5))})
     b = SplitFunction(moved, {key: SplitEntry((1, 0), (0.5, 0.5))})
     rows = trades("str", 2_000, seed=3)
-    store = partial_store(tmp_path / "s", a, rows, SPEC, 4)
+    store = partial_store(tmp_path / "s", a, rows, PARTIAL_STATE_MERGE, 4)
     assert sorted(channel for k, channel in partials(store) if k == key) == [0, 1]
     plan = plan_migration(a, b)
     assert plan.consolidations == () and any(first <= slot <= last for first, last, _, _ in plan.slot_moves)
@@ -407,7 +401,7 @@ def test_a_single_partial_moves_without_a_merge(tmp_path: Path) -> None:
     hot = pc.equal(rows["key"], "sym-0").to_numpy(zero_copy_only=False)
     to_two = np.array([a.lookup("sym-0", int(h)) == 2 for h in hashes.tolist()])
     rows = rows.filter(pa.array(~hot | to_two))
-    store = partial_store(tmp_path / "s", a, rows, SPEC, 4)
+    store = partial_store(tmp_path / "s", a, rows, PARTIAL_STATE_MERGE, 4)
     assert [channel for key, channel in partials(store) if key == "sym-0"] == [2]
     plan = plan_migration(a, b)
     check_applied(
@@ -436,7 +430,7 @@ def test_a_plan_that_merges_partials_needs_the_merge(tmp_path: Path) -> None:
     ("merge", "message"),
     [
         (
-            lambda table: merge_function(SPEC)(table).drop_columns(["venue"]),
+            lambda table: merge_function(PARTIAL_STATE_MERGE)(table).drop_columns(["venue"]),
             r"^merge must return the state's schema",
         ),
         (lambda table: table, r"^merge must return one row per key: it returned 3 rows for key 'sym-0'"),
@@ -470,7 +464,7 @@ def test_a_damaged_file_of_a_home_is_corrupt_naming_it_with_nothing_committed(tm
     path.write_bytes(path.read_bytes()[: victim.bytes - 50])
     manifest = (store.root / "MANIFEST").read_text()
     with pytest.raises(Corrupt, match="Parquet magic bytes") as error:
-        store.apply(plan, plan_id=1, region=REGION, from_version=1, to_version=2, merge=SPEC)
+        store.apply(plan, plan_id=1, region=REGION, from_version=1, to_version=2, merge=PARTIAL_STATE_MERGE)
     assert error.value.path == str(path)
     assert (store.root / "MANIFEST").read_text() == manifest and StateStore.open(store.root).generation == 1
 
@@ -485,7 +479,14 @@ def test_a_lost_result_fails_verification_with_nothing_committed(
     monkeypatch.setattr(Pools, "results", lambda self: iter(()))
     manifest = (store.root / "MANIFEST").read_text()
     with pytest.raises(Corrupt, match=r"changed the total .* by more than its consolidations merged"):
-        store.apply(plan_migration(a, b), plan_id=1, region=REGION, from_version=1, to_version=2, merge=SPEC)
+        store.apply(
+            plan_migration(a, b),
+            plan_id=1,
+            region=REGION,
+            from_version=1,
+            to_version=2,
+            merge=PARTIAL_STATE_MERGE,
+        )
     assert (store.root / "MANIFEST").read_text() == manifest and StateStore.open(store.root).generation == 1
 
 
@@ -501,18 +502,20 @@ def test_a_partial_moved_instead_of_merged_fails_verification(
     slot = next(s for s in range(start, start + group_size) if a.home.table[s] == 1)
     b = hot_split(candidates=(0, 1), slot_overrides={slot: 3})  # loses 2: merged into 0; 1 stays
     rows = trades("str", 3_000, seed=5)
-    store = partial_store(tmp_path / "s", a, rows, SPEC, 4)
+    store = partial_store(tmp_path / "s", a, rows, PARTIAL_STATE_MERGE, 4)
     plan = plan_migration(a, b)
     assert [(row.source, row.target) for row in plan.consolidations] == [(2, 0)]
     assert 1 in plan.channels_losing_keys
-    sound = partial_store(tmp_path / "t", a, rows, SPEC, 4)
+    sound = partial_store(tmp_path / "t", a, rows, PARTIAL_STATE_MERGE, 4)
     check_applied(  # without the fault: the partial on 1 stays although its file is rewritten
         sound,
         a,
         b,
         rows,
         "str",
-        lambda: sound.apply(plan, plan_id=1, region=REGION, from_version=1, to_version=2, merge=SPEC),
+        lambda: sound.apply(
+            plan, plan_id=1, region=REGION, from_version=1, to_version=2, merge=PARTIAL_STATE_MERGE
+        ),
     )
     monkeypatch.setattr(
         migrate_module._Routes, "split_stays", lambda self, channel: np.zeros(1, dtype=np.bool_)
@@ -520,14 +523,16 @@ def test_a_partial_moved_instead_of_merged_fails_verification(
     with pytest.raises(
         Corrupt, match=r"consolidation of split key 'sym-0': .* hold 2 rows of it \(on channels \[0, 0\]\)"
     ):
-        store.apply(plan, plan_id=1, region=REGION, from_version=1, to_version=2, merge=SPEC)
+        store.apply(plan, plan_id=1, region=REGION, from_version=1, to_version=2, merge=PARTIAL_STATE_MERGE)
     assert StateStore.open(store.root).generation == 1
 
 
 def test_a_plan_with_consolidations_applied_twice_is_a_no_op(tmp_path: Path) -> None:
     store, a, b, _ = leaving_head(tmp_path)
     plan = plan_migration(a, b)
-    first = store.apply(plan, plan_id=4, region=REGION, from_version=1, to_version=2, merge=SPEC)
+    first = store.apply(
+        plan, plan_id=4, region=REGION, from_version=1, to_version=2, merge=PARTIAL_STATE_MERGE
+    )
     files = listing(store.root)
     again = StateStore.open(store.root).apply(plan, plan_id=4, region=REGION, from_version=1, to_version=2)
     assert again.already_applied and again.generation == first.generation and listing(store.root) == files

@@ -25,25 +25,10 @@ from repart.partitioning.split.function import SplitEntry, SplitFunction
 from repart.protocol.merge import MergeSpec
 from repart.state.merge import merge_function, merged
 from repart.state.store import StateStore, write_channel_files
-from tests.factories import REGION
+from tests.factories import PARTIAL_STATE_MERGE, REGION, partial_state_schema
 
 N = 6
-SPEC = MergeSpec.parse("volume=sum,trades=sum,notional=sum,low=min,high=max,venue=max")
 MERGE = {"volume": "sum", "trades": "sum", "notional": "sum", "low": "min", "high": "max", "venue": "max"}
-
-
-def schema(key_type: KeyType) -> pa.Schema:
-    return pa.schema(
-        [
-            ("key", pa.string() if key_type == "str" else pa.int64()),
-            ("volume", pa.int64()),
-            ("trades", pa.int32()),
-            ("notional", pa.float64()),
-            ("low", pa.float64()),
-            ("high", pa.float64()),
-            ("venue", pa.string()),
-        ]
-    )
 
 
 def trades(key_type: KeyType, count: int = 20_000, seed: int = 0) -> list[dict[str, Any]]:
@@ -96,12 +81,12 @@ def aggregate(rows: Sequence[dict[str, Any]], key_type: KeyType) -> pa.Table:
             entry["high"] = row["price"] if entry["high"] is None else max(entry["high"], row["price"])
         if row["venue"] is not None:
             entry["venue"] = row["venue"] if entry["venue"] is None else max(entry["venue"], row["venue"])
-    columns: dict[str, list[Any]] = {name: [] for name in schema(key_type).names}
+    columns: dict[str, list[Any]] = {name: [] for name in partial_state_schema(key_type).names}
     for key, entry in state.items():
         columns["key"].append(key)
         for name, value in entry.items():
             columns[name].append(value)
-    return pa.table(columns, schema=schema(key_type))
+    return pa.table(columns, schema=partial_state_schema(key_type))
 
 
 def split_store(
@@ -118,7 +103,7 @@ def split_store(
         slot_bits=version.slot_bits,
         key_type=key_type,
         key_col="key",
-        schema=schema(key_type),
+        schema=partial_state_schema(key_type),
         slot_groups=4,
     )
     by_channel: dict[int, list[dict[str, Any]]] = {}
@@ -168,9 +153,11 @@ def test_read_merged_equals_a_plain_aggregation_of_every_input_row(tmp_path: Pat
     assert partials.num_rows > len(channels)
     oracle = aggregate(rows, key_type)
 
-    assert_equal_state(store.read_merged(SPEC), oracle)
-    assert_equal_state(store.read_merged(merge_function(SPEC)), oracle)  # a function: checked, same result
-    assert_equal_state(StateStore.open(store.root).read_merged(SPEC), oracle)
+    assert_equal_state(store.read_merged(PARTIAL_STATE_MERGE), oracle)
+    assert_equal_state(
+        store.read_merged(merge_function(PARTIAL_STATE_MERGE)), oracle
+    )  # a function: checked, same result
+    assert_equal_state(StateStore.open(store.root).read_merged(PARTIAL_STATE_MERGE), oracle)
 
 
 def test_a_key_with_one_row_is_kept_as_it_is() -> None:
@@ -179,9 +166,9 @@ def test_a_key_with_one_row_is_kept_as_it_is() -> None:
         {"key": "pair", "volume": 2, "price": 3.5, "venue": "v1", "row_hash": 2},
     ]
     table = aggregate(rows, "str")
-    assert merge_function(SPEC)(table).sort_by("key").equals(table.sort_by("key"))
-    empty = schema("str").empty_table()
-    assert merge_function(SPEC)(empty).equals(empty)
+    assert merge_function(PARTIAL_STATE_MERGE)(table).sort_by("key").equals(table.sort_by("key"))
+    empty = partial_state_schema("str").empty_table()
+    assert merge_function(PARTIAL_STATE_MERGE)(empty).equals(empty)
 
 
 def test_merge_function_finds_the_key_as_the_one_column_the_spec_does_not_name() -> None:
@@ -226,7 +213,7 @@ def test_a_spec_that_does_not_fit_the_state_is_invalid_input(
 
 
 def good(table: pa.Table) -> pa.Table:
-    return merge_function(SPEC)(table)
+    return merge_function(PARTIAL_STATE_MERGE)(table)
 
 
 BAD_MERGES: list[tuple[str, Callable[[pa.Table], Any], str]] = [
