@@ -28,7 +28,8 @@ import repart.state.files as files_module
 from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning import LossyCounter, PartitionFunction, build, initial_function
 from repart.partitioning.domain import MAX_CHANNELS, Key, KeyType
-from repart.partitioning.hashing import hash_keys, slots_of_hashes
+from repart.partitioning.frequency import FrequencyEstimate
+from repart.partitioning.hashing import hash_int64_array, hash_keys, slots_of_hashes
 from repart.partitioning.split.function import SplitFunction
 from repart.protocol.merge import MergeSpec
 from repart.protocol.snapshot import ChannelMeasurement, CounterEntry, Snapshot
@@ -489,3 +490,24 @@ def churned_store(root: Path, rows: int, monkeypatch: pytest.MonkeyPatch) -> Sta
     store.apply(plan_migration(four, five), plan_id=1, region=REGION, from_version=1, to_version=2)
     store.apply(plan_migration(five, four), plan_id=2, region=REGION, from_version=2, to_version=3)
     return store
+
+
+def zipf_estimate_with_slots(domain: int, total: int, seed: int = 3) -> FrequencyEstimate:
+    """A window of ``total`` Zipf(1) int keys over ``domain``: the keys at or above 0.05 % of the tuples
+    with their exact counts, and the exact tuple count of every slot (16 bits), for tail-aware builds."""
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, domain + 1)
+    stream = rng.choice(domain, size=total, p=weights / weights.sum())
+    counts = np.bincount(stream, minlength=domain).astype(float)
+    keep = np.flatnonzero(counts >= total * 0.0005)
+    slot_counts = np.bincount(
+        slots_of_hashes(hash_int64_array(stream.astype(np.int64)), 16), minlength=1 << 16
+    ).astype(float)
+    return FrequencyEstimate(
+        keys=tuple(int(k) for k in keep),
+        counts=counts[keep],
+        total=total,
+        distinct_estimate=domain,
+        slot_counts=slot_counts,
+        slot_bits=16,
+    )

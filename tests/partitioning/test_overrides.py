@@ -16,6 +16,7 @@ from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.hashing import hash_int64_array, slots_of_hashes
 from repart.partitioning.tail import loads_by_channel, untracked_slot_mass
 from repart.partitioning.utility import balance_penalty, utility_function
+from tests.factories import zipf_estimate_with_slots
 
 SLOTS = 1 << 10
 
@@ -108,25 +109,6 @@ def test_untracked_mass_subtracts_tracked_keys_from_their_slots() -> None:
     mass = untracked_slot_mass(estimate, (5, 6), np.array([100.0, 50.0]), 10)
     assert mass.sum() == pytest.approx(27.0)  # key 7 (untracked) and the 7 extra tuples remain
     assert mass[slots[2]] >= 20.0
-
-
-def zipf_estimate_with_slots(domain: int, total: int, seed: int = 3) -> FrequencyEstimate:
-    rng = np.random.default_rng(seed)
-    weights = 1.0 / np.arange(1, domain + 1)
-    stream = rng.choice(domain, size=total, p=weights / weights.sum())
-    counts = np.bincount(stream, minlength=domain).astype(float)
-    keep = np.flatnonzero(counts >= total * 0.0005)
-    slot_counts = np.bincount(
-        slots_of_hashes(hash_int64_array(stream.astype(np.int64)), 16), minlength=1 << 16
-    ).astype(float)
-    return FrequencyEstimate(
-        keys=tuple(int(k) for k in keep),
-        counts=counts[keep],
-        total=total,
-        distinct_estimate=domain,
-        slot_counts=slot_counts,
-        slot_bits=16,
-    )
 
 
 def test_tail_aware_build_predicts_better_balance_than_the_faithful_one() -> None:

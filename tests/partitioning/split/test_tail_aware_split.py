@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import numpy.typing as npt
+import pytest
 
-from repart.partitioning.algorithms.builder import initial_function, rebalance_tail
+from repart.errors import InvalidInput
+from repart.partitioning.algorithms.builder import build, initial_function, rebalance_tail
 from repart.partitioning.algorithms.problem import BuildParams
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.function import PartitionFunction
@@ -14,7 +18,7 @@ from repart.partitioning.split.build import build_split
 from repart.partitioning.split.function import SplitFunction
 from repart.partitioning.split.params import SplitParams
 from repart.partitioning.tail import loads_by_channel, untracked_slot_mass
-from tests.partitioning.test_overrides import zipf_estimate_with_slots
+from tests.factories import zipf_estimate_with_slots
 
 SLOT_BITS = 10
 FloatArray = npt.NDArray[np.float64]
@@ -79,3 +83,46 @@ def test_a_tail_aware_split_build_equals_the_plain_one_when_the_weights_absorb_t
         assert tail.report.home.slot_overrides == len(tail.function.home.slot_overrides) == 0
         assert tail.function.digest == plain.function.digest
         previous = tail.function.home
+
+
+def test_a_tail_aware_rr_home_balances_around_rr_s_uniform_weights() -> None:
+    # RR's weights are uniform whatever the loads, so they cannot absorb the tail: the override pass
+    # must act around them (balancing around water-filled weights RR never uses would do nothing).
+    previous = initial_function(1, "int")
+    for step, n in enumerate((4, 6, 8)):
+        estimate = zipf_estimate_with_slots(20_000, 400_000, seed=10 + step)
+        split = SplitParams("rr")
+        plain = build_split(previous, estimate, n, split=split, params=BuildParams())
+        tail = build_split(previous, estimate, n, split=split, params=BuildParams(tail_aware=True))
+        assert isinstance(tail.function, SplitFunction)
+        overrides = len(tail.function.home.slot_overrides)
+        assert tail.report.home.slot_overrides == overrides > 0
+        assert tail.report.predicted_b < plain.report.predicted_b
+        for key, entry in tail.function.split.items():
+            assert entry.weights == (1.0 / len(entry.candidates),) * len(entry.candidates)
+            assert tail.function.home.lookup(key) == entry.candidates[0]  # pinned to its home
+        previous = tail.function.home
+
+
+def test_a_tail_aware_split_build_without_split_keys_is_the_tail_aware_build() -> None:
+    estimate = zipf_estimate_with_slots(20_000, 400_000)
+    previous = initial_function(1, "int")
+    params = BuildParams(tail_aware=True)
+    # θ above every key's frequency: nothing is split, so the home is a preserve region's build.
+    split = SplitParams("dchoices", theta=0.9)
+    result = build_split(previous, estimate, 4, split=split, params=params)
+    assert isinstance(result.function, SplitFunction) and not result.function.split
+    assert result.function.home == build(previous, estimate, 4, params).function
+
+
+def test_a_tail_aware_split_build_needs_slot_counts() -> None:
+    estimate = dataclasses.replace(zipf_estimate_with_slots(20_000, 400_000), slot_counts=None)
+    with pytest.raises(InvalidInput) as raised:
+        build_split(
+            initial_function(1, "int"),
+            estimate,
+            4,
+            split=SplitParams("dchoices"),
+            params=BuildParams(tail_aware=True),
+        )
+    assert raised.value.field == "estimate" and "slot_counts" in str(raised.value)

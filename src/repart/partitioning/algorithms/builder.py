@@ -122,10 +122,7 @@ def build(
     fixed = _checked_fixed_loads(fixed_loads, n)
     if estimate.total == 0 or not estimate.keys:
         raise InvalidInput("estimate", "must hold at least one key and one tuple, got an empty estimate")
-    if params.tail_aware and estimate.slot_counts is None:
-        raise InvalidInput(
-            "estimate", "must have slot_counts (per-slot tuple counts) for a tail_aware build, got None"
-        )
+    require_slot_counts(estimate, params)
     if algorithm == "auto":
         runs = [build(previous, estimate, n, params, name, fixed_loads=fixed) for name in PLACEMENTS]
         best = min(runs, key=lambda run: run.report.objective)
@@ -291,6 +288,15 @@ def _tail_aware(
         ideal_migration=problem.ideal_migration,
     )
     return _TailAware(problem, slots)
+
+
+def require_slot_counts(estimate: FrequencyEstimate, params: BuildParams) -> None:
+    """InvalidInput ``estimate`` when a tail-aware build (``params.tail_aware``) is given an estimate
+    without per-slot tuple counts, which its slot overrides need."""
+    if params.tail_aware and estimate.slot_counts is None:
+        raise InvalidInput(
+            "estimate", "must have slot_counts (per-slot tuple counts) for a tail_aware build, got None"
+        )
 
 
 def keep_previous_overrides(previous: PartitionFunction, function: PartitionFunction) -> PartitionFunction:

@@ -39,12 +39,20 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from repart.errors import InvalidInput
-from repart.partitioning.algorithms.builder import BuildResult, build, keep_previous_overrides, rebalance_tail
+from repart.partitioning.algorithms.builder import (
+    BuildResult,
+    build,
+    keep_previous_overrides,
+    predict,
+    rebalance_tail,
+    require_slot_counts,
+)
 from repart.partitioning.algorithms.problem import BuildParams, count_weights, select_tracked
 from repart.partitioning.consistent import slot_table
 from repart.partitioning.domain import Key, key_type_of
@@ -97,23 +105,26 @@ def build_split(
     lists = candidate_lists(split, homes, hashes, counts, n, before)
     exponents = params.resources.load_exponents
     key_loads = np.stack([count_weights(estimate.counts[head], e) for e in exponents])
+    require_slot_counts(estimate, params)
+    # With split keys, a tail-aware home is placed as a plain one and its slot overrides come after
+    # (tail_aware_home); without any, it is the tail-aware build of a preserve region.
+    tail_after = params.tail_aware and head.size > 0
+    window = home_estimate(estimate, head)
     built = build(
         home_before,
-        home_estimate(estimate, head),
+        window,
         n,
-        dataclasses.replace(params, tail_aware=False),
+        dataclasses.replace(params, tail_aware=False) if tail_after else params,
         algorithm,
         fixed_loads=home_fixed_loads(home_before, estimate, head, n, key_loads, lists, params),
     )
     pins = dict(zip(keys, homes.tolist(), strict=True))
-    if params.tail_aware:
-        built = tail_aware_home(home_before, built, estimate, head, key_loads, lists, pins, params)
+    if tail_after:
+        placed = SplitPlacement(head, key_loads, lists, pins)
+        built = tail_aware_home(home_before, built, estimate, window, placed, split.scheme, params)
     home = _pinned(built.function, pins)
     base = unsplit_loads(home, estimate, head, exponents)
-    if split.scheme == "rr":
-        weights = [(1.0 / len(candidates),) * len(candidates) for candidates in lists]
-    else:
-        weights = balancing_weights(base, key_loads, lists, params)
+    weights = scheme_weights(split.scheme, base, key_loads, lists, params)
     function = SplitFunction(
         home,
         {key: SplitEntry(c, w) for key, c, w in zip(keys, lists, weights, strict=True)},
@@ -155,26 +166,58 @@ def split_imbalance(stored: StoredFunction, estimate: FrequencyEstimate, params:
     return float(imbalance(params.resources, loads, params.alpha).b)
 
 
+@dataclass(frozen=True)
+class SplitPlacement:
+    """The split keys of a build: their indices in the estimate (``head``), their loads in count space
+    (``key_loads``, rows s, c, n), their candidate lists and their homes (``pins``)."""
+
+    head: IntArray
+    key_loads: FloatArray
+    lists: list[tuple[int, ...]]
+    pins: dict[Key, int]
+
+
+def scheme_weights(
+    scheme: str, base: FloatArray, key_loads: FloatArray, lists: list[tuple[int, ...]], params: BuildParams
+) -> list[tuple[float, ...]]:
+    """The split keys' weights under ``scheme`` over the channel loads ``base`` of every other key: RR's
+    are uniform (load-oblivious, as in its paper), every other scheme's balance them
+    (``balancing_weights``)."""
+    if scheme == "rr":
+        return [(1.0 / len(candidates),) * len(candidates) for candidates in lists]
+    return balancing_weights(base, key_loads, lists, params)
+
+
 def tail_aware_home(
     previous: PartitionFunction,
     built: BuildResult,
     estimate: FrequencyEstimate,
-    head: IntArray,
-    key_loads: FloatArray,
-    lists: list[tuple[int, ...]],
-    pins: dict[Key, int],
+    window: FrequencyEstimate,
+    placed: SplitPlacement,
+    scheme: str,
     params: BuildParams,
 ) -> BuildResult:
-    """The home ``built`` (placed as without ``tail_aware``) with the tail-aware slot overrides of the
-    imbalance the split keys' weights leave (see the module docstring): starting from the previous
-    overrides, the weights are water-filled over the per-slot loads, and the override pass
-    (``builder.rebalance_tail``) balances around the split keys so spread."""
-    exponents = params.resources.load_exponents
+    """The home ``built`` (placed as without ``tail_aware`` on ``window``, the estimate without the
+    split keys) with the tail-aware slot overrides of the imbalance the split keys' weights leave (see
+    the module docstring): starting from the previous overrides, the split keys are spread over the
+    per-slot loads by the scheme's weights (``scheme_weights``: RR's uniform ones included), and the
+    override pass (``builder.rebalance_tail``) balances around them. The report's predicted b and m
+    are those of the final home with the split keys so spread (``builder.predict``); its rho, gamma
+    and evaluations describe the placement search."""
+    n = built.function.n_channels
     start = keep_previous_overrides(previous, built.function)
-    loads = unsplit_loads(_pinned(start, pins), estimate, head, exponents)
-    spread = _spread(key_loads, lists, balancing_weights(loads, key_loads, lists, params), start.n_channels)
-    function = rebalance_tail(previous, start, home_estimate(estimate, head), params, spread)
-    report = dataclasses.replace(built.report, slot_overrides=len(function.slot_overrides))
+    loads = unsplit_loads(_pinned(start, placed.pins), estimate, placed.head, params.resources.load_exponents)
+    weights = scheme_weights(scheme, loads, placed.key_loads, placed.lists, params)
+    spread = _spread(placed.key_loads, placed.lists, weights, n)
+    function = rebalance_tail(previous, start, window, params, spread)
+    b, m = predict(previous, function, window, params, spread)
+    report = dataclasses.replace(
+        built.report,
+        slot_overrides=len(function.slot_overrides),
+        predicted_b=b,
+        predicted_m=m,
+        objective=b * (1.0 + m),
+    )
     return BuildResult(function, report)
 
 
