@@ -14,6 +14,7 @@ from repart.errors import InvalidInput
 from repart.partitioning.function import PartitionFunction
 from repart.partitioning.split.function import SplitEntry, SplitFunction
 from repart.protocol.client import AppliedFunction, PlanToApply
+from repart.protocol.merge import MergeSpec
 from repart.protocol.snapshot import Snapshot
 from repart.sim.trades import TradeStream
 
@@ -22,11 +23,15 @@ SPLIT = SplitFunction(HOME, {"T0": SplitEntry((0, 1), (0.5, 0.5))})
 
 
 class SplitRegion:
-    """A controller whose region is in split mode, with no plan pending; the job must stop before it
-    submits or reports anything."""
+    """A controller whose region routes with a split function but declares no merge (a region that left
+    split mode and dropped its merge), with no plan pending; the job must stop before it submits or
+    reports anything."""
 
     def applied_function(self, region: str) -> AppliedFunction:
         return AppliedFunction(2, SPLIT)
+
+    def region_merge(self, region: str) -> MergeSpec | None:
+        return None
 
     def claim_next_plan(self, region: str) -> PlanToApply | None:
         return None
@@ -43,12 +48,15 @@ class SplitRegion:
         raise AssertionError("the batch must not be reported")
 
 
-def test_a_split_region_needs_the_pipelines_merge(tmp_path: Path) -> None:
+def test_a_split_function_needs_the_regions_merge(tmp_path: Path) -> None:
     no_spark = cast(SparkSession, None)  # the refusal comes before the batch reaches Spark
     pipeline = VwapPipeline(no_spark, SplitRegion(), "vwap", tmp_path / "state")
     assert pipeline.store.function_digest == SPLIT.digest  # the store is laid out by the split function
     generation = pipeline.store.generation
-    with pytest.raises(InvalidInput, match="merge is required: region 'vwap' routes with a split function"):
+    with pytest.raises(
+        InvalidInput, match="merge is required: region 'vwap' routes with a split function"
+    ) as raised:
         pipeline.run_batch(0, TradeStream(tickers=10, base_trades=20).batch(0))
+    assert raised.value.field == "merge" and "repart region update vwap --merge" in str(raised.value)
     assert pipeline.store.generation == generation and pipeline.store.rows() == 0
     assert MERGE.to_text() == "notional_cents=sum,trades=sum,volume=sum"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
 from repart.controller.actions import scale
@@ -103,7 +103,7 @@ def test_apply_next_plan_takes_the_plan_through_applying_to_applied(engine: Engi
     todo, moved = done
     assert (todo.plan_id, todo.from_version, todo.to_version) == (plan_id, 1, 2)
     assert store.calls == [(plan_id, 1, 2)] and moved.moved_rows == 123
-    assert store.merges == [None]  # no merge given: none passed on
+    assert store.merges == [None]  # no merge given and none declared by the region: none passed on
     (row,) = plans(engine)
     assert (row.status, row.moved_rows, row.moved_bytes) == ("applied", 123, 4567)
     number, function = client.applied_function(REGION)
@@ -148,12 +148,26 @@ def test_an_error_that_may_follow_the_commit_leaves_the_plan_applying_for_a_retr
     assert (row.status, row.moved_rows, row.moved_bytes) == ("applied", None, None)
 
 
-def test_the_regions_merge_is_passed_to_the_store(engine: Engine) -> None:
+def test_a_merge_the_job_gives_is_passed_to_the_store(engine: Engine) -> None:
     planned(engine)
     store = FakeStore()
     spec = MergeSpec.parse("n=sum")
     assert apply_next_plan(SqlControllerClient(engine), REGION, store, merge=spec) is not None
     assert store.merges == [spec]
+
+
+def test_by_default_the_store_gets_the_merge_the_region_declares(engine: Engine) -> None:
+    planned(engine)
+    declared = "volume=sum,low=min"
+    with Session(engine) as session, session.begin():
+        session.execute(update(models.Region).where(models.Region.name == REGION).values(merge=declared))
+    client = SqlControllerClient(engine)
+    assert client.region_merge(REGION) == MergeSpec.parse(declared)
+    store = FakeStore()
+    assert apply_next_plan(client, REGION, store) is not None
+    assert store.merges == [MergeSpec.parse(declared)]
+    with pytest.raises(NotFound, match="nowhere"):
+        client.region_merge("nowhere")
 
 
 def test_a_plan_left_applying_by_a_dead_job_is_retried(engine: Engine) -> None:

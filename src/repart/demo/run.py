@@ -166,7 +166,6 @@ def _pipelines(
             window_seconds=config.window_seconds,
             channel_rate=config.channel_rate,
             slot_groups=config.slot_groups,
-            merge=MERGE if mode == "split" else None,
         )
         for mode in MODES
     }

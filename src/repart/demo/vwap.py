@@ -131,10 +131,10 @@ class VwapPipeline:
     above ⌊n/⌈1/ε⌉⌋): it must stay below the controller's frequency threshold δ (about 6·10⁻⁴ at
     N = 32 with the defaults) so that every key the builders would track is in the snapshot; 10⁻⁴
     leaves a margin of six. ``slot_groups`` is the number of files per channel of a store the pipeline
-    creates (``repart.state.files``). ``merge`` is the region's merge, which a region in split mode
-    declares (``MERGE`` for this state) and which ``apply_next_plan`` uses for a plan's
-    consolidations; None for a key-preserving region, whose applied version must then never be a
-    split function (InvalidInput ``merge``).
+    creates (``repart.state.files``). The merge of split keys' partial rows is the region's
+    (``ControllerClient.region_merge``; ``MERGE`` for this state), which ``apply_next_plan`` uses for
+    a plan's consolidations: a region whose applied version is a split function but that declares no
+    merge is refused (InvalidInput ``merge``) before the batch writes anything.
     """
 
     def __init__(
@@ -148,7 +148,6 @@ class VwapPipeline:
         channel_rate: float | None = None,
         epsilon: float = 1e-4,
         slot_groups: int = DEFAULT_SLOT_GROUPS,
-        merge: MergeSpec | None = None,
     ) -> None:
         self.window_seconds = check("window_seconds", window_seconds, POSITIVE)
         self.channel_rate = None if channel_rate is None else check("channel_rate", channel_rate, POSITIVE)
@@ -158,7 +157,6 @@ class VwapPipeline:
         self.state_root = Path(state_root)
         self.epsilon = epsilon
         self.slot_groups = slot_groups
-        self.merge = merge
         self.store = self._open_or_create_store()
         # Σ trades, volume and notional of the batches this pipeline ran (``input_totals``).
         self.fed_totals = dict.fromkeys(SUMS, 0)
@@ -190,15 +188,16 @@ class VwapPipeline:
         started = time.perf_counter()
         state_rows_before = self.store.rows()
         n_before = self.store.n_channels
-        migration = apply_next_plan(self.client, self.region, self.store, merge=self.merge)
+        migration = apply_next_plan(self.client, self.region, self.store)
         if migration is not None:
             self.store = StateStore.open(self.state_root)
         version, function = self.client.applied_function(self.region)
-        if isinstance(function, SplitFunction) and self.merge is None:
+        if isinstance(function, SplitFunction) and self.client.region_merge(self.region) is None:
             raise InvalidInput(
                 "merge",
                 f"is required: region {self.region!r} routes with a split function (version {version}), "
-                "whose partial state rows merge by the region's merge",
+                "whose partial state rows merge by the region's merge, and declares none; set one with "
+                f"`repart region update {self.region} --merge COLUMN=sum|min|max,...`",
             )
         frame: DataFrame = self.spark.createDataFrame(trades_table(trades))
         self.store, updates = update_state(

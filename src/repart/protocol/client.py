@@ -5,7 +5,7 @@ implementation is ``repart.storage.client.SqlControllerClient``. A batch goes th
 (DESIGN §9):
 
 1. ``applied_function(region)``: the version the region's state is laid out by (NotFound before the
-   controller's first tick);
+   controller's first tick), and ``region_merge(region)``: how its partial state merges (split mode);
 2. ``claim_next_plan(region)``: the plan to apply before writing state, moved to ``applying`` (a plan a
    job died applying is handed out again: the state store's manifest tells whether it committed);
 3. ``report_plan(plan_id, "applied" | "failed", ...)``: its outcome; a failure carries the reason
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol
 
 from repart.partitioning.split.function import StoredFunction
+from repart.protocol.merge import MergeSpec
 from repart.protocol.snapshot import Snapshot
 
 PlanOutcome = Literal["applied", "failed"]
@@ -57,6 +58,12 @@ class ControllerClient(Protocol):
 
     def applied_function(self, region: str) -> AppliedFunction:
         """The number and function of ``region``'s applied version; NotFound before the first tick."""
+        ...
+
+    def region_merge(self, region: str) -> MergeSpec | None:
+        """How ``region``'s partial state rows merge (``repart.protocol.merge``), as the region declares
+        it: a region in split mode always declares one, a key-preserving region may not (None).
+        NotFound for an unknown region."""
         ...
 
     def claim_next_plan(self, region: str) -> PlanToApply | None:

@@ -54,8 +54,10 @@ def apply_next_plan(
     client: ControllerClient, region: str, store: PlanApplier, merge: MergeColumns | Merge | None = None
 ) -> tuple[PlanToApply, AppliedMigration] | None:
     """Claim the region's next plan, apply it to ``store`` and report the outcome; None if there is no
-    plan to apply. ``merge`` is the region's merge, which a plan that consolidates split keys' partials
-    needs (``StateStore.apply``); a plan that needs it when it is None is refused (InvalidInput).
+    plan to apply. ``merge`` is how partial state rows merge, which a plan that consolidates split keys'
+    partials needs (``StateStore.apply``): by default the region's (``client.region_merge``), or a
+    function of the job's own for state a ``MergeSpec`` cannot describe; a plan that needs one when
+    there is none is refused (InvalidInput).
 
     On success the plan becomes ``applied`` with the moved rows and bytes (unknown, None, when the store
     had already committed it: a job died between the store's commit and this report). When the store
@@ -70,6 +72,8 @@ def apply_next_plan(
     todo = client.claim_next_plan(region)
     if todo is None:
         return None
+    if merge is None:
+        merge = client.region_merge(region)
     try:
         result = store.apply(
             MigrationPlan.from_json(todo.plan_json),

@@ -21,11 +21,13 @@ from sqlalchemy.orm import Session
 
 from repart.errors import NotFound
 from repart.protocol.client import AppliedFunction, PlanOutcome, PlanToApply
+from repart.protocol.merge import MergeSpec
 from repart.protocol.snapshot import Snapshot
 from repart.storage import models
 from repart.storage.engine import read_transaction, run_in_transaction
 from repart.storage.events import NewEvent, record_batch_report, record_event
 from repart.storage.plans import list_plans, set_plan_status
+from repart.storage.regions import region_by_name
 from repart.storage.snapshots import ingest_snapshot
 from repart.storage.tables import OPEN_PLAN_STATUSES
 from repart.storage.versions import applied_version, version_function
@@ -49,6 +51,13 @@ class SqlControllerClient:
                     f"run `repart tick {region}` (or the daemon) first"
                 )
             return AppliedFunction(row.number, version_function(row))
+
+        return read_transaction(self.engine, work)
+
+    def region_merge(self, region: str) -> MergeSpec | None:
+        def work(session: Session) -> MergeSpec | None:
+            text = region_by_name(session, region).merge
+            return None if text is None else MergeSpec.parse(text)
 
         return read_transaction(self.engine, work)
 
