@@ -148,8 +148,10 @@ def test_an_error_that_may_follow_the_commit_leaves_the_plan_applying_for_a_retr
     assert (row.status, row.moved_rows, row.moved_bytes) == ("applied", None, None)
 
 
-def test_a_merge_the_job_gives_is_passed_to_the_store(engine: Engine) -> None:
+def test_a_merge_the_job_gives_wins_over_the_regions(engine: Engine) -> None:
     planned(engine)
+    with Session(engine) as session, session.begin():
+        session.execute(update(models.Region).where(models.Region.name == REGION).values(merge="n=max"))
     store = FakeStore()
     spec = MergeSpec.parse("n=sum")
     assert apply_next_plan(SqlControllerClient(engine), REGION, store, merge=spec) is not None

@@ -186,11 +186,17 @@ def test_partition_puts_each_split_row_in_its_channel_partition(spark: SparkSess
 
 
 def test_a_frame_of_keys_alone_hashes_the_key(spark: SparkSession) -> None:
-    home = PartitionFunction(n_channels=7, slot_bits=10)
-    version = SplitFunction(home, {"a": SplitEntry((home.lookup("a"), 3, 4), (0.2, 0.3, 0.5))})
-    df = spark.createDataFrame([("a",), ("b",), ("a",)], "k string")
+    home = PartitionFunction(n_channels=16, slot_bits=10)
+    keys = [f"hot{i}" for i in range(60)]
+    entries = {}
+    for key in keys:  # each key's home first, then three other channels, unequal weights
+        first = home.lookup(key)
+        entries[key] = SplitEntry((first, *((first + j) % 16 for j in (3, 7, 11))), (0.1, 0.2, 0.3, 0.4))
+    version = SplitFunction(home, entries)
+    df = spark.createDataFrame([(key,) for key in [*keys, "cold", *keys]], "k string")
     got = route(df, "k", version).select("k", "channel", F.xxhash64("k").alias("h")).collect()
     assert [row.channel for row in got] == [version.lookup(row.k, row.h) for row in got]
+    assert len({row.channel for row in got}) > 4  # the key's hash spreads the keys over candidates
 
 
 def test_null_keys_go_to_channel_0_and_an_empty_split_table_routes_as_its_home(spark: SparkSession) -> None:

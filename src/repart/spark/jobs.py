@@ -69,11 +69,11 @@ def apply_next_plan(
     leaves it ``applying``: the next job retries it, and the store's manifest tells whether it had
     committed.
     """
+    if merge is None:  # read before the claim: a failure here leaves no plan claimed
+        merge = client.region_merge(region)
     todo = client.claim_next_plan(region)
     if todo is None:
         return None
-    if merge is None:
-        merge = client.region_merge(region)
     try:
         result = store.apply(
             MigrationPlan.from_json(todo.plan_json),

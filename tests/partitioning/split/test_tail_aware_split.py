@@ -105,14 +105,17 @@ def test_a_tail_aware_rr_home_balances_around_rr_s_uniform_weights() -> None:
 
 
 def test_a_tail_aware_split_build_without_split_keys_is_the_tail_aware_build() -> None:
-    estimate = zipf_estimate_with_slots(20_000, 400_000)
-    previous = initial_function(1, "int")
     params = BuildParams(tail_aware=True)
     # θ above every key's frequency: nothing is split, so the home is a preserve region's build.
     split = SplitParams("dchoices", theta=0.9)
-    result = build_split(previous, estimate, 4, split=split, params=params)
-    assert isinstance(result.function, SplitFunction) and not result.function.split
-    assert result.function.home == build(previous, estimate, 4, params).function
+    for seed in (3, 7):
+        estimate = zipf_estimate_with_slots(20_000, 400_000, seed=seed)
+        previous = initial_function(1, "int")
+        for n in (2, 4):
+            result = build_split(previous, estimate, n, split=split, params=params)
+            assert isinstance(result.function, SplitFunction) and not result.function.split
+            assert result.function.home == build(previous, estimate, n, params).function
+            previous = result.function.home
 
 
 def test_a_tail_aware_split_build_needs_slot_counts() -> None:
