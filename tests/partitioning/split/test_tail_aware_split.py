@@ -42,24 +42,25 @@ def _tail_loads(estimate: FrequencyEstimate, table: npt.NDArray[np.int32], n: in
     return loads_by_channel(mass[None, :], table, n)[0]
 
 
-def test_rebalance_tail_moves_nothing_when_the_fixed_loads_even_out_the_tail() -> None:
-    previous = initial_function(1, "int", SLOT_BITS)
+def _evened_tail() -> tuple[PartitionFunction, PartitionFunction, FrequencyEstimate, FloatArray]:
+    """A 4-channel home over a tail of slot masses 0..39, and the fixed loads of split keys whose
+    weights fill every channel up to the fullest one (rows s, c, n alike): previous, home, estimate,
+    fixed loads."""
     home = PartitionFunction(n_channels=4, key_type="int", slot_bits=SLOT_BITS)
     estimate = _tail_estimate(np.arange(1 << SLOT_BITS, dtype=np.float64) % 40)
     tail = _tail_loads(estimate, home.table, 4)
-    # Split keys whose weights fill every channel up to the fullest one: nothing left to balance.
-    fixed = np.tile(tail.max() - tail, (3, 1))
+    return initial_function(1, "int", SLOT_BITS), home, estimate, np.tile(tail.max() - tail, (3, 1))
+
+
+def test_rebalance_tail_moves_nothing_when_the_fixed_loads_even_out_the_tail() -> None:
+    previous, home, estimate, fixed = _evened_tail()  # nothing left to balance
     result = rebalance_tail(previous, home, estimate, BuildParams(tail_aware=True), fixed)
     assert dict(result.slot_overrides) == {}
     assert result == home
 
 
 def test_rebalance_tail_moves_slots_off_the_channel_the_weights_leave_heavy() -> None:
-    previous = initial_function(1, "int", SLOT_BITS)
-    home = PartitionFunction(n_channels=4, key_type="int", slot_bits=SLOT_BITS)
-    estimate = _tail_estimate(np.arange(1 << SLOT_BITS, dtype=np.float64) % 40)
-    tail = _tail_loads(estimate, home.table, 4)
-    fixed = np.tile(tail.max() - tail, (3, 1))
+    previous, home, estimate, fixed = _evened_tail()
     fixed[:, 0] += 2_000.0  # 2,000 tuples more on channel 0 than the weights could spread
     result = rebalance_tail(previous, home, estimate, BuildParams(tail_aware=True), fixed)
     after = _tail_loads(estimate, result.table, 4) + fixed[0]
