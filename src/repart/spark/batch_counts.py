@@ -70,12 +70,11 @@ class SlotCounts:
 
 @dataclass(frozen=True)
 class KeyCounts:
-    """The key pass's result: every key counted more than ``bound`` times, largest count first (ties
-    by key), with its exact count."""
+    """The key pass's result: every key counted more than ``heavy_bound`` times, largest count first
+    (ties by key), with its exact count."""
 
     keys: list[Key]
     counts: IntArray
-    bound: int
 
 
 def heavy_bound(n: int, epsilon: float) -> int:
@@ -114,7 +113,7 @@ def count_hot_keys(projected: DataFrame, slots: SlotCounts, epsilon: float, slot
     bound = heavy_bound(slots.n, epsilon)
     hot = slots.tuples > bound
     if not hot.any():
-        return KeyCounts(keys=[], counts=np.zeros(0, dtype=np.int64), bound=bound)
+        return KeyCounts(keys=[], counts=np.zeros(0, dtype=np.int64))
     slot = F.shiftrightunsigned("hash", 64 - slot_bits)
     table = (
         projected.where(F.col("key").isNotNull() & in_slot_mask(slot, slots.slots[hot], slot_bits))
@@ -138,7 +137,7 @@ def count_hot_keys(projected: DataFrame, slots: SlotCounts, epsilon: float, slot
     heavy = table.filter(pc.greater(table.column("tuples"), bound)).sort_by(
         [("tuples", "descending"), ("key", "ascending")]
     )
-    return KeyCounts(keys=heavy.column("key").to_pylist(), counts=_int64(heavy, "tuples"), bound=bound)
+    return KeyCounts(keys=heavy.column("key").to_pylist(), counts=_int64(heavy, "tuples"))
 
 
 def in_slot_mask(slot: Column, members: IntArray, slot_bits: int) -> Column:
