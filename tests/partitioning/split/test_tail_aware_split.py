@@ -14,7 +14,7 @@ from repart.partitioning.algorithms.builder import build, initial_function, reba
 from repart.partitioning.algorithms.problem import BuildParams
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.function import PartitionFunction
-from repart.partitioning.split.build import build_split
+from repart.partitioning.split.build import SplitPlacement, build_split, home_fixed_loads
 from repart.partitioning.split.function import SplitFunction
 from repart.partitioning.split.params import SplitParams
 from repart.partitioning.tail import loads_by_channel, untracked_slot_mass
@@ -130,3 +130,22 @@ def test_a_tail_aware_split_build_needs_slot_counts() -> None:
             params=BuildParams(tail_aware=True),
         )
     assert raised.value.field == "estimate" and "slot_counts" in str(raised.value)
+
+
+def test_an_rr_home_is_placed_around_rr_s_uniform_spread() -> None:
+    # The placement's fixed loads spread each split key by the scheme's own weights: for RR each
+    # candidate carries 1/d of the key's load whatever the other loads are (hand-computed oracle).
+    estimate = zipf_estimate_with_slots(20_000, 400_000)
+    previous = initial_function(1, "int")
+    head = np.array([0, 1, 2], dtype=np.int64)
+    key_loads = np.stack([estimate.counts[head]] * 3)
+    lists = [(0, 1), (1, 2, 3), (2, 3, 0, 1)]
+    placed = SplitPlacement(head, key_loads, lists, {estimate.keys[i]: lists[i][0] for i in range(3)})
+    fixed = home_fixed_loads(previous, estimate, head, 4, placed, "rr", BuildParams())
+    expected = np.zeros(4)
+    for count, candidates in zip(estimate.counts[head].tolist(), lists, strict=True):
+        for channel in candidates:
+            expected[channel] += count / len(candidates)
+    assert np.allclose(fixed, np.tile(expected, (3, 1)))
+    water_filled = home_fixed_loads(previous, estimate, head, 4, placed, "dchoices", BuildParams())
+    assert not np.allclose(water_filled, fixed)

@@ -110,19 +110,18 @@ def build_split(
     # (tail_aware_home); without any, it is the tail-aware build of a preserve region.
     tail_after = params.tail_aware and head.size > 0
     window = home_estimate(estimate, head)
+    placed = SplitPlacement(head, key_loads, lists, dict(zip(keys, homes.tolist(), strict=True)))
     built = build(
         home_before,
         window,
         n,
         dataclasses.replace(params, tail_aware=False) if tail_after else params,
         algorithm,
-        fixed_loads=home_fixed_loads(home_before, estimate, head, n, key_loads, lists, params),
+        fixed_loads=home_fixed_loads(home_before, estimate, head, n, placed, split.scheme, params),
     )
-    pins = dict(zip(keys, homes.tolist(), strict=True))
     if tail_after:
-        placed = SplitPlacement(head, key_loads, lists, pins)
         built = tail_aware_home(home_before, built, estimate, window, placed, split.scheme, params)
-    home = _pinned(built.function, pins)
+    home = _pinned(built.function, placed.pins)
     base = unsplit_loads(home, estimate, head, exponents)
     weights = scheme_weights(split.scheme, base, key_loads, lists, params)
     function = SplitFunction(
@@ -287,13 +286,14 @@ def home_fixed_loads(
     estimate: FrequencyEstimate,
     head: IntArray,
     n: int,
-    key_loads: FloatArray,
-    lists: list[tuple[int, ...]],
+    placed: SplitPlacement,
+    scheme: str,
     params: BuildParams,
 ) -> FloatArray:
-    """(3, N): the split keys' loads as the home build sees them, water-filled over their candidates
-    on top of the load of every key the build does not place: the untracked mass and the window's
-    keys below δ, routed by the new consistent table (see the module docstring)."""
+    """(3, N): the split keys' loads as the home build sees them, spread over their candidates by the
+    scheme's weights (``scheme_weights``: water-filled, or RR's uniform ones) on top of the load of
+    every key the build does not place: the untracked mass and the window's keys below δ, routed by
+    the new consistent table (see the module docstring)."""
     exponents = params.resources.load_exponents
     table = slot_table(n, previous.consistent, previous.slot_bits)
     untracked = untracked_slot_loads(estimate, estimate.keys, estimate.counts, previous.slot_bits, exponents)
@@ -306,7 +306,8 @@ def home_fixed_loads(
         channels = table[slots_of_hashes(hash_keys(keys), previous.slot_bits)]
         loads = np.stack([count_weights(estimate.counts[below], e) for e in exponents])
         hashed += loads_by_channel(loads, channels, n)
-    return _spread(key_loads, lists, balancing_weights(hashed, key_loads, lists, params), n)
+    weights = scheme_weights(scheme, hashed, placed.key_loads, placed.lists, params)
+    return _spread(placed.key_loads, placed.lists, weights, n)
 
 
 def balancing_weights(
