@@ -42,7 +42,7 @@ from pyspark.sql import functions as F
 
 from repart.errors import InvalidInput
 from repart.partitioning.domain import Key
-from repart.partitioning.frequency import bucket_width
+from repart.protocol.snapshot import closed_buckets
 from repart.spark.cardinality import register_value
 from repart.spark.constants import constant
 
@@ -70,17 +70,11 @@ class SlotCounts:
 
 @dataclass(frozen=True)
 class KeyCounts:
-    """The key pass's result: every key counted more than ``heavy_bound`` times, largest count first
-    (ties by key), with its exact count."""
+    """The key pass's result: every key counted more than ``closed_buckets(n, epsilon)`` times,
+    largest count first (ties by key), with its exact count."""
 
     keys: list[Key]
     counts: IntArray
-
-
-def heavy_bound(n: int, epsilon: float) -> int:
-    """``floor(n / ceil(1/epsilon))``: a snapshot of ``n`` tuples lists every key occurring more often
-    (the lossy counter's bound, README "Snapshot documents")."""
-    return n // bucket_width(epsilon)
 
 
 def count_slots(projected: DataFrame, slot_bits: int) -> SlotCounts:
@@ -106,11 +100,12 @@ def count_slots(projected: DataFrame, slot_bits: int) -> SlotCounts:
 
 
 def count_hot_keys(projected: DataFrame, slots: SlotCounts, epsilon: float, slot_bits: int) -> KeyCounts:
-    """Run the key pass over ``projected`` for the slots of ``slots`` above ``heavy_bound`` (no Spark
+    """Run the key pass over ``projected`` for the slots of ``slots`` above ``closed_buckets(n, epsilon)``,
+    ``floor(n / ceil(1/epsilon))``, the bound a snapshot document allows (no Spark
     job when there are none) and check it against them; InvalidInput ``df`` when the two reads of the
     batch disagree on a hot slot's count (the slots the items come from; rows of other slots are read
     by the slot pass only)."""
-    bound = heavy_bound(slots.n, epsilon)
+    bound = closed_buckets(slots.n, epsilon)
     hot = slots.tuples > bound
     if not hot.any():
         return KeyCounts(keys=[], counts=np.zeros(0, dtype=np.int64))

@@ -11,13 +11,14 @@
    candidates that still hold a partial.
 4. **The home function**: Gedik's ``build`` from the previous version's home, as for a preserving
    region, on the window without the head (their counts leave the keys, the total and their slots'
-   tuple counts) and with the head's load as *fixed loads*: the split keys water-filled over their
-   candidates on top of the load of every key the build does not place (the untracked mass and the
-   window's keys below δ, by the new consistent table). Gedik so places the unsplit keys around the
-   split keys' partial loads; the split keys are then pinned to their homes in its explicit map.
+   tuple counts) and with the head's load as *fixed loads*: the split keys spread over their
+   candidates by the scheme's weights (step 5, ``scheme_weights``) on top of the load of every key
+   the build does not place (the untracked mass and the window's keys below δ, by the new consistent
+   table). Gedik so places the unsplit keys around the split keys' partial loads; the split keys are
+   then pinned to their homes in its explicit map.
    With ``tail_aware`` the placement is the same, and the slot overrides act only on what the split
-   keys cannot absorb: from the previous overrides, the weights are water-filled over the per-slot
-   loads, and the override pass balances the channels around the split keys so spread
+   keys cannot absorb: from the previous overrides, the split keys are spread by the scheme's weights
+   (step 5) over the per-slot loads, and the override pass balances the channels around them
    (``builder.rebalance_tail``). The weights already absorb the tail's unevenness on every channel a
    split key covers; slot moves made against loads that ignore this fit the per-slot sampling noise
    (the pass picks slots by their counts, and picked counts are biased) and pay migration for it.
