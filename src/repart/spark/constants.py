@@ -1,7 +1,7 @@
 """Routing constants as single folded array constants (DESIGN §9).
 
 ``route`` and its split part hold their lookup tables (the routing table, the exception groups, the
-split keys' thresholds and candidates) as constants of the query plan. Each is written as one JSON
+split keys' alias tables) as constants of the query plan. Each is written as one JSON
 string literal parsed by ``from_json``, which the optimizer folds into a single array constant: an
 ``F.lit`` of a Python list would build one expression per entry instead (analysing the 65,536 entries
 of a routing table that way took 19.5 s). ``repart.spark.route``'s docstring has the measurements.

@@ -39,8 +39,8 @@ folding (the optimizer rule ConvertToLocalRelation), which parses the constants 
 such DataFrames are RDD-backed; data read from files or streams is never a LocalRelation.
 
 A ``SplitFunction`` (DESIGN §11.3) routes through the same lookup with its home function: each split
-key is a routing exception of its slot whose "channel" is the code ``-(i + 1)``, i its index in the
-split table, and a row with a negative code picks among the key's candidates by a hash of the row
+key is a routing exception of its slot whose "channel" is a negative code naming the key's alias table,
+and a row with a negative code picks among the key's candidates by a hash of the row
 (``repart.spark.split_route``). A function without split keys routes exactly as its home.
 
 ``partition`` then hands the channel to ``DataFrame.repartitionById``: one shuffle, after which Spark
@@ -61,7 +61,7 @@ from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.partitioning.split.function import SplitFunction, StoredFunction
 from repart.spark.constants import constant
 from repart.spark.keys import KeyColumn, key_column
-from repart.spark.split_route import route_split, row_columns, split_codes
+from repart.spark.split_route import alias_layout, route_split, row_columns, row_hash
 
 DEFAULT_CHANNEL_COL = "channel"
 _KEY_TYPES = {"str": "string", "int": "bigint"}
@@ -102,11 +102,10 @@ def route(
         return df.withColumn(channel_col, _channel(key, version))
     if not version.split:
         return df.withColumn(channel_col, _channel(key, version.home))
-    codes = split_codes(version)
-    code = _channel(key, version.home, codes, version.key_type)
-    return route_split(
-        df, code, version, channel_col=channel_col, row_cols=chosen or row_columns(df, None, key.name)
-    )
+    layout = alias_layout(version)
+    code = _channel(key, version.home, layout.codes, version.key_type)
+    hashed = row_hash(chosen or row_columns(df, None, key.name))
+    return route_split(df, code, hashed, layout, channel_col=channel_col)
 
 
 def partition(

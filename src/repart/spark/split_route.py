@@ -1,39 +1,43 @@
 """The rows of split keys pick their candidate in the JVM (DESIGN §11.3).
 
 ``repart.spark.route`` looks a key up in its split function's home function, in which every split key
-is a routing exception whose code is ``-(i + 1)``, i its index in the split table (``split_codes``).
-A row with a negative code reads, with Spark SQL expressions only (no Python UDF):
+is a routing exception whose "channel" is a negative *code* (``AliasLayout``). A row with a negative
+code reads, with Spark SQL expressions only (no Python UDF), its key's Walker alias table
+(``repart.partitioning.split.alias``):
 
-    r = shiftrightunsigned(xxhash64(row columns), 32)        in [0, 2^32), computed for split rows only
-    channel = candidates[i][#{j : thresholds[i][j] <= r}]
+    h = xxhash64(row columns)                              computed for split rows only
+    m = ~code = offset << 6 | (64 − b)                     the key's table and its bucket bits b
+    entry = entries[(m >> 6) | (h >>> (m & 63))]           one array read
+    channel = own(entry) if (h & (2^32 − 1)) < cut(entry) else alias(entry)
 
 (the row columns: ``row_cols``, by default every column but the key, ``row_columns``), which is
-``SplitFunction.lookup(key, row_hash)``: the count of thresholds at or below r is the index of the
-first threshold above it (``bisect_right``). Only the first d - 1 thresholds of a key with d
-candidates are kept (the last, 2^32, is above every r). Thresholds and candidates are two constants,
-``array<array<bigint>>`` and ``array<array<int>>`` (``repart.spark.constants``).
+``SplitFunction.lookup(key, h)``. The entries are one flat ``array<bigint>`` constant
+(``repart.spark.constants``): each split key's 2^b buckets at its offset, the widest tables first, so
+that every offset is a multiple of its table's size and ``|`` adds the bucket. An entry packs a bucket
+as ``cut << 32 | own channel << 16 | alias channel`` (channels are below 2^16; a cut of 2^32, "always
+its own", is written as cut 0: such a bucket is its own alias). Every operation is bitwise, which
+Spark's ANSI mode does not wrap in overflow checks, and the constant holds Σ 2^b < 2 Σ d entries.
 
-The count is a branchless binary search of ceil(log2(L + 1)) steps, L the longest threshold list:
-``pos += step if thresholds[i][pos + step - 1] <= r``, steps halving from the largest power of two
-not above L; an index past a key's list reads null, which counts as above r. Each step is its own
-projection over the previous step's ``pos`` column: an expression naming ``pos`` twice is not inlined
-by Spark's CollapseProject, so the plan grows with log L instead of doubling at every step, and
-whole-stage codegen still runs the steps as one loop over the rows. The row hash (the costly part:
-every hashed column) is a column of its own for the same reason. Every step, and the row hash, sits
-under ``code < 0``, so the row of an unsplit key pays one integer comparison per step and nothing
-else. Integer steps use bitwise operations (``~code`` is ``-code - 1``; ``pos`` has no bits below
-2·step, so ``|`` adds), which Spark's ANSI mode does not wrap in overflow checks. The helper columns
-are dropped at the end.
+The row hash and the entry are projections of their own: each is referenced twice, so Spark's
+CollapseProject keeps them apart instead of computing them twice, and whole-stage codegen still runs
+the projections as one loop over the rows. Both sit under ``code < 0``, so the row of an unsplit key
+pays three integer comparisons and nothing else. The helper columns are dropped at the end.
 
-Not chosen: a ``CASE`` with one branch per candidate, or a balanced tree of them (the generated code
-grows with d, up to N for W-Choices, where the steps grow with log d), higher-order functions
-(``filter``, ``aggregate``: a lambda interpreted per element), and Spark's ``ArrayBinarySearch``
-expression (not a SQL function).
+Measured against the search it replaced (a branchless binary search over the key's cumulative
+thresholds, one projection per step, ⌈log₂ d⌉ steps), side by side on the 10M-row benchmark with 6M
+split rows and d = 8 (docs/results/spark-split.txt, exploratory run (h)): ``route()`` alone 0.76 s
+against 0.87 s (home function 0.63 s), ``partition()`` 1.28× Spark's ``repartition(32, key)`` against
+1.34× (the preserving function 1.22×). Not chosen: a ``CASE`` per candidate (the generated code grows
+with d, up to N for W-Choices), higher-order functions (``filter``, ``aggregate``: a lambda
+interpreted per element), a guide table over the cumulative thresholds (D-Choices gives weights of a
+few 2^−32, so thresholds lie a few units apart and no table under 2^17 entries per key leaves one
+threshold per entry), and hashing every row to spare the branch (slower: 0.88 s).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -41,17 +45,47 @@ from pyspark.sql import types as T
 
 from repart.errors import InvalidInput
 from repart.partitioning.domain import Key
+from repart.partitioning.split.alias import BUCKET_SPAN
 from repart.partitioning.split.function import SplitFunction
 from repart.spark.constants import constant
 from repart.spark.keys import quoted
 
-#: Prefix of the helper columns (code, row hash, search position), made unique against the frame's.
+#: Prefix of the helper columns (code, row hash, alias entry), made unique against the frame's.
 HELPER_PREFIX = "_repart_split"
+_LOW_32 = 2**32 - 1
+_CHANNEL_MASK = 2**16 - 1
+#: Alias buckets one routing constant may hold: an offset shifted by 6 bits must fit a negative int.
+MAX_ALIAS_ENTRIES = 2**25
 
 
-def split_codes(version: SplitFunction) -> dict[Key, int]:
-    """Each split key's code ``-(i + 1)``, i its index in the split table (which is in key order)."""
-    return {key: -(index + 1) for index, key in enumerate(version.split)}
+class AliasLayout(NamedTuple):
+    """A split function's split keys as ``route_split`` reads them: each key's code (negative, marking
+    it in the home function's exception groups) and the packed alias entries (module docstring)."""
+
+    codes: dict[Key, int]
+    entries: list[int]
+
+
+def alias_layout(version: SplitFunction) -> AliasLayout:
+    """Each split key's table at an offset (widest first, then in key order) and its code
+    ``~(offset << 6 | (64 − b))``; the entries ``cut << 32 | own << 16 | alias`` as signed 64-bit
+    integers. InvalidInput ``version`` past ``MAX_ALIAS_ENTRIES`` entries (the code is an int)."""
+    codes: dict[Key, int] = {}
+    entries: list[int] = []
+    for key in sorted(version.split, key=lambda key: -version.alias(key).bucket_bits):  # stable
+        table, candidates = version.alias(key), version.split[key].candidates
+        codes[key] = ~(len(entries) << 6 | (64 - table.bucket_bits))
+        for bucket, (cut, alias) in enumerate(zip(table.cuts, table.aliases, strict=True)):
+            own = candidates[bucket] if bucket < len(candidates) else 0  # padding: its cut is 0
+            packed = (0 if cut == BUCKET_SPAN else cut) << 32 | own << 16 | candidates[alias]
+            entries.append(packed - 2**64 if packed >= 2**63 else packed)
+    if len(entries) > MAX_ALIAS_ENTRIES:
+        raise InvalidInput(
+            "version",
+            f"must have at most {MAX_ALIAS_ENTRIES:,} alias buckets in all (one routing constant), got "
+            f"{len(entries):,}: split fewer keys or over fewer candidates",
+        )
+    return AliasLayout(codes, entries)
 
 
 def row_columns(df: DataFrame, row_cols: Sequence[str] | None, key_col: str) -> list[str]:
@@ -60,7 +94,7 @@ def row_columns(df: DataFrame, row_cols: Sequence[str] | None, key_col: str) -> 
 
     The key is the same in every row of a split key, so hashing it spreads nothing: the default
     leaves it out, which saves hashing a string per split row (measured in docs/DECISIONS.md, "The
-    candidate is a binary search in one projection per step"). InvalidInput ``row_cols`` unless it is
+    default row hash leaves the key out"). InvalidInput ``row_cols`` unless it is
     a non-empty list of distinct column names of ``df`` whose types Spark can hash (a map or a variant,
     or a struct or array holding one, cannot be: pass ``row_cols`` without it).
     """
@@ -88,35 +122,34 @@ def row_columns(df: DataFrame, row_cols: Sequence[str] | None, key_col: str) -> 
 
 
 def route_split(
-    df: DataFrame, code: Column, version: SplitFunction, *, channel_col: str, row_cols: Sequence[str]
+    df: DataFrame, code: Column, row_hash: Column, layout: AliasLayout, *, channel_col: str
 ) -> DataFrame:
-    """``df`` with ``channel_col``: ``code`` where it is a channel (≥ 0), else the candidate of split key
-    ``-code - 1`` that the row's hash of ``row_cols`` picks (module docstring)."""
-    code_col, top_col, pos_col = _helper_names(df, 3)
-    keys = list(version.split)
-    bounds = constant([list(version.thresholds(key)[:-1]) for key in keys], "array<array<bigint>>")
-    candidates = constant([list(version.split[key].candidates) for key in keys], "array<array<int>>")
-    longest = max(len(entry.candidates) for entry in version.split.values()) - 1
-
-    code_value = F.col(code_col)
-    index = F.bitwise_not(code_value)  # -code - 1, without the overflow checks of ANSI arithmetic
-    row_hash = F.xxhash64(*(F.col(quoted(name)) for name in row_cols))
-    staged = df.withColumn(code_col, code).withColumn(
-        top_col, F.when(code_value < 0, F.shiftrightunsigned(row_hash, 32))
+    """``df`` with ``channel_col``: ``code`` where it is a channel (≥ 0), else the candidate that the
+    bigint ``row_hash`` picks in the alias table ``code`` names in ``layout`` (module docstring);
+    ``row_hash`` is evaluated only for rows with a negative code."""
+    code_col, hash_col, entry_col = _helper_names(df, 3)
+    code_value, hashed, entry = F.col(code_col), F.col(hash_col), F.col(entry_col)
+    table = F.bitwise_not(code_value)  # offset << 6 | (64 - bucket bits)
+    bucket = F.call_function("shiftrightunsigned", hashed, table.bitwiseAND(63)).cast("int")
+    index = F.shiftright(table, 6).bitwiseOR(bucket)
+    staged = (
+        df.withColumn(code_col, code)
+        .withColumn(hash_col, F.when(code_value < 0, row_hash))
+        .withColumn(
+            entry_col, F.when(code_value < 0, F.get(constant(layout.entries, "array<bigint>"), index))
+        )
     )
-    top, pos = F.col(top_col), F.col(pos_col)
-    key_bounds = F.get(bounds, index)
-    step = 1 << (longest.bit_length() - 1)
-    first = F.when(F.get(key_bounds, F.lit(step - 1)) <= top, step).otherwise(0)
-    staged = staged.withColumn(pos_col, F.when(code_value < 0, first))
-    step >>= 1
-    while step:  # pos is a sum of larger steps: its bits below 2·step are 0, so | is +
-        above = F.get(key_bounds, pos.bitwiseOR(step - 1)) <= top  # null past the list: not counted
-        level = F.when(above, pos.bitwiseOR(step)).otherwise(pos)
-        staged = staged.withColumn(pos_col, F.when(code_value < 0, level))
-        step >>= 1
-    channel = F.when(code_value >= 0, code_value).otherwise(F.get(F.get(candidates, index), pos))
+    below_cut = hashed.bitwiseAND(_LOW_32) < F.shiftrightunsigned(entry, 32)
+    pick = F.when(below_cut, F.shiftright(entry, 16).bitwiseAND(_CHANNEL_MASK)).otherwise(
+        entry.bitwiseAND(_CHANNEL_MASK)
+    )
+    channel = F.when(code_value >= 0, code_value).otherwise(pick.cast("int"))
     return staged.select(*(F.col(quoted(name)) for name in df.columns), channel.alias(channel_col))
+
+
+def row_hash(row_cols: Sequence[str]) -> Column:
+    """A row's hash: Spark's ``xxhash64`` of ``row_cols`` (checked by ``row_columns``)."""
+    return F.xxhash64(*(F.col(quoted(name)) for name in row_cols))
 
 
 def _helper_names(df: DataFrame, count: int) -> list[str]:

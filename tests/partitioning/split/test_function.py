@@ -1,25 +1,17 @@
-"""``SplitFunction`` (DESIGN §11.3): validation naming the field, canonical JSON, and lookup against a
-direct reading of the threshold rule."""
+"""``SplitFunction`` (DESIGN §11.3): validation naming the field, canonical JSON, and lookup through
+each split key's alias table (whose shares tests/partitioning/split/test_alias.py checks)."""
 
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from repart.errors import InvalidInput
 from repart.partitioning import initial_function
 from repart.partitioning.function import PartitionFunction
-from repart.partitioning.split.function import (
-    ROW_HASH_SPAN,
-    SplitEntry,
-    SplitFunction,
-    cumulative_thresholds,
-    load_function,
-)
+from repart.partitioning.split.alias import BUCKET_SPAN, alias_table
+from repart.partitioning.split.function import SplitEntry, SplitFunction, load_function
 
 HOME = initial_function(8, "str", 10)
 
@@ -34,41 +26,25 @@ def other_channels(key: str, count: int) -> tuple[int, ...]:
     return tuple(c for c in range(8) if c != HOME.lookup(key))[:count]
 
 
-def test_an_unsplit_key_routes_home_and_a_split_key_by_the_row_hash_s_top_bits() -> None:
+def test_an_unsplit_key_routes_home_and_a_split_key_by_its_alias_table() -> None:
     f = split_of("hot", *other_channels("hot", 2), weights=(0.5, 0.25, 0.25))
     home, second, third = f.candidates("hot")
-    assert f.thresholds("hot") == (2**31, 3 * 2**30, 2**32)
-    assert [f.lookup("hot", r << 32) for r in (0, 2**31 - 1, 2**31, 3 * 2**30 - 1, 3 * 2**30, 2**32 - 1)] == [
-        home,
-        home,
-        second,
-        second,
-        third,
-        third,
-    ]
+    assert f.alias("hot") == alias_table((0.5, 0.25, 0.25))  # four buckets: home, home, second, third
+    tops = [0, (1 << 62) - 1, 1 << 62, 2 << 62, (3 << 62) - 1, 3 << 62]
+    assert [f.lookup("hot", top) for top in tops] == [home, home, home, second, second, third]
     assert f.lookup("hot", -1) == third  # signed: -1 is 2^64 - 1
     assert f.lookup("cold", 12345) == HOME.lookup("cold")
     assert f.candidates("cold") == (HOME.lookup("cold"),)
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    st.lists(st.integers(min_value=0, max_value=1000), min_size=2, max_size=8).filter(lambda w: sum(w) > 0)
-)
-def test_each_candidate_gets_exactly_its_threshold_interval(raw: list[int]) -> None:
-    weights = tuple(w / sum(raw) for w in raw)
-    if abs(math.fsum(weights) - 1) > 1e-9:
-        return
-    f = split_of("hot", *other_channels("hot", len(raw) - 1), weights=weights)
-    thresholds = f.thresholds("hot")
-    assert thresholds[-1] == ROW_HASH_SPAN and list(thresholds) == sorted(thresholds)
-    start = 0
-    for candidate, end in zip(f.candidates("hot"), thresholds, strict=True):
-        assert abs((end - start) / ROW_HASH_SPAN - weights[f.candidates("hot").index(candidate)]) <= 2**-31
-        if end > start:  # the interval's first and last row hash go to this candidate
-            assert f.lookup("hot", start << 32) == candidate
-            assert f.lookup("hot", ((end - 1) << 32) | (2**32 - 1)) == candidate
-        start = end
+def test_the_low_bits_choose_between_a_bucket_s_candidate_and_its_alias() -> None:
+    f = split_of("hot", *other_channels("hot", 1), weights=(0.7, 0.3))
+    home, second = f.candidates("hot")
+    cut = 2 * BUCKET_SPAN - round(1.4 * BUCKET_SPAN)  # the second bucket: 0.3 of 2 buckets is 0.6 of it
+    top = 1 << 63
+    picks = [f.lookup("hot", top | u) for u in (0, cut - 1, cut, BUCKET_SPAN - 1)]
+    assert picks == [second, second, home, home]
+    assert f.lookup("hot", BUCKET_SPAN - 1) == home  # the first bucket is the home's alone
 
 
 def test_json_round_trip_digest_and_load_function() -> None:
@@ -117,10 +93,6 @@ def test_bad_documents_name_their_field() -> None:
     with pytest.raises(InvalidInput) as raised:
         f.lookup("hot", 2**64)
     assert raised.value.field == "row_hash"
-
-
-def test_thresholds_of_tiny_weights_never_pass_two_to_the_32() -> None:
-    assert cumulative_thresholds((1 - 1e-12, 1e-12)) == (ROW_HASH_SPAN, ROW_HASH_SPAN)
 
 
 def test_a_bad_row_is_named_by_its_position_in_the_document() -> None:

@@ -3,6 +3,8 @@ over several channels, and how they are built.
 
 - ``function``: ``SplitFunction`` (home function + split table), its canonical JSON and row lookup;
   ``load_function`` reads a stored function of either kind.
+- ``alias``: a split key's Walker alias table (integer masses, Vose's construction), which picks a
+  row's candidate from its row hash in O(1).
 - ``params``: ``SPLIT_SCHEMES`` and ``SplitParams`` (the scheme, θ and each scheme's parameters, checked
   field by field, stored as plain settings).
 - ``candidates``: each scheme's candidate rule (counts, hash choices in rendezvous order, FISH's ring,

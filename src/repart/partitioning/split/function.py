@@ -8,12 +8,11 @@ weights; its state is then partial on each candidate and merged on read, which i
 for decomposable state (sums, counts, min/max, sketches).
 
 Which candidate a row of a split key goes to is decided by a 64-bit hash of the row (the job side
-uses Spark's ``xxhash64`` of the row's columns, so a retried task routes identically):
-
-    r = row_hash >> 32  (unsigned, in [0, 2^32)),   channel = candidates[min{i : r < t_i}],
-
-with integer thresholds ``t_i = round(2^32 · (w_0 + … + w_i))`` for i < d − 1 and ``t_{d−1} = 2^32``.
-The thresholds are computed here once, so the JVM compares integers and Python is its exact oracle.
+uses Spark's ``xxhash64`` of the row's columns, so a retried task routes identically) through the
+key's Walker alias table (``repart.partitioning.split.alias``): the row hash's top ⌈log₂ d⌉ bits name
+a bucket, its low 32 bits choose between the bucket's candidate and its alias, and each candidate gets
+its weight's share of all row hashes, in integer units of 2^−32 per bucket. The tables are computed
+here once, so the JVM compares integers and Python is its exact oracle.
 
 The canonical JSON is ``{"format": 1, "kind": "split", "home": <the home function's document>,
 "split": [[key, [candidates], [weights]], …]}`` (rows sorted by key), its digest the SHA-256 of that
@@ -23,8 +22,7 @@ text. ``load_function`` reads either kind of stored function.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
@@ -44,13 +42,12 @@ from repart.partitioning.documents import (
 )
 from repart.partitioning.domain import Key, KeyType, key_type_of
 from repart.partitioning.function import PartitionFunction
+from repart.partitioning.split.alias import AliasTable, alias_table
 from repart.validation import Interval, Kind, Options, check, shown
 
 FORMAT_VERSION = 1
 KIND = "split"
 _DOCUMENT_FIELDS = ("format", "home", "kind", "split")
-#: Row hashes are compared on their top 32 bits: thresholds live in [0, 2^32].
-ROW_HASH_SPAN = 2**32
 #: How far the weights of a split key may sum from 1 (they are floats written as JSON numbers).
 WEIGHT_SUM_TOLERANCE = 1e-9
 _ROW_HASH = Interval(int, -(2**63), 2**64 - 1)
@@ -120,19 +117,19 @@ class SplitFunction:
         entry = self.split.get(key)
         return entry.candidates if entry is not None else (self.home.lookup(key),)
 
-    def thresholds(self, key: Key) -> tuple[int, ...]:
-        """The cumulative integer thresholds of a split key (see the module docstring)."""
-        return self._thresholds[key]
+    def alias(self, key: Key) -> AliasTable:
+        """A split key's Walker alias table (``repart.partitioning.split.alias``)."""
+        return self._aliases[key]
 
     def lookup(self, key: Key, row_hash: int) -> int:
         """The channel of a row of ``key`` whose row hash is ``row_hash`` (a signed or unsigned 64-bit
-        integer): the home of an unsplit key, else the candidate whose threshold interval holds
-        ``row_hash``'s top 32 bits."""
+        integer): the home of an unsplit key, else the candidate that the key's alias table picks for
+        ``row_hash`` (its top bits the bucket, its low 32 bits against the bucket's cut)."""
         entry = self.split.get(key)
         if entry is None:
             return self.home.lookup(key)
-        top = (check("row_hash", row_hash, _ROW_HASH) % 2**64) >> 32
-        return entry.candidates[bisect_right(self._thresholds[key], top)]  # the last threshold is 2^32
+        unsigned = check("row_hash", row_hash, _ROW_HASH) % 2**64
+        return entry.candidates[self._aliases[key].pick(unsigned)]
 
     def to_json(self) -> str:
         return self._canonical_json
@@ -184,8 +181,8 @@ class SplitFunction:
         return canonical_json(document)
 
     @cached_property
-    def _thresholds(self) -> dict[Key, tuple[int, ...]]:
-        return {key: cumulative_thresholds(entry.weights) for key, entry in self.split.items()}
+    def _aliases(self) -> dict[Key, AliasTable]:
+        return {key: alias_table(entry.weights) for key, entry in self.split.items()}
 
 
 def _checked_entry(
@@ -221,18 +218,6 @@ def _checked_entry(
             f"{name}.weights", f"must sum to 1 (within {WEIGHT_SUM_TOLERANCE:g}), got {total!r}"
         )
     return checked, checked_weights
-
-
-def cumulative_thresholds(weights: Sequence[float]) -> tuple[int, ...]:
-    """``t_i = round(2^32 · Σ_{j ≤ i} w_j)`` for every candidate but the last, whose threshold is 2^32,
-    kept non-decreasing (rounding cannot reorder them: the sums only grow)."""
-    thresholds: list[int] = []
-    total = 0.0
-    for weight in weights[:-1]:
-        total += weight
-        thresholds.append(min(ROW_HASH_SPAN, round(total * ROW_HASH_SPAN)))
-    thresholds.append(ROW_HASH_SPAN)
-    return tuple(thresholds)
 
 
 StoredFunction = PartitionFunction | SplitFunction
