@@ -10,11 +10,18 @@ import numpy.typing as npt
 import pytest
 
 from repart.errors import InvalidInput
-from repart.partitioning.algorithms.builder import build, initial_function, rebalance_tail
+from repart.partitioning.algorithms.builder import build, initial_function, predict, rebalance_tail
 from repart.partitioning.algorithms.problem import BuildParams
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.function import PartitionFunction
-from repart.partitioning.split.build import SplitPlacement, build_split, home_fixed_loads
+from repart.partitioning.split.build import (
+    SplitPlacement,
+    build_split,
+    head_indices,
+    home_estimate,
+    home_fixed_loads,
+    split_imbalance,
+)
 from repart.partitioning.split.function import SplitFunction
 from repart.partitioning.split.params import SplitParams
 from repart.partitioning.tail import loads_by_channel, untracked_slot_mass
@@ -83,6 +90,11 @@ def test_a_tail_aware_split_build_equals_the_plain_one_when_the_weights_absorb_t
         assert isinstance(tail.function, SplitFunction)
         assert tail.report.home.slot_overrides == len(tail.function.home.slot_overrides) == 0
         assert tail.function.digest == plain.function.digest
+        # The home report is recomputed for the final home: m as the plain build's report has it for
+        # the same home, b as the split function predicts with its final weights.
+        assert tail.report.home.predicted_m == pytest.approx(plain.report.home.predicted_m, rel=1e-12)
+        b = split_imbalance(tail.function, estimate, BuildParams(tail_aware=True))
+        assert tail.report.home.predicted_b == pytest.approx(b, rel=1e-12)
         previous = tail.function.home
 
 
@@ -99,6 +111,15 @@ def test_a_tail_aware_rr_home_balances_around_rr_s_uniform_weights() -> None:
         overrides = len(tail.function.home.slot_overrides)
         assert tail.report.home.slot_overrides == overrides > 0
         assert tail.report.predicted_b < plain.report.predicted_b
+        # RR's final weights are the uniform ones the home was balanced around: the home report's b
+        # is the split function's.
+        b = split_imbalance(tail.function, estimate, BuildParams(tail_aware=True))
+        assert tail.report.home.predicted_b == pytest.approx(b, rel=1e-12)
+        # and its m is the final home's (slot overrides included) on the window without the split keys
+        window = home_estimate(estimate, head_indices(estimate, split.head_threshold(n)))
+        _, m = predict(previous, tail.function.home, window, BuildParams(tail_aware=True))
+        assert tail.report.home.predicted_m == pytest.approx(m, rel=1e-12)
+        assert m != pytest.approx(plain.report.home.predicted_m, rel=1e-6)
         for key, entry in tail.function.split.items():
             assert entry.weights == (1.0 / len(entry.candidates),) * len(entry.candidates)
             assert tail.function.home.lookup(key) == entry.candidates[0]  # pinned to its home
