@@ -23,7 +23,6 @@ from repart.partitioning.domain import INT64_MAX, INT64_MIN, ConsistentMethod, K
 from repart.partitioning.hashing import hash_key, slot_of_hash
 from repart.partitioning.split.alias import BUCKET_SPAN
 from repart.partitioning.split.function import SplitEntry, SplitFunction
-from repart.spark import split_route
 from repart.spark.route import partition, route
 from repart.spark.split_route import alias_layout, route_split
 
@@ -177,7 +176,7 @@ def test_the_row_hash_defaults_to_every_column_but_the_key_and_routes_the_same_e
 
 def test_every_bucket_s_cut_is_read_as_the_python_lookup_reads_it(spark: SparkSession) -> None:
     """Row hashes a random row would almost never give: for every bucket of every split key (d from 2
-    to 32, so narrow keys' buckets are repeated), u = 0, cut − 1, cut and 2^32 − 1, with random
+    to 32, tables of 2 to 32 buckets at their offsets), u = 0, cut − 1, cut and 2^32 − 1, with random
     bits between the bucket and u; and unsplit codes passing through."""
     rng = np.random.default_rng(9)
     home = PartitionFunction(n_channels=32, slot_bits=10)
@@ -191,7 +190,7 @@ def test_every_bucket_s_cut_is_read_as_the_python_lookup_reads_it(spark: SparkSe
     codes = layout.codes
     cases: list[tuple[int, int]] = [(5, 0), (31, -1)]
     for key in version.split:
-        table = version.alias(key)
+        table = version.alias_table(key)
         for bucket, cut in enumerate(table.cuts):
             middle = int(rng.integers(0, 2 ** (32 - table.bucket_bits))) << 32
             top = bucket << (64 - table.bucket_bits) | middle
@@ -203,20 +202,55 @@ def test_every_bucket_s_cut_is_read_as_the_python_lookup_reads_it(spark: SparkSe
     by_code = {code: key for key, code in codes.items()}
     expected = [row.code if row.code >= 0 else version.lookup(by_code[row.code], row.h) for row in routed]
     assert [row.c for row in routed] == expected and routed[0].c == 5
-    split_buckets = [cut for key in version.split for cut in version.alias(key).cuts if 0 < cut < BUCKET_SPAN]
+    split_buckets = [
+        cut for key in version.split for cut in version.alias_table(key).cuts if 0 < cut < BUCKET_SPAN
+    ]
     assert len(split_buckets) >= 20  # buckets whose cut separates two candidates, each read on both sides
     assert len(layout.entries) == 2 + 4 + 8 + 8 + 16 + 32  # each key's own buckets, none repeated
 
 
-def test_alias_tables_past_one_constant_are_invalid_input(monkeypatch: pytest.MonkeyPatch) -> None:
-    home = PartitionFunction(n_channels=8, slot_bits=10)
+def test_the_widest_tables_and_the_highest_channels_are_read_as_the_python_lookup_reads_them(
+    spark: SparkSession,
+) -> None:
+    """N = 2^16: a key over every channel (16 bucket bits, the most there are), one over the three
+    highest channels beside its home (channels that fill all 16 bits of an entry's fields), one over
+    two; each at its cuts as above, the widest at 300 random buckets and its first and last."""
+    rng = np.random.default_rng(11)
+    n = 2**16
+    home = PartitionFunction(n_channels=n, slot_bits=16, consistent=ConsistentSpec(method="jump"))
+
+    def entry(key: str, others: list[int]) -> SplitEntry:
+        candidates = (home.lookup(key), *(c for c in others if c != home.lookup(key)))
+        return SplitEntry(candidates, tuple(rng.dirichlet(np.ones(len(candidates))).tolist()))
+
     version = SplitFunction(
-        home, {key: SplitEntry((home.lookup(key), (home.lookup(key) + 1) % 8), (0.5, 0.5)) for key in "abc"}
+        home,
+        {
+            "wide": entry("wide", rng.permutation(n).tolist()),
+            "high": entry("high", [n - 1, n - 2, n - 3]),
+            "pair": entry("pair", [n - 1]),
+        },
     )
-    assert len(alias_layout(version).entries) == 6
-    monkeypatch.setattr(split_route, "MAX_ALIAS_ENTRIES", 5)
-    with pytest.raises(InvalidInput, match=r"version must have at most 5 alias buckets in all .*, got 6"):
-        alias_layout(version)
+    assert version.alias_table("wide").bucket_bits == 16
+    layout = alias_layout(version)
+    cases: list[tuple[int, int]] = []
+    for key in version.split:
+        table = version.alias_table(key)
+        buckets = range(len(table.cuts))
+        if key == "wide":
+            buckets = sorted({0, len(table.cuts) - 1, *rng.choice(len(table.cuts), 300).tolist()})
+        for bucket in buckets:
+            cut = table.cuts[bucket]
+            middle = int(rng.integers(0, 2 ** (32 - table.bucket_bits))) << 32
+            top = bucket << (64 - table.bucket_bits) | middle
+            for u in sorted({0, max(cut - 1, 0), min(cut, BUCKET_SPAN - 1), BUCKET_SPAN - 1}):
+                unsigned = top | u
+                cases.append((layout.codes[key], unsigned - 2**64 if unsigned >= 2**63 else unsigned))
+    df = spark.createDataFrame(cases, "code int, h bigint")
+    routed = route_split(df, F.col("code"), F.col("h"), layout, channel_col="c").collect()
+    by_code = {code: key for key, code in layout.codes.items()}
+    assert [row.c for row in routed] == [version.lookup(by_code[row.code], row.h) for row in routed]
+    assert max(row.c for row in routed) >= n - 3
 
 
 def test_partition_puts_each_split_row_in_its_channel_partition(spark: SparkSession) -> None:

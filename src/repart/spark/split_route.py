@@ -15,8 +15,9 @@ code reads, with Spark SQL expressions only (no Python UDF), its key's Walker al
 (``repart.spark.constants``): each split key's 2^b buckets at its offset, the widest tables first, so
 that every offset is a multiple of its table's size and ``|`` adds the bucket. An entry packs a bucket
 as ``cut << 32 | own channel << 16 | alias channel`` (channels are below 2^16; a cut of 2^32, "always
-its own", is written as cut 0: such a bucket is its own alias). Every operation is bitwise, which
-Spark's ANSI mode does not wrap in overflow checks, and the constant holds Σ 2^b < 2 Σ d entries.
+its own", is written as cut 0: such a bucket is its own alias). The integer operations are bitwise
+ones, which Spark's ANSI mode does not wrap in overflow checks, and the constant holds Σ 2^b < 2 Σ d
+entries.
 
 The row hash and the entry are projections of their own: each is referenced twice, so Spark's
 CollapseProject keeps them apart instead of computing them twice, and whole-stage codegen still runs
@@ -54,8 +55,6 @@ from repart.spark.keys import quoted
 HELPER_PREFIX = "_repart_split"
 _LOW_32 = 2**32 - 1
 _CHANNEL_MASK = 2**16 - 1
-#: Alias buckets one routing constant may hold: an offset shifted by 6 bits must fit a negative int.
-MAX_ALIAS_ENTRIES = 2**25
 
 
 class AliasLayout(NamedTuple):
@@ -69,22 +68,17 @@ class AliasLayout(NamedTuple):
 def alias_layout(version: SplitFunction) -> AliasLayout:
     """Each split key's table at an offset (widest first, then in key order) and its code
     ``~(offset << 6 | (64 − b))``; the entries ``cut << 32 | own << 16 | alias`` as signed 64-bit
-    integers. InvalidInput ``version`` past ``MAX_ALIAS_ENTRIES`` entries (the code is an int)."""
+    integers. ``SplitFunction`` keeps the buckets within ``MAX_ALIAS_BUCKETS`` = 2^25, so every offset
+    fits the code's 25 bits and the code is an int below every channel."""
     codes: dict[Key, int] = {}
     entries: list[int] = []
-    for key in sorted(version.split, key=lambda key: -version.alias(key).bucket_bits):  # stable
-        table, candidates = version.alias(key), version.split[key].candidates
+    for key in sorted(version.split, key=lambda key: -version.alias_table(key).bucket_bits):  # stable
+        table, candidates = version.alias_table(key), version.split[key].candidates
         codes[key] = ~(len(entries) << 6 | (64 - table.bucket_bits))
         for bucket, (cut, alias) in enumerate(zip(table.cuts, table.aliases, strict=True)):
             own = candidates[bucket] if bucket < len(candidates) else 0  # padding: its cut is 0
             packed = (0 if cut == BUCKET_SPAN else cut) << 32 | own << 16 | candidates[alias]
             entries.append(packed - 2**64 if packed >= 2**63 else packed)
-    if len(entries) > MAX_ALIAS_ENTRIES:
-        raise InvalidInput(
-            "version",
-            f"must have at most {MAX_ALIAS_ENTRIES:,} alias buckets in all (one routing constant), got "
-            f"{len(entries):,}: split fewer keys or over fewer candidates",
-        )
     return AliasLayout(codes, entries)
 
 
@@ -122,24 +116,24 @@ def row_columns(df: DataFrame, row_cols: Sequence[str] | None, key_col: str) -> 
 
 
 def route_split(
-    df: DataFrame, code: Column, row_hash: Column, layout: AliasLayout, *, channel_col: str
+    df: DataFrame, code: Column, hashed: Column, layout: AliasLayout, *, channel_col: str
 ) -> DataFrame:
     """``df`` with ``channel_col``: ``code`` where it is a channel (≥ 0), else the candidate that the
-    bigint ``row_hash`` picks in the alias table ``code`` names in ``layout`` (module docstring);
-    ``row_hash`` is evaluated only for rows with a negative code."""
+    bigint ``hashed`` picks in the alias table ``code`` names in ``layout`` (module docstring);
+    ``hashed`` is evaluated only for rows with a negative code."""
     code_col, hash_col, entry_col = _helper_names(df, 3)
-    code_value, hashed, entry = F.col(code_col), F.col(hash_col), F.col(entry_col)
+    code_value, hash_value, entry = F.col(code_col), F.col(hash_col), F.col(entry_col)
     table = F.bitwise_not(code_value)  # offset << 6 | (64 - bucket bits)
-    bucket = F.call_function("shiftrightunsigned", hashed, table.bitwiseAND(63)).cast("int")
+    bucket = F.call_function("shiftrightunsigned", hash_value, table.bitwiseAND(63)).cast("int")
     index = F.shiftright(table, 6).bitwiseOR(bucket)
     staged = (
         df.withColumn(code_col, code)
-        .withColumn(hash_col, F.when(code_value < 0, row_hash))
+        .withColumn(hash_col, F.when(code_value < 0, hashed))
         .withColumn(
             entry_col, F.when(code_value < 0, F.get(constant(layout.entries, "array<bigint>"), index))
         )
     )
-    below_cut = hashed.bitwiseAND(_LOW_32) < F.shiftrightunsigned(entry, 32)
+    below_cut = hash_value.bitwiseAND(_LOW_32) < F.shiftrightunsigned(entry, 32)
     pick = F.when(below_cut, F.shiftright(entry, 16).bitwiseAND(_CHANNEL_MASK)).otherwise(
         entry.bitwiseAND(_CHANNEL_MASK)
     )

@@ -5,6 +5,7 @@ masses read directly off the weights."""
 from __future__ import annotations
 
 import math
+from itertools import accumulate
 
 import pytest
 from hypothesis import given, settings
@@ -16,10 +17,10 @@ C = BUCKET_SPAN
 
 
 def reference_masses(weights: list[float]) -> list[int]:
-    """The masses of the module docstring, written out: t_j = round(D·C·(w_0 + … + w_j)) capped at D·C,
-    the last t being D·C, and m_j = t_j − t_{j−1}."""
+    """The masses of the module docstring, written out: t_j = round(D·C·s_j) capped at D·C, s_j the
+    left-to-right sums of the weights, the last t being D·C, and m_j = t_j − t_{j−1}."""
     total = 2 ** math.ceil(math.log2(len(weights))) * C
-    ends = [min(total, round(total * sum(weights[: j + 1]))) for j in range(len(weights) - 1)] + [total]
+    ends = [min(total, round(total * prefix)) for prefix in list(accumulate(weights))[:-1]] + [total]
     return [end - start for start, end in zip([0, *ends[:-1]], ends, strict=True)]
 
 
@@ -90,12 +91,24 @@ def test_each_candidate_gets_exactly_its_integer_mass(raw: list[int]) -> None:
     assert shares_by_pick(table, len(weights)) == masses
     total = sum(masses)
     assert all(abs(m - w * total) <= 2 for m, w in zip(masses, weights, strict=True))
+    for bucket, (cut, alias) in enumerate(zip(table.cuts, table.aliases, strict=True)):
+        assert 0 <= cut <= C and alias < len(weights)  # an alias is always a real candidate
+        if cut == C:
+            assert alias == bucket
+        if bucket >= len(weights):  # padding: never picked on its own
+            assert cut == 0
 
 
 def test_zero_and_tiny_weights() -> None:
     table = alias_table((0.5, 0.0, 0.5, 0.0))
     assert shares_by_pick(table, 4) == [2 * C, 0, 2 * C, 0]
-    assert integer_masses((1 - 1e-12, 1e-12), 2 * C) == [2 * C, 0]  # never past the total
+    assert integer_masses((1 - 1e-12, 1e-12), 2 * C) == [2 * C, 0]
+    # prefix sums past 1 (weights may sum to 1 + 10^-9): t stops at the total, no mass is negative
+    assert integer_masses((0.6 + 5e-10, 0.4 + 4e-10, 0.0), 4 * C) == [
+        round(4 * C * (0.6 + 5e-10)),
+        4 * C - round(4 * C * (0.6 + 5e-10)),
+        0,
+    ]
     assert shares_by_pick(alias_table((1 - 1e-12, 1e-12)), 2) == [2 * C, 0]
 
 

@@ -42,7 +42,7 @@ from repart.partitioning.documents import (
 )
 from repart.partitioning.domain import Key, KeyType, key_type_of
 from repart.partitioning.function import PartitionFunction
-from repart.partitioning.split.alias import AliasTable, alias_table
+from repart.partitioning.split.alias import MAX_ALIAS_BUCKETS, AliasTable, alias_buckets, alias_table
 from repart.validation import Interval, Kind, Options, check, shown
 
 FORMAT_VERSION = 1
@@ -71,8 +71,9 @@ class SplitFunction:
 
     Every field is validated on construction: a bad value raises ``InvalidInput`` naming the field
     (``split[3].candidates``, ``split[3].weights``, …, by the position given) and what is accepted.
-    ``split`` is then kept in key order, the order of the canonical JSON's rows and of the split codes
-    that ``repart.spark.split_route`` gives the keys.
+    ``split`` is then kept in key order, the order of the canonical JSON's rows. The split keys' alias
+    tables hold at most ``MAX_ALIAS_BUCKETS`` buckets in all (``InvalidInput`` ``split``), what one
+    routing constant of the job can address (``repart.partitioning.split.alias``).
     """
 
     home: PartitionFunction
@@ -87,6 +88,13 @@ class SplitFunction:
             plain = require_key(key, f"{name}.key", key_type)
             key_type = key_type_of(plain)
             checked[plain] = SplitEntry(*_checked_entry(entry, name, self.home, plain))
+        buckets = sum(alias_buckets(len(entry.candidates)) for entry in checked.values())
+        if buckets > MAX_ALIAS_BUCKETS:
+            raise InvalidInput(
+                "split",
+                f"must have at most {MAX_ALIAS_BUCKETS:,} alias buckets in all (2^⌈log₂ d⌉ per key of d "
+                f"candidates), got {buckets:,}: split fewer keys or over fewer candidates",
+            )
         in_key_order = dict(sorted(checked.items(), key=lambda item: item[0]))  # one key type: comparable
         object.__setattr__(self, "split", MappingProxyType(in_key_order))
 
@@ -117,7 +125,7 @@ class SplitFunction:
         entry = self.split.get(key)
         return entry.candidates if entry is not None else (self.home.lookup(key),)
 
-    def alias(self, key: Key) -> AliasTable:
+    def alias_table(self, key: Key) -> AliasTable:
         """A split key's Walker alias table (``repart.partitioning.split.alias``)."""
         return self._aliases[key]
 
