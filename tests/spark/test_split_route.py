@@ -236,7 +236,7 @@ def test_the_widest_tables_and_the_highest_channels_are_read_as_the_python_looku
     cases: list[tuple[int, int]] = []
     for key in version.split:
         table = version.alias_table(key)
-        buckets = range(len(table.cuts))
+        buckets = list(range(len(table.cuts)))
         if key == "wide":
             buckets = sorted({0, len(table.cuts) - 1, *rng.choice(len(table.cuts), 300).tolist()})
         for bucket in buckets:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repart.partitioning.split.alias import BUCKET_SPAN, AliasTable, alias_table, integer_masses
+from repart.partitioning.split.alias import BUCKET_SPAN, AliasTable, integer_masses
 
 C = BUCKET_SPAN
 
@@ -60,14 +60,14 @@ def shares_by_pick(table: AliasTable, candidates: int) -> list[int]:
 
 
 def test_quarters_fill_whole_buckets() -> None:
-    table = alias_table((0.5, 0.25, 0.25))  # masses 2C, C, C and a padding bucket of 0
+    table = AliasTable.from_weights((0.5, 0.25, 0.25))  # masses 2C, C, C and a padding bucket of 0
     assert table == AliasTable(2, (C, 0, 0, 0), (0, 0, 1, 2))
     assert [table.pick(b << 62) for b in range(4)] == [0, 0, 1, 2]
     assert table.pick(2**64 - 1) == 2
 
 
 def test_a_cut_splits_a_bucket_between_its_candidate_and_its_alias() -> None:
-    table = alias_table((0.7, 0.3))  # masses round(1.4 C) and 2C minus it
+    table = AliasTable.from_weights((0.7, 0.3))  # masses round(1.4 C) and 2C minus it
     second = 2 * C - round(1.4 * C)
     assert table == AliasTable(1, (C, second), (0, 0))
     top = 1 << 63
@@ -84,7 +84,7 @@ def test_each_candidate_gets_exactly_its_integer_mass(raw: list[int]) -> None:
     weights = [w / sum(raw) for w in raw]
     if abs(math.fsum(weights) - 1) > 1e-9:
         return
-    table = alias_table(weights)
+    table = AliasTable.from_weights(weights)
     masses = reference_masses(weights)
     assert integer_masses(weights, sum(masses)) == masses
     assert table.bucket_bits == math.ceil(math.log2(len(weights)))
@@ -100,7 +100,7 @@ def test_each_candidate_gets_exactly_its_integer_mass(raw: list[int]) -> None:
 
 
 def test_zero_and_tiny_weights() -> None:
-    table = alias_table((0.5, 0.0, 0.5, 0.0))
+    table = AliasTable.from_weights((0.5, 0.0, 0.5, 0.0))
     assert shares_by_pick(table, 4) == [2 * C, 0, 2 * C, 0]
     assert integer_masses((1 - 1e-12, 1e-12), 2 * C) == [2 * C, 0]
     # prefix sums past 1 (weights may sum to 1 + 10^-9): t stops at the total, no mass is negative
@@ -109,11 +109,11 @@ def test_zero_and_tiny_weights() -> None:
         4 * C - round(4 * C * (0.6 + 5e-10)),
         0,
     ]
-    assert shares_by_pick(alias_table((1 - 1e-12, 1e-12)), 2) == [2 * C, 0]
+    assert shares_by_pick(AliasTable.from_weights((1 - 1e-12, 1e-12)), 2) == [2 * C, 0]
 
 
 @pytest.mark.parametrize("candidates", [2, 3, 4, 5, 8, 9, 32])
 def test_equal_weights_give_every_candidate_an_equal_share(candidates: int) -> None:
-    table = alias_table([1 / candidates] * candidates)
+    table = AliasTable.from_weights([1 / candidates] * candidates)
     shares = shares_by_pick(table, candidates)
     assert max(shares) - min(shares) <= 1 and sum(shares) == (1 << table.bucket_bits) * C

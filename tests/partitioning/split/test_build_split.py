@@ -18,6 +18,7 @@ from repart.partitioning.function import PartitionFunction
 from repart.partitioning.hashing import hash_keys
 from repart.partitioning.metrics import lower_bound
 from repart.partitioning.resources import Resources
+from repart.partitioning.split import build as split_build
 from repart.partitioning.split.build import build_split
 from repart.partitioning.split.candidates import rendezvous_order
 from repart.partitioning.split.function import SplitFunction
@@ -47,6 +48,20 @@ def test_the_head_is_exactly_the_keys_at_or_above_theta_and_the_report_matches_o
     assert json.loads(json.dumps(report.to_json_dict()))["head"] == [
         [key, list(function.split[key].candidates), list(function.split[key].weights)] for key in sorted(HEAD)
     ]
+
+
+@pytest.mark.parametrize(("bound", "kept"), [(16, "abct"), (15, "abc"), (8, "ab"), (7, "a"), (3, "")])
+def test_the_head_ends_where_its_alias_tables_would_pass_the_bound(
+    monkeypatch: pytest.MonkeyPatch, bound: int, kept: str
+) -> None:
+    # W-Choices at N = 4: each of the four head keys (hottest first: a, b, c, t) has 4 candidates, a
+    # table of 4 buckets; the keys past the bound stay on their homes, unsplit.
+    monkeypatch.setattr(split_build, "MAX_ALIAS_BUCKETS", bound)
+    result = build_split(initial_function(1, "str"), WINDOW, 4, split=SplitParams("wchoices", theta=0.05))
+    assert list(result.function.split) == list(kept) and result.report.split_keys == len(kept)
+    assert all(len(entry.candidates) == 4 for entry in result.function.split.values())
+    for key in HEAD - set(kept):
+        assert result.function.candidates(key) == (result.function.home.lookup(key),)
 
 
 def test_weights_balance_the_channels_when_the_candidates_cover_them() -> None:

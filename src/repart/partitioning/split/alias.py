@@ -6,8 +6,10 @@ each. Its candidates' integer masses are
     m_j = t_j − t_{j−1},   t_j = min(D·C, round(D·C·s_j)) for j < d − 1,   t_{d−1} = D·C
 
 (t_{−1} = 0; s_j = w_0 + … + w_j summed left to right in floating point, so t is non-decreasing):
-they sum to exactly D·C, each within a few units of w_j·D·C (the float sums' error), and the last
-candidate absorbs 1 − Σw, which validation allows up to 10^−9. The D − d buckets past the last
+they sum to exactly D·C. Each m_j is w_j·D·C up to one unit of rounding, the float sums' error (about
+d·2^−53·D·C units: below one for d ≤ 64, about 2^11 at d = 2^16) and 1 − Σw, which validation allows
+within 10^−9: when the weights sum to 1 − ε the last candidate absorbs ε·D·C, when they sum to 1 + ε the
+candidates whose prefix sums pass 1 give it up (t stops at D·C). The D − d buckets past the last
 candidate hold mass 0. Vose's construction of Walker's table ("A linear algorithm for generating
 random numbers with a given distribution", IEEE TSE 17(9), 1991), run in integer arithmetic, fills
 bucket b with its own candidate b up to a *cut* c_b and with its *alias* a_b above it. A 64-bit row
@@ -52,6 +54,26 @@ class AliasTable(NamedTuple):
         bucket = row_hash >> (64 - self.bucket_bits)
         return bucket if row_hash % BUCKET_SPAN < self.cuts[bucket] else self.aliases[bucket]
 
+    @classmethod
+    def from_weights(cls, weights: Sequence[float]) -> AliasTable:
+        """Walker's table of weights ``w`` (≥ 0, summing to 1, at least two): Vose's construction on the
+        integer masses (module docstring). Deterministic: the buckets below C and those at or above it
+        are taken from two stacks filled in index order."""
+        bits = bucket_bits(len(weights))
+        buckets = alias_buckets(len(weights))
+        masses = integer_masses(weights, buckets * BUCKET_SPAN) + [0] * (buckets - len(weights))
+        small = [b for b in range(buckets) if masses[b] < BUCKET_SPAN]
+        large = [b for b in range(buckets) if masses[b] >= BUCKET_SPAN]
+        cuts, aliases = [BUCKET_SPAN] * buckets, list(range(buckets))
+        while small and large:  # the unfilled buckets' masses sum to C times their count
+            under, over = small.pop(), large.pop()
+            cuts[under], aliases[under] = masses[under], over
+            masses[over] -= BUCKET_SPAN - masses[under]
+            (small if masses[over] < BUCKET_SPAN else large).append(over)
+        # What is left is large with mass exactly C (the sum is C times the count, each at least C):
+        # those buckets keep cut C and alias themselves.
+        return cls(bits, tuple(cuts), tuple(aliases))
+
 
 def bucket_bits(candidates: int) -> int:
     """⌈log₂ d⌉ for d ≥ 2 candidates: the buckets are the smallest power of two that holds them."""
@@ -76,23 +98,3 @@ def integer_masses(weights: Sequence[float], total: int) -> list[int]:
         previous = reached
     masses.append(total - previous)
     return masses
-
-
-def alias_table(weights: Sequence[float]) -> AliasTable:
-    """Walker's table of weights ``w`` (≥ 0, summing to 1, at least two): Vose's construction on the
-    integer masses (module docstring). Deterministic: the buckets below C and those at or above it
-    are taken from two stacks filled in index order."""
-    bits = bucket_bits(len(weights))
-    buckets = alias_buckets(len(weights))
-    masses = integer_masses(weights, buckets * BUCKET_SPAN) + [0] * (buckets - len(weights))
-    small = [b for b in range(buckets) if masses[b] < BUCKET_SPAN]
-    large = [b for b in range(buckets) if masses[b] >= BUCKET_SPAN]
-    cuts, aliases = [BUCKET_SPAN] * buckets, list(range(buckets))
-    while small and large:  # the unfilled buckets' masses sum to C times their count
-        under, over = small.pop(), large.pop()
-        cuts[under], aliases[under] = masses[under], over
-        masses[over] -= BUCKET_SPAN - masses[under]
-        (small if masses[over] < BUCKET_SPAN else large).append(over)
-    # What is left is large with mass exactly C (the sum is C times the count, each at least C):
-    # those buckets keep cut C and alias themselves.
-    return AliasTable(bits, tuple(cuts), tuple(aliases))

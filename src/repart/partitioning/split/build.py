@@ -8,7 +8,9 @@
    is, so that a key that becomes split moves nothing; only when that channel is gone (N shrank) its
    first hash choice.
 3. **Candidates**: the home first, then the scheme's choices (``candidates``), plus the previous
-   candidates that still hold a partial.
+   candidates that still hold a partial. The head ends where its keys' alias tables would pass
+   ``MAX_ALIAS_BUCKETS`` buckets in all (2^⌈log₂ d⌉ per key, ``alias_fitting``): the job routes all
+   of them from one constant, and the colder keys past that stay on their homes unsplit.
 4. **The home function**: Gedik's ``build`` from the previous version's home, as for a preserving
    region, on the window without the head (their counts leave the keys, the total and their slots'
    tuple counts) and with the head's load as *fixed loads*: the split keys spread over their
@@ -62,6 +64,7 @@ from repart.partitioning.function import PartitionFunction
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.partitioning.metrics import imbalance, lower_bound
 from repart.partitioning.resources import Resources, check_channels
+from repart.partitioning.split.alias import MAX_ALIAS_BUCKETS, alias_buckets
 from repart.partitioning.split.candidates import candidate_lists, choice_counts, rendezvous_order
 from repart.partitioning.split.function import SplitEntry, SplitFunction, StoredFunction, home_function
 from repart.partitioning.split.params import SplitParams
@@ -104,6 +107,8 @@ def build_split(
     homes = sticky_homes(home_before, keys, hashes, n, split.seed)
     before = [previous.split.get(key) if isinstance(previous, SplitFunction) else None for key in keys]
     lists = candidate_lists(split, homes, hashes, counts, n, before)
+    fitting = alias_fitting(lists)
+    head, keys, homes, lists = head[:fitting], keys[:fitting], homes[:fitting], lists[:fitting]
     exponents = params.resources.load_exponents
     key_loads = np.stack([count_weights(estimate.counts[head], e) for e in exponents])
     require_slot_counts(estimate, params)
@@ -145,6 +150,13 @@ def build_split(
         seconds=time.perf_counter() - started,
     )
     return SplitBuildResult(function, report)
+
+
+def alias_fitting(lists: list[tuple[int, ...]]) -> int:
+    """How many of the head's keys, hottest first, have alias tables of at most ``MAX_ALIAS_BUCKETS``
+    buckets in all (``SplitFunction`` refuses more: see ``repart.partitioning.split.alias``)."""
+    sizes = np.cumsum([alias_buckets(len(candidates)) for candidates in lists], dtype=np.int64)
+    return int(np.searchsorted(sizes, MAX_ALIAS_BUCKETS, side="right"))
 
 
 def split_imbalance(stored: StoredFunction, estimate: FrequencyEstimate, params: BuildParams) -> float:

@@ -42,7 +42,7 @@ from repart.partitioning.documents import (
 )
 from repart.partitioning.domain import Key, KeyType, key_type_of
 from repart.partitioning.function import PartitionFunction
-from repart.partitioning.split.alias import MAX_ALIAS_BUCKETS, AliasTable, alias_buckets, alias_table
+from repart.partitioning.split.alias import MAX_ALIAS_BUCKETS, AliasTable, alias_buckets
 from repart.validation import Interval, Kind, Options, check, shown
 
 FORMAT_VERSION = 1
@@ -190,7 +190,7 @@ class SplitFunction:
 
     @cached_property
     def _aliases(self) -> dict[Key, AliasTable]:
-        return {key: alias_table(entry.weights) for key, entry in self.split.items()}
+        return {key: AliasTable.from_weights(entry.weights) for key, entry in self.split.items()}
 
 
 def _checked_entry(
