@@ -1,18 +1,28 @@
-"""Fixtures: storage and controller tests run on SQLite (a temp file) and on a real PostgreSQL 15 server.
+"""Fixtures: storage and controller tests run on SQLite (a temp file) and on a real PostgreSQL 15 server;
+state store tests on a local directory and on a real S3-compatible endpoint.
 
-The server is started once per session from the image's ``initdb``/``pg_ctl`` (as the ``postgres``
-user, in a temp dir, on a free loopback port, without fsync) and stopped at the end, also on failure.
-Each test gets a fresh, migrated database: a copy of a template migrated once per session (a file
-copy for SQLite, ``CREATE DATABASE … TEMPLATE`` for PostgreSQL).
+The PostgreSQL server is started once per session from the image's ``initdb``/``pg_ctl`` (as the
+``postgres`` user, in a temp dir, on a free loopback port, without fsync) and stopped at the end, also
+on failure. Each test gets a fresh, migrated database: a copy of a template migrated once per session
+(a file copy for SQLite, ``CREATE DATABASE … TEMPLATE`` for PostgreSQL).
+
+The S3 endpoint is moto's server (``moto_server`` from the ``moto[server]`` dev extra) on a free
+loopback port, started once per session and stopped by its process id; each test gets a bucket of
+its own. ``store_url`` is a fresh store location on either backend (``store_backend``).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -130,6 +140,75 @@ def engine(db_url: str) -> Iterator[Engine]:
     created = make_engine(db_url, busy_timeout=2.0)
     yield created
     created.dispose()
+
+
+STORE_BACKENDS = ("local", "s3")
+#: The credentials of the local S3 endpoint (moto accepts any; they must only be present).
+S3_OPTIONS = {"aws_access_key_id": "repart-test", "aws_secret_access_key": "repart-test-secret"}
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """The URL of a local S3-compatible endpoint: moto's server on loopback, for the whole session."""
+    port = _free_port()
+    log = Path(tempfile.mkdtemp(prefix="repart-moto-")) / "moto.log"
+    server = Path(sys.executable).parent / "moto_server"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [str(server), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/moto-api/", timeout=1).close()
+                break
+            except (urllib.error.URLError, ConnectionError):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto's server did not start: {log.read_text()}") from None
+                time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def s3_bucket(endpoint: str) -> str:
+    """A new, empty bucket on ``endpoint``; its name."""
+    name = f"repart-{next(_counter)}-{os.getpid()}"
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{name}", method="PUT"), timeout=10).close()
+    return name
+
+
+@pytest.fixture
+def s3_options(s3_endpoint: str) -> dict[str, str]:
+    """Store options for the local S3 endpoint: its address and test credentials."""
+    return {**S3_OPTIONS, "endpoint": s3_endpoint}
+
+
+@pytest.fixture(params=STORE_BACKENDS)
+def store_backend(request: pytest.FixtureRequest) -> str:
+    """The state store backend under test: ``local`` (a directory) or ``s3`` (the local endpoint)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def store_url(store_backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store location on the backend under test: a directory that does not exist yet, or a
+    prefix in a new bucket of the local S3 endpoint (pass ``store_options`` with it)."""
+    if store_backend == "local":
+        return str(tmp_path / "store")
+    endpoint = request.getfixturevalue("s3_endpoint")
+    return f"s3://{s3_bucket(endpoint)}/state"
+
+
+@pytest.fixture
+def store_options(store_backend: str, request: pytest.FixtureRequest) -> dict[str, str] | None:
+    """The options ``store_url`` needs: None locally, the endpoint and credentials on S3."""
+    if store_backend == "local":
+        return None
+    return dict(request.getfixturevalue("s3_options"))
 
 
 @pytest.fixture(scope="session")

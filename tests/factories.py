@@ -33,7 +33,7 @@ from repart.partitioning.hashing import hash_int64_array, hash_keys, slots_of_ha
 from repart.partitioning.split.function import SplitFunction
 from repart.protocol.merge import MergeSpec
 from repart.protocol.snapshot import ChannelMeasurement, CounterEntry, Snapshot
-from repart.state.store import FileEntry, StateStore, write_channel_files
+from repart.state.store import FileEntry, StateStore
 from repart.storage import (
     NewEvent,
     NewVersion,
@@ -369,15 +369,7 @@ def new_store(
     store = empty_store(root, function, table.schema, slot_groups=slot_groups, version=version)
     channels = (routed_by or function).lookup_many(table.column("key").to_pylist())
     replaced = {
-        channel: write_channel_files(
-            root,
-            channel,
-            table.filter(pa.array(channels == channel)),
-            key_col="key",
-            key_type=store.key_type,
-            slot_bits=function.slot_bits,
-            slot_groups=slot_groups,
-        )
+        channel: store.write(channel, table.filter(pa.array(channels == channel)), kind="base")
         for channel in range(function.n_channels)
     }
     return store.commit(
@@ -469,15 +461,7 @@ def partial_store(
             )
             for field in schema
         }
-        replaced[channel] = write_channel_files(
-            root,
-            channel,
-            pa.table(columns).cast(schema),
-            key_col="key",
-            key_type=key_type,
-            slot_bits=function.slot_bits,
-            slot_groups=slot_groups,
-        )
+        replaced[channel] = store.write(channel, pa.table(columns).cast(schema), kind="base")
     return store.commit(replaced, version=1, function_digest=function.digest, n_channels=function.n_channels)
 
 

@@ -10,6 +10,7 @@ InvalidInput   2     fix the named field or option and try again
 NotFound       2     name a region, version, plan or file that exists
 Conflict       3     retry later (a plan being applied, a lease held elsewhere, a write lock)
 Corrupt        4     repair or restore the damaged state or document; retrying cannot help
+Unavailable    5     check the address of a service (an object store endpoint), or retry later
 =============  ====  ==========================================================================
 
 Anything else that escapes a command is a bug and shows its traceback.
@@ -72,3 +73,10 @@ class Corrupt(ReparError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message if path is None else f"{path}: {message}")
         self.path = path
+
+
+class Unavailable(ReparError):
+    """A service a command needs did not answer: an object store's endpoint that refuses connections or
+    times out. The address may be wrong, or the service down; nothing was written."""
+
+    exit_code = 5

@@ -1,19 +1,27 @@
-"""``repart state verify`` and ``repart state compact``: a job's state store (DESIGN §9, §12.4).
+"""``repart state verify|compact|vacuum|upgrade``: a job's state store, at a path or a URL.
 
-Reads every data file the current generation lists and compares its rows, checksum and slots with the
-generation's entry (``StateStore.damaged_files``), after checking the manifest and the generation
-document themselves. Exits 0 when the store is intact and 4 (``Corrupt``) when anything is damaged,
-listing every damaged file; 2 when there is no store at the path.
+``--state`` is a directory or an object store URL (``file://``, ``s3://``, ``gs://``, ``az://``), with
+credentials from the usual environment variables (``AWS_ACCESS_KEY_ID``, ...).
 
-``compact`` rewrites the files of the channels that are due (``StateStore.compact``: their slot
-filters hide too many rows, or migrations left too many files per slot group) as one more
-generation. Exits 0 whether or not a channel was due, 3 (``Conflict``) when another process is
-writing the store, 4 when a file it reads is damaged, 2 for a threshold out of range or no store.
+- ``verify`` reads every data file the newest generation lists and compares its rows, checksum and
+  slots with its entry (``StateStore.damaged_files``), after reading the commit log. Exits 0 when the
+  store is intact and 4 (``Corrupt``) when anything is damaged, listing every damaged file.
+- ``compact`` folds deltas into base files and rewrites the channels that filters or migrations left
+  scattered, for the channels that are due (``StateStore.compact``), as one more generation. Exits 0
+  whether or not a channel was due, 3 (``Conflict``) when another writer's commit removed a file it
+  replaces.
+- ``vacuum`` deletes the objects that neither the newest generation nor any generation committed
+  within ``--retain`` lists, once they are older than that (``StateStore.vacuum``).
+- ``upgrade`` converts a store of format 1 or 2 to format 3 by one verified commit that copies no data.
+
+Every command exits 2 for an option out of range or no store, 4 for damaged state, 5 when an object
+store does not answer.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import re
+from datetime import timedelta
 from typing import Annotated, Any
 
 import typer
@@ -21,34 +29,39 @@ from rich.markup import escape
 
 from repart.cli.database import JsonOption, console, print_json
 from repart.cli.errors import reports_bad_input
-from repart.errors import Corrupt
+from repart.errors import Corrupt, InvalidInput
 
-state_app = typer.Typer(no_args_is_help=True, help="Inspect a job's keyed state store.")
+state_app = typer.Typer(no_args_is_help=True, help="Inspect and maintain a job's keyed state store.")
+
+StateOption = Annotated[
+    str,
+    typer.Option("--state", help="The state store: a directory, or a file://, s3://, gs:// or az:// URL."),
+]
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(s|m|h|d)")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 @state_app.command()
 @reports_bad_input
-def verify(
-    state: Annotated[Path, typer.Option("--state", help="The state store's directory.")],
-    as_json: JsonOption = False,
-) -> None:
-    """Check every file of the store's current generation (rows, checksum); exit 4 on damage."""
+def verify(state: StateOption, as_json: JsonOption = False) -> None:
+    """Check every file of the store's newest generation (rows, checksum); exit 4 on damage."""
     from repart.state.store import StateStore
 
     try:
         store = StateStore.open(state)
     except Corrupt as unreadable:
-        _report({"state": str(state), "ok": False, "damaged": [_damage(unreadable)]}, as_json)
+        _report({"state": state, "ok": False, "damaged": [_damage(unreadable)]}, as_json)
         raise typer.Exit(Corrupt.exit_code) from None
     damaged = store.damaged_files()
     summary = {
-        "state": str(state),
+        "state": state,
         "ok": not damaged,
+        "format": store.format,
         "region": store.region,
         "generation": store.generation,
         "version": store.version,
         "n_channels": store.n_channels,
-        "files": sum(len(store.files(channel)) for channel in range(store.n_channels)),
+        "files": len(store.all_files()),
         "rows": store.rows(),
         "checksum": f"{store.checksum():016x}",
         "last_batch": None if store.last_batch is None else store.last_batch.batch_id,
@@ -62,7 +75,7 @@ def verify(
 @state_app.command()
 @reports_bad_input
 def compact(
-    state: Annotated[Path, typer.Option("--state", help="The state store's directory.")],
+    state: StateOption,
     max_filtered_share: Annotated[
         float,
         typer.Option(
@@ -72,20 +85,28 @@ def compact(
     max_files_per_group: Annotated[
         float,
         typer.Option(
-            help="Compact a channel holding more than this many files per slot group, in [1, 1024]."
+            help="Compact a channel holding more than this many base files per slot group, in [1, 1024]."
         ),
     ] = 1.5,
+    max_delta_share: Annotated[
+        float,
+        typer.Option(
+            help="Compact a channel whose deltas hold more than this share of its base rows, in [0, 1000]."
+        ),
+    ] = 1.0,
+    max_delta_files: Annotated[
+        int, typer.Option(help="Compact a channel holding more than this many deltas, in [1, 100000].")
+    ] = 32,
     as_json: JsonOption = False,
 ) -> None:
-    """Rewrite the files of the channels that are due, as one more generation (exit 3 while another
-    process writes the store)."""
+    """Fold deltas and rewrite scattered files of the channels that are due, as one more generation."""
+    from repart.state.compact import CompactionPolicy
     from repart.state.store import StateStore
 
-    result = StateStore.open(state).compact(
-        max_filtered_share=max_filtered_share, max_files_per_group=max_files_per_group
-    )
+    policy = CompactionPolicy(max_filtered_share, max_files_per_group, max_delta_share, max_delta_files)
+    result = StateStore.open(state).compact(policy)
     summary = {
-        "state": str(state),
+        "state": state,
         "compacted": result.compacted,
         "channels": list(result.channels),
         "generation": result.generation,
@@ -100,13 +121,71 @@ def compact(
         print_json(summary)
         return
     if not result.compacted:
-        console().print(f"state store at {escape(str(state))}: no channel is due for compaction")
+        console().print(f"state store at {escape(state)}: no channel is due for compaction")
         return
     console().print(
-        f"state store at {escape(str(state))}: compacted {len(result.channels)} channels into generation "
+        f"state store at {escape(state)}: compacted {len(result.channels)} channels into generation "
         f"{result.generation}: {result.files_before} -> {result.files_after} files, "
-        f"{result.dropped_rows} filtered rows dropped"
+        f"{result.dropped_rows} rows dropped (filtered, or folded from deltas)"
     )
+
+
+@state_app.command()
+@reports_bad_input
+def vacuum(
+    state: StateOption,
+    retain: Annotated[
+        str,
+        typer.Option(
+            help="Keep whatever a generation committed this recently lists, and every object younger: "
+            "a duration such as 90s, 30m, 2h or 7d, from 0s to 3650d."
+        ),
+    ] = "1h",
+    as_json: JsonOption = False,
+) -> None:
+    """Delete the objects no recent generation lists, once older than --retain."""
+    from repart.state.store import StateStore
+
+    result = StateStore.open(state).vacuum(parse_duration(retain, "retain"))
+    summary = {
+        "state": state,
+        "deleted": list(result.deleted),
+        "kept_objects": result.kept_objects,
+        "retain_seconds": result.retention_seconds,
+    }
+    if as_json:
+        print_json(summary)
+        return
+    console().print(
+        f"state store at {escape(state)}: deleted {len(result.deleted)} objects, kept {result.kept_objects}"
+    )
+
+
+@state_app.command()
+@reports_bad_input
+def upgrade(state: StateOption, as_json: JsonOption = False) -> None:
+    """Convert a store of format 1 or 2 to format 3 (one verified commit; no data is copied)."""
+    from repart.state.store import StateStore
+
+    store = StateStore.open(state)
+    upgraded = store.upgrade()
+    summary = {"state": state, "upgraded": upgraded, "format": store.format, "generation": store.generation}
+    if as_json:
+        print_json(summary)
+        return
+    told = "upgraded to format 3" if upgraded else "is format 3 already"
+    console().print(f"state store at {escape(state)} {told} (generation {store.generation})")
+
+
+def parse_duration(text: str, field: str) -> timedelta:
+    """``90s``, ``30m``, ``2h`` or ``7d`` as a timedelta in [0 s, 3650 d]; InvalidInput ``field`` else."""
+    match = _DURATION.fullmatch(text.strip())
+    seconds = float(match.group(1)) * _UNITS[match.group(2)] if match else -1.0
+    if not 0 <= seconds <= 3650 * 86400:
+        raise InvalidInput(
+            field, f"must be a duration from 0s to 3650d such as 90s, 30m, 2h or 7d, got {text!r}"
+        )
+    return timedelta(seconds=seconds)
 
 
 def _damage(error: Corrupt) -> dict[str, str | None]:
@@ -124,13 +203,11 @@ def _report(summary: dict[str, Any], as_json: bool) -> None:
     for damage in summary["damaged"]:
         out.print(f"[bold red]damaged:[/] {escape(str(damage['path']))}: {escape(str(damage['problem']))}")
     if "generation" not in summary:
-        out.print(
-            f"state store at {escape(str(summary['state']))}: the manifest or generation document is damaged"
-        )
+        out.print(f"state store at {escape(str(summary['state']))}: its commit log or manifest is damaged")
         return
     state = "OK" if summary["ok"] else f"{len(summary['damaged'])} of {summary['files']} files damaged"
     out.print(
-        f"state store at {summary['state']}: region {summary['region']}, generation {summary['generation']}, "
-        f"version {summary['version']}, N={summary['n_channels']}, {summary['files']} files, "
-        f"{summary['rows']} rows, checksum {summary['checksum']}: {state}"
+        f"state store at {escape(summary['state'])}: format {summary['format']}, region {summary['region']}, "
+        f"generation {summary['generation']}, version {summary['version']}, N={summary['n_channels']}, "
+        f"{summary['files']} files, {summary['rows']} rows, checksum {summary['checksum']}: {state}"
     )

@@ -270,7 +270,7 @@ class VwapPipeline:
             busy = 0.0 if update is None else update.busy_seconds
             if self.channel_rate is not None:
                 busy = tuples / self.channel_rate
-            state_bytes = sum(entry.bytes for entry in self.store.files(channel))
+            state_bytes = sum(entry.seen_bytes for entry in self.store.files(channel))
             measured.append(
                 {"channel": channel, "tuples": tuples, "busy_seconds": busy, "state_bytes": state_bytes}
             )

@@ -4,7 +4,8 @@ A region in split mode keeps a hot key's state as one partial row per channel th
 reading the state, or consolidating a key's partials into one channel, merges those rows. The region
 declares how, column by column, as text such as ``"pv=sum,volume=sum,low=min,high=max"``: every state
 column named once with one of ``MERGE_OPERATIONS``, which are the decomposable aggregations whose
-merge of partials equals the aggregation over all input (a count is the ``sum`` of partial counts).
+merge of partials equals the aggregation over all input (a ``count``'s partial counts merge by their
+sum; in a batch it counts the key's rows).
 The controller stores the canonical text with the region; a job builds its merge from it or passes a
 function of its own.
 """
@@ -19,10 +20,12 @@ from typing import Literal, get_args
 from repart.errors import InvalidInput
 from repart.validation import shown
 
-MergeOperation = Literal["sum", "min", "max"]
+MergeOperation = Literal["sum", "count", "min", "max"]
 MERGE_OPERATIONS: tuple[MergeOperation, ...] = get_args(MergeOperation)
 _COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-_FORMAT = "comma-separated column=operation pairs (operation one of sum, min, max), e.g. 'pv=sum,low=min'"
+_FORMAT = (
+    "comma-separated column=operation pairs (operation one of sum, count, min, max), e.g. 'pv=sum,low=min'"
+)
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,23 @@
-"""Updating keyed state from a partitioned batch, each channel on the executor that holds it (DESIGN §9).
+"""Folding a partitioned batch into the keyed state store, each channel on the executor that holds it.
 
 ``partition(df, key, version)`` makes Spark partition i hold exactly channel i; ``update_state`` then
-runs one task per channel (``mapInArrow``): the task reads its channel's current state from the store,
-combines it with the channel's rows of the batch, writes the channel's new files and reports them.
-The driver commits every channel's new files as one new generation of the store (an atomic manifest
-swap), so a batch's state update is all or nothing. Channels with no rows in the batch keep their
-files.
+writes, per channel, one **delta** of what the batch changes, and the driver commits every channel's
+delta as one new generation of the store (a conditional put of its commit document), so a batch's
+update is all or nothing. No task reads or writes a channel's whole state, so a batch costs what the
+batch touches, not what the store holds:
 
-Split mode (DESIGN §11.3): with a ``SplitFunction`` a split key's rows arrive on several channels, and
-each channel's ``combine`` folds them into that channel's own row for the key, so the store holds one
-*partial* row per (key, channel): the per-channel check that ``combine`` returns one row per key is
-exactly that invariant. ``StateStore.read_merged`` merges the partials into one row per key.
+- a **mergeable** store (created with a merge: every state column a ``sum``, ``count``, ``min`` or
+  ``max``) needs no state at all: Spark's own aggregate reduces the batch to one partial row per
+  (channel, key) in the JVM, and a task only writes its channel's partials. Readers merge them with the
+  base (``repart.state.resolve``).
+- a **general** store takes ``combine(old, batch) -> new``: a task reads only the rows of the keys its
+  batch touches (``StateStore.read_keys``: the key column of each file first, then the row groups
+  holding matches), calls ``combine`` with them and the channel's batch rows (without ``channel_col``),
+  and writes what it returns as upserts: the newest row of a key wins, and a key of ``old`` that
+  ``combine`` leaves out is deleted by a tombstone.
+
+Split mode: with a ``SplitFunction`` a split key's rows arrive on several channels, and each channel
+keeps its own *partial* row for the key; ``StateStore.read_merged`` merges the partials.
 
 Exactly once: given the job's ``batch_id``, the generation records the batch
 (``repart.state.batches``), and a batch the store has absorbed already is not folded in again: a job
@@ -31,19 +38,24 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from repart.errors import Corrupt, InvalidInput
 from repart.partitioning.split.function import StoredFunction
 from repart.state.batches import ChannelUpdate, absorbed_batch
-from repart.state.store import FileEntry, StateStore, write_channel_files
+from repart.state.files import DELETED_COLUMN
+from repart.state.store import FileEntry, StateStore
 
 __all__ = ["ChannelUpdate", "Combine", "update_state"]
 
 Combine = Callable[[pa.Table, pa.Table], pa.Table]
+#: The batch rows a partial stands for (mergeable stores: the channel's input rows).
+ROWS_COLUMN = "_rows"
 _REPORT_FIELDS = [
     ("channel", pa.int32()),
     ("input_rows", pa.int64()),
@@ -58,26 +70,33 @@ _REPORT_DDL = "channel int, input_rows long, busy_seconds double, entries string
 def update_state(
     store: StateStore,
     partitioned: DataFrame,
-    combine: Combine,
+    combine: Combine | None = None,
     *,
     version: int,
     function: StoredFunction,
     batch_id: int | None = None,
     channel_col: str = "channel",
 ) -> tuple[StateStore, list[ChannelUpdate]]:
-    """Fold a batch into the store: ``combine(old_state, batch_rows) -> new_state`` per channel.
+    """Fold a batch into the store (module docstring) and commit it as one generation.
 
     ``partitioned`` must come from ``repart.spark.partition(df, key, function)`` (partition i holds
     channel i; a row found on another partition is InvalidInput) and ``function`` must be the layout
     the store is in: the store's version, digest and channel count (InvalidInput otherwise: apply the
-    pending plan first). ``combine`` gets the channel's state and its batch rows (without
-    ``channel_col``) as Arrow tables and returns the channel's complete new state with the store's
-    schema. With a ``SplitFunction`` a split key gets one partial row on each channel it reaches.
-    ``batch_id`` (the job's id of the batch, growing from batch to batch) is recorded in the new
-    generation; when the store has absorbed that batch already nothing runs and the recorded updates
-    come back (module docstring). Returns the store at its new generation and one
+    pending plan first). A mergeable store takes no ``combine``: the batch's columns named like the
+    state's (all but its ``count`` columns) are aggregated by the store's merge. A general store needs
+    ``combine(old, batch)``, which gets the state rows of the keys the channel's batch touches and the
+    channel's batch rows as Arrow tables and returns the new rows of those keys with the store's schema
+    (InvalidInput ``combine`` for both or neither). ``batch_id`` (the job's id of the batch, growing from
+    batch to batch) is recorded in the new generation; when the store has absorbed that batch already
+    nothing runs and the recorded updates come back. Returns the store at its new generation and one
     ``ChannelUpdate`` per channel that had rows.
     """
+    if store.layout.mergeable == (combine is not None):
+        raise InvalidInput(
+            "combine",
+            "must be given for a general store and left out for a mergeable one (its merge reduces the "
+            f"batch): the store at {store.url} is {'mergeable' if store.layout.mergeable else 'general'}",
+        )
     if batch_id is not None and store.absorbed(batch_id):
         last = store.last_batch
         return store, list(last.channels) if last is not None and last.batch_id == batch_id else []
@@ -85,33 +104,34 @@ def update_state(
         raise InvalidInput(
             "function",
             f"must be the store's layout: version {version} (N={function.n_channels}, digest "
-            f"{function.digest[:12]}) is not the layout of the state store at {store.root} (version "
+            f"{function.digest[:12]}) is not the layout of the state store at {store.url} (version "
             f"{store.version}, N={store.n_channels}); apply the pending migration plan first",
         )
     if channel_col not in partitioned.columns:
         raise InvalidInput(
             "channel_col", f"must be a column; {channel_col!r} is not: partition the batch with repart first"
         )
+    rows = partitioned if combine is not None else _partials(partitioned, store, channel_col)
     task = _ChannelTask(store, combine, channel_col)
-    reports = partitioned.mapInArrow(task, _REPORT_DDL).collect()
+    reports = rows.mapInArrow(task, _REPORT_DDL).collect()
     for row in reports:
         if row.error is not None:
             raise _error_from_report(json.loads(row.error))
-    replaced = {
+    added = {
         row.channel: [FileEntry.from_dict(entry) for entry in json.loads(row.entries)] for row in reports
     }
     updates = [
         ChannelUpdate(
             channel=row.channel,
             input_rows=row.input_rows,
-            state_rows=sum(entry.rows for entry in replaced[row.channel]),
-            state_bytes=sum(entry.bytes for entry in replaced[row.channel]),
+            state_rows=sum(entry.rows for entry in added[row.channel]),
+            state_bytes=sum(entry.bytes for entry in added[row.channel]),
             busy_seconds=row.busy_seconds,
         )
         for row in sorted(reports, key=lambda row: row.channel)
     ]
     updated = store.commit(
-        replaced,
+        added,
         version=version,
         function_digest=function.digest,
         n_channels=function.n_channels,
@@ -120,12 +140,33 @@ def update_state(
     return updated, updates
 
 
+def _partials(partitioned: DataFrame, store: StateStore, channel_col: str) -> DataFrame:
+    """The batch reduced in the JVM to one partial row per (channel, key) by the store's merge, with
+    the batch rows each partial stands for (``_rows``), in partitions that hold one channel each."""
+    merge = store.merge or {}
+    key = store.key_col
+    missing = sorted(name for name, op in merge.items() if op != "count" and name not in partitioned.columns)
+    if key not in partitioned.columns or missing:
+        raise InvalidInput(
+            "partitioned",
+            f"must hold the key column {key!r} and the state columns the merge aggregates: "
+            f"{missing or [key]} missing from {partitioned.columns}",
+        )
+    aggregate = {"sum": F.sum, "min": F.min, "max": F.max}
+    columns = [
+        (F.count(F.lit(1)) if op == "count" else aggregate[op](F.col(name))).alias(name)
+        for name, op in merge.items()
+    ]
+    reduced = partitioned.groupBy(channel_col, key).agg(*columns, F.count(F.lit(1)).alias(ROWS_COLUMN))
+    return reduced.repartitionById(store.n_channels, channel_col)
+
+
 @dataclass(frozen=True)
 class _ChannelTask:
     """The per-partition function shipped to executors (a picklable callable)."""
 
     store: StateStore
-    combine: Combine
+    combine: Combine | None
     channel_col: str
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -136,15 +177,17 @@ class _ChannelTask:
         if rows is None or rows.num_rows == 0:
             return
         started = time.perf_counter()
+        partials = self.combine is None
+        input_rows = int(pc.sum(rows.column(ROWS_COLUMN)).as_py()) if partials else rows.num_rows
         try:
             entries = self._fold(channel, rows)
         except (Corrupt, InvalidInput) as error:
-            yield _report(channel, rows.num_rows, 0.0, [], _error_to_report(error))
+            yield _report(channel, input_rows, 0.0, [], _error_to_report(error))
             return
-        yield _report(channel, rows.num_rows, time.perf_counter() - started, entries, None)
+        yield _report(channel, input_rows, time.perf_counter() - started, entries, None)
 
     def _fold(self, channel: int, rows: pa.Table) -> list[FileEntry]:
-        """The channel's batch rows folded into its state, written as new files."""
+        """The channel's delta: its partials, or ``combine``'s upserts and tombstones."""
         channels = rows.column(self.channel_col).to_numpy()
         stray = channels != channel
         if stray.any():
@@ -153,19 +196,31 @@ class _ChannelTask:
                 f"must be the DataFrame repart.spark.partition() returns: partition {channel} holds rows "
                 f"of channel {int(channels[stray.argmax()])}",
             )
+        store, key = self.store, self.store.key_col
+        if self.combine is None:
+            return store.write(channel, rows.select(store.schema.names).cast(store.schema))
         batch = rows.drop_columns([self.channel_col])
-        old = self.store.read_channel(channel)
+        old = store.read_keys(channel, pc.unique(batch.column(key)))
         state = self.combine(old, batch)
-        _check_combined(old, batch, state, self.store.key_col, channel)
-        return write_channel_files(
-            self.store.root,
-            channel,
-            state,
-            key_col=self.store.key_col,
-            key_type=self.store.key_type,
-            slot_bits=self.store.slot_bits,
-            slot_groups=self.store.slot_groups,
-        )
+        _check_combined(old, batch, state, key, channel)
+        kept = pc.is_in(old.column(key), value_set=state.column(key).combine_chunks())
+        gone = pc.filter(old.column(key), pc.invert(kept))
+        return store.write(channel, _upserts(state.select(store.schema.names), gone, store))
+
+
+def _upserts(state: pa.Table, gone: pa.ChunkedArray, store: StateStore) -> pa.Table:
+    """``state``'s rows and a tombstone for each key of ``gone`` (every other column null), with
+    ``_deleted`` telling them apart."""
+    tombstones = pa.table(
+        {
+            name: gone if name == store.key_col else pa.nulls(len(gone), store.schema.field(name).type)
+            for name in store.schema.names
+        },
+        schema=store.schema,
+    )
+    both = pa.concat_tables([state.cast(store.schema), tombstones])
+    deleted = np.concatenate([np.zeros(state.num_rows, np.bool_), np.ones(len(gone), np.bool_)])
+    return both.append_column(DELETED_COLUMN, pa.array(deleted))
 
 
 def _report(

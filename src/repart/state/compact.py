@@ -1,28 +1,29 @@
-"""Compaction: rewriting a channel's files when filters and migrations have left too many behind (DESIGN §9).
+"""Compaction: folding a channel's deltas into its base files, and dropping what filters hide.
 
-Migrations leave two kinds of debris. A filtered file still holds the rows of the slots it no longer
-owns (``repart.state.filters``): readers read and drop them. And every migration that brings rows to
-a channel adds an incoming file per slot group beside the ones it has: a scale-in 33 → 32 gives
-every remaining channel a second file in every slot group. A freshly written channel has one file
-per slot group and no filter.
+Three things make a channel's reads cost more than its state: the deltas batches add (a reader
+resolves them against the base, ``repart.state.resolve``), the rows a migration's slot filters hide
+(``repart.state.filters``: read and dropped), and the extra files a migration brings (a scale-in
+33 → 32 gives every remaining channel a second file in every slot group). A channel is **due**
+(``CompactionPolicy``) when
 
-A channel is **due** when the share of its files' rows that their filters hide exceeds
-``max_filtered_share``, or when it holds more than ``max_files_per_group`` files per slot group it
-has state in (``CompactionPolicy``). Compacting a due channel rewrites each of its slot groups that
-is not already one unfiltered file: the rows its files let through, read and verified
-(``read_verified``), sorted by slot and written as one file. Every written file is read back and
-checked, and the channel's rows and checksum must be unchanged; ``StateStore.compact`` then commits
-the result as one more generation, with the same crash safety as any other (new files only, the
-manifest swap last).
+- its deltas hold more than ``max_delta_share`` of the rows of its base files, or it has more than
+  ``max_delta_files`` deltas;
+- the share of its files' rows that their filters hide exceeds ``max_filtered_share``;
+- it holds more than ``max_files_per_group`` base files per slot group it has state in.
+
+Compacting a due channel with deltas reads all its rows, resolves them to one row per key and writes
+them as one base file per slot group; a channel without deltas has each of its slot groups that is not
+already one unfiltered file rewritten. Every file read is verified (``read_verified``) and every file
+written is read back and checked; a channel without deltas must keep its rows and checksum. The files
+written keep the newest ``seq`` of the rows they fold, so a batch that commits while a compaction runs
+stays newer than the compacted rows. ``StateStore.compact`` commits the result as one more generation.
 """
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -33,59 +34,76 @@ from repart.state.files import (
     FileEntry,
     Layout,
     channel_totals,
-    make_durable,
     read_verified,
+    write_channel_files,
     write_part,
 )
+from repart.state.objects import Objects
+from repart.state.resolve import resolved
 from repart.validation import Interval, check
 
 #: The default share of a channel's file rows its filters may hide before it is compacted: a read
 #: of the channel then reads at most 1 / (1 − 0.1) ≈ 1.11 times the rows it returns.
 DEFAULT_MAX_FILTERED_SHARE = 0.1
-#: The default number of files per slot group a channel may hold before it is compacted.
+#: The default number of base files per slot group a channel may hold before it is compacted.
 DEFAULT_MAX_FILES_PER_GROUP = 1.5
+#: The default rows of a channel's deltas, as a share of its base rows, before it is compacted.
+DEFAULT_MAX_DELTA_SHARE = 1.0
+#: The default number of deltas a channel may hold before it is compacted.
+DEFAULT_MAX_DELTA_FILES = 32
 FILTERED_SHARE = Interval(float, 0, 1, closed="left")
 FILES_PER_GROUP = Interval(float, 1, 1024)
+DELTA_SHARE = Interval(float, 0, 1000)
+DELTA_FILES = Interval(int, 1, 100_000)
 
 
 @dataclass(frozen=True)
 class CompactionPolicy:
     """When a channel is due for compaction (module docstring). ``max_filtered_share`` is in [0, 1)
-    (0: any filter makes a channel due); ``max_files_per_group`` in [1, 1024] (1: any slot group with
-    a second file does). InvalidInput names the field at fault."""
+    (0: any filter makes a channel due); ``max_files_per_group`` in [1, 1024]; ``max_delta_share`` in
+    [0, 1000]; ``max_delta_files`` in [1, 100000]. InvalidInput names the field at fault."""
 
     max_filtered_share: float = DEFAULT_MAX_FILTERED_SHARE
     max_files_per_group: float = DEFAULT_MAX_FILES_PER_GROUP
+    max_delta_share: float = DEFAULT_MAX_DELTA_SHARE
+    max_delta_files: int = DEFAULT_MAX_DELTA_FILES
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "max_filtered_share", check("max_filtered_share", self.max_filtered_share, FILTERED_SHARE)
-        )
-        object.__setattr__(
-            self,
-            "max_files_per_group",
-            check("max_files_per_group", self.max_files_per_group, FILES_PER_GROUP),
-        )
+        for name, interval in (
+            ("max_filtered_share", FILTERED_SHARE),
+            ("max_files_per_group", FILES_PER_GROUP),
+            ("max_delta_share", DELTA_SHARE),
+            ("max_delta_files", DELTA_FILES),
+        ):
+            object.__setattr__(self, name, check(name, getattr(self, name), interval))
 
     def due(self, files: Sequence[FileEntry]) -> list[int]:
         """The channels of ``files`` (one generation's) that are due, ascending."""
         by_channel: dict[int, list[FileEntry]] = defaultdict(list)
         for entry in files:
             by_channel[entry.channel].append(entry)
-        due = []
-        for channel, entries in sorted(by_channel.items()):
-            hidden = sum(entry.hidden_rows for entry in entries)
-            total = sum(entry.file_rows for entry in entries)
-            groups = len({entry.slot_group for entry in entries})
-            if hidden > self.max_filtered_share * total or len(entries) > self.max_files_per_group * groups:
-                due.append(channel)
-        return due
+        return [channel for channel, entries in sorted(by_channel.items()) if self._is_due(entries)]
+
+    def _is_due(self, entries: Sequence[FileEntry]) -> bool:
+        bases = [entry for entry in entries if entry.kind == "base"]
+        deltas = [entry for entry in entries if entry.kind == "delta"]
+        base_rows = sum(entry.rows for entry in bases)
+        if deltas and (
+            len(deltas) > self.max_delta_files
+            or sum(entry.rows for entry in deltas) > self.max_delta_share * base_rows
+        ):
+            return True
+        hidden = sum(entry.hidden_rows for entry in entries)
+        if hidden > self.max_filtered_share * sum(entry.file_rows for entry in entries):
+            return True
+        groups = len({entry.slot_group for entry in bases})
+        return len(bases) > self.max_files_per_group * groups
 
 
 @dataclass
 class Compaction:
     """The next generation's files after compacting ``channels``: the files written, and how many
-    files they replace and rows of filtered slots they leave behind."""
+    files they replace and rows they drop (hidden by filters, or folded away from deltas)."""
 
     channels: list[int]
     files: list[FileEntry] = field(default_factory=list)
@@ -95,47 +113,78 @@ class Compaction:
 
 
 def compact_files(
-    root: str | os.PathLike[str], files: Sequence[FileEntry], channels: Sequence[int], layout: Layout
+    objects: Objects, files: Sequence[FileEntry], channels: Sequence[int], layout: Layout
 ) -> Compaction:
-    """Rewrite the slot groups of ``channels`` that are not one unfiltered file (module docstring);
-    writes only new files, made durable and verified. Corrupt naming a damaged file, or when a
-    channel's rows or checksum would change (nothing is committed then)."""
+    """Compact ``channels`` (module docstring); writes only new files, made durable and verified.
+    Corrupt naming a damaged file, or when a channel without deltas would change its rows or checksum
+    (nothing is committed then)."""
     compaction = Compaction(sorted(channels))
-    groups: dict[tuple[int, int], list[FileEntry]] = defaultdict(list)
+    by_channel: dict[int, list[FileEntry]] = defaultdict(list)
     for entry in files:
         if entry.channel in compaction.channels:
-            groups[entry.channel, entry.slot_group].append(entry)
+            by_channel[entry.channel].append(entry)
         else:
             compaction.files.append(entry)
-    for (channel, group), entries in sorted(groups.items()):
-        if len(entries) == 1 and entries[0].filter is None:
-            compaction.files.extend(entries)
-            continue
-        parts = [read_verified(root, entry, layout) for entry in entries]
-        table = pa.concat_tables([part for part, _ in parts])
-        hashes = np.concatenate([part_hashes for _, part_hashes in parts])
-        order = np.argsort(table.column(SLOT_COLUMN).to_numpy(), kind="stable")
-        written = write_part(root, channel, group, table.take(order), hashes[order], layout)
-        compaction.written.append(written)
-        compaction.files.append(written)
-        compaction.replaced_files += len(entries)
-        compaction.dropped_rows += sum(entry.hidden_rows for entry in entries)
-    make_durable(root, compaction.written)
-    _verify(root, files, compaction, layout)
-    return compaction
-
-
-def _verify(
-    root: str | os.PathLike[str], before: Sequence[FileEntry], compaction: Compaction, layout: Layout
-) -> None:
-    """Read back every written file; every channel's rows and checksum must be what they were."""
-    for entry in compaction.written:
-        read_verified(root, entry, layout)
-    old, new = channel_totals(before), channel_totals(compaction.files)
+    folded = []
     for channel in compaction.channels:
-        if old.get(channel) != new.get(channel):
+        entries = by_channel[channel]
+        if any(entry.kind == "delta" for entry in entries):
+            _fold(objects, compaction, channel, entries, layout)
+            folded.append(channel)
+        else:
+            _regroup(objects, compaction, channel, entries, layout)
+    objects.sync([entry.path for entry in compaction.written])
+    for entry in compaction.written:
+        read_verified(objects, entry, layout)
+    old, new = channel_totals(files), channel_totals(compaction.files)
+    for channel in compaction.channels:
+        if channel not in folded and old.get(channel) != new.get(channel):
             raise Corrupt(
                 f"verification failed for channel {channel}: compaction would change its (rows, checksum) "
                 f"from {old.get(channel)} to {new.get(channel)}; nothing was committed",
-                path=str(Path(root)),
+                path=objects.url,
             )
+    return compaction
+
+
+def _fold(
+    objects: Objects, compaction: Compaction, channel: int, entries: Sequence[FileEntry], layout: Layout
+) -> None:
+    """Resolve every row of ``channel`` and write its state as base files."""
+    parts = [read_verified(objects, entry, layout)[0] for entry in entries]
+    seqs = np.concatenate(
+        [np.full(part.num_rows, entry.seq, np.int64) for entry, part in zip(entries, parts, strict=True)]
+    )
+    rows = pa.concat_tables(parts)
+    state = resolved(rows, seqs, layout)
+    newest = max(entry.seq for entry in entries)
+    written = [replace(entry, seq=newest) for entry in write_channel_files(objects, channel, state, layout)]
+    compaction.written.extend(written)
+    compaction.files.extend(written)
+    compaction.replaced_files += len(entries)
+    compaction.dropped_rows += sum(entry.file_rows for entry in entries) - state.num_rows
+
+
+def _regroup(
+    objects: Objects, compaction: Compaction, channel: int, entries: Sequence[FileEntry], layout: Layout
+) -> None:
+    """Rewrite each slot group of ``channel`` (base files only) that is not one unfiltered file."""
+    groups: dict[int | None, list[FileEntry]] = defaultdict(list)
+    for entry in entries:
+        groups[entry.slot_group].append(entry)
+    for group, members in sorted(groups.items(), key=lambda item: -1 if item[0] is None else item[0]):
+        if len(members) == 1 and members[0].filter is None:
+            compaction.files.extend(members)
+            continue
+        parts = [read_verified(objects, entry, layout) for entry in members]
+        table = pa.concat_tables([part for part, _ in parts])
+        hashes = np.concatenate([part_hashes for _, part_hashes in parts])
+        order = np.argsort(table.column(SLOT_COLUMN).to_numpy(), kind="stable")
+        newest = max(entry.seq for entry in members)
+        written = write_part(
+            objects, channel, group, table.take(order), hashes[order], layout, "base", newest
+        )
+        compaction.written.append(written)
+        compaction.files.append(written)
+        compaction.replaced_files += len(members)
+        compaction.dropped_rows += sum(entry.hidden_rows for entry in members)

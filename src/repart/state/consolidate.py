@@ -22,7 +22,6 @@ before and after.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -35,9 +34,10 @@ from repart.errors import Corrupt, InvalidInput
 from repart.migration.plan import MigrationPlan
 from repart.partitioning.domain import Key
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
-from repart.state.checksum import U64, checksum, key_hashes, row_hashes
-from repart.state.files import SLOT_COLUMN, FileEntry, Layout, read_verified
+from repart.state.checksum import U64, checksum, key_hashes
+from repart.state.files import DELETED_COLUMN, SLOT_COLUMN, FileEntry, Layout, read_verified
 from repart.state.merge import Merge, MergeColumns, merged
+from repart.state.objects import Objects
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -84,6 +84,13 @@ class PoolScope:
             for group in np.unique(self.groups[in_scope]).tolist()
         )
 
+    def may_hold(self, entry: FileEntry) -> bool:
+        """Whether ``entry`` may hold a pooled row: its (channel, slot group) is a pair, or it is a
+        delta (every slot group) of a channel in scope."""
+        if entry.slot_group is None:
+            return entry.channel in self.scope
+        return (entry.channel, entry.slot_group) in self.pairs
+
     def narrowed(self, kept: BoolArray) -> PoolScope:
         """The scope of the keys where ``kept`` is True."""
         return PoolScope(
@@ -122,11 +129,13 @@ class Pools:
     of the store's (rows, checksum): the results in, the pooled rows out."""
 
     scope: PoolScope
-    tables: Mapping[str, tuple[pa.Table, U64]]
+    tables: Mapping[tuple[str, int], tuple[pa.Table, U64]]
     result: pa.Table
     hashes: U64
     moved_rows: int
     delta: tuple[int, int]
+    #: The ``seq`` the results are written with: the newest of the rows they merge.
+    seq: int = 0
 
     def results(self) -> Iterator[tuple[int, int, pa.Table, U64]]:
         """The result rows by (home, slot group): where they enter the next generation."""
@@ -137,7 +146,7 @@ class Pools:
 
 
 def gather_pools(
-    root: str | os.PathLike[str],
+    objects: Objects,
     files: Sequence[FileEntry],
     plan: MigrationPlan,
     layout: Layout,
@@ -147,60 +156,83 @@ def gather_pools(
     docstring). Only reads: InvalidInput ``merge`` when a pool of several rows has no merge or the
     merge breaks its contract; Corrupt naming a damaged file."""
     scope = PoolScope.of(plan, layout)
-    pairs = scope.pairs
-    read: dict[str, tuple[pa.Table, U64]] = {}
-    pieces: list[tuple[pa.Table, U64, IntArray]] = []
+    read: dict[tuple[str, int], tuple[pa.Table, U64]] = {}
+    pieces: list[tuple[pa.Table, U64, IntArray, IntArray]] = []
     for entry in files:
-        if (entry.channel, entry.slot_group) not in pairs:
+        if not scope.may_hold(entry):
             continue
-        table, hashes = read_verified(root, entry, layout)
+        table, hashes = read_verified(objects, entry, layout)
         taken = np.flatnonzero(scope.pooled(table.column(layout.key_col), entry.channel))
         if taken.size:
-            read[entry.path] = table, hashes
-            pieces.append((table.take(taken), hashes[taken], np.full(taken.size, entry.channel)))
+            read[entry.identity] = table, hashes
+            pieces.append(
+                (
+                    table.take(taken),
+                    hashes[taken],
+                    np.full(taken.size, entry.channel),
+                    np.full(taken.size, entry.seq),
+                )
+            )
     if not pieces:
         return _nothing_pooled(scope)
-    rows = pa.concat_tables([piece for piece, _, _ in pieces])
-    hashes = np.concatenate([piece_hashes for _, piece_hashes, _ in pieces])
-    channels = np.concatenate([piece_channels for _, _, piece_channels in pieces])
+    rows = pa.concat_tables([piece[0] for piece in pieces])
+    hashes = np.concatenate([piece[1] for piece in pieces])
+    channels = np.concatenate([piece[2] for piece in pieces])
+    seqs = np.concatenate([piece[3] for piece in pieces])
     index = scope.index(rows.column(layout.key_col))
+    order = np.lexsort((hashes, seqs, channels, index))
+    rows, hashes, channels, seqs, index = (
+        rows.take(order),
+        hashes[order],
+        channels[order],
+        seqs[order],
+        index[order],
+    )
+    live = np.ones(rows.num_rows, dtype=np.bool_) if layout.mergeable else _newest_live(rows, index, channels)
     off_home = channels != scope.homes[index]
     moving = np.zeros(len(scope.keys), dtype=np.bool_)
     moving[index[off_home]] = True  # a key with no row off its home has no pool
+    alive = np.zeros(len(scope.keys), dtype=np.bool_)
+    alive[index[live]] = True  # a deleted key (tombstones only) has nothing to merge and stays as it is
+    moving &= alive
     if not moving.any():
         return _nothing_pooled(scope)
     scope = scope.narrowed(moving)
     kept = moving[index]
-    order = np.lexsort((hashes[kept], channels[kept], index[kept]))
-    rows = rows.filter(pa.array(kept)).take(order)
-    hashes = hashes[kept][order]
-    result = _results(rows, scope, merge)
-    result_hashes = row_hashes(
-        result, key_hashes(result.column(layout.key_col), layout.key_type), layout.state_cols
-    )
+    rows, hashes, live, seqs = rows.filter(pa.array(kept)), hashes[kept], live[kept], seqs[kept]
+    result = _results(rows.filter(pa.array(live)), scope, merge)
+    _, result_hashes = layout.hashes(result)
     delta = (result.num_rows - rows.num_rows, (checksum(result_hashes) - checksum(hashes)) % 2**64)
     tables = {
-        path: (table, table_hashes)
-        for path, (table, table_hashes) in read.items()
+        identity: (table, table_hashes)
+        for identity, (table, table_hashes) in read.items()
         if (scope.index(table.column(layout.key_col)) >= 0).any()
     }
-    return Pools(scope, tables, result, result_hashes, int(np.count_nonzero(off_home)), delta)
+    moved = int(np.count_nonzero(off_home[kept]))
+    return Pools(scope, tables, result, result_hashes, moved, delta, int(seqs.max()))
 
 
-def verify_pools(
-    root: str | os.PathLike[str], files: Sequence[FileEntry], pools: Pools, layout: Layout
-) -> None:
+def _newest_live(rows: pa.Table, index: IntArray, channels: IntArray) -> npt.NDArray[np.bool_]:
+    """In a general store, which pooled rows are a key's partial on a channel: its newest row there
+    (``rows`` are ordered by key, channel and seq), unless that row is a tombstone."""
+    last = np.ones(rows.num_rows, dtype=np.bool_)
+    last[:-1] = (np.diff(index) != 0) | (np.diff(channels) != 0)
+    deleted = rows.column(DELETED_COLUMN).to_numpy(zero_copy_only=False).astype(np.bool_)
+    result: npt.NDArray[np.bool_] = last & ~deleted
+    return result
+
+
+def verify_pools(objects: Objects, files: Sequence[FileEntry], pools: Pools, layout: Layout) -> None:
     """Corrupt unless the next generation's ``files`` hold, for each pooled key, exactly one row on its
     pooled channels: on its home, with the row hash of its result (module docstring)."""
     scope = pools.scope
     if not scope.keys:
         return
     found: list[list[tuple[int, int]]] = [[] for _ in scope.keys]
-    pairs = scope.pairs
     for entry in files:
-        if (entry.channel, entry.slot_group) not in pairs:
+        if not scope.may_hold(entry):
             continue
-        table, hashes = read_verified(root, entry, layout)
+        table, hashes = read_verified(objects, entry, layout)
         keys = table.column(layout.key_col)
         rows = np.flatnonzero(scope.pooled(keys, entry.channel))
         for key_index, row_hash in zip(scope.index(keys)[rows].tolist(), hashes[rows].tolist(), strict=True):
@@ -224,7 +256,7 @@ def _results(rows: pa.Table, scope: PoolScope, merge: MergeColumns | Merge | Non
     index = scope.index(rows.column(layout.key_col))
     counts = np.bincount(index, minlength=len(scope.keys))
     several = counts[index] > 1
-    user = rows.drop_columns([SLOT_COLUMN])
+    user = rows.select(layout.schema.names)
     parts = [user.filter(pa.array(~several))]
     if several.any():
         if merge is None:
@@ -241,7 +273,8 @@ def _results(rows: pa.Table, scope: PoolScope, merge: MergeColumns | Merge | Non
     result = pa.concat_tables(parts)
     result = result.take(np.argsort(scope.index(result.column(layout.key_col)), kind="stable"))
     slots = _slots(result.column(layout.key_col), layout)
-    return result.append_column(rows.schema.field(SLOT_COLUMN), pa.array(slots.astype(np.int32)))
+    result = result.append_column(rows.schema.field(SLOT_COLUMN), pa.array(slots.astype(np.int32)))
+    return layout.normalized(result)
 
 
 def _nothing_pooled(scope: PoolScope) -> Pools:

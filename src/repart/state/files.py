@@ -1,74 +1,97 @@
-"""The data files of the keyed state store: layout, writing, verified reading (DESIGN §9).
+"""The data files of the keyed state store: layout, writing, verified reading.
 
-A state file is ``ROOT/channel=<c>/<uuid>.parquet``, immutable once written. It holds the rows of one
-channel and one **slot group** (``slot_groups`` contiguous ranges of ``2^slot_bits / slot_groups``
-slots, like Flink's key groups), sorted by slot, with the user's columns and an int32 column ``_slot``
-so that a migration never rehashes to find a row's slot. A file is written in row groups of
-``ROW_GROUP_ROWS`` rows, so a migration that needs the rows of a few slots reads only the row groups
-holding them (``repart.state.partial``). A generation lists its files as ``FileEntry``s with their row
-count, size and checksum (``repart.state.checksum``); an entry may carry a slot filter
-(``repart.state.filters``): then its file holds rows of slots the entry no longer owns, readers drop
-them, and the entry's rows and checksum are those of the rows it lets through.
+A state file is an immutable Parquet object ``data/<32 hex digits>.parquet`` (stores written before
+format 3 keep theirs at ``channel=<c>/<32 hex digits>.parquet``). It lives in no channel's directory:
+a generation lists it, as a ``FileEntry``, under the channel or channels that own its rows, so a
+migration moves rows by listing a file under another channel instead of copying it. A file holds the
+user's columns sorted by slot, with an int32 column ``_slot`` so that nothing ever rehashes a key to find
+its slot, in row groups of ``ROW_GROUP_ROWS`` rows so that a migration reads only the row groups of the
+slots it moves (``repart.state.partial``).
 
-``write_channel_files`` runs on Spark executors: module-level, picklable arguments, pyarrow + numpy
-only. Every file is written with exclusive creation and made durable (file and directory ``fsync``)
-before its entry is returned, so a generation that lists it can only become reachable after it is
-complete.
+Two kinds of file:
 
-Errors (DESIGN §12.4): a bad argument is ``InvalidInput`` naming it; a listed file that is missing,
-truncated or unreadable, or whose rows, checksum or slots differ from its entry, is ``Corrupt`` with
-the file's path.
+- a **base** file holds the rows of one slot group (``slot_groups`` contiguous ranges of
+  ``2^slot_bits / slot_groups`` slots, like Flink's key groups) of one channel, one row per key;
+- a **delta** holds what one batch wrote to one channel, over every slot group (``slot_group`` None).
+
+Every entry carries the ``seq`` of the generation that wrote its rows. How a channel's rows resolve to
+its state depends on the store (``Layout.merge``): in a *mergeable* store every row is a partial and a
+key's rows merge by the store's merge (``repart.state.merge``); in a *general* store a key's newest row
+(highest ``seq``) is its state, and a row whose ``_deleted`` column is true is a tombstone that deletes
+the key (``repart.state.resolve``). Files of a general store carry ``_deleted`` (files written before
+format 3 lack it and read as if it were false).
+
+An entry may carry a slot filter (``repart.state.filters``): the file then holds rows of slots the
+entry no longer owns, readers drop them, and the entry's ``rows`` and ``checksum`` are those of the
+rows it lets through. Entries carry a row count, size and order-independent checksum
+(``repart.state.checksum``); a tombstone's row hash is folded with a constant of its own.
+
+Files are written through the store's objects (``repart.state.objects``) and made durable
+(``Objects.sync``) before a commit names them, so a generation that lists a file can only become
+reachable after the file is complete. Functions here run on Spark executors too: picklable arguments,
+pyarrow and numpy only.
+
+Errors: a bad argument is ``InvalidInput`` naming it; a listed file that is missing, truncated or
+unreadable, or whose rows, checksum or slots differ from its entry, is ``Corrupt`` with the file's path.
 """
 
 from __future__ import annotations
 
-import os
+import io
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from repart.errors import Corrupt, InvalidInput
 from repart.partitioning.documents import KEY_TYPES, require_int, require_object
 from repart.partitioning.domain import KeyType, check_slot_bits
 from repart.partitioning.hashing import slots_of_hashes
-from repart.protocol.files import fsync_path
 from repart.state.checksum import U64, checksum, is_bytes_like, is_hashable_type, key_hashes, row_hashes
 from repart.state.filters import SlotFilter
+from repart.state.objects import Objects
 
 SLOT_COLUMN = "_slot"
+DELETED_COLUMN = "_deleted"
 CHANNEL_COLUMN = "channel"
-_PATH = re.compile(r"channel=(0|[1-9][0-9]*)/[0-9a-f]{32}\.parquet")
+DATA_PREFIX = "data/"
+FileKind = Literal["base", "delta"]
+FILE_KINDS: tuple[FileKind, ...] = ("base", "delta")
+_PATH = re.compile(r"(?:data|channel=(?:0|[1-9][0-9]*))/[0-9a-f]{32}\.parquet")
 _ENTRY_FIELDS = ("path", "channel", "slot_group", "rows", "bytes", "checksum")
-_OPTIONAL_ENTRY_FIELDS = ("filter",)
-_SYNC_THREADS = 16
+_OPTIONAL_ENTRY_FIELDS = ("filter", "seq", "kind")
 #: Rows per Parquet row group of a state file (see ``write_part``).
 ROW_GROUP_ROWS = 1024
 _CHECKSUM = re.compile(r"[0-9a-f]{16}")
+#: Folded into the row hash of a tombstone, so that deleting a key and keeping its row differ.
+_TOMBSTONE = np.uint64(0x5851F42D4C957F2D)
 
 
 @dataclass(frozen=True)
 class FileEntry:
-    """One immutable state file of a generation: where it is (relative to the store's root), which
-    channel and slot group it holds, and its row count, size in bytes and checksum (uint64). With a
-    ``filter`` the file also holds rows of slots the entry no longer owns: ``rows`` and ``checksum``
-    are those of the rows readers see, the filter counts the hidden ones."""
+    """One immutable state file as a generation lists it under one channel (module docstring): where it
+    is (relative to the store's root), the channel and slot group (None: every group, a delta) whose
+    rows it holds, its row count, size in bytes and checksum (uint64), its ``kind`` and the ``seq`` of
+    the generation that wrote its rows. With a ``filter`` the file also holds rows of slots the entry
+    does not own: ``rows`` and ``checksum`` are those of the rows readers see, the filter counts the
+    hidden ones. A file may be listed under several channels, each entry with its own filter."""
 
     path: str
     channel: int
-    slot_group: int
+    slot_group: int | None
     rows: int
     bytes: int
     checksum: int
     filter: SlotFilter | None = None
+    seq: int = 0
+    kind: FileKind = "base"
 
     @property
     def hidden_rows(self) -> int:
@@ -79,6 +102,17 @@ class FileEntry:
     def file_rows(self) -> int:
         """Every row of the file, seen or hidden."""
         return self.rows + self.hidden_rows
+
+    @property
+    def seen_bytes(self) -> int:
+        """The file's bytes in proportion to the rows this entry lets through (a file listed under
+        several channels counts once over them)."""
+        return self.bytes * self.rows // max(self.file_rows, 1)
+
+    @property
+    def identity(self) -> tuple[str, int]:
+        """What names the entry within a generation: its file and its channel."""
+        return self.path, self.channel
 
     def without(self, slots: npt.NDArray[np.int64], rows: int, digest: int) -> FileEntry:
         """This entry with ``slots`` hidden too: they hold ``rows`` of its rows, with checksum ``digest``."""
@@ -94,6 +128,8 @@ class FileEntry:
             "rows": self.rows,
             "bytes": self.bytes,
             "checksum": f"{self.checksum:016x}",
+            "seq": self.seq,
+            "kind": self.kind,
         }
         if self.filter is not None:
             document["filter"] = self.filter.to_dict()
@@ -101,38 +137,48 @@ class FileEntry:
 
     @classmethod
     def from_dict(cls, document: Mapping[str, Any], name: str = "file entry") -> FileEntry:
-        """Parse and check an entry; InvalidInput naming ``name`` and the field at fault."""
+        """Parse and check an entry; InvalidInput naming ``name`` and the field at fault. Entries
+        written before format 3 have no ``seq`` (0) or ``kind`` (base)."""
         fields = require_object(document, name, _ENTRY_FIELDS, _OPTIONAL_ENTRY_FIELDS)
         path, digest = fields["path"], fields["checksum"]
-        match = _PATH.fullmatch(path) if isinstance(path, str) else None
-        if match is None:
-            raise InvalidInput(f"{name}.path", f"must be 'channel=<c>/<32 hex digits>.parquet', got {path!r}")
+        if not isinstance(path, str) or not _PATH.fullmatch(path):
+            raise InvalidInput(f"{name}.path", f"must be 'data/<32 hex digits>.parquet', got {path!r}")
         if not isinstance(digest, str) or not _CHECKSUM.fullmatch(digest):
             raise InvalidInput(f"{name}.checksum", f"must be 16 lowercase hex digits, got {digest!r}")
-        channel = require_int(fields["channel"], f"{name}.channel")
-        if int(match.group(1)) != channel:
-            raise InvalidInput(f"{name}.path", f"must be in the directory of channel {channel}, got {path!r}")
+        kind = fields.get("kind", "base")
+        if kind not in FILE_KINDS:
+            raise InvalidInput(f"{name}.kind", f"must be one of {list(FILE_KINDS)}, got {kind!r}")
+        group = fields["slot_group"]
         hidden = fields.get("filter")
         return cls(
             path=path,
-            channel=channel,
-            slot_group=require_int(fields["slot_group"], f"{name}.slot_group"),
+            channel=require_int(fields["channel"], f"{name}.channel"),
+            slot_group=None if group is None else require_int(group, f"{name}.slot_group"),
             rows=require_int(fields["rows"], f"{name}.rows", 1),
             bytes=require_int(fields["bytes"], f"{name}.bytes", 1),
             checksum=int(digest, 16),
             filter=None if hidden is None else SlotFilter.from_dict(hidden, f"{name}.filter"),
+            seq=require_int(fields.get("seq", 0), f"{name}.seq"),
+            kind=kind,
         )
 
 
 @dataclass(frozen=True)
 class Layout:
-    """How a store lays its state out: key column and type, slot bits, slot groups, user schema."""
+    """How a store lays its state out: key column and type, slot bits, slot groups, the user's schema,
+    and the merge of a mergeable store (each state column with its operation; None: general state)."""
 
     key_col: str
     key_type: KeyType
     slot_bits: int
     slot_groups: int
     schema: pa.Schema
+    merge: tuple[tuple[str, str], ...] | None = None
+
+    @property
+    def mergeable(self) -> bool:
+        """Whether a key's rows merge (a mergeable store) rather than the newest winning."""
+        return self.merge is not None
 
     @property
     def group_shift(self) -> int:
@@ -146,8 +192,10 @@ class Layout:
 
     @property
     def file_schema(self) -> pa.Schema:
-        """The schema of a state file: the user's columns and ``_slot``."""
-        return self.schema.append(pa.field(SLOT_COLUMN, pa.int32()))
+        """The schema of a state file: the user's columns, ``_slot``, and ``_deleted`` in a general
+        store."""
+        schema = self.schema.append(pa.field(SLOT_COLUMN, pa.int32()))
+        return schema if self.mergeable else schema.append(pa.field(DELETED_COLUMN, pa.bool_()))
 
     @property
     def dictionary_cols(self) -> list[str]:
@@ -155,13 +203,36 @@ class Layout:
         return [name for name in self.state_cols if is_bytes_like(self.schema.field(name).type)]
 
     def matches(self, schema: pa.Schema) -> bool:
-        """Whether a file's schema has the file schema's column names and types (nullability aside)."""
+        """Whether a file's schema has the file schema's column names and types (nullability aside);
+        in a general store a file written before format 3 may lack ``_deleted``."""
         expected = self.file_schema
-        return bool(schema.names == expected.names and schema.types == expected.types)
+        if schema.names == expected.names and schema.types == expected.types:
+            return True
+        legacy = self.schema.append(pa.field(SLOT_COLUMN, pa.int32()))
+        return not self.mergeable and bool(schema.names == legacy.names and schema.types == legacy.types)
 
-    def slot_range(self, slot_group: int) -> tuple[int, int]:
-        """The first and last slot of ``slot_group``."""
+    def normalized(self, table: pa.Table) -> pa.Table:
+        """``table`` (a file's columns) with ``_deleted`` added as false where a general store's file
+        written before format 3 lacks it."""
+        if self.mergeable or DELETED_COLUMN in table.column_names or SLOT_COLUMN not in table.column_names:
+            return table
+        return table.append_column(DELETED_COLUMN, pa.array(np.zeros(table.num_rows, dtype=np.bool_)))
+
+    def slot_range(self, slot_group: int | None) -> tuple[int, int]:
+        """The first and last slot of ``slot_group`` (None: every slot)."""
+        if slot_group is None:
+            return 0, 2**self.slot_bits - 1
         return slot_group << self.group_shift, ((slot_group + 1) << self.group_shift) - 1
+
+    def hashes(self, table: pa.Table) -> tuple[U64, U64]:
+        """The key hashes and row hashes of a table of file rows; a tombstone's row hash is folded with
+        a constant of its own (module docstring)."""
+        keys = key_hashes(table.column(self.key_col), self.key_type)
+        rows = row_hashes(table, keys, self.state_cols)
+        if DELETED_COLUMN in table.column_names:
+            deleted = table.column(DELETED_COLUMN).to_numpy(zero_copy_only=False).astype(np.bool_)
+            rows[deleted] ^= _TOMBSTONE
+        return keys, rows
 
 
 def check_slot_groups(slot_groups: object, slot_bits: int) -> int:
@@ -173,9 +244,15 @@ def check_slot_groups(slot_groups: object, slot_bits: int) -> int:
 
 
 def checked_layout(
-    key_col: object, key_type: object, slot_bits: object, slot_groups: object, schema: object
+    key_col: object,
+    key_type: object,
+    slot_bits: object,
+    slot_groups: object,
+    schema: object,
+    merge: Mapping[str, str] | None = None,
 ) -> Layout:
-    """The layout of a store, every field checked (InvalidInput naming it)."""
+    """The layout of a store, every field checked (InvalidInput naming it). ``merge`` (each state column
+    with sum, count, min or max) makes the store mergeable; it must name every state column."""
     if key_type not in KEY_TYPES:
         raise InvalidInput("key_type", f"must be one of {', '.join(KEY_TYPES)}, got {key_type!r}")
     bits = check_slot_bits(slot_bits)  # type: ignore[arg-type]
@@ -186,7 +263,7 @@ def checked_layout(
         raise InvalidInput("key_col", f"must name a column of the schema {schema.names}, got {key_col!r}")
     if len(set(schema.names)) != len(schema.names):
         raise InvalidInput("schema", f"column names must be distinct, got {schema.names}")
-    for reserved in (SLOT_COLUMN, CHANNEL_COLUMN):
+    for reserved in (SLOT_COLUMN, DELETED_COLUMN, CHANNEL_COLUMN):
         if reserved in schema.names:
             raise InvalidInput(
                 "schema", f"must not use the column name {reserved!r}, reserved by the state store"
@@ -203,102 +280,126 @@ def checked_layout(
             f"key column {key_col!r} has type {key_field.type}; {key_type!r} keys need "
             f"{'string' if key_type == 'str' else 'a signed integer type'}",
         )
-    for field in schema:
-        if not is_hashable_type(field.type):
+    for schema_field in schema:
+        if not is_hashable_type(schema_field.type):
             raise InvalidInput(
                 "schema",
-                f"column {field.name!r} has type {field.type}; accepted: integers, floats, booleans, "
-                "dates, times, timestamps, durations, strings, binary",
+                f"column {schema_field.name!r} has type {schema_field.type}; accepted: integers, floats, "
+                "booleans, dates, times, timestamps, durations, strings, binary",
             )
-    return Layout(key_col, key_type, bits, groups, schema)
+    return Layout(key_col, key_type, bits, groups, schema, _checked_merge(merge, schema, key_col))
+
+
+def _checked_merge(
+    merge: Mapping[str, str] | None, schema: pa.Schema, key_col: str
+) -> tuple[tuple[str, str], ...] | None:
+    """The merge as sorted (column, operation) pairs, every state column named once; InvalidInput
+    ``merge`` otherwise."""
+    from repart.state.merge import OPERATIONS
+
+    if merge is None:
+        return None
+    columns = dict(merge)
+    state_cols = sorted(name for name in schema.names if name != key_col)
+    if sorted(columns) != state_cols or any(op not in OPERATIONS for op in columns.values()):
+        raise InvalidInput(
+            "merge",
+            f"must name every state column {state_cols} once with one of {list(OPERATIONS)}, got {columns}",
+        )
+    return tuple(sorted(columns.items()))
 
 
 def write_channel_files(
-    root: str | os.PathLike[str],
-    channel: int,
-    table: pa.Table,
-    *,
-    key_col: str,
-    key_type: KeyType,
-    slot_bits: int,
-    slot_groups: int,
+    objects: Objects, channel: int, table: pa.Table, layout: Layout, *, kind: FileKind = "base"
 ) -> list[FileEntry]:
-    """Write a channel's complete new state (``table``: the user's columns) as one file per slot group.
-
-    Returns the entries for ``StateStore.commit``; nothing is visible to readers until a commit lists
-    them. InvalidInput names the argument at fault (a missing or null key column, bad layout values).
-    """
+    """Write rows of ``channel`` (``table``: the user's columns, and ``_deleted`` for a general store's
+    tombstones) as new files: base rows as one file per slot group, a delta as one file. Returns the
+    entries (``seq`` 0: the commit that lists them sets it); nothing is visible to readers until a
+    commit lists them. InvalidInput names the argument at fault (a missing or null key column)."""
     require_int(channel, "channel")
     if not isinstance(table, pa.Table):
         raise InvalidInput("table", f"must be a pyarrow.Table, got {type(table).__name__}")
-    layout = checked_layout(key_col, key_type, slot_bits, slot_groups, table.schema)
-    bits = layout.slot_bits
-    if table.column(key_col).null_count:
-        raise InvalidInput("key_col", f"column {key_col!r} holds nulls; every state row needs a key")
-    hashes = key_hashes(table.column(key_col), key_type)
-    slots = slots_of_hashes(hashes, bits)
+    if table.num_rows == 0:
+        return []
+    if table.column(layout.key_col).null_count:
+        raise InvalidInput("key_col", f"column {layout.key_col!r} holds nulls; every state row needs a key")
+    if not layout.mergeable and DELETED_COLUMN not in table.column_names:
+        table = table.append_column(DELETED_COLUMN, pa.array(np.zeros(table.num_rows, dtype=np.bool_)))
+    user = [*layout.schema.names, *([] if layout.mergeable else [DELETED_COLUMN])]
+    try:
+        table = table.select(user)
+    except KeyError:
+        raise InvalidInput(
+            "table", f"must hold the state's columns {user}, got {table.column_names}"
+        ) from None
+    slots = slots_of_hashes(key_hashes(table.column(layout.key_col), layout.key_type), layout.slot_bits)
     order = np.argsort(slots, kind="stable")
-    slots, hashes = slots[order], hashes[order]
-    rows = table.take(order).append_column(SLOT_COLUMN, pa.array(slots.astype(np.int32)))
-    row_sums = row_hashes(rows, hashes, layout.state_cols)
-    groups = slots >> layout.group_shift
-    bounds = np.flatnonzero(np.diff(groups)) + 1
-    starts, ends = np.concatenate([[0], bounds]), np.concatenate([bounds, [len(groups)]])
-    entries = [
-        write_part(
-            root, channel, int(groups[start]), rows.slice(start, end - start), row_sums[start:end], layout
-        )
-        for start, end in zip(starts.tolist(), ends.tolist(), strict=True)
-        if end > start
-    ]
-    make_durable(root, entries)
+    slots = slots[order]
+    rows = _with_slots(table.take(order), slots, layout)
+    _, row_sums = layout.hashes(rows)
+    if kind == "delta":
+        entries = [write_part(objects, channel, None, rows, row_sums, layout, kind)]
+    else:
+        groups = slots >> layout.group_shift
+        bounds = np.flatnonzero(np.diff(groups)) + 1
+        starts, ends = np.concatenate([[0], bounds]), np.concatenate([bounds, [len(groups)]])
+        entries = [
+            write_part(
+                objects,
+                channel,
+                int(groups[start]),
+                rows.slice(start, end - start),
+                row_sums[start:end],
+                layout,
+            )
+            for start, end in zip(starts.tolist(), ends.tolist(), strict=True)
+        ]
+    objects.sync([entry.path for entry in entries])
     return entries
 
 
+def _with_slots(table: pa.Table, slots: npt.NDArray[Any], layout: Layout) -> pa.Table:
+    """``table`` (the user's columns, then ``_deleted`` in a general store) in the file schema's order."""
+    columns = [table.column(name) for name in layout.schema.names]
+    columns.append(pa.array(slots.astype(np.int32)))
+    if not layout.mergeable:
+        columns.append(table.column(DELETED_COLUMN))
+    return pa.Table.from_arrays(columns, schema=layout.file_schema)
+
+
 def write_part(
-    root: str | os.PathLike[str], channel: int, slot_group: int, rows: pa.Table, hashes: U64, layout: Layout
+    objects: Objects,
+    channel: int,
+    slot_group: int | None,
+    rows: pa.Table,
+    hashes: U64,
+    layout: Layout,
+    kind: FileKind = "base",
+    seq: int = 0,
 ) -> FileEntry:
-    """Write ``rows`` (file schema, sorted by slot) as a new file, not yet durable (``make_durable``).
+    """Write ``rows`` (file schema, sorted by slot) as a new file, not yet durable (``Objects.sync``).
 
     Dictionary encoding only for string and binary state columns: keys are distinct and numbers
     rarely repeat, so it would only cost time (measured: 5.4 -> 3.4 ms and 175 -> 135 KB for a
     5,000-row VWAP file). Row groups of ``ROW_GROUP_ROWS`` rows: a migration reads only those holding
     the slots it moves (``repart.state.partial``)."""
-    directory = channel_dir(root, channel)
-    directory.mkdir(parents=True, exist_ok=True)
-    name = f"{uuid.uuid4().hex}.parquet"
-    with open(directory / name, "xb") as sink:
-        pq.write_table(rows, sink, use_dictionary=layout.dictionary_cols, row_group_size=ROW_GROUP_ROWS)
-        size = sink.tell()
-    return FileEntry(f"channel={channel}/{name}", channel, slot_group, rows.num_rows, size, checksum(hashes))
+    path = f"{DATA_PREFIX}{uuid.uuid4().hex}.parquet"
+    rows = layout.normalized(rows)
+    sink = io.BytesIO()
+    pq.write_table(rows, sink, use_dictionary=layout.dictionary_cols, row_group_size=ROW_GROUP_ROWS)
+    data = sink.getvalue()
+    objects.write(path, data)
+    return FileEntry(path, channel, slot_group, rows.num_rows, len(data), checksum(hashes), None, seq, kind)
 
 
-def link_part(root: str | os.PathLike[str], entry: FileEntry, channel: int) -> FileEntry:
-    """Relocate ``entry``'s file into ``channel`` as a hard link: the same bytes under a new name (and
-    the same filter)."""
-    directory = channel_dir(root, channel)
-    directory.mkdir(parents=True, exist_ok=True)
-    name = f"{uuid.uuid4().hex}.parquet"
-    source = Path(root) / entry.path
-    try:
-        os.link(source, directory / name)
-    except FileNotFoundError:
-        raise Corrupt("state file listed by the current generation is missing", path=str(source)) from None
-    return replace(entry, path=f"channel={channel}/{name}", channel=channel)
-
-
-def read_verified(root: str | os.PathLike[str], entry: FileEntry, layout: Layout) -> tuple[pa.Table, U64]:
-    """Read a file (user columns and ``_slot``) and the row hashes of the rows its entry lets through,
-    checking the whole file against its entry: schema, every row's ``_slot`` against its key's hash,
-    and the row count and checksum of the rows seen (and the count of those hidden, with a filter).
-    ``Corrupt`` names the file when anything differs. Returns the rows readers see."""
-    path = Path(root) / entry.path
-    table = read_parquet(path)
-    if not layout.matches(table.schema):
-        raise Corrupt(f"state file does not have the store's schema: {table.schema}", path=str(path))
-    hashes = key_hashes(table.column(layout.key_col), layout.key_type)
+def read_verified(objects: Objects, entry: FileEntry, layout: Layout) -> tuple[pa.Table, U64]:
+    """Read a file (file schema) and the row hashes of the rows its entry lets through, checking the
+    whole file against its entry: schema, every row's ``_slot`` against its key's hash, and the row
+    count and checksum of the rows seen (and the count of those hidden, with a filter). ``Corrupt``
+    names the file when anything differs. Returns the rows readers see."""
+    table = read_parquet(objects, entry.path, layout)
+    hashes, row_sums = layout.hashes(table)
     slots = slots_of_hashes(hashes, layout.slot_bits)
-    row_sums = row_hashes(table, hashes, layout.state_cols)
     stored_slots = table.column(SLOT_COLUMN).to_numpy().astype(np.int64)
     if entry.filter is not None:
         hidden = entry.filter.hides(stored_slots)
@@ -306,64 +407,112 @@ def read_verified(root: str | os.PathLike[str], entry: FileEntry, layout: Layout
             raise Corrupt(
                 f"state file does not match its generation entry: its filter hides "
                 f"{int(np.count_nonzero(hidden))} rows, the entry says {entry.filter.rows}",
-                path=str(path),
+                path=entry.path,
             )
         table, row_sums = table.filter(pa.array(~hidden)), row_sums[~hidden]
+        slots, stored_slots = slots[~hidden], stored_slots[~hidden]
     if table.num_rows != entry.rows or checksum(row_sums) != entry.checksum:
         raise Corrupt(
             f"state file does not match its generation entry: {table.num_rows} rows and checksum "
             f"{checksum(row_sums):016x}, expected {entry.rows} rows and {entry.checksum:016x}",
-            path=str(path),
+            path=entry.path,
         )
-    if not np.array_equal(stored_slots, slots) or np.any((slots >> layout.group_shift) != entry.slot_group):
-        raise Corrupt("state file: a row's _slot or slot group does not match its key", path=str(path))
+    first, last = layout.slot_range(entry.slot_group)
+    if not np.array_equal(stored_slots, slots) or np.any((slots < first) | (slots > last)):
+        raise Corrupt("state file: a row's _slot or slot group does not match its key", path=entry.path)
     return table, row_sums
 
 
-def read_entry(root: str | os.PathLike[str], entry: FileEntry, columns: Sequence[str]) -> pa.Table:
-    """The rows of ``entry`` that readers see, ``columns`` of them: the file's rows less those its
-    filter hides. ``Corrupt`` names the file when their count is not the entry's."""
-    path = Path(root) / entry.path
+def read_entry(objects: Objects, entry: FileEntry, layout: Layout, columns: Sequence[str]) -> pa.Table:
+    """The rows of ``entry`` that readers see, ``columns`` of them (file columns): the file's rows less
+    those its filter hides. ``Corrupt`` names the file when their count is not the entry's."""
     if entry.filter is None:
-        table = read_parquet(path, columns)
+        table = read_parquet(objects, entry.path, layout, columns)
     else:
         wanted = list(columns) if SLOT_COLUMN in columns else [*columns, SLOT_COLUMN]
-        table = read_parquet(path, wanted)
+        table = read_parquet(objects, entry.path, layout, wanted)
         hidden = entry.filter.hides(table.column(SLOT_COLUMN).to_numpy().astype(np.int64))
         table = table.filter(pa.array(~hidden)).select(list(columns))
     if table.num_rows != entry.rows:
         raise Corrupt(
             f"state file holds {table.num_rows} rows its generation entry lets through, the entry says "
             f"{entry.rows}",
-            path=str(path),
+            path=entry.path,
         )
     return table
 
 
-def make_durable(root: str | os.PathLike[str], written: Sequence[FileEntry], *, links: bool = False) -> None:
-    """``fsync`` the files of ``written`` (all at once on a thread pool: the file system commits them
-    together, ~10x faster than one at a time), then their directories. ``links``: the entries are
-    hard links of durable files, only their directories need syncing."""
-    if not links:
-        with ThreadPoolExecutor(_SYNC_THREADS) as pool:
-            list(pool.map(fsync_path, [Path(root) / entry.path for entry in written]))
-    for channel in sorted({entry.channel for entry in written}):
-        fsync_path(channel_dir(root, channel))
-    fsync_path(Path(root))  # the entries of channel directories created for these files
+def read_keyed(objects: Objects, entry: FileEntry, layout: Layout, keys: pa.Array) -> pa.Table:
+    """The rows of ``entry`` that readers see whose key is in ``keys`` (file columns): the key column
+    (and ``_slot``) of the file first, then only the row groups that hold a match."""
+    try:
+        local = objects.local_root
+        parquet = pq.ParquetFile(local / entry.path if local is not None else objects.open(entry.path))
+        if not layout.matches(parquet.schema_arrow):
+            raise Corrupt(
+                f"state file does not have the store's schema: {parquet.schema_arrow}", path=entry.path
+            )
+        probe = parquet.read(columns=[layout.key_col, SLOT_COLUMN])
+        wanted = pc.is_in(probe.column(layout.key_col), value_set=keys).to_numpy(zero_copy_only=False)
+        if entry.filter is not None:
+            wanted &= ~entry.filter.hides(probe.column(SLOT_COLUMN).to_numpy().astype(np.int64))
+        matches = np.flatnonzero(wanted)
+        if not matches.size:
+            return pa.Table.from_batches([], schema=layout.file_schema)
+        sizes = [parquet.metadata.row_group(index).num_rows for index in range(parquet.num_row_groups)]
+        starts = np.concatenate([[0], np.cumsum(sizes)])
+        groups = np.unique(np.searchsorted(starts, matches, side="right") - 1)
+        table = layout.normalized(parquet.read_row_groups(groups.tolist()))
+    except FileNotFoundError:
+        raise Corrupt("state file listed by the current generation is missing", path=entry.path) from None
+    except (OSError, pa.ArrowException) as error:
+        raise Corrupt(f"state file cannot be read: {error}", path=entry.path) from None
+    offsets = np.concatenate([[0], np.cumsum([sizes[group] for group in groups.tolist()])])
+    positions = np.concatenate(
+        [
+            matches[(matches >= starts[g]) & (matches < starts[g + 1])] - starts[g] + offsets[i]
+            for i, g in enumerate(groups.tolist())
+        ]
+    )
+    return table.take(pa.array(positions))
 
 
-def read_parquet(path: Path, columns: Sequence[str] | None = None) -> pa.Table:
-    """One Parquet file (or some of its columns) as a table; ``ParquetFile.read`` costs half of
-    ``pq.read_table`` for the store's small files (measured 0.7 vs 1.4 ms, 5,000 rows).
+def read_parquet(
+    objects: Objects, path: str, layout: Layout, columns: Sequence[str] | None = None
+) -> pa.Table:
+    """One Parquet file (or some of its columns) as a table in the layout's file schema (``_deleted``
+    added where a general store's older file lacks it).
 
     Every file read is one a generation lists, so a file that is missing, truncated (``Parquet magic
     bytes not found``) or otherwise unreadable is damaged state: ``Corrupt`` naming it."""
+    wanted = None if columns is None else list(columns)
+    legacy = False
     try:
-        return pq.ParquetFile(path).read(columns=columns)
+        source = (
+            objects.local_root / path if objects.local_root is not None else pa.py_buffer(objects.read(path))
+        )
+        parquet = pq.ParquetFile(source)
+        if not layout.matches(parquet.schema_arrow):
+            raise Corrupt(f"state file does not have the store's schema: {parquet.schema_arrow}", path=path)
+        legacy = DELETED_COLUMN not in parquet.schema_arrow.names and not layout.mergeable
+        if wanted is not None and legacy and DELETED_COLUMN in wanted:
+            wanted = [name for name in wanted if name != DELETED_COLUMN]
+        table = parquet.read(columns=wanted)
     except FileNotFoundError:
-        raise Corrupt("state file listed by the current generation is missing", path=str(path)) from None
+        raise Corrupt("state file listed by the current generation is missing", path=path) from None
     except (OSError, pa.ArrowException) as error:
-        raise Corrupt(f"state file cannot be read: {error}", path=str(path)) from None
+        raise Corrupt(f"state file cannot be read: {error}", path=path) from None
+    if legacy and (columns is None or DELETED_COLUMN in columns):
+        table = table.append_column(DELETED_COLUMN, pa.array(np.zeros(table.num_rows, dtype=np.bool_)))
+        if columns is not None:
+            table = table.select(list(columns))
+    return table
+
+
+def relisted(entry: FileEntry, channel: int) -> FileEntry:
+    """``entry``'s file listed under ``channel`` (the same bytes and filter): a migration that moves all
+    of a file's seen rows to one channel copies nothing."""
+    return replace(entry, channel=channel)
 
 
 def channel_totals(files: Sequence[FileEntry]) -> dict[int, tuple[int, int]]:
@@ -373,8 +522,3 @@ def channel_totals(files: Sequence[FileEntry]) -> dict[int, tuple[int, int]]:
         rows, digest = totals.get(entry.channel, (0, 0))
         totals[entry.channel] = (rows + entry.rows, (digest + entry.checksum) % 2**64)
     return totals
-
-
-def channel_dir(root: str | os.PathLike[str], channel: int) -> Path:
-    """``ROOT/channel=<c>``."""
-    return Path(root) / f"channel={channel}"

@@ -47,6 +47,17 @@ class SlotFilter:
         lasts = np.concatenate([unique[breaks - 1], unique[-1:]])
         return cls(tuple(zip(firsts.tolist(), lasts.tolist(), strict=True)), rows)
 
+    @classmethod
+    def complement(cls, seen: IntArray, first: int, last: int, rows: int) -> SlotFilter | None:
+        """The filter hiding every slot of ``[first, last]`` but ``seen`` (sorted, distinct, within the
+        range), which hides ``rows`` rows; None when it hides nothing."""
+        if rows == 0:
+            return None
+        bounds = np.concatenate([[first - 1], np.asarray(seen, dtype=np.int64), [last + 1]])
+        gaps = np.flatnonzero(np.diff(bounds) > 1)
+        runs = tuple(zip((bounds[gaps] + 1).tolist(), (bounds[gaps + 1] - 1).tolist(), strict=True))
+        return cls(runs, rows)
+
     @property
     def slots(self) -> IntArray:
         """Every hidden slot, ascending."""

@@ -3,7 +3,8 @@
 In split mode a hot key's state is one *partial* row on each channel its rows were routed to.
 Reading the state (``StateStore.read_merged``), and later consolidating a key's partials into its
 home channel, merges those rows with the region's merge: either the ``MergeSpec`` it declares
-(``repart.protocol.merge``: each state column with ``sum``, ``min`` or ``max``), which
+(``repart.protocol.merge``: each state column with ``sum``, ``count``, ``min`` or ``max``; the
+partials of a count merge by their sum), which
 ``merge_function`` turns into a pyarrow ``group_by``, or a function of the user's
 (``pa.Table -> pa.Table``) for state that is not column-wise, such as sketches.
 
@@ -28,7 +29,9 @@ __all__ = ["Merge", "MergeColumns", "merge_function", "merged"]
 
 #: A merge: the partial rows of any number of keys in, one row per key out, with the same schema.
 Merge = Callable[[pa.Table], pa.Table]
-OPERATIONS = ("sum", "min", "max")
+OPERATIONS = ("sum", "count", "min", "max")
+#: How partial values merge: a count's partials are summed.
+_PARTIAL_AGGREGATE = {"sum": "sum", "count": "sum", "min": "min", "max": "max"}
 
 
 class MergeColumns(Protocol):
@@ -53,7 +56,9 @@ def merge_function(spec: MergeColumns, *, key_col: str | None = None) -> Merge:
     def merge(table: pa.Table) -> pa.Table:
         key = _key_of(table.schema, columns, key_col)
         try:
-            grouped = table.group_by(key, use_threads=False).aggregate(list(columns.items()))
+            grouped = table.group_by(key, use_threads=False).aggregate(
+                [(name, _PARTIAL_AGGREGATE[operation]) for name, operation in columns.items()]
+            )
         except (pa.ArrowNotImplementedError, pa.ArrowTypeError) as error:
             raise InvalidInput(
                 "merge", f"must apply to the state's column types {table.schema.types}: {error}"
@@ -65,7 +70,9 @@ def merge_function(spec: MergeColumns, *, key_col: str | None = None) -> Merge:
                 continue
             operation = columns[field.name]
             try:
-                arrays.append(grouped.column(f"{field.name}_{operation}").cast(field.type))
+                arrays.append(
+                    grouped.column(f"{field.name}_{_PARTIAL_AGGREGATE[operation]}").cast(field.type)
+                )
             except pa.ArrowInvalid as error:
                 raise InvalidInput(
                     "merge",
@@ -122,7 +129,8 @@ def _checked_columns(spec: object) -> dict[str, str]:
     if not isinstance(columns, Mapping) or not columns:
         raise InvalidInput(
             "merge",
-            f"must be a MergeSpec (each state column with sum, min or max) or a function, got {shown(spec)}",
+            "must be a MergeSpec (each state column with sum, count, min or max) or a function, "
+            f"got {shown(spec)}",
         )
     bad = {
         name: operation
@@ -156,7 +164,7 @@ def _key_of(schema: pa.Schema, columns: Mapping[str, str], key_col: str | None) 
     others = [name for name in unnamed if name != key_col]
     raise InvalidInput(
         "merge",
-        f"must name every state column but the key with sum, min or max: {others} are not named",
+        f"must name every state column but the key with sum, count, min or max: {others} are not named",
     )
 
 

@@ -20,9 +20,7 @@ Errors: a file that is missing, unreadable or differs from its entry is ``Corrup
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -31,16 +29,17 @@ import pyarrow.parquet as pq
 
 from repart.errors import Corrupt
 from repart.state.files import SLOT_COLUMN, FileEntry, Layout
+from repart.state.objects import Objects
 
 BoolArray = npt.NDArray[np.bool_]
 
 
 def read_wanted(
-    root: str | os.PathLike[str], entry: FileEntry, layout: Layout, wanted: BoolArray
+    objects: Objects, entry: FileEntry, layout: Layout, wanted: BoolArray
 ) -> tuple[SourceFile, pa.Table | None]:
     """``entry``'s file opened, and the rows of its row groups that may hold a wanted slot (None when
     none may; ``SourceFile.groups_holding``). Pure I/O and decoding: safe to run on a thread pool."""
-    source = SourceFile.open(root, entry, layout)
+    source = SourceFile.open(objects, entry, layout)
     groups = source.groups_holding(wanted)
     return source, source.read(groups) if groups else None
 
@@ -49,31 +48,31 @@ def read_wanted(
 class SourceFile:
     """A state file of the current generation with its footer read (``open``)."""
 
-    path: Path
+    path: str
     entry: FileEntry
     layout: Layout
     parquet: pq.ParquetFile
 
     @classmethod
-    def open(cls, root: str | os.PathLike[str], entry: FileEntry, layout: Layout) -> SourceFile:
-        """Open ``entry``'s file and read its footer; Corrupt naming it when it is missing or
-        unreadable, has another schema or another row count than its entry states."""
-        path = Path(root) / entry.path
+    def open(cls, objects: Objects, entry: FileEntry, layout: Layout) -> SourceFile:
+        """Open ``entry``'s file and read its footer (on an object store, by byte ranges); Corrupt naming
+        it when it is missing or unreadable, has another schema or another row count than its entry
+        states."""
+        path = entry.path
         try:
-            parquet = pq.ParquetFile(path)
+            local = objects.local_root
+            parquet = pq.ParquetFile(local / path if local is not None else objects.open(path))
         except FileNotFoundError:
-            raise Corrupt("state file listed by the current generation is missing", path=str(path)) from None
+            raise Corrupt("state file listed by the current generation is missing", path=path) from None
         except (OSError, pa.ArrowException) as error:
-            raise Corrupt(f"state file cannot be read: {error}", path=str(path)) from None
+            raise Corrupt(f"state file cannot be read: {error}", path=path) from None
         if not layout.matches(parquet.schema_arrow):
-            raise Corrupt(
-                f"state file does not have the store's schema: {parquet.schema_arrow}", path=str(path)
-            )
+            raise Corrupt(f"state file does not have the store's schema: {parquet.schema_arrow}", path=path)
         if parquet.metadata.num_rows != entry.file_rows:
             raise Corrupt(
                 f"state file does not match its generation entry: it holds {parquet.metadata.num_rows} "
                 f"rows, the entry {entry.rows} seen and {entry.hidden_rows} hidden by its filter",
-                path=str(path),
+                path=path,
             )
         return cls(path, entry, layout, parquet)
 
@@ -97,8 +96,9 @@ class SourceFile:
         return groups
 
     def read(self, groups: list[int]) -> pa.Table:
-        """The rows of row groups ``groups`` (every column, ``_slot`` included)."""
+        """The rows of row groups ``groups`` (every column, ``_slot`` included, and ``_deleted`` in a
+        general store)."""
         try:
-            return self.parquet.read_row_groups(groups)
+            return self.layout.normalized(self.parquet.read_row_groups(groups))
         except (OSError, pa.ArrowException) as error:
-            raise Corrupt(f"state file cannot be read: {error}", path=str(self.path)) from None
+            raise Corrupt(f"state file cannot be read: {error}", path=self.path) from None

@@ -1,146 +1,113 @@
-"""The keyed state store: Parquet per channel and slot group, generations, an atomic manifest (DESIGN §9).
+"""The keyed state store: immutable Parquet objects and a commit log, on a local disk or an object store.
 
-On disk, under ``ROOT``:
+A store lives at a path or a URL (``repart.state.objects``: ``file://``, ``s3://``, ``gs://``,
+``az://``). Under its root:
 
-- ``channel=<c>/<uuid>.parquet``: immutable data files (``repart.state.files``), one channel and
-  one slot group each, sorted by slot, with a ``_slot`` column;
-- ``generations/<gen:08d>.json``: a generation: the files it consists of (path, channel, slot group,
-  rows, bytes, checksum, and a slot filter where the file holds rows of slots the entry no longer
-  owns: ``repart.state.filters``) and the layout they are in: region, version number, function
-  digest, channel count, slot bits, key type and column, the Arrow schema, slot groups, the plans
-  applied so far, and the last batch the state absorbed (``repart.state.batches``: its id and
-  per-channel measurements);
-- ``MANIFEST``: ``{"format", "generation", "sha256"}``, the current generation and the SHA-256 of its
-  document, replaced atomically (temporary file, ``fsync``, rename, ``fsync`` of the directory).
+- ``data/<uuid>.parquet``: immutable data files (``repart.state.files``), listed by a generation under
+  the channels that own their rows: base files (one slot group each, one row per key) and deltas (what
+  one batch wrote to one channel);
+- ``_log/``: the commit log (``repart.state.log``): one document per generation, created only if
+  absent, with checkpoints and a hint. No lock and no rename anywhere: two writers race on the
+  conditional put of the next document, and exactly one wins.
 
-A generation becomes reachable only when ``MANIFEST`` names it, after its document and all its files
-are durable, so a reader (or a process killed at any point) sees the old generation or the new one,
-never a mix. Files a generation shares with the previous one are listed by both; ``vacuum`` removes
-what no recent generation lists, including the leftovers of an apply that was killed.
+A ``StateStore`` object is a handle on one generation: picklable, so it ships to Spark executors,
+which read and write data files through it. What a batch costs follows the batch, not the state:
 
-Writers (``commit``, ``apply``, ``compact``, ``vacuum``) hold an exclusive lock on ``ROOT/.lock``;
-``compact`` does not wait for it: another process writing is a ``Conflict``. ``apply`` takes a
-migration plan (DESIGN §6) from the version the store holds to the next one, moving only the rows
-that change channel (``repart.state.migrate``: files that lose a few slots get a slot filter instead
-of being rewritten), and records the plan's id: applying it again is a no-op. ``compact`` rewrites
-the files of the channels whose filtered rows or file count pass a threshold
-(``repart.state.compact``), one more generation with the same content.
+- ``write(channel, rows, kind="delta")`` writes one channel's rows of a batch as a delta and
+  ``commit`` lists the deltas of every channel in one generation, recording the batch's id (a batch
+  the store has absorbed is refused, so batches are exactly once). In a mergeable store (created with a
+  ``merge``) a delta holds partial rows, in a general store newest rows and tombstones;
+  ``read_channel`` resolves base and deltas into one row per key (``repart.state.resolve``).
+- ``apply`` applies a migration plan (``repart.state.migrate``): files whose rows leave a channel are
+  listed under the new channel with a slot filter and copied nowhere; only the rows of slots shared by
+  explicitly moved or pinned keys are written again, and a split key's partials consolidated. Verified
+  (rows and checksums per channel) before its commit, which records the plan's id: applying a plan again
+  is a no-op.
+- ``compact`` folds the deltas of a channel into its base files and drops the rows filters hide, for
+  the channels that are due (``repart.state.compact``), as one more verified commit.
+- ``vacuum`` deletes what no recent generation lists, by age: an object is deleted only when it is
+  older than the retention time and neither the newest generation nor any committed within the
+  retention time lists it, so neither a writer's files that are not committed yet nor a slow reader's
+  generation are lost.
 
-A job writes a channel's state with ``write_channel_files`` (on executors) and ``commit``; a commit
-under a version other than the store's is refused, so no state is ever written in a layout the store
-is not in. A commit may name the batch it absorbs: the generation records the batch's id,
-and ``absorbed(batch_id)`` tells a job that runs the batch again that it is in the state already
-(exactly-once batches, like Delta Lake's transaction identifiers). A commit whose handle is behind
-the manifest goes ahead when the manifest's generation holds what the handle's did: the same rows and
-checksum per channel, layout, plans and batch. Plans and batches only accumulate, so no generation in
-between can have changed them and changed them back: what lies between is compactions. The commit
-replaces whole channels, so it loses nothing.
+Stores of formats 1 and 2 (a local directory with a ``MANIFEST``, ``repart.state.legacy``) open for
+reading; their first write, or ``upgrade``, lists their files in a format-3 log by one verified commit.
 
-Formats: the manifest and generation documents are format 2 (entries may carry a filter); format 1
-documents, written before filters existed, are read as they are (their entries have none), so an
-older store opens and its next generation is written in format 2. A format this code does not know
-is refused naming it (``Corrupt``: the store cannot be read by this version).
-
-Errors (DESIGN §12.4): ``InvalidInput`` names the argument at fault (a plan of another region or
-generation, a layout that does not match the version); ``Corrupt`` names the damaged file (a missing
-or truncated data file, a missing or unreadable manifest or generation document, rows or a checksum
-that do not match); ``Conflict`` when another writer moved the store on; ``NotFound`` when there is no
-store at all.
-
-A ``StateStore`` object is a handle on one generation: plain data, picklable, so it can be shipped
-to Spark executors to read a channel. ``commit`` and ``apply`` move the handle to the new generation.
+Errors: ``InvalidInput`` names the argument at fault (a plan of another region or version, a layout
+that does not match); ``Corrupt`` names the damaged object (a missing or truncated data file, a torn
+commit document that others build on, rows or a checksum that do not match); ``Conflict`` when another
+writer's commit overlaps this one's; ``NotFound`` when there is no store; ``Unavailable`` when the object
+store does not answer.
 """
 
 from __future__ import annotations
 
-import base64
-import fcntl
 import os
-import re
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from repart.errors import Conflict, Corrupt, InvalidInput, NotFound
+from repart.errors import Conflict, Corrupt, InvalidInput
 from repart.migration.plan import MigrationPlan
 from repart.partitioning.consistent import check_n_channels
-from repart.partitioning.documents import (
-    canonical_json,
-    parse_json,
-    require_int,
-    require_list,
-    require_object,
-    require_row,
-    sha256_hex,
-)
 from repart.partitioning.domain import KeyType
-from repart.protocol.files import fsync_path, write_durably
 from repart.state.batches import AbsorbedBatch
 from repart.state.checksum import add_checksums
-from repart.state.compact import (
-    DEFAULT_MAX_FILES_PER_GROUP,
-    DEFAULT_MAX_FILTERED_SHARE,
-    CompactionPolicy,
-    compact_files,
-)
+from repart.state.compact import CompactionPolicy, compact_files
 from repart.state.files import (
     CHANNEL_COLUMN,
+    DATA_PREFIX,
     FileEntry,
+    FileKind,
     Layout,
-    channel_totals,
     checked_layout,
     read_entry,
+    read_keyed,
     read_verified,
     write_channel_files,
 )
+from repart.state.legacy import is_legacy, read_legacy
+from repart.state.log import (
+    LOG_PREFIX,
+    Change,
+    Generation,
+    LayoutVersion,
+    Log,
+    Metadata,
+    applied,
+    checked_digest,
+    checked_region,
+    commit_path,
+    log_number,
+)
 from repart.state.merge import Merge, MergeColumns, merged
 from repart.state.migrate import migrate_files
-from repart.validation import REGION_NAME, Options, check
+from repart.state.objects import Objects, objects_at
+from repart.state.resolve import resolved
+from repart.validation import Interval, check
 
-__all__ = ["ApplyResult", "CompactResult", "FileEntry", "StateStore", "write_channel_files"]
+__all__ = ["ApplyResult", "CompactResult", "FileEntry", "StateStore", "VacuumResult"]
 
-FORMAT_VERSION = 2
-#: The document formats this code reads: 1 (before slot filters) and 2.
-READABLE_FORMATS = (1, 2)
-MANIFEST = "MANIFEST"
-GENERATIONS = "generations"
-LOCK = ".lock"
 DEFAULT_SLOT_GROUPS = 64
+#: The default retention of ``vacuum``: objects younger than this are never deleted.
+DEFAULT_RETENTION = timedelta(hours=1)
+RETENTION_SECONDS = Interval(float, 0, 10 * 365 * 86400)
 _READ_THREADS = 8
-_MANIFEST_FIELDS = ("format", "generation", "sha256")
-_GENERATION_FIELDS = (
-    "format",
-    "generation",
-    "region",
-    "version",
-    "function_digest",
-    "n_channels",
-    "slot_bits",
-    "slot_groups",
-    "key_type",
-    "key_col",
-    "schema",
-    "applied_plans",
-    "files",
-)
-_OPTIONAL_GENERATION_FIELDS = ("batch",)
-_DIGEST = re.compile(r"[0-9a-f]{64}")
-_GENERATION_NAME = re.compile(r"([0-9]{8})\.json")
 
 
 @dataclass(frozen=True)
 class ApplyResult:
-    """What ``StateStore.apply`` did: rows that changed channel and the bytes written or linked for
-    them; files dropped and written anew (rewritten), given a slot filter (filtered) and hard-linked
-    into another channel (relocated); rows taken out of their files (the rows of the slots a filter
-    now hides, and of the files split); the generation it committed (or found, when the plan had been
-    applied already) and the wall time."""
+    """What ``StateStore.apply`` did: rows that changed channel, the bytes written for them, files
+    dropped and written anew (rewritten), given a slot filter (filtered) and listed under another channel
+    (relocated); rows taken out of their files; every byte the commit wrote (data files and its commit
+    document: ``written_bytes``); the generation it committed (or found, when the plan had been applied
+    already) and the wall time."""
 
     plan_id: int
     moved_rows: int
@@ -152,13 +119,14 @@ class ApplyResult:
     seconds: float
     filtered_files: int = 0
     taken_rows: int = 0
+    written_bytes: int = 0
 
 
 @dataclass(frozen=True)
 class CompactResult:
     """What ``StateStore.compact`` did: whether it committed a generation (``compacted``: some channel
-    was due), the channels it compacted, the files it replaced and wrote, the filtered rows it left
-    behind, the store's file count before and after, the store's generation and the wall time."""
+    was due), the channels it compacted, the files it replaced and wrote, the rows it dropped (hidden by
+    filters, or folded deltas), the store's file count before and after, the generation and wall time."""
 
     compacted: bool
     channels: tuple[int, ...]
@@ -172,102 +140,36 @@ class CompactResult:
 
 
 @dataclass(frozen=True)
-class _Generation:
-    """One generation document (module docstring), parsed and checked."""
+class VacuumResult:
+    """What ``StateStore.vacuum`` deleted (paths relative to the root, sorted) and kept."""
 
-    generation: int
-    region: str
-    version: int
-    function_digest: str
-    n_channels: int
-    layout: Layout
-    applied_plans: tuple[tuple[int, str], ...]
-    files: tuple[FileEntry, ...]
-    batch: AbsorbedBatch | None = None
-
-    def to_json(self) -> str:
-        schema = base64.b64encode(self.layout.schema.serialize().to_pybytes()).decode("ascii")
-        batch = {} if self.batch is None else {"batch": self.batch.to_dict()}
-        return canonical_json(
-            {
-                **batch,
-                "format": FORMAT_VERSION,
-                "generation": self.generation,
-                "region": self.region,
-                "version": self.version,
-                "function_digest": self.function_digest,
-                "n_channels": self.n_channels,
-                "slot_bits": self.layout.slot_bits,
-                "slot_groups": self.layout.slot_groups,
-                "key_type": self.layout.key_type,
-                "key_col": self.layout.key_col,
-                "schema": schema,
-                "applied_plans": [list(pair) for pair in self.applied_plans],
-                "files": [entry.to_dict() for entry in self.files],
-            }
-        )
-
-    @classmethod
-    def from_json(cls, text: str, name: str) -> _Generation:
-        """Parse a generation document; ``Corrupt`` naming the file ``name`` and the field."""
-        try:
-            document = require_object(
-                parse_json(text, name), "generation", _GENERATION_FIELDS, _OPTIONAL_GENERATION_FIELDS
-            )
-            _check_format(document["format"], name)
-            schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(document["schema"], validate=True)))
-            layout = checked_layout(
-                document["key_col"],
-                document["key_type"],
-                document["slot_bits"],
-                document["slot_groups"],
-                schema,
-            )
-            n_channels = check_n_channels(document["n_channels"])
-            files = tuple(
-                _entry_in_layout(FileEntry.from_dict(entry, f"files[{index}]"), layout, n_channels, index)
-                for index, entry in enumerate(require_list(document["files"], "files"))
-            )
-            if len({entry.path for entry in files}) != len(files):
-                raise InvalidInput("files", "must list each file once; a path appears twice")
-            plans = require_list(document["applied_plans"], "applied_plans")
-            applied = tuple(
-                (require_int(plan_id, "applied_plans.id"), _checked_digest(digest, "applied_plans.digest"))
-                for plan_id, digest in (
-                    require_row(row, "applied_plans[]", ("id", "digest")) for row in plans
-                )
-            )
-            batch = document.get("batch")
-            return cls(
-                generation=require_int(document["generation"], "generation"),
-                region=_checked_region(document["region"]),
-                version=require_int(document["version"], "version"),
-                function_digest=_checked_digest(document["function_digest"], "function_digest"),
-                n_channels=n_channels,
-                layout=layout,
-                applied_plans=applied,
-                files=files,
-                batch=None if batch is None else AbsorbedBatch.from_dict(batch),
-            )
-        except (ValueError, TypeError, pa.ArrowException) as error:  # InvalidInput is a ValueError
-            raise Corrupt(f"not a valid generation document: {error}", path=name) from None
+    deleted: tuple[str, ...]
+    kept_objects: int
+    retention_seconds: float
 
 
 class StateStore:
-    """A handle on the current generation of a keyed state store (module docstring; DESIGN §9).
+    """A handle on one generation of a keyed state store (module docstring).
 
     Build one with ``StateStore.create`` (an empty store) or ``StateStore.open`` (an existing one).
     """
 
-    def __init__(self, root: Path, current: _Generation) -> None:
+    def __init__(self, objects: Objects, current: Generation, *, legacy: bool = False) -> None:
         """Internal: use ``create`` or ``open``."""
-        self._root = root
+        self._objects = objects
         self._current = current
+        self._legacy = legacy
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_objects": self._objects, "_current": self._current, "_legacy": self._legacy}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
     @classmethod
     def create(
         cls,
-        root: str | os.PathLike[str],
+        location: str | os.PathLike[str],
         *,
         region: str,
         version: int,
@@ -278,93 +180,110 @@ class StateStore:
         key_col: str,
         schema: pa.Schema,
         slot_groups: int = DEFAULT_SLOT_GROUPS,
+        merge: MergeColumns | Mapping[str, str] | None = None,
+        options: Mapping[str, str] | None = None,
     ) -> StateStore:
-        """An empty store (generation 0, no files) in ``root``, which must not exist or be empty (or
-        hold only the leftovers of a ``create`` that was killed before it wrote the manifest).
-        InvalidInput for a bad argument or a ``root`` that holds something else (a store too: open
-        it); Corrupt for a store whose MANIFEST is missing (creating over it would lose its state).
+        """An empty store (generation 0, no files) at ``location``, which must hold no store. A local
+        directory must not exist or be empty.
 
-        ``schema`` holds the user's columns: the key column (string for ``str`` keys, a signed integer type
-        for ``int`` keys) and state columns of fixed-width or string/binary types; ``_slot`` and
-        ``channel`` are reserved. ``slot_groups`` is a power of two in [1, 2^slot_bits].
+        ``schema`` holds the user's columns: the key column (string for ``str`` keys, a signed integer
+        type for ``int`` keys) and state columns of fixed-width or string/binary types; ``_slot``,
+        ``_deleted`` and ``channel`` are reserved. ``slot_groups`` is a power of two in
+        [1, 2^slot_bits]. ``merge`` (a ``MergeSpec``, or each state column with ``sum``, ``count``,
+        ``min`` or ``max``) makes the store mergeable: batches write partials that merge, and read no
+        state. ``options`` are the object store's settings and credentials.
+        InvalidInput for a bad argument or a location that holds something else; Conflict when another
+        process created a store there at the same moment.
         """
-        current = _Generation(
-            generation=0,
-            region=_checked_region(region),
-            version=require_int(version, "version"),
-            function_digest=_checked_digest(function_digest, "function_digest"),
-            n_channels=check_n_channels(n_channels),
-            layout=checked_layout(key_col, key_type, slot_bits, slot_groups, schema),
-            applied_plans=(),
-            files=(),
+        columns = merge if merge is None or isinstance(merge, Mapping) else merge.columns
+        metadata = Metadata(
+            checked_region(region),
+            checked_layout(key_col, key_type, slot_bits, slot_groups, schema, columns),
         )
-        path = Path(root)
-        if path.exists() and not _is_fresh(path):
-            if (path / MANIFEST).exists():
-                raise InvalidInput("root", f"already holds a state store: {str(path)!r}; open it instead")
-            _refuse_a_store_without_manifest(path)
-            raise InvalidInput("root", f"must be a new or empty directory: {str(path)!r} holds other files")
-        (path / GENERATIONS).mkdir(parents=True, exist_ok=True)
-        fsync_path(path)
-        store = cls(path, current)
-        with _locked(path):
-            store._publish(current)
-        return store
+        layout_version = LayoutVersion(
+            check_version(version),
+            checked_digest(function_digest, "function_digest"),
+            check_n_channels(n_channels),
+        )
+        objects = objects_at(location, options)
+        _require_empty(objects)
+        log = Log(objects)
+        current = log.commit(None, Change("create", metadata=metadata, layout_version=layout_version))
+        return cls(objects, current)
 
     @classmethod
-    def open(cls, root: str | os.PathLike[str]) -> StateStore:
-        """The store in ``root`` at the generation its MANIFEST names. NotFound when ``root`` holds no
-        store (create one); Corrupt naming the file when the manifest is missing from a store that
-        has generations or data, is unreadable, or does not match its generation document."""
-        path = Path(root)
-        return cls(path, _load(path))
+    def open(cls, location: str | os.PathLike[str], options: Mapping[str, str] | None = None) -> StateStore:
+        """The store at ``location`` at its newest generation. NotFound when there is none; Corrupt
+        naming the object when its log is damaged. A store of format 1 or 2 opens as it is."""
+        objects = objects_at(location, options)
+        log = Log(objects)
+        if objects.local_root is not None and not log.exists() and is_legacy(objects.local_root):
+            return cls(objects, read_legacy(objects.local_root), legacy=True)
+        return cls(objects, log.newest())
+
+    # --- what the handle's generation holds -------------------------------------------------------
 
     @property
-    def root(self) -> Path:
-        return self._root
+    def url(self) -> str:
+        """The store's location as given."""
+        return self._objects.url
+
+    @property
+    def objects(self) -> Objects:
+        return self._objects
+
+    @property
+    def format(self) -> int:
+        """3, or 2 for a store not upgraded yet (its first write upgrades it)."""
+        return 2 if self._legacy else 3
 
     @property
     def region(self) -> str:
-        return self._current.region
+        return self._current.metadata.region
 
     @property
     def version(self) -> int:
         """The number of the version whose function the state is laid out by."""
-        return self._current.version
+        return self._current.layout_version.version
 
     @property
     def function_digest(self) -> str:
-        return self._current.function_digest
+        return self._current.layout_version.function_digest
 
     @property
     def n_channels(self) -> int:
-        return self._current.n_channels
+        return self._current.layout_version.n_channels
+
+    @property
+    def layout(self) -> Layout:
+        """Key column and type, slot bits, slot groups, schema and merge (``repart.state.files.Layout``)."""
+        return self._current.layout
 
     @property
     def slot_bits(self) -> int:
-        return self._current.layout.slot_bits
+        return self.layout.slot_bits
 
     @property
     def slot_groups(self) -> int:
-        return self._current.layout.slot_groups
+        return self.layout.slot_groups
 
     @property
     def key_type(self) -> KeyType:
-        return self._current.layout.key_type
+        return self.layout.key_type
 
     @property
     def key_col(self) -> str:
-        return self._current.layout.key_col
+        return self.layout.key_col
 
     @property
     def schema(self) -> pa.Schema:
         """The user's columns (without ``_slot``)."""
-        return self._current.layout.schema
+        return self.layout.schema
 
     @property
-    def layout(self) -> Layout:
-        """Key column and type, slot bits, slot groups and schema together (``state_files.Layout``)."""
-        return self._current.layout
+    def merge(self) -> dict[str, str] | None:
+        """The merge of a mergeable store (each state column with its operation), else None."""
+        return None if self.layout.merge is None else dict(self.layout.merge)
 
     @property
     def generation(self) -> int:
@@ -382,58 +301,108 @@ class StateStore:
 
     def absorbed(self, batch_id: int) -> bool:
         """Whether batch ``batch_id`` is in the state already: batch ids grow, so every id up to the
-        last absorbed one is (module docstring)."""
-        number = require_int(batch_id, "batch_id")
+        last absorbed one is."""
+        number = check_version(batch_id, "batch_id")
         return self._current.batch is not None and number <= self._current.batch.batch_id
 
+    def all_files(self) -> tuple[FileEntry, ...]:
+        """Every entry of the handle's generation, by channel."""
+        return self._current.files
+
     def files(self, channel: int) -> list[FileEntry]:
-        """The files of ``channel`` in the current generation."""
+        """The entries of ``channel`` in the handle's generation."""
         self._check_channel(channel)
         return [entry for entry in self._current.files if entry.channel == channel]
 
+    def refreshed(self) -> StateStore:
+        """This handle moved to the store's newest generation."""
+        if not self._legacy:
+            self._current = Log(self._objects).newest()
+        return self
+
+    # --- reading -------------------------------------------------------------------------------------
+
     def read_channel(self, channel: int, columns: Sequence[str] | None = None) -> pa.Table:
-        """The state of ``channel`` (the user's columns, or ``columns`` of them) as one table: the rows
-        its files' entries let through (a filtered file's hidden slots are dropped)."""
+        """The state of ``channel``, one row per key (the user's columns, or ``columns`` of them): its
+        base files and deltas resolved (module docstring)."""
         names = list(self.schema.names if columns is None else columns)
         unknown = [name for name in names if name not in self.schema.names]
         if unknown:
             raise InvalidInput("columns", f"must be state columns {self.schema.names}, got {unknown}")
         entries = self.files(channel)
+        layout = self.layout
         if not entries:
             return pa.Table.from_batches([], schema=self.schema).select(names)  # not empty_table(): pandas
-        return pa.concat_tables([read_entry(self._root, entry, names) for entry in entries])
+        if all(entry.kind == "base" for entry in entries):
+            return pa.concat_tables([read_entry(self._objects, entry, layout, names) for entry in entries])
+        file_columns = [name for name in layout.file_schema.names if name != "_slot"]
+        tables = [read_entry(self._objects, entry, layout, file_columns) for entry in entries]
+        seqs = np.concatenate(
+            [
+                np.full(table.num_rows, entry.seq, np.int64)
+                for entry, table in zip(entries, tables, strict=True)
+            ]
+        )
+        return resolved(pa.concat_tables(tables), seqs, layout).select(names)
+
+    def read_keys(self, channel: int, keys: pa.Array | pa.ChunkedArray) -> pa.Table:
+        """The state of ``keys`` on ``channel``, one row per key that has state (the user's columns):
+        only the rows of those keys are read (``repart.state.files.read_keyed``), then resolved."""
+        entries = self.files(channel)
+        layout = self.layout
+        if not entries or len(keys) == 0:
+            return pa.Table.from_batches([], schema=self.schema)
+        value_set = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+        value_set = value_set.cast(layout.schema.field(layout.key_col).type)
+        tables = [read_keyed(self._objects, entry, layout, value_set) for entry in entries]
+        seqs = [
+            np.full(table.num_rows, entry.seq, np.int64) for entry, table in zip(entries, tables, strict=True)
+        ]
+        rows = pa.concat_tables(tables)
+        return resolved(
+            rows.select([n for n in rows.column_names if n != "_slot"]), np.concatenate(seqs), layout
+        )
 
     def read(self) -> pa.Table:
-        """The whole state with a ``channel`` (int32) column."""
-        parts = []
-        for channel in range(self.n_channels):
-            table = self.read_channel(channel)
-            parts.append(
-                table.append_column(CHANNEL_COLUMN, pa.array([channel] * table.num_rows, pa.int32()))
-            )
+        """The whole state with a ``channel`` (int32) column: per channel, one row per key."""
+        with ThreadPoolExecutor(_READ_THREADS) as pool:  # pyarrow reads without the GIL
+            tables = list(pool.map(self.read_channel, range(self.n_channels)))
+        parts = [
+            table.append_column(CHANNEL_COLUMN, pa.array(np.full(table.num_rows, channel, np.int32)))
+            for channel, table in enumerate(tables)
+        ]
         return pa.concat_tables(parts)
 
-    def read_merged(self, merge: MergeColumns | Merge) -> pa.Table:
-        """The whole state with one row per key (the user's columns, no ``channel``; DESIGN §11.3).
+    def read_merged(self, merge: MergeColumns | Merge | None = None) -> pa.Table:
+        """The whole state with one row per key (the user's columns, no ``channel``).
 
         In split mode a split key has one partial row on each channel it was routed to; ``merge``
-        merges them: a ``repart.protocol.merge.MergeSpec`` (each column's sum, min or max; see
-        ``repart.state.merge``) or a function from the partial rows of any keys to one row per key.
-        A key with one row keeps it unchanged under a spec. InvalidInput ``merge`` when a spec does
-        not fit the state's columns, or a function returns another schema, several rows for one key,
-        or other keys than it was given.
+        merges them: a ``repart.protocol.merge.MergeSpec`` (each column's sum, count, min or max; see
+        ``repart.state.merge``) or a function from the partial rows of any keys to one row per key. A
+        mergeable store merges by its own merge when none is given. A key with one row keeps it
+        unchanged under a spec. InvalidInput ``merge`` when a spec does not fit the state's columns, or
+        a function returns another schema, several rows for one key, or other keys than it was given.
         """
-        with ThreadPoolExecutor(_READ_THREADS) as pool:  # pyarrow reads without the GIL
+        with ThreadPoolExecutor(_READ_THREADS) as pool:
             parts = list(pool.map(self.read_channel, range(self.n_channels)))
-        return merged(pa.concat_tables(parts), merge, self.key_col)
+        table = pa.concat_tables(parts)
+        if merge is None:
+            if self.layout.merge is None:
+                raise InvalidInput(
+                    "merge", "must be given: the store is not mergeable, so it has no merge of its own"
+                )
+            from repart.state.resolve import _Spec
+
+            merge = _Spec(dict(self.layout.merge))
+        return merged(table, merge, self.key_col)
 
     def rows(self) -> int:
-        """The number of state rows (from the generation's entries)."""
+        """The number of rows the generation's files hold for readers (deltas included)."""
         return sum(entry.rows for entry in self._current.files)
 
     def checksum(self) -> int:
-        """The order-independent checksum of the whole state (``repart.state.checksum``), from the
-        generation's entries; ``verify`` recomputes it from the data."""
+        """The order-independent checksum of every row the generation lists (``repart.state.checksum``),
+        from its entries; ``verify`` recomputes it from the data."""
         total = 0
         for entry in self._current.files:
             total = add_checksums(total, entry.checksum)
@@ -447,68 +416,70 @@ class StateStore:
             raise damaged[0]
 
     def damaged_files(self) -> list[Corrupt]:
-        """Every file of the current generation that is missing, unreadable or differs from its entry
+        """Every entry of the handle's generation whose file is missing, unreadable or differs from it
         (rows, checksum, slots), as one ``Corrupt`` each naming the file, in the generation's order."""
         damaged = []
         for entry in self._current.files:
             try:
-                read_verified(self._root, entry, self._current.layout)
+                read_verified(self._objects, entry, self.layout)
             except Corrupt as error:
                 damaged.append(error)
         return damaged
 
+    # --- writing -------------------------------------------------------------------------------------
+
+    def write(self, channel: int, rows: pa.Table, *, kind: FileKind = "delta") -> list[FileEntry]:
+        """Write ``rows`` of ``channel`` (the user's columns; in a general store ``_deleted`` marks
+        tombstones) as new data files, for ``commit``: a delta (one file) or base files (one per slot
+        group, for a channel's first state). Runs on executors; nothing is visible until a commit."""
+        self._check_channel(channel)
+        return write_channel_files(self._objects, channel, rows, self.layout, kind=kind)
+
     def commit(
         self,
-        replaced: Mapping[int, Sequence[FileEntry]],
+        added: Mapping[int, Sequence[FileEntry]],
         *,
         version: int,
         function_digest: str,
         n_channels: int,
         batch: AbsorbedBatch | None = None,
     ) -> StateStore:
-        """A new generation in which each channel of ``replaced`` holds exactly the given files
-        (``write_channel_files``) and every other channel keeps its files. Returns this handle, moved
-        to the new generation.
+        """A new generation in which each channel of ``added`` also lists the given files (``write``).
+        Returns this handle, moved to the new generation.
 
         ``version``, ``function_digest`` and ``n_channels`` name the layout the files were written in;
         it must be the store's: a job must apply the migration plan before it writes under a new
-        version. The files must exist under the root and have the store's schema. ``batch``, when
-        given, is recorded as the batch this generation absorbs; a batch the store absorbed already
-        is refused (Conflict: another run of the batch committed it first), with nothing written.
+        version. The files must exist and have the store's schema. ``batch``, when given, is recorded as
+        the batch this generation absorbs; a batch the store absorbed already is refused (Conflict:
+        another run of the batch committed it first), with nothing committed.
         """
-        require_int(n_channels, "n_channels", 1)
-        with _locked(self._root):
-            current = self._current_for_writing()
-            if n_channels != current.n_channels:
-                raise InvalidInput(
-                    "n_channels",
-                    f"must be the store's: version {version} has N={n_channels} channels but the store at "
-                    f"{str(self._root)!r} is laid out for {current.n_channels} channels; apply the "
-                    "migration plan first",
-                )
-            if (version, function_digest) != (current.version, current.function_digest):
-                raise InvalidInput(
-                    "version",
-                    f"must be the store's: version {version} (digest {str(function_digest)[:12]}) is not "
-                    f"the layout of the store: it holds version {current.version} (digest "
-                    f"{current.function_digest[:12]}, generation {current.generation}); apply the "
-                    "migration plan first",
-                )
-            if batch is not None and current.batch is not None and batch.batch_id <= current.batch.batch_id:
-                raise Conflict(
-                    f"batch {batch.batch_id} is already in the state store at {str(self._root)!r}: "
-                    f"generation {current.generation} holds batches up to {current.batch.batch_id}"
-                )
-            entries = self._checked_replacement(replaced, current)
-            kept = [entry for entry in current.files if entry.channel not in replaced]
-            self._publish(
-                replace(
-                    current,
-                    generation=current.generation + 1,
-                    files=_sorted_files([*kept, *entries]),
-                    batch=current.batch if batch is None else batch,
-                )
+        require_channels = check_n_channels(n_channels)
+        current = self._writable()
+        if require_channels != current.layout_version.n_channels:
+            raise InvalidInput(
+                "n_channels",
+                f"must be the store's: version {version} has N={n_channels} channels but the store at "
+                f"{self.url} is laid out for {current.layout_version.n_channels} channels; apply the "
+                "migration plan first",
             )
+        if (version, function_digest) != (
+            current.layout_version.version,
+            current.layout_version.function_digest,
+        ):
+            raise InvalidInput(
+                "version",
+                f"must be the store's: version {version} (digest {str(function_digest)[:12]}) is not "
+                f"the layout of the store: it holds version {current.layout_version.version} (digest "
+                f"{current.layout_version.function_digest[:12]}, generation {current.generation}); apply "
+                "the migration plan first",
+            )
+        if batch is not None and current.batch is not None and batch.batch_id <= current.batch.batch_id:
+            raise Conflict(
+                f"batch {batch.batch_id} is already in the state store at {self.url}: generation "
+                f"{current.generation} holds batches up to {current.batch.batch_id}"
+            )
+        entries = self._checked_additions(added, current)
+        self._current = Log(self._objects).commit(current, Change("write", add=tuple(entries), batch=batch))
         return self
 
     def apply(
@@ -524,58 +495,58 @@ class StateStore:
         """Apply ``plan`` (from version ``from_version`` to ``to_version`` of ``region``): move exactly
         the rows that change channel, verify, and commit a new generation (module docstring).
 
-        A plan with consolidations (split mode, DESIGN §11.3) merges the partials of a split key that
-        meet on its home with ``merge``, the region's ``MergeSpec`` or merge function as in
-        ``read_merged`` (``repart.state.consolidate``); it is needed only then. A spec is checked
-        against the state's columns whatever the plan.
+        A plan with consolidations (split mode) merges the partials of a split key that meet on its home
+        with ``merge`` (by default a mergeable store's own), the region's ``MergeSpec`` or merge
+        function as in ``read_merged``; it is needed only then. A spec is checked against the state's
+        columns whatever the plan.
 
-        A plan id already applied is a no-op (``already_applied=True``). A plan of another region, of
-        a version or function other than the store's, or of another key type or slot bits is refused
-        (InvalidInput) with nothing written, as is a ``merge`` that a plan needs and that is missing,
+        A plan id already applied is a no-op (``already_applied=True``). A plan of another region, of a
+        version or function other than the store's, or of another key type or slot bits is refused
+        (InvalidInput) with nothing committed, as is a ``merge`` that a plan needs and that is missing,
         does not fit the state's columns or returns another schema; a data file it must read that is
-        missing or damaged is Corrupt, naming the file, with nothing written either.
+        missing or damaged is Corrupt, naming the file, with nothing committed either.
         """
         started = time.perf_counter()
-        require_int(plan_id, "plan_id")
-        require_int(from_version, "from_version")
-        require_int(to_version, "to_version")
+        check_version(plan_id, "plan_id")
+        check_version(from_version, "from_version")
+        check_version(to_version, "to_version")
         if not isinstance(plan, MigrationPlan):
             raise InvalidInput("plan", f"must be a MigrationPlan, got {type(plan).__name__}")
-        with _locked(self._root):
-            current = self._current = _load(self._root)
-            if region != current.region:
-                raise InvalidInput(
-                    "region",
-                    f"must be the store's: plan {plan_id} is for region {region!r} but the store at "
-                    f"{str(self._root)!r} holds region {current.region!r}",
-                )
-            applied = dict(current.applied_plans)
-            if plan_id in applied:
-                if applied[plan_id] != plan.digest:
-                    raise InvalidInput(
-                        "plan",
-                        f"must be the content applied under its id: plan {plan_id} was applied to this "
-                        f"store with another content (digest {applied[plan_id][:12]}, given "
-                        f"{plan.digest[:12]})",
-                    )
-                return ApplyResult(
-                    plan_id, 0, 0, 0, 0, current.generation, True, time.perf_counter() - started
-                )
-            self._check_plan(plan, plan_id, from_version, current)
-            if merge is not None and not callable(merge):  # a spec: check it fits the state's columns
-                merged(pa.Table.from_batches([], schema=current.layout.schema), merge, current.layout.key_col)
-            migration = migrate_files(self._root, current.files, plan, current.layout, merge)
-            self._publish(
-                replace(
-                    current,
-                    generation=current.generation + 1,
-                    version=to_version,
-                    function_digest=plan.target_digest,
-                    n_channels=plan.target_n_channels,
-                    applied_plans=(*current.applied_plans, (plan_id, plan.digest)),
-                    files=_sorted_files(migration.files),
-                )
+        current = self._writable(refresh=True)
+        if region != current.metadata.region:
+            raise InvalidInput(
+                "region",
+                f"must be the store's: plan {plan_id} is for region {region!r} but the store at "
+                f"{self.url} holds region {current.metadata.region!r}",
             )
+        applied = dict(current.applied_plans)
+        if plan_id in applied:
+            if applied[plan_id] != plan.digest:
+                raise InvalidInput(
+                    "plan",
+                    f"must be the content applied under its id: plan {plan_id} was applied to this store "
+                    f"with another content (digest {applied[plan_id][:12]}, given {plan.digest[:12]})",
+                )
+            return ApplyResult(plan_id, 0, 0, 0, 0, current.generation, True, time.perf_counter() - started)
+        self._check_plan(plan, plan_id, from_version, current)
+        layout = current.layout
+        if merge is None and layout.merge is not None:
+            from repart.state.resolve import _Spec
+
+            merge = _Spec(dict(layout.merge))
+        if merge is not None and not callable(merge):  # a spec: check it fits the state's columns
+            merged(pa.Table.from_batches([], schema=layout.schema), merge, layout.key_col)
+        migration = migrate_files(self._objects, current.files, plan, layout, merge)
+        removed, added = _difference(current.files, migration.files)
+        change = Change(
+            "apply",
+            layout_version=LayoutVersion(to_version, plan.target_digest, plan.target_n_channels),
+            remove=removed,
+            add=added,
+            plan=(plan_id, plan.digest),
+        )
+        self._current = Log(self._objects).commit(current, change)
+        document = self._objects.size(commit_path(self._current.generation)) or 0
         return ApplyResult(
             plan_id=plan_id,
             moved_rows=migration.moved_rows,
@@ -587,37 +558,31 @@ class StateStore:
             seconds=time.perf_counter() - started,
             filtered_files=migration.filtered_files,
             taken_rows=migration.taken_rows,
+            written_bytes=sum(entry.bytes for entry in migration.written) + document,
         )
 
-    def compact(
-        self,
-        *,
-        max_filtered_share: float = DEFAULT_MAX_FILTERED_SHARE,
-        max_files_per_group: float = DEFAULT_MAX_FILES_PER_GROUP,
-    ) -> CompactResult:
-        """Compact the channels that are due (``repart.state.compact``: their filters hide more than
-        ``max_filtered_share`` of their files' rows, or they hold more than ``max_files_per_group``
-        files per slot group), verify, and commit a new generation with the same content; move this
+    def compact(self, policy: CompactionPolicy | None = None) -> CompactResult:
+        """Compact the channels that are due (``repart.state.compact``: deltas folded into base files,
+        filtered rows dropped), verify, and commit a new generation with the same state; move this
         handle to it. When no channel is due nothing is written (``compacted=False``), so a pipeline
         may call it between every two batches.
 
-        InvalidInput names a threshold out of range. Conflict when another process holds the store's
-        lock (it is writing: compact later; compaction never waits for a writer). Corrupt names a
-        damaged file, with nothing committed.
+        Conflict when another writer's commit removed a file this compaction replaces (compact later);
+        Corrupt names a damaged file, with nothing committed.
         """
         started = time.perf_counter()
-        policy = CompactionPolicy(max_filtered_share, max_files_per_group)
-        with _locked(self._root, wait=False):
-            current = self._current = _load(self._root)
-            before = len(current.files)
-            due = policy.due(current.files)
-            if not due:
-                seconds = time.perf_counter() - started
-                return CompactResult(False, (), 0, 0, 0, before, before, current.generation, seconds)
-            compaction = compact_files(self._root, current.files, due, current.layout)
-            self._publish(
-                replace(current, generation=current.generation + 1, files=_sorted_files(compaction.files))
+        policy = policy or CompactionPolicy()
+        current = self._writable(refresh=True)
+        before = len(current.files)
+        due = policy.due(current.files)
+        if not due:
+            return CompactResult(
+                False, (), 0, 0, 0, before, before, current.generation, time.perf_counter() - started
             )
+        compaction = compact_files(self._objects, current.files, due, current.layout)
+        removed, added = _difference(current.files, compaction.files)
+        change = Change("compact", remove=removed, add=added)
+        self._current = Log(self._objects).commit(current, change)
         return CompactResult(
             compacted=True,
             channels=tuple(due),
@@ -625,57 +590,100 @@ class StateStore:
             written_files=len(compaction.written),
             dropped_rows=compaction.dropped_rows,
             files_before=before,
-            files_after=len(compaction.files),
+            files_after=len(self._current.files),
             generation=self.generation,
             seconds=time.perf_counter() - started,
         )
 
-    def vacuum(self, keep_generations: int = 2) -> list[str]:
-        """Remove what the last ``keep_generations`` generations do not list: older generation
-        documents, data files no longer referenced, the leftovers of a killed writer (files and
-        generation documents newer than the manifest's, temporary files). Returns the removed paths
-        (relative to the root), sorted. Readers of a removed generation lose their files."""
-        keep = require_int(keep_generations, "keep_generations", 1)
-        removed: list[str] = []
-        with _locked(self._root):
-            current = self._current = _load(self._root)
-            kept_numbers = range(current.generation - keep + 1, current.generation + 1)
-            referenced: set[str] = set()
-            for number in kept_numbers:
-                document = self._root / GENERATIONS / f"{number:08d}.json"
-                if document.exists():
-                    generation = _Generation.from_json(document.read_text(encoding="utf-8"), str(document))
-                    referenced.update(entry.path for entry in generation.files)
+    def vacuum(
+        self, retain: timedelta | float = DEFAULT_RETENTION, *, now: datetime | None = None
+    ) -> VacuumResult:
+        """Delete the objects no recent generation lists (module docstring): data files, commit
+        documents and checkpoints older than the retention time ``retain`` (a timedelta or seconds,
+        in [0, 10 years]) that neither the newest generation nor any generation committed within it
+        needs. InvalidInput ``retain`` out of range."""
+        seconds = retain.total_seconds() if isinstance(retain, timedelta) else retain
+        seconds = float(check("retain", seconds, RETENTION_SECONDS))
+        if self._legacy:
+            return VacuumResult((), 0, seconds)
+        moment = now or datetime.now(UTC)
+        cutoff = moment - timedelta(seconds=seconds)
+        log = Log(self._objects)
+        newest = self._current = log.newest()
+        listed, oldest_needed = _recent_listings(log, newest, cutoff)
+        deleted = []
+        objects = self._objects.listing()
+        for info in objects:
+            if info.modified >= cutoff:
+                continue
+            if info.path.startswith(DATA_PREFIX) or info.path.startswith("channel="):
+                if info.path not in listed:
+                    deleted.append(info.path)
+            elif info.path.startswith(LOG_PREFIX):
+                number = log_number(info.path)
+                if number is not None and number < oldest_needed:
+                    deleted.append(info.path)
+            elif info.path.startswith(".") or "/." in info.path:  # a killed local writer's temporary
+                deleted.append(info.path)
+        self._objects.delete(deleted)
+        return VacuumResult(tuple(sorted(deleted)), len(objects) - len(deleted), seconds)
 
-            def stale(path: Path) -> bool:
-                match = _GENERATION_NAME.fullmatch(path.name)
-                return match is None or int(match.group(1)) not in kept_numbers
+    def upgrade(self) -> bool:
+        """Convert a store of format 1 or 2 to format 3 by one verified commit that lists its files as
+        they are (no data file is copied); False when it is format 3 already. Corrupt naming a damaged
+        file, with nothing committed."""
+        if not self._legacy:
+            return False
+        self._current = self._writable()
+        return True
 
-            removed += _relative(self._root, filter(stale, self._root.glob(f"{GENERATIONS}/*")))
-            data = _relative(self._root, self._root.glob("channel=*/*"))
-            removed += [name for name in data if name not in referenced]
-            removed += _relative(
-                self._root, self._root.glob(f".{MANIFEST}.*")
-            )  # a killed writer's temporaries
-            for name in removed:
-                (self._root / name).unlink()
-        return sorted(removed)
+    # --- internals -----------------------------------------------------------------------------------
+
+    def _writable(self, *, refresh: bool = False) -> Generation:
+        """The generation to write on: a legacy store upgraded first; with ``refresh``, the newest."""
+        if self._legacy:
+            legacy = (
+                read_legacy(self._objects.local_root)
+                if self._objects.local_root is not None
+                else self._current
+            )
+            self.verify_generation(legacy)
+            change = Change(
+                "upgrade",
+                metadata=legacy.metadata,
+                layout_version=legacy.layout_version,
+                add=tuple(legacy.files),
+                batch=legacy.batch,
+                applied_plans=legacy.applied_plans,
+            )
+            self._current = Log(self._objects).commit(None, change)
+            self._legacy = False
+            return self._current
+        if refresh:
+            self._current = Log(self._objects).newest()
+        return self._current
+
+    def verify_generation(self, generation: Generation) -> None:
+        """Read every file of ``generation`` and check it against its entry; Corrupt on the first."""
+        for entry in generation.files:
+            read_verified(self._objects, entry, generation.layout)
 
     def _check_channel(self, channel: int) -> None:
-        require_int(channel, "channel", 0, self.n_channels - 1)
+        check("channel", channel, Interval(int, 0, self.n_channels - 1))
 
-    def _check_plan(self, plan: MigrationPlan, plan_id: int, from_version: int, current: _Generation) -> None:
+    def _check_plan(self, plan: MigrationPlan, plan_id: int, from_version: int, current: Generation) -> None:
         """InvalidInput unless ``plan`` starts from the generation the store holds, in its layout."""
+        held = current.layout_version
         holds = (
-            f"the store at {str(self._root)!r} holds version {current.version} (generation "
-            f"{current.generation}, digest {current.function_digest[:12]}, N={current.n_channels})"
+            f"the store at {self.url} holds version {held.version} (generation {current.generation}, "
+            f"digest {held.function_digest[:12]}, N={held.n_channels})"
         )
-        if from_version != current.version:
+        if from_version != held.version:
             raise InvalidInput(
                 "from_version",
                 f"must be the store's: plan {plan_id} starts from version {from_version} but {holds}",
             )
-        if plan.source_digest != current.function_digest or plan.source_n_channels != current.n_channels:
+        if plan.source_digest != held.function_digest or plan.source_n_channels != held.n_channels:
             raise InvalidInput(
                 "plan",
                 f"must start from the store's function: plan {plan_id} starts from function "
@@ -694,192 +702,86 @@ class StateStore:
                 f"plan {plan_id} moves {plan.key_type!r} keys",
             )
 
-    def _current_for_writing(self) -> _Generation:
-        """The manifest's generation, which must be this handle's or hold the same state in the same
-        layout (a compaction moved it on: module docstring); else another writer moved on."""
-        current = _load(self._root)
-        if current.generation != self._current.generation and not _same_state(current, self._current):
-            raise Conflict(
-                f"the store at {str(self._root)!r} moved on to generation {current.generation} since this "
-                f"handle read generation {self._current.generation}; open it again"
-            )
-        return current
-
-    def _checked_replacement(
-        self, replaced: Mapping[int, Sequence[FileEntry]], current: _Generation
+    def _checked_additions(
+        self, added: Mapping[int, Sequence[FileEntry]], current: Generation
     ) -> list[FileEntry]:
         entries = []
-        for channel, files in replaced.items():
-            require_int(channel, "replaced.channel", 0, current.n_channels - 1)
-            field = f"replaced[{channel}]"
+        n_channels = current.layout_version.n_channels
+        for channel, files in added.items():
+            check("added.channel", channel, Interval(int, 0, n_channels - 1))
+            field = f"added[{channel}]"
             for entry in files:
                 if not isinstance(entry, FileEntry) or entry.channel != channel:
                     raise InvalidInput(field, f"must hold file entries of channel {channel}, got {entry!r}")
-                if entry.filter is not None:
+                if entry.filter is not None or entry.seq:
                     raise InvalidInput(
-                        field,
-                        "must list files as write_channel_files returns them, without a slot filter: "
-                        f"{entry.path}",
+                        field, f"must list files as write returns them, without a filter or seq: {entry.path}"
                     )
-                require_int(entry.slot_group, f"{field}.slot_group", 0, current.layout.slot_groups - 1)
-                path = self._root / entry.path
-                try:
-                    found = pq.read_schema(path)
-                except (OSError, pa.ArrowException) as error:
-                    raise InvalidInput(field, f"must list readable files: {str(path)!r}: {error}") from None
-                if not current.layout.matches(found) or path.stat().st_size != entry.bytes:
+                if entry.slot_group is not None:
+                    check(
+                        f"{field}.slot_group",
+                        entry.slot_group,
+                        Interval(int, 0, current.layout.slot_groups - 1),
+                    )
+                size = self._objects.size(entry.path)
+                if size != entry.bytes:
                     raise InvalidInput(
                         field,
-                        f"must list files with the store's schema and the size their entry states: "
-                        f"{str(path)!r} ({entry.bytes} bytes) has schema {found}",
+                        f"must list written files of the size their entry states: {entry.path} has "
+                        f"{size} bytes, the entry {entry.bytes}",
                     )
                 entries.append(entry)
         return entries
 
-    def _publish(self, generation: _Generation) -> None:
-        """Write ``generation``'s document, then swap the manifest to it (the commit point)."""
-        text = generation.to_json()
-        write_durably(self._root / GENERATIONS / f"{generation.generation:08d}.json", text)
-        manifest = {"format": FORMAT_VERSION, "generation": generation.generation, "sha256": sha256_hex(text)}
-        write_durably(self._root / MANIFEST, canonical_json(manifest))
-        self._current = generation
+
+def check_version(value: object, name: str = "version") -> int:
+    """A version, plan or batch id: an integer ≥ 0."""
+    return int(check(name, value, Interval(int, 0, None)))
 
 
-def _load(root: Path) -> _Generation:
-    """The generation the manifest in ``root`` names, checked against the manifest's SHA-256."""
-    manifest = root / MANIFEST
-    try:
-        text = manifest.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        if not root.exists() or _is_fresh(root):
-            raise NotFound(f"no state store at {str(root)!r}: it has no {MANIFEST}; create one") from None
-        _refuse_a_store_without_manifest(root)
-        raise NotFound(
-            f"no state store at {str(root)!r}: it has no {MANIFEST} and holds no store's files"
-        ) from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise Corrupt(f"the manifest cannot be read: {error}", path=str(manifest)) from None
-    try:
-        document = require_object(parse_json(text, "manifest"), "manifest", _MANIFEST_FIELDS)
-        _check_format(document["format"], str(manifest))
-        number = require_int(document["generation"], "generation")
-        digest = _checked_digest(document["sha256"], "sha256")
-    except InvalidInput as error:
-        raise Corrupt(f"the manifest is corrupt: {error}", path=str(manifest)) from None
-    path = root / GENERATIONS / f"{number:08d}.json"
-    try:
-        generation_text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise Corrupt(
-            f"the generation file named by the manifest {str(manifest)!r} cannot be read: {error}",
-            path=str(path),
-        ) from None
-    if sha256_hex(generation_text) != digest:
-        raise Corrupt(
-            f"the generation file does not match the SHA-256 recorded in {str(manifest)!r}: it was modified "
-            "or is incomplete",
-            path=str(path),
-        )
-    generation = _Generation.from_json(generation_text, str(path))
-    if generation.generation != number:
-        raise Corrupt(
-            f"the generation file holds generation {generation.generation}, not {number}", path=str(path)
-        )
-    return generation
+def _require_empty(objects: Objects) -> None:
+    """InvalidInput unless ``objects`` holds no store (and, for a local directory, nothing at all)."""
+    if objects.listing(LOG_PREFIX):
+        raise InvalidInput("state", f"already holds a state store: {objects.url}; open it instead")
+    root = objects.local_root
+    if root is None:
+        return
+    if is_legacy(root):
+        read_legacy(root)  # Corrupt when its manifest is missing: creating over it would lose state
+        raise InvalidInput("state", f"already holds a state store (format 2): {objects.url}; open it instead")
+    if root.exists() and any(path.name not in ("data",) for path in root.iterdir()):
+        raise InvalidInput("state", f"must be a new or empty directory: {objects.url} holds other files")
 
 
-def _entry_in_layout(entry: FileEntry, layout: Layout, n_channels: int, index: int) -> FileEntry:
-    """``entry`` (``files[index]`` of a generation) if its channel, slot group and filter fit the
-    generation's layout; InvalidInput naming the field otherwise."""
-    name = f"files[{index}]"
-    require_int(entry.channel, f"{name}.channel", 0, n_channels - 1)
-    require_int(entry.slot_group, f"{name}.slot_group", 0, layout.slot_groups - 1)
-    if entry.filter is not None:
-        entry.filter.check_within(*layout.slot_range(entry.slot_group), f"{name}.filter")
-    return entry
+def _difference(
+    before: Sequence[FileEntry], after: Sequence[FileEntry]
+) -> tuple[tuple[tuple[str, int], ...], tuple[FileEntry, ...]]:
+    """The actions that turn listing ``before`` into ``after``: the entries to remove (by file and
+    channel: gone, or changed, as a filter widened) and the entries to add (new, or changed)."""
+    kept = set(before) & set(after)
+    removed = tuple(sorted(entry.identity for entry in before if entry not in kept))
+    added = tuple(entry for entry in after if entry not in kept)
+    return removed, added
 
 
-def _check_format(value: object, path: str) -> None:
-    """InvalidInput ``format`` unless ``value`` is one of ``READABLE_FORMATS``; a later format (a store
-    written by a newer repart) is Corrupt naming the file ``path`` and the format: this code cannot
-    read it, and nothing may be written over it."""
-    if isinstance(value, int) and not isinstance(value, bool) and value > FORMAT_VERSION:
-        raise Corrupt(
-            f"the document is in format {value}, which this version of repart does not read (it reads "
-            f"formats {', '.join(map(str, READABLE_FORMATS))}): open the store with the repart that wrote it",
-            path=path,
-        )
-    check("format", value, Options(READABLE_FORMATS))
-
-
-def _same_state(a: _Generation, b: _Generation) -> bool:
-    """Whether two generations hold the same state in the same layout: version, function, plans,
-    last batch, and every channel's rows and checksum."""
-    return (a.version, a.function_digest, a.n_channels, a.applied_plans, a.batch) == (
-        b.version,
-        b.function_digest,
-        b.n_channels,
-        b.applied_plans,
-        b.batch,
-    ) and channel_totals(a.files) == channel_totals(b.files)
-
-
-def _refuse_a_store_without_manifest(root: Path) -> None:
-    """Corrupt when ``root`` holds a store's generation documents or data files but no MANIFEST: the
-    manifest was deleted, and creating a store over it would silently lose the state."""
-    names = sorted(
-        path.relative_to(root).as_posix()
-        for path in (*root.glob(f"{GENERATIONS}/[0-9]*.json"), *root.glob("channel=*"))
-    )
-    if names:
-        raise Corrupt(
-            f"the manifest is missing, but the directory holds a state store ({len(names)} generation "
-            f"documents and channel directories, such as {names[-1]!r}); restore it from a backup",
-            path=str(root / MANIFEST),
-        )
-
-
-@contextmanager
-def _locked(root: Path, *, wait: bool = True) -> Iterator[None]:
-    """An exclusive lock on ``ROOT/.lock`` for the duration of one write (released if the process
-    dies). Without ``wait``, Conflict when another process holds it."""
-    with open(root / LOCK, "a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise Conflict(
-                f"another process is writing the state store at {str(root)!r} (it holds {LOCK}); "
-                "try again when it is done"
-            ) from None
-        yield
-
-
-def _is_fresh(root: Path) -> bool:
-    """An empty directory, or what a ``create`` killed before its manifest left (then create again)."""
-    if not root.is_dir():
-        return False
-    first = f"{0:08d}.json"
-    # The durable writer's temporaries are hidden files (``.<name>.<random>``, repart.protocol.files).
-    leftovers = {path.name for path in root.iterdir() if not path.name.startswith(".")} - {LOCK, GENERATIONS}
-    documents = {path.name for path in (root / GENERATIONS).glob("*") if not path.name.startswith(".")} - {
-        first
-    }
-    return not leftovers and not documents
-
-
-def _relative(root: Path, paths: Iterable[Path]) -> list[str]:
-    return [path.relative_to(root).as_posix() for path in paths]
-
-
-def _sorted_files(files: Sequence[FileEntry]) -> tuple[FileEntry, ...]:
-    return tuple(sorted(files, key=lambda entry: (entry.channel, entry.slot_group, entry.path)))
-
-
-def _checked_region(region: object) -> str:
-    return str(check("region", region, REGION_NAME))
-
-
-def _checked_digest(digest: object, name: str) -> str:
-    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
-        raise InvalidInput(name, f"must be a SHA-256 digest (64 lowercase hex digits), got {digest!r}")
-    return digest
+def _recent_listings(log: Log, newest: Generation, cutoff: datetime) -> tuple[set[str], int]:
+    """The data files a reader may still need (module docstring): those listed by the newest
+    generation, by every generation committed after ``cutoff``, and by the one that was newest at the
+    cutoff (a reader may have started on it just before); and the first log document needed to read
+    those generations (the checkpoint they replay from, or 0)."""
+    recent = [
+        number
+        for info in log.objects.listing(LOG_PREFIX)
+        if info.modified >= cutoff and (number := log_number(info.path)) is not None
+    ]
+    first = max(min(recent, default=newest.generation) - 1, 0)
+    start = log.checkpoint_at_or_before(first)
+    generation = start
+    listed = {entry.path for entry in newest.files}
+    if start is not None and start.generation >= first:
+        listed.update(entry.path for entry in start.files)
+    for commit in log.commits_after(-1 if start is None else start.generation):
+        generation = applied(generation, commit)
+        if commit.generation >= first:
+            listed.update(entry.path for entry in generation.files)
+    return listed, 0 if start is None else start.generation
