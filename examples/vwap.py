@@ -4,11 +4,12 @@ Run it locally (Spark local[2], a SQLite database and a state store under ./.rep
 
     .venv/bin/python examples/vwap.py --batches 4
 
-or against a cluster with spark-submit (the database and the state directory must be reachable from the
-driver, and the state directory from every executor, e.g. a shared filesystem):
+or against a cluster with spark-submit (the database must be reachable from the driver; the state store
+from the driver and every executor: an object store such as ``s3://bucket/repart/vwap``, with the
+credentials in the driver's ``AWS_*`` environment variables, or a shared file system):
 
     .venv/bin/spark-submit --master spark://HOST:7077 examples/vwap.py \\
-        --db postgresql+psycopg://user@dbhost/repart --state /shared/repart/vwap --batches 4
+        --db postgresql+psycopg://user@dbhost/repart --state s3://bucket/repart/vwap --batches 4
 
 Each batch applies the controller's pending plan to the state, partitions the trades with the applied
 version, folds them into the per-ticker sums on the channel's executor, observes the key frequencies
@@ -25,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", default="sqlite:///.repart/vwap/repart.db", help="controller database URL")
     parser.add_argument(
-        "--state", type=Path, default=Path(".repart/vwap/state"), help="state store directory"
+        "--state", default=".repart/vwap/state", help="state store: a directory or an s3://, gs://, az:// URL"
     )
     parser.add_argument("--region", default="vwap")
     parser.add_argument("--batches", type=int, default=4)

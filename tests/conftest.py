@@ -14,7 +14,6 @@ its own. ``store_url`` is a fresh store location on either backend (``store_back
 from __future__ import annotations
 
 import itertools
-import os
 import shutil
 import socket
 import subprocess
@@ -31,6 +30,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 
 from repart.storage import make_engine, upgrade
+from tests.factories import s3_bucket
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 BACKENDS = ("sqlite", "postgresql")
@@ -172,13 +172,6 @@ def s3_endpoint() -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(timeout=30)
-
-
-def s3_bucket(endpoint: str) -> str:
-    """A new, empty bucket on ``endpoint``; its name."""
-    name = f"repart-{next(_counter)}-{os.getpid()}"
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{name}", method="PUT"), timeout=10).close()
-    return name
 
 
 @pytest.fixture

@@ -13,20 +13,26 @@ policy).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import base64
+import json
+import urllib.request
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 import repart.state.files as files_module
 from repart.migration import MigrationPlan, plan_migration
-from repart.partitioning import LossyCounter, PartitionFunction, build, initial_function
+from repart.partitioning import ConsistentSpec, LossyCounter, PartitionFunction, build, initial_function
+from repart.partitioning.documents import canonical_json, sha256_hex
 from repart.partitioning.domain import MAX_CHANNELS, Key, KeyType
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.hashing import hash_int64_array, hash_keys, slots_of_hashes
@@ -331,16 +337,19 @@ def state_table(n: int, key_type: KeyType, seed: int = 0) -> pa.Table:
 
 
 def empty_store(
-    root: Path,
+    root: Path | str,
     function: PartitionFunction,
     schema: pa.Schema,
     *,
     key_col: str = "key",
     slot_groups: int = 16,
     version: int = 1,
+    merge: Mapping[str, str] | None = None,
+    options: Mapping[str, str] | None = None,
 ) -> StateStore:
     """An empty store (generation 0) of region ``REGION`` at ``version``, laid out by ``function``, for
-    rows of ``schema`` keyed by ``key_col``."""
+    rows of ``schema`` keyed by ``key_col``, at ``root`` (a directory or a URL, with the object store's
+    ``options``); mergeable by ``merge`` when given."""
     key_type: KeyType = "str" if pa.types.is_string(schema.field(key_col).type) else "int"
     return StateStore.create(
         root,
@@ -353,27 +362,33 @@ def empty_store(
         key_col=key_col,
         schema=schema,
         slot_groups=slot_groups,
+        merge=merge,
+        options=options,
     )
 
 
 def new_store(
-    root: Path,
+    root: Path | str,
     function: PartitionFunction,
     table: pa.Table,
     slot_groups: int = 16,
     routed_by: PartitionFunction | None = None,
     version: int = 1,
+    options: Mapping[str, str] | None = None,
 ) -> StateStore:
     """A store of region ``REGION`` at ``version``, laid out by ``function``, holding ``table`` routed
-    by ``function`` (or ``routed_by``)."""
-    store = empty_store(root, function, table.schema, slot_groups=slot_groups, version=version)
+    by ``function`` (or ``routed_by``) as base files, at ``root`` (a directory or a URL, with the
+    object store's ``options``)."""
+    store = empty_store(
+        root, function, table.schema, slot_groups=slot_groups, version=version, options=options
+    )
     channels = (routed_by or function).lookup_many(table.column("key").to_pylist())
-    replaced = {
+    added = {
         channel: store.write(channel, table.filter(pa.array(channels == channel)), kind="base")
         for channel in range(function.n_channels)
     }
     return store.commit(
-        replaced, version=version, function_digest=function.digest, n_channels=function.n_channels
+        added, version=version, function_digest=function.digest, n_channels=function.n_channels
     )
 
 
@@ -387,8 +402,14 @@ def sorted_rows(table: pa.Table) -> pa.Table:
     return table.select(["key", "volume", "notional", "venue"]).sort_by("key")
 
 
-def check_oracle(store: StateStore, old: pa.Table, target: PartitionFunction) -> None:
-    """Every row on ``target.lookup(key)``, the same rows as before, entries true to the files."""
+def check_oracle(
+    store: StateStore,
+    old: pa.Table,
+    target: PartitionFunction,
+    options: Mapping[str, str] | None = None,
+) -> None:
+    """Every row on ``target.lookup(key)``, the same rows as before, entries true to the files, and a
+    fresh open of the store's location (with ``options``) at the same generation."""
     new = store.read()
     keys = new.column("key").to_pylist()
     expected = np.array([target.lookup(key) for key in keys])
@@ -396,7 +417,7 @@ def check_oracle(store: StateStore, old: pa.Table, target: PartitionFunction) ->
     assert sorted_rows(new).equals(sorted_rows(old))
     assert store.rows() == old.num_rows
     store.verify()
-    assert StateStore.open(store.root).generation == store.generation
+    assert StateStore.open(store.url, options).generation == store.generation
 
 
 #: The partial state of the split-mode state tests: VWAP-like sums, a min, a max and a nullable string.
@@ -465,13 +486,24 @@ def partial_store(
     return store.commit(replaced, version=1, function_digest=function.digest, n_channels=function.n_channels)
 
 
-def churned_store(root: Path, rows: int, monkeypatch: pytest.MonkeyPatch) -> StateStore:
-    """A store of ``rows`` state rows taken 4 -> 5 -> 4 channels, in row groups of 64 rows: every file
-    filtered, a second file in most slot groups (so compaction is due)."""
+def churned_store(
+    root: Path | str,
+    rows: int,
+    monkeypatch: pytest.MonkeyPatch,
+    options: Mapping[str, str] | None = None,
+) -> StateStore:
+    """A store of ``rows`` state rows (``state_table(rows, "str")``, 4 slot groups, row groups of 64
+    rows) taken 4 -> 5 -> 4 channels: from 4 ring channels to 5 jump channels, then to 4 jump channels
+    (``initial_function(4)``), at version 3, generation 3. Each file is listed under several channels
+    with filters and a channel's slot groups hold several files, so every channel is due for
+    compaction. (Plans that lead back to the first function would list every file as it was.)"""
     monkeypatch.setattr(files_module, "ROW_GROUP_ROWS", 64)
-    four, five = initial_function(4, "str", SMALL_SLOT_BITS), initial_function(5, "str", SMALL_SLOT_BITS)
-    store = new_store(root, four, state_table(rows, "str"), slot_groups=4)
-    store.apply(plan_migration(four, five), plan_id=1, region=REGION, from_version=1, to_version=2)
+    ring = PartitionFunction(
+        n_channels=4, key_type="str", slot_bits=SMALL_SLOT_BITS, consistent=ConsistentSpec("ring")
+    )
+    five, four = initial_function(5, "str", SMALL_SLOT_BITS), initial_function(4, "str", SMALL_SLOT_BITS)
+    store = new_store(root, ring, state_table(rows, "str"), slot_groups=4, options=options)
+    store.apply(plan_migration(ring, five), plan_id=1, region=REGION, from_version=1, to_version=2)
     store.apply(plan_migration(five, four), plan_id=2, region=REGION, from_version=2, to_version=3)
     return store
 
@@ -495,3 +527,106 @@ def zipf_estimate_with_slots(domain: int, total: int, seed: int = 3) -> Frequenc
         slot_counts=slot_counts,
         slot_bits=16,
     )
+
+
+def s3_bucket(endpoint: str) -> str:
+    """A new, empty bucket on the S3 endpoint at ``endpoint`` (the ``s3_endpoint`` fixture); its name."""
+    name = f"repart-{uuid.uuid4().hex[:16]}"
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{name}", method="PUT"), timeout=10).close()
+    return name
+
+
+def object_listing(store: StateStore) -> dict[str, tuple[int, datetime]]:
+    """Every object of the store (data files, log documents, the hint), by path: its size and last
+    change. Two equal listings mean nothing was written, replaced or deleted in between."""
+    return {info.path: (info.size, info.modified) for info in store.objects.listing()}
+
+
+def log_documents(store: StateStore) -> dict[str, bytes]:
+    """The commit documents and checkpoints of the store's log (not the hint, which any commit
+    rewrites), by path, with their bytes."""
+    return {
+        info.path: store.objects.read(info.path)
+        for info in store.objects.listing("_log/")
+        if info.path != "_log/_hint.json"
+    }
+
+
+def rewritten_commit(store: StateStore, generation: int, change: Callable[[dict[str, Any]], None]) -> str:
+    """Apply ``change`` to the commit document of ``generation`` and store it again with a checksum
+    that holds (the SHA-256 of the canonical JSON of its other fields, as docs/state-format.md defines
+    it), so that only its content is wrong, as a buggy writer would leave it. Returns its path."""
+    path = f"_log/{generation:020d}.json"
+    document = json.loads(store.objects.read(path))
+    change(document)
+    body = {key: value for key, value in document.items() if key != "checksum"}
+    document["checksum"] = sha256_hex(canonical_json(body))
+    store.objects.write(path, canonical_json(document).encode("utf-8"))
+    return path
+
+
+def legacy_store(
+    root: Path,
+    function: PartitionFunction,
+    table: pa.Table,
+    *,
+    format_version: int = 2,
+    slot_groups: int = 4,
+    batch_id: int | None = None,
+    applied_plan: tuple[int, str] | None = None,
+) -> Path:
+    """A store of format 1 or 2 (``repart.state.legacy``), written the way repart wrote them before
+    format 3: ``table`` (routed by ``function``, string or int ``key`` column) as one Parquet file per
+    channel and slot group under ``channel=<c>/`` (the user's columns and ``_slot``, no ``_deleted``),
+    generation 1 in ``generations/00000001.json`` and a ``MANIFEST`` naming it with its SHA-256. The
+    generation records ``batch_id`` (with no channel updates) and ``applied_plan`` when given."""
+    key_type: KeyType = "str" if pa.types.is_string(table.schema.field("key").type) else "int"
+    layout = files_module.checked_layout("key", key_type, function.slot_bits, slot_groups, table.schema)
+    keys = table.column("key").to_pylist()
+    slots = slots_of_hashes(hash_keys(keys, key_type), function.slot_bits)
+    channels = function.lookup_many(keys)
+    entries = []
+    for channel in range(function.n_channels):
+        for group in range(slot_groups):
+            chosen = np.flatnonzero((channels == channel) & ((slots >> layout.group_shift) == group))
+            if not chosen.size:
+                continue
+            order = chosen[np.argsort(slots[chosen], kind="stable")]
+            rows = table.take(pa.array(order)).append_column("_slot", pa.array(slots[order].astype(np.int32)))
+            path = f"channel={channel}/{uuid.uuid4().hex}.parquet"
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(rows, root / path)
+            _, hashes = layout.hashes(rows)
+            entries.append(
+                {
+                    "path": path,
+                    "channel": channel,
+                    "slot_group": group,
+                    "rows": rows.num_rows,
+                    "bytes": (root / path).stat().st_size,
+                    "checksum": f"{int(hashes.sum(dtype=np.uint64)):016x}",
+                }
+            )
+    document: dict[str, Any] = {
+        "format": format_version,
+        "generation": 1,
+        "region": REGION,
+        "version": 1,
+        "function_digest": function.digest,
+        "n_channels": function.n_channels,
+        "slot_bits": function.slot_bits,
+        "slot_groups": slot_groups,
+        "key_type": key_type,
+        "key_col": "key",
+        "schema": base64.b64encode(table.schema.serialize().to_pybytes()).decode("ascii"),
+        "applied_plans": [] if applied_plan is None else [list(applied_plan)],
+        "files": entries,
+    }
+    if batch_id is not None:
+        document["batch"] = {"id": batch_id, "channels": []}
+    text = canonical_json(document)
+    (root / "generations").mkdir(parents=True, exist_ok=True)
+    (root / "generations" / "00000001.json").write_text(text, encoding="utf-8")
+    manifest = {"format": format_version, "generation": 1, "sha256": sha256_hex(text)}
+    (root / "MANIFEST").write_text(canonical_json(manifest), encoding="utf-8")
+    return root

@@ -66,7 +66,8 @@ class Conflict(ReparError):
 
 class Corrupt(ReparError):
     """Stored state or a document is damaged: a missing or truncated file, a checksum or row count that
-    does not match, a manifest that cannot be read. Never the user's input, never retried."""
+    does not match, a commit document or manifest that cannot be read. Never the user's input, never
+    retried."""
 
     exit_code = 4
 

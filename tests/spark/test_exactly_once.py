@@ -5,8 +5,8 @@ state's totals equal the input's exactly, with one snapshot, one report and one 
 The kill points, reached through ``REPART_KILL_AT`` in the child (it ``os.kill``s itself with SIGKILL
 when the named step is done):
 
-- ``apply-written``: inside ``StateStore.apply``, the next generation's files written and verified, the
-  manifest not yet swapped;
+- ``apply-written``: inside ``StateStore.apply``, the next generation's files written and verified, its
+  commit document not yet created;
 - ``apply-committed``: right after the store committed the plan, before the controller heard of it;
 - ``update-committed``: right after the state commit that absorbed the batch;
 - ``observe-submitted``: right after the batch's snapshot reached the controller;

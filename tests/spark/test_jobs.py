@@ -200,7 +200,8 @@ def test_a_damaged_state_file_fails_the_plan_naming_the_file(
     store = store_at_version_1(engine, tmp_path / "state")
     plan = MigrationPlan.from_json(plans(engine)[0].plan_json)
     victim = next(e for c in plan.channels_losing_keys for e in store.files(c))  # a file the plan reads
-    path = store.root / victim.path
+    assert store.objects.local_root is not None
+    path = store.objects.local_root / victim.path
     if damage == "deleted":
         path.unlink()
     else:
@@ -208,12 +209,12 @@ def test_a_damaged_state_file_fails_the_plan_naming_the_file(
     client = SqlControllerClient(engine)
     with pytest.raises(Corrupt) as raised:
         apply_next_plan(client, REGION, store)
-    assert raised.value.path == str(path)
+    assert raised.value.path == victim.path
     (row,) = plans(engine)
     assert row.status == "failed" and row.id == plan_id
     (event,) = failure_events(engine)
-    assert event.message.startswith(f"Corrupt: {path}: state file")
-    assert StateStore.open(store.root).generation == 1  # nothing committed
+    assert event.message.startswith(f"Corrupt: {victim.path}: state file")
+    assert StateStore.open(store.url).generation == 1  # nothing committed
 
 
 def test_last_considered_seq_follows_the_decisions(engine: Engine) -> None:

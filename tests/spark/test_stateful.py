@@ -1,5 +1,7 @@
-"""update_state: each channel's task folds its rows into the store; checked against a pandas oracle.
-Exactly once under a batch id; damaged state and bad combines come back with their error class."""
+"""update_state: each channel's task writes its delta of the batch; checked against a pandas oracle.
+General stores (combine over the touched keys' rows) and mergeable ones (partials reduced in the JVM,
+no state read), on a local directory and on a local S3 endpoint written by the executors. Exactly
+once under a batch id; damaged state and bad combines come back with their error class."""
 
 from __future__ import annotations
 
@@ -120,12 +122,71 @@ def test_a_damaged_state_file_is_corrupt_naming_it(spark: SparkSession, tmp_path
     frame = partition(spark.createDataFrame(batch(6, 2000)), "k", function)
     store, _ = update_state(store, frame, add_up, version=1, function=function, batch_id=0)
     victim = store.files(1)[0]
-    path = store.root / victim.path
+    assert store.objects.local_root is not None
+    path = store.objects.local_root / victim.path
     if damage == "deleted":
         path.unlink()
     else:
         path.write_bytes(path.read_bytes()[: victim.bytes // 3])
     with pytest.raises(Corrupt, match="missing" if damage == "deleted" else "Parquet magic bytes") as error:
         update_state(store, frame, add_up, version=1, function=function, batch_id=1)
-    assert error.value.path == str(path)
+    assert error.value.path == victim.path
     assert StateStore.open(tmp_path / "state").generation == 1
+
+
+COUNTED = pa.schema([("k", pa.string()), ("n", pa.int64()), ("v", pa.int64()), ("low", pa.int64())])
+COUNTED_MERGE = {"n": "count", "v": "sum", "low": "min"}
+
+
+def test_a_mergeable_store_takes_partials_and_reads_no_state(
+    spark: SparkSession, tmp_path: Path, store_url: str, store_options: dict[str, str] | None
+) -> None:
+    """The executors write their channels' partials (to the local S3 endpoint too); a damaged base file
+    does not stop a batch, because no task reads state; the merged state equals a plain groupBy."""
+    function = initial_function(3, "str")
+    store = StateStore.create(
+        store_url, region="r", version=1, function_digest=function.digest, n_channels=3,
+        slot_bits=function.slot_bits, key_type="str", key_col="k", schema=COUNTED, slot_groups=4,
+        merge=COUNTED_MERGE, options=store_options,
+    )  # fmt: skip
+    tables = [batch(seed, 4000) for seed in (7, 8, 9)]
+    for batch_id, table in enumerate(tables):
+        frame = spark.createDataFrame(table.append_column("low", table["v"]))
+        store, updates = update_state(
+            store, partition(frame, "k", function), version=1, function=function, batch_id=batch_id
+        )
+        assert sum(update.input_rows for update in updates) == table.num_rows
+    assert {entry.kind for entry in store.all_files()} == {"delta"}
+    reopened = StateStore.open(store_url, store_options)
+    state = reopened.read().to_pandas().set_index("k").sort_index()
+    expected = pa.concat_tables(tables).to_pandas().groupby("k")["v"].agg(["count", "sum", "min"])
+    assert state["n"].to_dict() == expected["count"].to_dict()
+    assert state["v"].to_dict() == expected["sum"].to_dict()
+    assert state["low"].to_dict() == expected["min"].to_dict()
+    assert (state["channel"] == [function.lookup(key) for key in state.index]).all()
+    if store.objects.local_root is not None:  # damage a written file: the next batch must not read it
+        victim = store.files(0)[0]
+        (store.objects.local_root / victim.path).write_bytes(b"not parquet")
+        with pytest.raises(Corrupt):
+            store.read_channel(0)
+        frame = spark.createDataFrame(tables[0].append_column("low", tables[0]["v"]))
+        store, _ = update_state(
+            store, partition(frame, "k", function), version=1, function=function, batch_id=9
+        )
+        assert store.last_batch is not None and store.last_batch.batch_id == 9
+
+
+def test_combine_and_merge_are_one_or_the_other(spark: SparkSession, tmp_path: Path) -> None:
+    function = initial_function(2, "str")
+    general = empty_store(tmp_path / "general", function, SCHEMA, key_col="k", version=1)
+    frame = partition(spark.createDataFrame(batch(4, 50)), "k", function)
+    with pytest.raises(InvalidInput, match="combine must be given for a general store") as error:
+        update_state(general, frame, version=1, function=function)
+    assert error.value.field == "combine"
+    mergeable = StateStore.create(
+        tmp_path / "mergeable", region="r", version=1, function_digest=function.digest, n_channels=2,
+        slot_bits=function.slot_bits, key_type="str", key_col="k", schema=COUNTED, merge=COUNTED_MERGE,
+    )  # fmt: skip
+    with pytest.raises(InvalidInput) as error:
+        update_state(mergeable, frame, add_up, version=1, function=function)
+    assert error.value.field == "combine" and mergeable.refreshed().generation == 0

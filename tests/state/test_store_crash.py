@@ -1,365 +1,277 @@
-"""Crash safety of ``StateStore.apply`` and ``StateStore.compact`` (DESIGN §9): a process killed
-(SIGKILL) at any point leaves the store at a complete generation, old or new, holding exactly the
-input state, and a retry finishes the migration or the compaction.
+"""Crash safety of the state store's writers (format 3), on a local directory and on S3.
 
-The kills land at chosen points, not after random delays. The child process that applies or compacts
-counts its calls of the primitives that change the disk (``pyarrow.parquet.write_table``, ``os.link``,
-``os.fsync``, ``os.replace``: every write of the store goes through them) and kills itself with
-SIGKILL before the n-th one, or halfway through a Parquet write (a torn file), or after the operation
-returned. A calibration run of the same operation lists its calls; the trials spread their kill points
-over that list and always include the last calls before the commit (the renames of the generation
-document and of the manifest) and the first after it. Every trial asserts which generation the store
-opens at (the old one for a kill up to the manifest's rename, the new one after it), and each group of
-trials has both. Ten trials of an apply, ten of a compaction, and eight of an apply whose plan
-consolidates split keys' partials (DESIGN §11.3), checked against a plain Python group-by of the input.
+A child process (forked by ``tests/state/state_child.py zygote``, which imports repart once for all
+trials) performs one operation on a store: an update (batch 2 written as deltas and committed), an
+apply (a migration plan 4 -> 5 channels with explicitly moved keys, so that rows are written again) or a
+compaction (every channel's deltas folded). It SIGKILLs itself at a fixed point, injected by wrapping
+the object layer's ``write`` and ``create``: before any data write, between data writes, before the
+conditional put of the commit document, right after it, and after the hint; some trials kill the retry
+too. After each kill the store opens at a complete generation (the old one exactly when the kill came
+before the commit document's put), ``verify`` passes, the data files the killed children left unlisted
+are exactly those they wrote before the kill, and the state equals the oracle of what committed (each
+key's total over the rows of the batches in it, by a plain pyarrow group-by, on the channel its
+layout's function routes it to). A retry of the same operation then finishes (an update's batch id is
+found absorbed when it committed: in the log once, never twice), and a vacuum leaves exactly the files
+of the newest generation. Twenty trials per backend.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import shutil
+import os
+import re
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pytest
 
-from repart.migration import plan_migration
-from repart.partitioning import PartitionFunction, initial_function
-from repart.partitioning.domain import Key
-from repart.partitioning.split.function import SplitEntry, SplitFunction
-from repart.protocol.merge import MergeSpec
+from repart.errors import Conflict
+from repart.migration import MigrationPlan, plan_migration
+from repart.partitioning import PartitionFunction
+from repart.state.log import commit_path
 from repart.state.store import StateStore
-from tests.factories import (
-    REGION,
-    SMALL_SLOT_BITS,
-    all_files,
-    check_oracle,
-    new_store,
-    partial_store,
-    state_table,
-    zipf_keys,
+from tests.state.state_child import (
+    SLOT_BITS,
+    apply,
+    batch_rows,
+    commit_batch,
+    compact,
+    create,
+    function,
+    totals,
+    update,
+    write_rows,
 )
 
-TRIALS = 10
-CONSOLIDATION_TRIALS = 8
-ROWS = 20_000
-
-#: The child: ``ROOT KILL_AT HOW OPERATION [PLAN [MERGE]]``. It kills itself before its KILL_AT-th call
-#: of an instrumented primitive (HOW ``torn``: that call is a Parquet write, and the file keeps half
-#: its bytes), or after the operation returned (KILL_AT one past the last call), or never (0); then it
-#: prints the calls it made, in order.
-CHILD = """
-import json, os, signal, sys, threading
-from pathlib import Path
-import pyarrow.parquet as pq
-from repart.migration import MigrationPlan
-from repart.protocol.merge import MergeSpec
-from repart.state.store import StateStore
-
-root, kill_at, how, operation, *rest = sys.argv[1:]
-kill_at = int(kill_at)
-calls = []
-lock = threading.Lock()
-
-def die():
-    os.kill(os.getpid(), signal.SIGKILL)
-
-def instrument(owner, attribute, name_of):
-    real = getattr(owner, attribute)
-    def instrumented(*args, **kwargs):
-        with lock:
-            calls.append(name_of(*args))
-            number = len(calls)
-        if number == kill_at and how == "before":
-            die()
-        result = real(*args, **kwargs)
-        if number == kill_at:  # torn: the Parquet file holds half its bytes when the process dies
-            sink = args[1]
-            sink.flush()
-            os.ftruncate(sink.fileno(), sink.tell() // 2)
-            die()
-        return result
-    setattr(owner, attribute, instrumented)
-
-def renamed(source, target):
-    target = Path(target)
-    return "rename MANIFEST" if target.name == "MANIFEST" else f"rename {target.parent.name}"
-
-instrument(pq, "write_table", lambda *args: "write")
-instrument(os, "link", lambda *args: "link")
-instrument(os, "fsync", lambda *args: "fsync")
-instrument(os, "replace", renamed)
-store = StateStore.open(root)
-if operation == "apply":
-    plan = MigrationPlan.from_json(Path(rest[0]).read_text())
-    merge = MergeSpec.parse(rest[1]) if len(rest) > 1 else None
-    store.apply(plan, plan_id=1, region=store.region, from_version=1, to_version=2, merge=merge)
-else:
-    assert store.compact().compacted
-if kill_at == len(calls) + 1:
-    die()
-print(json.dumps(calls))
-"""
-WRITE, DOCUMENT_RENAME, MANIFEST_RENAME = "write", "rename generations", "rename MANIFEST"
+CHILD = Path(__file__).with_name("state_child.py")
+OLD = 2  # the template's generation: 0 created, 1 the base state, 2 batch 1
+BATCH = 2  # the update's batch id
+#: The plan's target: five channels, three keys moved explicitly (their rows are written again).
+TARGET = PartitionFunction(
+    n_channels=5,
+    key_type="str",
+    slot_bits=SLOT_BITS,
+    explicit={key: (function().lookup(key) + 1) % 5 for key in ("k1", "k2", "k3")},
+)
+LAST = -1  # a data kill at the operation's last data write
+COMMIT = re.compile(r"_log/[0-9]{20}\.json")
 
 
 @dataclass(frozen=True)
 class Kill:
-    """Where the child dies: before its ``call``-th instrumented call (one past the last: after the
-    operation returned), or, ``torn``, halfway through that call, a Parquet write."""
+    """Where a child dies: ``point`` (module docstring of state_child) and, for ``data``, before which
+    data write (LAST: the last one the operation makes)."""
 
-    call: int
-    torn: bool = False
+    point: str
+    n: int = 0
 
+    @property
+    def commits(self) -> bool:
+        """Whether the operation's commit document is in place when the child dies."""
+        return self.point in ("after-commit", "after-hint")
 
-def run_child(root: Path, kill: Kill | None, *arguments: str) -> list[str]:
-    """Run the child on ``root``; without ``kill``, to the end, returning the calls it made."""
-    how = "torn" if kill is not None and kill.torn else "before"
-    argv = [sys.executable, "-c", CHILD, str(root), str(kill.call if kill else 0), how, *arguments]
-    child = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if kill is None:
-        assert child.returncode == 0, child.stderr
-        calls: list[str] = json.loads(child.stdout)
-        return calls
-    assert child.returncode == -signal.SIGKILL, child.stderr
-    return []
+    def __str__(self) -> str:
+        return f"data{'-last' if self.n == LAST else self.n}" if self.point == "data" else self.point
 
 
-def kill_points(calls: Sequence[str], trials: int) -> list[Kill]:
-    """``trials`` kill points over a calibration run's ``calls``: a torn Parquet write (the middle
-    one), the generation document's rename, the manifest's rename (the commit), the call after it
-    (the directory sync), after the return, and the rest spread evenly over the calls before the
-    generation document's rename."""
-    commit = calls.index(MANIFEST_RENAME) + 1
-    document = calls.index(DOCUMENT_RENAME) + 1
-    writes = [number for number, call in enumerate(calls, 1) if call == WRITE]
-    assert writes and document < commit < len(calls)
-    fixed = [
-        Kill(writes[len(writes) // 2], torn=True),
-        *map(Kill, (document, commit, commit + 1, len(calls) + 1)),
-    ]
-    spread = np.unique(np.linspace(1, document - 1, trials - len(fixed)).round().astype(int)).tolist()
-    assert len(spread) == trials - len(fixed)
-    return [*map(Kill, spread), *fixed]
+POINTS = (
+    Kill("data", 1),
+    Kill("data", 2),
+    Kill("before-commit"),
+    Kill("after-commit"),
+    Kill("after-hint"),
+)
+#: Each trial: an operation and the kills of its successive runs (a second kill hits the retry).
+TRIALS = [
+    *(("update", (kill,)) for kill in (*POINTS, Kill("data", LAST))),
+    ("update", (Kill("before-commit"), Kill("after-commit"))),
+    *(("apply", (kill,)) for kill in POINTS),
+    ("apply", (Kill("data", 2), Kill("after-commit"))),
+    *(("compact", (kill,)) for kill in (*POINTS, Kill("data", LAST))),
+    ("compact", (Kill("data", LAST), Kill("after-hint"))),
+]
+assert len(TRIALS) == 20
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """Where a kill landed: the call, whether the store opened at the new generation, and how many
-    data files the killed child left that the generation it opened at does not list."""
+def template(url: str, options: dict[str, str] | None) -> tuple[pa.Table, pa.Table]:
+    """The store each trial starts from (generation 2: a base state, then batch 1 as deltas); the rows
+    in it, and the rows of batch 2 (the update's)."""
+    store = create(url, options)
+    base, first = batch_rows(1000, rows=1000), batch_rows(1)
+    commit_batch(store, function(), write_rows(store, function(), base, kind="base"), None)
+    assert update(store, function(), 1, first) and store.generation == OLD
+    return pa.concat_tables([base, first]), batch_rows(BATCH)
 
-    kill: Kill
-    committed: bool
-    orphans: int
+
+def data_objects(store: StateStore) -> set[str]:
+    return {info.path for info in store.objects.listing("data/")}
 
 
-def crash_trials(
+class Zygote:
+    """The crash children's parent (``state_child.py zygote``): it imports repart once and forks one
+    child per operation, which dies by its own SIGKILL."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        with log.open("w") as errors:
+            self.process = subprocess.Popen(
+                [sys.executable, str(CHILD), "zygote"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                text=True,
+                env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},  # no BLAS threads across the forks
+            )
+
+    def run(self, spec: dict[str, Any]) -> dict[str, Any]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps(spec) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        assert line, f"the zygote died: {self.log.read_text()[-3000:]}"
+        result: dict[str, Any] = json.loads(line)
+        return result
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write("\n")
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Zygote]:
+    parent = Zygote(tmp_path_factory.mktemp("zygote") / "children.log")
+    yield parent
+    parent.close()
+
+
+def run_child(
+    zygote: Zygote, url: str, options: dict[str, str] | None, operation: str, kill: Kill, plan: Path
+) -> None:
+    spec: dict[str, Any] = {
+        "url": url,
+        "options": options,
+        "operation": operation,
+        "kill": {"point": kill.point, "n": kill.n},
+        "batch_id": BATCH,
+        "seed": BATCH,
+        "plan": str(plan),
+    }
+    outcome = zygote.run(spec)
+    assert outcome == {"signal": signal.SIGKILL, "code": None}, (
+        kill,
+        outcome,
+        zygote.log.read_text()[-3000:],
+    )
+
+
+@cache
+def data_writes(operation: str) -> int:
+    """How many data files the operation writes (a run on a local copy of the template, counted by
+    listing), for the kills at its last data write."""
+    with tempfile.TemporaryDirectory() as directory:
+        location = str(Path(directory) / "calibration")
+        template(location, None)
+        store = StateStore.open(location)
+        before = data_objects(store)
+        perform(store, operation, plan_migration(function(), TARGET))
+        return len(data_objects(store) - before)
+
+
+def perform(store: StateStore, operation: str, plan: MigrationPlan) -> bool:
+    """The operation (the child's), run here; whether it did anything."""
+    if operation == "update":
+        return update(store, function(), BATCH, batch_rows(BATCH))
+    if operation == "apply":
+        return apply(store, plan)
+    return compact(store)
+
+
+def check_state(store: StateStore, operation: str, committed: bool, expected: dict[str, int]) -> None:
+    """The store at a complete generation: the old one or the operation's, verified, each key's total
+    the oracle's, every key on the channel its layout's function routes it to."""
+    assert store.generation == OLD + committed
+    store.verify()
+    layout = TARGET if operation == "apply" and committed else function()
+    assert (store.version, store.function_digest) == (
+        (2, TARGET.digest) if layout is TARGET else (1, layout.digest)
+    )
+    state = store.read()
+    keys = state.column("key").to_pylist()
+    assert len(set(keys)) == len(keys)  # one row per key, on one channel
+    assert state.column("channel").to_pylist() == layout.lookup_many(keys).tolist()
+    assert dict(zip(keys, state.column("n").to_pylist(), strict=True)) == expected
+    deltas = [entry for entry in store.all_files() if entry.kind == "delta"]
+    if operation == "compact":
+        assert (not deltas) == committed
+    last = store.last_batch
+    assert last is not None and last.batch_id == (BATCH if operation == "update" and committed else 1)
+
+
+def commit_documents(store: StateStore) -> list[str]:
+    return [info.path for info in store.objects.listing("_log/") if COMMIT.fullmatch(info.path)]
+
+
+def temporaries(store: StateStore) -> set[str]:
+    """A killed local writer's hidden temporaries (``.<name>.<random>``)."""
+    return {info.path for info in store.objects.listing() if info.path.rsplit("/", 1)[-1].startswith(".")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("operation", "kills"), TRIALS, ids=[f"{op}-{'-'.join(map(str, kills))}" for op, kills in TRIALS]
+)
+def test_a_killed_writer_leaves_a_complete_generation_and_a_retry_finishes(
+    zygote: Zygote,
     tmp_path: Path,
-    template: Path,
-    trials: int,
-    arguments: Sequence[str],
-    check: Callable[[StateStore, bool], None],
-    retry: Callable[[StateStore, bool], None],
-) -> list[Outcome]:
-    """Calibrate on a copy of ``template``, then kill a child at each of ``trials`` kill points on a copy
-    each: the store opens at the old generation or the next one (the next exactly when the kill came
-    after the manifest's rename), ``check(store, committed)`` holds, ``retry`` finishes, ``check``
-    holds at the new generation, and ``vacuum`` leaves exactly the files the generation lists."""
-    old = StateStore.open(template).generation
-    calibrated = tmp_path / "calibration"
-    shutil.copytree(template, calibrated)
-    calls = run_child(calibrated, None, *arguments)
-    check(StateStore.open(calibrated), True)
-    commit = calls.index(MANIFEST_RENAME) + 1
-    before = set(data_files(template))
-    outcomes = []
-    for trial, kill in enumerate(kill_points(calls, trials)):
-        root = tmp_path / f"trial-{trial}"
-        shutil.copytree(template, root)
-        run_child(root, kill, *arguments)
-        store = StateStore.open(root)
-        assert store.generation in (old, old + 1)
-        committed = store.generation == old + 1
-        assert committed == (kill.call > commit), (kill, calls[kill.call - 1 : kill.call])
-        orphans = len(set(data_files(root)) - before - {entry.path for entry in all_files(store)})
-        check(store, committed)
-        retry(store, committed)
-        assert store.generation == old + 1
-        check(store, True)
-        store.vacuum(keep_generations=1)
-        assert set(data_files(root)) == {entry.path for entry in all_files(store)}
-        assert [path.name for path in (root / "generations").iterdir()] == [f"{old + 1:08d}.json"]
-        assert not list(root.glob(".MANIFEST.*"))
-        StateStore.open(root).verify()
-        outcomes.append(Outcome(kill, committed, orphans))
-    assert {outcome.committed for outcome in outcomes} == {False, True}
-    assert any(outcome.orphans for outcome in outcomes if not outcome.committed)  # killed mid-way
-    print(f"{len(calls)} calls, the manifest's rename is call {commit}; kills:")
-    for outcome in outcomes:
-        torn = " (torn write)" if outcome.kill.torn else ""
-        landed = "new" if outcome.committed else "old"
-        print(f"  call {outcome.kill.call}{torn}: {landed} generation, {outcome.orphans} orphaned files")
-    return outcomes
-
-
-def data_files(root: Path) -> list[str]:
-    return [path.relative_to(root).as_posix() for path in root.glob("channel=*/*")]
-
-
-@pytest.mark.slow
-def test_a_killed_apply_leaves_a_complete_generation_and_a_retry_finishes(tmp_path: Path) -> None:
-    table = state_table(ROWS, "str")
-    keys = table.column("key").to_pylist()
-    a = PartitionFunction(n_channels=8, key_type="str", slot_bits=SMALL_SLOT_BITS, explicit={keys[0]: 1})
-    b = PartitionFunction(
-        n_channels=11,
-        key_type="str",
-        slot_bits=SMALL_SLOT_BITS,
-        explicit={keys[0]: 9, keys[1]: 10},
-        slot_overrides=dict.fromkeys(range(64), 10),  # a whole slot group moves: files are relocated
-    )
-    plan = plan_migration(a, b)
+    store_url: str,
+    store_options: dict[str, str] | None,
+    operation: str,
+    kills: tuple[Kill, ...],
+) -> None:
+    plan = plan_migration(function(), TARGET)
     plan_file = tmp_path / "plan.json"
-    plan_file.write_text(plan.to_json())
-    template = tmp_path / "template"
-    new_store(template, a, table, slot_groups=16)
-
-    def check(store: StateStore, committed: bool) -> None:
-        layout = (2, b.digest) if committed else (1, a.digest)
-        assert (store.version, store.function_digest) == layout
-        check_oracle(store, table, b if committed else a)
-
-    def retry(store: StateStore, committed: bool) -> None:
-        result = store.apply(plan, plan_id=1, region=REGION, from_version=1, to_version=2)
-        assert result.already_applied == committed
-
-    crash_trials(tmp_path, template, TRIALS, ["apply", str(plan_file)], check, retry)
-
-
-@pytest.mark.slow
-def test_a_killed_compaction_leaves_a_complete_generation_and_a_retry_finishes(tmp_path: Path) -> None:
-    table = state_table(ROWS, "str")
-    a, b = initial_function(8, "str", SMALL_SLOT_BITS), initial_function(11, "str", SMALL_SLOT_BITS)
-    template = tmp_path / "template"
-    store = new_store(template, a, table, slot_groups=16)
-    store.apply(plan_migration(a, b), plan_id=1, region=REGION, from_version=1, to_version=2)
-    store.apply(plan_migration(b, a), plan_id=2, region=REGION, from_version=2, to_version=3)
-    assert sum(entry.hidden_rows for entry in all_files(store)) > 0  # filtered files, two per group
-
-    def check(store: StateStore, committed: bool) -> None:
-        assert (store.version, store.function_digest) == (3, a.digest)
-        assert all(entry.filter is None for entry in all_files(store)) == committed
-        check_oracle(store, table, a)
-
-    def retry(store: StateStore, committed: bool) -> None:
-        assert store.compact().compacted != committed
-
-    crash_trials(tmp_path, template, TRIALS, ["compact"], check, retry)
-
-
-SPEC = MergeSpec.parse("volume=sum,trades=sum,low=min,high=max")
-SPLIT_KEYS = 6  # the hottest keys are split in a; in b two stay split (on other candidates), four are not
-
-
-def trades(count: int, seed: int) -> pa.Table:
-    """Input rows over ``ZIPF_DOMAIN`` (2,000) keys, Zipf (the first keys the hottest), with a volume,
-    a count, a price (low and high) and a random 64-bit row hash."""
-    rng = np.random.default_rng(seed)
-    price = rng.integers(1, 400, count) * 0.25
-    return pa.table(
-        {
-            "key": pa.array([f"sym-{rank}" for rank in zipf_keys(seed, count, 1.1)]),
-            "volume": pa.array(rng.integers(1, 1_000, count), pa.int64()),
-            "trades": pa.array(np.ones(count, dtype=np.int64)),
-            "low": pa.array(price),
-            "high": pa.array(price),
-            "row_hash": pa.array(rng.integers(-(2**63), 2**63 - 1, count, dtype=np.int64)),
-        }
-    )
-
-
-def group_by_key(rows: pa.Table) -> list[dict[str, Any]]:
-    """The oracle: one row per key over all input rows, aggregated in plain Python, sorted by key."""
-    totals: dict[Key, dict[str, Any]] = {}
-    for row in rows.drop_columns(["row_hash"]).to_pylist():
-        total = totals.setdefault(row["key"], {"volume": 0, "trades": 0, "low": math.inf, "high": -math.inf})
-        total["volume"] += row["volume"]
-        total["trades"] += row["trades"]
-        total["low"] = min(total["low"], row["low"])
-        total["high"] = max(total["high"], row["high"])
-    return [{"key": key, **totals[key]} for key in sorted(totals)]
-
-
-def split(home: PartitionFunction, keys: Sequence[Key], others: int) -> SplitFunction:
-    """``home`` with each of ``keys`` spread evenly over its home and the ``others`` next channels."""
-    entries = {}
-    for key in keys:
-        first = home.lookup(key)
-        candidates = (first, *((first + step) % home.n_channels for step in range(1, others + 1)))
-        entries[key] = SplitEntry(candidates, (1 / len(candidates),) * len(candidates))
-    return SplitFunction(home, entries)
-
-
-@pytest.mark.slow
-def test_a_killed_apply_that_consolidates_split_keys_leaves_a_complete_generation(tmp_path: Path) -> None:
-    """A scale-out 6 → 7 under which six split keys lose candidates: the partials of four (no longer
-    split) are pooled on their home and merged, two keep a candidate of theirs besides their home."""
-    rows = trades(40_000, seed=7)
-    hot = [f"sym-{rank}" for rank in range(SPLIT_KEYS)]
-    a = split(initial_function(6, "str", SMALL_SLOT_BITS), hot, others=3)
-    b = split(initial_function(7, "str", SMALL_SLOT_BITS), hot[:2], others=1)
-    plan = plan_migration(a, b)
-    assert {row.key for row in plan.consolidations} == set(hot)
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(plan.to_json())
-    template = tmp_path / "template"
-    partial_store(template, a, rows, SPEC, slot_groups=16)
-    oracle = group_by_key(rows)
-
-    def check(store: StateStore, committed: bool) -> None:
-        function = b if committed else a
-        assert (store.version, store.function_digest) == ((2, b.digest) if committed else (1, a.digest))
-        state = store.read()
-        held = list(zip(state.column("key").to_pylist(), state.column("channel").to_pylist(), strict=True))
-        assert len(set(held)) == len(held)  # a channel holds at most one partial of a key
-        assert all(channel in function.candidates(key) for key, channel in held)
-        rows_of = {key: sum(1 for k, _ in held if k == key) for key in hot}
-        assert all(rows_of[key] == (1 if committed else 4) for key in hot[2:])  # merged into one
-        assert store.read_merged(SPEC).sort_by("key").to_pylist() == oracle
-        assert sum(state.column("volume").to_pylist()) == sum(rows.column("volume").to_pylist())
-        store.verify()
-
-    def retry(store: StateStore, committed: bool) -> None:
-        result = store.apply(plan, plan_id=1, region=REGION, from_version=1, to_version=2, merge=SPEC)
-        assert result.already_applied == committed
-
-    arguments = ["apply", str(plan_file), SPEC.to_text()]
-    crash_trials(tmp_path, template, CONSOLIDATION_TRIALS, arguments, check, retry)
-
-
-def test_vacuum_after_a_crash_removes_orphans(tmp_path: Path) -> None:
-    """A child killed right after it renamed the new generation's document into place, before the
-    manifest names it: the store opens at the old generation and vacuum removes the document and the
-    data files written for it."""
-    table = state_table(2000, "str")
-    a, b = initial_function(3, "str", SMALL_SLOT_BITS), initial_function(5, "str", SMALL_SLOT_BITS)
-    store = new_store(tmp_path / "s", a, table)
-    shutil.copytree(store.root, tmp_path / "calibration")
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(plan_migration(a, b).to_json())
-    calls = run_child(tmp_path / "calibration", None, "apply", str(plan_file))
-    run_child(store.root, Kill(calls.index(DOCUMENT_RENAME) + 2), "apply", str(plan_file))
-    assert (store.root / "generations" / "00000002.json").exists()
-    reopened = StateStore.open(store.root)
-    assert reopened.generation == 1
-    removed = reopened.vacuum()
-    assert "generations/00000002.json" in removed and any(path.startswith("channel=") for path in removed)
-    check_oracle(StateStore.open(store.root), table, a)
+    plan_file.write_text(plan.to_json(), encoding="utf-8")
+    writes = data_writes(operation)
+    assert writes >= 3
+    kills = tuple(Kill("data", writes) if kill.n == LAST else kill for kill in kills)
+    inside, batch = template(store_url, store_options)
+    before_oracle = totals(inside)
+    after_oracle = totals(pa.concat_tables([inside, batch])) if operation == "update" else before_oracle
+    assert operation != "update" or after_oracle != before_oracle
+    before_data = data_objects(StateStore.open(store_url, store_options))
+    committed, orphaned = False, 0
+    for kill in kills:
+        run_child(zygote, store_url, store_options, operation, kill, plan_file)
+        committed = committed or kill.commits
+        orphaned += kill.n - 1 if kill.point == "data" else writes if kill.point == "before-commit" else 0
+        store = StateStore.open(store_url, store_options)
+        check_state(store, operation, committed, after_oracle if committed else before_oracle)
+        orphans = data_objects(store) - before_data - {entry.path for entry in store.all_files()}
+        assert len(orphans) == orphaned  # what the killed children wrote and no commit lists
+        assert commit_documents(store) == [commit_path(number) for number in range(OLD + 1 + committed)]
+    store = StateStore.open(store_url, store_options)
+    assert perform(store, operation, plan) != committed  # the retry finishes, or finds it done
+    assert not perform(StateStore.open(store_url, store_options), operation, plan)  # and now it is done
+    store = StateStore.open(store_url, store_options)
+    assert commit_documents(store) == [commit_path(number) for number in range(OLD + 2)]  # one commit
+    if operation == "update":  # the same batch again: refused
+        with pytest.raises(Conflict, match=f"batch {BATCH} is already in the state store"):
+            commit_batch(store, function(), write_rows(store, function(), batch), BATCH)
+    unlisted = data_objects(store) - {entry.path for entry in store.all_files()}
+    assert len(unlisted) >= orphaned
+    leftovers = temporaries(store)
+    result = store.vacuum(retain=0, now=datetime.now(UTC) + timedelta(days=1))
+    assert set(result.deleted) == unlisted | leftovers
+    assert data_objects(store) == {entry.path for entry in store.all_files()} and not temporaries(store)
+    check_state(StateStore.open(store_url, store_options), operation, True, after_oracle)

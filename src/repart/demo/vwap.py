@@ -20,17 +20,18 @@ the state (``read_merged``) and when a plan consolidates a ticker's partials int
 
 Every batch is processed exactly once under its batch id (its window's seq), whatever step a job is
 killed at and however often it is run again on the same batch: the plan's id is in the store's
-manifest (apply), the generation that absorbed the batch records its id (update: a batch absorbed
+commit log (apply), the generation that absorbed the batch records its id (update: a batch absorbed
 already is skipped), the controller keeps one snapshot and one report per batch id (observe, report).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -142,19 +143,21 @@ class VwapPipeline:
         spark: SparkSession,
         client: ControllerClient,
         region: str,
-        state_root: Path,
+        state: str | os.PathLike[str],
         *,
         window_seconds: float = 10.0,
         channel_rate: float | None = None,
         epsilon: float = 1e-4,
         slot_groups: int = DEFAULT_SLOT_GROUPS,
+        state_options: Mapping[str, str] | None = None,
     ) -> None:
         self.window_seconds = check("window_seconds", window_seconds, POSITIVE)
         self.channel_rate = None if channel_rate is None else check("channel_rate", channel_rate, POSITIVE)
         self.spark = spark
         self.client = client
         self.region = region
-        self.state_root = Path(state_root)
+        self.state = os.fspath(state)
+        self.state_options = dict(state_options) if state_options is not None else None
         self.epsilon = epsilon
         self.slot_groups = slot_groups
         self.store = self._open_or_create_store()
@@ -162,15 +165,15 @@ class VwapPipeline:
         self.fed_totals = dict.fromkeys(SUMS, 0)
 
     def _open_or_create_store(self) -> StateStore:
-        """The store at ``state_root``, created (laid out by the applied version) where there is none.
-        A store whose manifest is missing is Corrupt, never created over."""
+        """The store at ``state`` (a path or a URL), created (laid out by the applied version) where
+        there is none. A damaged store is Corrupt, never created over."""
         try:
-            return StateStore.open(self.state_root)
+            return StateStore.open(self.state, self.state_options)
         except NotFound:
             pass
         number, function = self.client.applied_function(self.region)
         return StateStore.create(
-            self.state_root,
+            self.state,
             region=self.region,
             version=number,
             function_digest=function.digest,
@@ -180,6 +183,7 @@ class VwapPipeline:
             key_col=KEY,
             schema=STATE_SCHEMA,
             slot_groups=self.slot_groups,
+            options=self.state_options,
         )
 
     def run_batch(self, seq: int, trades: Trades) -> BatchOutcome:
@@ -190,7 +194,7 @@ class VwapPipeline:
         n_before = self.store.n_channels
         migration = apply_next_plan(self.client, self.region, self.store)
         if migration is not None:
-            self.store = StateStore.open(self.state_root)
+            self.store = StateStore.open(self.state, self.state_options)
         version, function = self.client.applied_function(self.region)
         if isinstance(function, SplitFunction) and self.client.region_merge(self.region) is None:
             raise InvalidInput(

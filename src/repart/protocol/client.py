@@ -7,7 +7,7 @@ implementation is ``repart.storage.client.SqlControllerClient``. A batch goes th
 1. ``applied_function(region)``: the version the region's state is laid out by (NotFound before the
    controller's first tick), and ``region_merge(region)``: how its partial state merges (split mode);
 2. ``claim_next_plan(region)``: the plan to apply before writing state, moved to ``applying`` (a plan a
-   job died applying is handed out again: the state store's manifest tells whether it committed);
+   job died applying is handed out again: the state store's commit log tells whether it committed);
 3. ``report_plan(plan_id, "applied" | "failed", ...)``: its outcome; a failure carries the reason
    (the damaged file, the refused argument) for the operator;
 4. ``submit_snapshot(snapshot)``: the batch's key frequencies (``repart.protocol.snapshot``), whose

@@ -1,10 +1,12 @@
-"""The one durable writer for every file repart writes (DESIGN §10, §12.1).
+"""The one durable writer for the local files repart writes (DESIGN §10, §12.1).
 
 A file appears whole or not at all, and survives a power loss once the call returns: its bytes go to
 a hidden temporary file beside it (``.<name>.<random>``, which readers such as the spool ingester
 skip), the file is ``fsync``ed, renamed over the target (atomic on POSIX within one file system), and
-the directory is ``fsync``ed so that the new name is durable too. Snapshot files in a spool, state-store
-manifests, and the CLI's result, JSON and plot files all go through it.
+the directory is ``fsync``ed so that the new name is durable too. Snapshot files in a spool and the
+CLI's result, JSON and plot files go through it; the state store commits through its own object layer
+(``repart.state.objects``: a create that fails when the name exists, which a rename cannot give), and
+uses ``fsync_path`` from here.
 
 This module imports nothing of repart's, so every package may use it (the state store included).
 """

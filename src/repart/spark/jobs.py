@@ -3,7 +3,7 @@
 A job routes with the region's **applied** version (the layout its state is in), applies the plan the
 controller left for it before it writes state, and reports the plan's outcome through the
 ``ControllerClient`` port: ``pending → applying → applied`` with the rows and bytes that moved, or
-``failed`` with the reason. The plan's id is recorded in the state store's manifest when the migration
+``failed`` with the reason. The plan's id is recorded in the state store's commit log when the migration
 commits, so a job that crashed after that commit but before its report finds the plan already applied
 in the store and only reports it.
 
@@ -66,7 +66,7 @@ def apply_next_plan(
     (``Corrupt``: a missing or truncated file, a checksum that does not match), nothing was committed:
     the plan becomes ``failed`` with the error as its reason (its version abandoned) and the error
     propagates. Any other error (a killed process, an I/O error that may have struck after the commit)
-    leaves it ``applying``: the next job retries it, and the store's manifest tells whether it had
+    leaves it ``applying``: the next job retries it, and the store's commit log tells whether it had
     committed.
     """
     if merge is None:  # read before the claim: a failure here leaves no plan claimed

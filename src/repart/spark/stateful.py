@@ -60,11 +60,14 @@ _REPORT_FIELDS = [
     ("channel", pa.int32()),
     ("input_rows", pa.int64()),
     ("busy_seconds", pa.float64()),
+    ("peak_bytes", pa.int64()),
     ("entries", pa.string()),
     ("error", pa.string()),
 ]
 _REPORT_SCHEMA = pa.schema(_REPORT_FIELDS)
-_REPORT_DDL = "channel int, input_rows long, busy_seconds double, entries string, error string"
+_REPORT_DDL = (
+    "channel int, input_rows long, busy_seconds double, peak_bytes long, entries string, error string"
+)
 
 
 def update_state(
@@ -127,6 +130,7 @@ def update_state(
             state_rows=sum(entry.rows for entry in added[row.channel]),
             state_bytes=sum(entry.bytes for entry in added[row.channel]),
             busy_seconds=row.busy_seconds,
+            peak_bytes=row.peak_bytes,
         )
         for row in sorted(reports, key=lambda row: row.channel)
     ]
@@ -231,6 +235,7 @@ def _report(
         "channel": channel,
         "input_rows": input_rows,
         "busy_seconds": busy,
+        "peak_bytes": pa.default_memory_pool().max_memory(),
         "entries": json.dumps([entry.to_dict() for entry in entries]),
         "error": None if error is None else json.dumps(error),
     }

@@ -12,7 +12,7 @@ same batch finds it absorbed, skips the update and reports the recorded channel 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from repart.errors import InvalidInput
@@ -30,15 +30,17 @@ _CHANNEL_COLUMNS = ("channel", "input_rows", "state_rows", "state_bytes", "busy_
 
 @dataclass(frozen=True)
 class ChannelUpdate:
-    """What one channel's task did with a batch: the batch rows it absorbed, its new state's rows and
-    bytes, and the seconds it was busy (reading, combining and writing), the channel measurement of
-    DESIGN §3."""
+    """What one channel's task did with a batch: the batch rows it absorbed, the rows and bytes it wrote,
+    and the seconds it was busy (reading, combining and writing), the channel measurement the
+    controller reads; and the peak of the task's Arrow memory pool (``peak_bytes``: the process's peak,
+    so per task only where Spark does not reuse Python workers; not recorded in the log)."""
 
     channel: int
     input_rows: int
     state_rows: int
     state_bytes: int
     busy_seconds: float
+    peak_bytes: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)

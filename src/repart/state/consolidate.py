@@ -6,18 +6,21 @@ such key the **pool** is its partial rows on its consolidation sources and on it
 row on any of its sources moves nothing and has no pool. A pool becomes one row on the key's home: the
 row itself when the pool holds one (a partial that only moves), else the merge (``repart.state.merge``)
 of the pool's rows, taken in a fixed order (by channel, then row hash) so that the result does not
-depend on the order the files are read in. A pool of several rows needs the region's merge: without
-one the plan is refused (InvalidInput ``merge``), as it is when the merge breaks its contract (another
-schema, several rows for a key).
+depend on the order the files are read in. In a general store a channel's partial is the key's newest
+row there, none when that row is a tombstone; a pool whose every partial is deleted becomes no row at
+all: its rows (tombstones and the rows they delete) are dropped too, so that no row of the key is left
+on a channel outside its candidates, where a later plan could move a tombstone apart from the row it
+deletes. A pool of several rows needs the region's merge: without one the plan is refused (InvalidInput
+``merge``), as it is when the merge breaks its contract (another schema, several rows for a key).
 
 ``gather_pools`` reads the files of the pools' (channel, slot group) pairs and computes the results
 before ``repart.state.migrate`` writes anything, so a refused plan leaves nothing behind; the migration
 then drops the pooled rows from their files and writes each result among the rows that enter its home.
 ``verify_pools`` checks the next generation by key and channel, independently of that routing: it reads
 every file of those pairs and requires, for each pooled key, exactly one row on its pooled channels, on
-its home, with the row hash of its result. The key's partials on its other candidates are untouched
-(the per-channel checksums cover their files), so its merged state, over all its partials, is the same
-before and after.
+its home, with the row hash of its result (none for a pool whose every partial is deleted). The key's
+partials on its other candidates are untouched (the per-channel checksums cover their files), so its
+merged state, over all its partials, is the same before and after.
 """
 
 from __future__ import annotations
@@ -124,9 +127,9 @@ class PoolScope:
 @dataclass(frozen=True)
 class Pools:
     """What a plan consolidates: the pooled keys' scope, the files holding pooled rows (as read and
-    verified, so that the migration does not read them again), one result row per key (in the scope's
-    key order, the file schema) with its row hash, how many pooled rows change channel, and the change
-    of the store's (rows, checksum): the results in, the pooled rows out."""
+    verified, so that the migration does not read them again), one result row per key that has a live
+    partial (in the scope's key order, the file schema) with its row hash, how many pooled rows change
+    channel, and the change of the store's (rows, checksum): the results in, the pooled rows out."""
 
     scope: PoolScope
     tables: Mapping[tuple[str, int], tuple[pa.Table, U64]]
@@ -139,7 +142,8 @@ class Pools:
 
     def results(self) -> Iterator[tuple[int, int, pa.Table, U64]]:
         """The result rows by (home, slot group): where they enter the next generation."""
-        homes, groups = self.scope.homes, self.scope.groups
+        index = self.scope.index(self.result.column(self.scope.layout.key_col))
+        homes, groups = self.scope.homes[index], self.scope.groups[index]
         for home, group in sorted(set(zip(homes.tolist(), groups.tolist(), strict=True))):
             rows = np.flatnonzero((homes == home) & (groups == group))
             yield home, group, self.result.take(rows), self.hashes[rows]
@@ -192,9 +196,6 @@ def gather_pools(
     off_home = channels != scope.homes[index]
     moving = np.zeros(len(scope.keys), dtype=np.bool_)
     moving[index[off_home]] = True  # a key with no row off its home has no pool
-    alive = np.zeros(len(scope.keys), dtype=np.bool_)
-    alive[index[live]] = True  # a deleted key (tombstones only) has nothing to merge and stays as it is
-    moving &= alive
     if not moving.any():
         return _nothing_pooled(scope)
     scope = scope.narrowed(moving)
@@ -237,21 +238,28 @@ def verify_pools(objects: Objects, files: Sequence[FileEntry], pools: Pools, lay
         rows = np.flatnonzero(scope.pooled(keys, entry.channel))
         for key_index, row_hash in zip(scope.index(keys)[rows].tolist(), hashes[rows].tolist(), strict=True):
             found[key_index].append((entry.channel, row_hash))
+    expected: list[list[tuple[int, int]]] = [[] for _ in scope.keys]  # none where every partial is deleted
+    result_index = scope.index(pools.result.column(layout.key_col)).tolist()
+    for key_index, row_hash in zip(result_index, pools.hashes.tolist(), strict=True):
+        expected[key_index].append((int(scope.homes[key_index]), int(row_hash)))
     for key_index, key in enumerate(scope.keys):
-        expected = [(int(scope.homes[key_index]), int(pools.hashes[key_index]))]
-        if found[key_index] != expected:
+        if found[key_index] != expected[key_index]:
             held = sorted(channel for channel, _ in found[key_index])
+            wanted = (
+                f"one row on its home channel {expected[key_index][0][0]} equal to the merge of its partials"
+                if expected[key_index]
+                else "none: every partial of it is deleted"
+            )
             raise Corrupt(
                 f"verification failed for the consolidation of split key {key!r}: after the plan its "
-                f"pooled channels hold {len(held)} rows of it (on channels {held}), expected one row on "
-                f"its home channel {expected[0][0]} equal to the merge of its partials; nothing was "
-                "committed"
+                f"pooled channels hold {len(held)} rows of it (on channels {held}), expected {wanted}; "
+                "nothing was committed"
             )
 
 
 def _results(rows: pa.Table, scope: PoolScope, merge: MergeColumns | Merge | None) -> pa.Table:
-    """One row per key of ``scope`` (in its key order, the file schema): a pool's one row as it is,
-    else the merge of its rows."""
+    """One row per key of ``scope`` that has rows in ``rows`` (its live partials), in the scope's key
+    order (the file schema): a pool's one row as it is, else the merge of its rows."""
     layout = scope.layout
     index = scope.index(rows.column(layout.key_col))
     counts = np.bincount(index, minlength=len(scope.keys))

@@ -425,12 +425,20 @@ def read_verified(objects: Objects, entry: FileEntry, layout: Layout) -> tuple[p
 
 def read_entry(objects: Objects, entry: FileEntry, layout: Layout, columns: Sequence[str]) -> pa.Table:
     """The rows of ``entry`` that readers see, ``columns`` of them (file columns): the file's rows less
-    those its filter hides. ``Corrupt`` names the file when their count is not the entry's."""
+    those its filter hides. Of a filtered file only the row groups holding a slot the entry sees are
+    read (``seen_row_groups``). ``Corrupt`` names the file when the rows seen are not the entry's."""
     if entry.filter is None:
         table = read_parquet(objects, entry.path, layout, columns)
     else:
         wanted = list(columns) if SLOT_COLUMN in columns else [*columns, SLOT_COLUMN]
-        table = read_parquet(objects, entry.path, layout, wanted)
+        try:
+            parquet = _open_parquet(objects, entry.path, layout)
+            groups = seen_row_groups(parquet, entry)
+            table = layout.normalized(parquet.read_row_groups(groups, columns=_stored(wanted, parquet)))
+        except FileNotFoundError:
+            raise Corrupt("state file listed by the current generation is missing", path=entry.path) from None
+        except (OSError, pa.ArrowException) as error:
+            raise Corrupt(f"state file cannot be read: {error}", path=entry.path) from None
         hidden = entry.filter.hides(table.column(SLOT_COLUMN).to_numpy().astype(np.int64))
         table = table.filter(pa.array(~hidden)).select(list(columns))
     if table.num_rows != entry.rows:
@@ -440,6 +448,55 @@ def read_entry(objects: Objects, entry: FileEntry, layout: Layout, columns: Sequ
             path=entry.path,
         )
     return table
+
+
+def seen_row_groups(parquet: pq.ParquetFile, entry: FileEntry) -> list[int]:
+    """The row groups of ``entry``'s file that may hold a slot the entry sees: those whose ``_slot``
+    range its filter does not cover (a row group without statistics is always read)."""
+    metadata = parquet.metadata
+    column = parquet.schema_arrow.get_field_index(SLOT_COLUMN)
+    lows, highs, known = [], [], []
+    for index in range(metadata.num_row_groups):
+        statistics = metadata.row_group(index).column(column).statistics
+        has = statistics is not None and statistics.has_min_max
+        known.append(has)
+        lows.append(int(statistics.min) if has else 0)
+        highs.append(int(statistics.max) if has else 0)
+    if entry.filter is None:
+        return list(range(metadata.num_row_groups))
+    covered = entry.filter.covers(np.array(lows, np.int64), np.array(highs, np.int64)) & np.array(known)
+    return np.flatnonzero(~covered).tolist()
+
+
+def read_bytes(objects: Objects, entry: FileEntry, layout: Layout) -> int:
+    """The bytes a read of ``entry`` fetches: the whole file, or for a filtered entry its footer and the
+    compressed column chunks of the row groups ``seen_row_groups`` keeps."""
+    if entry.filter is None:
+        return entry.bytes
+    parquet = _open_parquet(objects, entry.path, layout)
+    metadata = parquet.metadata
+    chunks = sum(
+        metadata.row_group(group).column(column).total_compressed_size
+        for group in seen_row_groups(parquet, entry)
+        for column in range(metadata.num_columns)
+    )
+    return int(chunks + metadata.serialized_size + 8)
+
+
+def _open_parquet(objects: Objects, path: str, layout: Layout) -> pq.ParquetFile:
+    """The Parquet file at ``path`` with its footer read (on an object store, by a range request);
+    Corrupt when its schema is not the store's."""
+    local = objects.local_root
+    parquet = pq.ParquetFile(local / path if local is not None else objects.open(path))
+    if not layout.matches(parquet.schema_arrow):
+        raise Corrupt(f"state file does not have the store's schema: {parquet.schema_arrow}", path=path)
+    return parquet
+
+
+def _stored(columns: Sequence[str], parquet: pq.ParquetFile) -> list[str]:
+    """``columns`` less ``_deleted`` where the file (written before format 3) lacks it."""
+    names = parquet.schema_arrow.names
+    return [name for name in columns if name != DELETED_COLUMN or name in names]
 
 
 def read_keyed(objects: Objects, entry: FileEntry, layout: Layout, keys: pa.Array) -> pa.Table:

@@ -76,6 +76,14 @@ class SlotFilter:
         hidden: BoolArray = (run >= 0) & (slots <= lasts[np.maximum(run, 0)])
         return hidden
 
+    def covers(self, lows: IntArray, highs: IntArray) -> BoolArray:
+        """True where every slot of ``[lows[i], highs[i]]`` is hidden (runs are merged and not adjacent,
+        so such a range lies within one run): a row group whose slots it covers need not be read."""
+        firsts, lasts = self._bounds
+        run = np.searchsorted(firsts, lows, side="right") - 1
+        covered: BoolArray = (run >= 0) & (highs <= lasts[np.maximum(run, 0)])
+        return covered
+
     def widened(self, slots: IntArray, rows: int) -> SlotFilter:
         """This filter with ``slots`` (holding ``rows`` more rows, none hidden yet) hidden too."""
         return SlotFilter.of(

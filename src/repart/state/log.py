@@ -237,7 +237,7 @@ class Change:
     def overlaps(self, winner: Change) -> str | None:
         """Why this change cannot go on after ``winner`` committed first (None: it can)."""
         if self.sets_layout or winner.sets_layout:
-            return f"a {winner.operation} commit"
+            return f"{'an' if winner.operation[0] in 'aeiou' else 'a'} {winner.operation} commit"
         if self.batch is not None and winner.batch is not None:
             return f"a commit that absorbed batch {winner.batch.batch_id}"
         removed = set(self.remove) & set(winner.remove)
@@ -403,8 +403,24 @@ class Log:
         """Commit ``change`` on top of ``base`` (None: the first commit) and return the new generation
         (module docstring). Conflict when a commit that overlaps it won the race."""
         number = -1 if base is None else base.generation
-        highest = self._highest_after(number)
+        prepared_on = number
         for _ in range(_MAX_REBASES):
+            # Rebase on whatever committed after ``base`` first (commits this writer did not see, or that
+            # won the last create), so that the next document never skips a good commit.
+            winners, highest = self._commits_after(number, writing=True)
+            for winner in winners:
+                reason = change.overlaps(winner.change)
+                if reason is not None:
+                    raise Conflict(
+                        f"the state store at {self.objects.url} moved on to generation {winner.generation} "
+                        f"through {reason} while this {change.operation} was prepared on generation "
+                        f"{prepared_on}; open the store again and retry"
+                    )
+                base = applied(base, winner)
+                number = winner.generation
+            missing = [identity for identity in change.remove if identity not in _identities(base)]
+            if missing:
+                raise Conflict(f"the state store at {self.objects.url} no longer lists file {missing[0][0]}")
             target = highest + 1
             now = int(time.time() * 1000)
             document = change.to_document(target, number, now)
@@ -414,20 +430,6 @@ class Log:
                 new = applied(base, commit)
                 self._after_commit(new)
                 return new
-            winners, highest = self._commits_after(number)
-            for winner in winners:
-                reason = change.overlaps(winner.change)
-                if reason is not None:
-                    raise Conflict(
-                        f"the state store at {self.objects.url} moved on to generation {winner.generation} "
-                        f"through {reason} while this {change.operation} prepared generation {number + 1}; "
-                        "open the store again and retry"
-                    )
-                base = applied(base, winner)
-                number = winner.generation
-            missing = [identity for identity in change.remove if identity not in _identities(base)]
-            if missing:
-                raise Conflict(f"the state store at {self.objects.url} no longer lists file {missing[0][0]}")
         raise Conflict(f"the state store at {self.objects.url} kept moving on; retry later")
 
     def commits_after(self, number: int) -> list[Commit]:
@@ -509,9 +511,6 @@ class Log:
             generation = applied(generation, commit)
         return generation, highest
 
-    def _highest_after(self, number: int) -> int:
-        return max([number, *(self._numbers_after(number))])
-
     def _numbers_after(self, number: int) -> list[int]:
         after = None if number < 0 else commit_path(number)
         return sorted(
@@ -520,9 +519,11 @@ class Log:
             if _is_commit_name(info.path)
         )
 
-    def _commits_after(self, number: int) -> tuple[list[Commit], int]:
+    def _commits_after(self, number: int, *, writing: bool = False) -> tuple[list[Commit], int]:
         """The chain of commits after generation ``number`` that the newest good commit builds on, in
-        order, and the highest commit number found (torn ones included: the next commit goes past)."""
+        order, and the highest commit number found (torn ones included: the next commit goes past).
+        A commit of the chain that is gone is Corrupt, or for a writer (``writing``) whose generation
+        is so old that vacuum deleted the commits after it, Conflict: it must open the store again."""
         numbers = self._numbers_after(number)
         if not numbers:
             return [], number
@@ -532,7 +533,13 @@ class Log:
         good = [found for found in numbers if self._read[found] is not None]
         chain: list[Commit] = []
         at = good[-1] if good else None
+        listed = set(numbers)
         while at is not None and at > number:
+            if writing and at not in listed:
+                raise Conflict(
+                    f"the state store at {self.objects.url} moved on from generation {number} and vacuum "
+                    f"deleted the commits after it (commit {at} is gone); open the store again and retry"
+                )
             commit = self._read.get(at)
             if commit is None:
                 if at not in self._read:

@@ -15,11 +15,13 @@ and ``sync``. On a local directory ``create`` writes a temporary file, ``fsync``
 into place (the link fails when the name exists, so exactly one creator wins and nobody ever sees a
 half-written document), and ``sync`` makes written data files durable before the commit names them.
 
-Credentials come from store options (``ObjectsOptions``: ``aws_access_key_id``, ``endpoint``, ...)
-or from the usual environment variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
-``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``GOOGLE_SERVICE_ACCOUNT``, ``AZURE_STORAGE_ACCOUNT_NAME``, ...).
-They travel to Spark executors inside the pickled store handle (a task's closure, which Spark shows in
-neither its UI nor its event log), and never appear in a ``repr``, a log document or an error message.
+Credentials come from store options (obstore's option names: ``aws_access_key_id``, ``endpoint``,
+``region``, ...) or from the usual environment variables (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_ENDPOINT_URL``, ``AWS_REGION``,
+``GOOGLE_SERVICE_ACCOUNT``, ``AZURE_STORAGE_ACCOUNT_NAME``, ...), read where the store is opened (the
+driver). They travel to Spark executors inside the pickled store handle (a task's closure, which Spark
+shows in neither its UI nor its event log), so executors need no environment of their own, and they
+never appear in a ``repr``, a log document or an error message.
 A remote store without credentials is refused at once, naming what is missing, rather than left to
 probe a cloud metadata service.
 
@@ -31,6 +33,7 @@ refused signature or missing permission is ``InvalidInput("credentials")``. A mi
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -52,17 +55,34 @@ SCHEMES = ("file", "s3", "gs", "az")
 _SYNC_THREADS = 16
 #: Options that hold a secret: never shown.
 _SECRET_WORDS = ("secret", "token", "key", "password", "credential", "sas")
-#: Environment variables that name credentials for each remote scheme (any one suffices).
-_CREDENTIAL_VARIABLES = {
-    "s3": ("AWS_ACCESS_KEY_ID", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"),
-    "gs": ("GOOGLE_SERVICE_ACCOUNT", "GOOGLE_SERVICE_ACCOUNT_PATH", "GOOGLE_APPLICATION_CREDENTIALS"),
-    "az": ("AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_KEY", "AZURE_CLIENT_SECRET"),
-}
-_CREDENTIAL_OPTIONS = {
-    "s3": ("aws_access_key_id", "access_key_id", "skip_signature", "aws_skip_signature"),
-    "gs": ("google_service_account", "service_account", "service_account_key", "skip_signature"),
-    "az": ("azure_storage_account_key", "account_key", "sas_key", "azure_client_secret", "skip_signature"),
-}
+#: The environment variables read for each remote scheme, as obstore's option names (lower case). They
+#: are read on the driver and travel with the store handle, so executors need none of them.
+_ENVIRONMENT = {
+    "s3": (
+        "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "aws_region",
+        "aws_default_region", "aws_endpoint", "aws_endpoint_url", "aws_allow_http",
+    ),
+    "gs": (
+        "google_service_account", "google_service_account_path", "google_service_account_key",
+        "google_application_credentials",
+    ),
+    "az": (
+        "azure_storage_account_name", "azure_storage_account_key", "azure_storage_sas_key",
+        "azure_client_id", "azure_client_secret", "azure_tenant_id",
+    ),
+}  # fmt: skip
+#: Options (or environment variables) any one of which gives a scheme credentials.
+_CREDENTIALS = {
+    "s3": ("aws_access_key_id", "access_key_id", "aws_skip_signature", "skip_signature"),
+    "gs": (
+        "google_service_account", "google_service_account_path", "google_service_account_key",
+        "google_application_credentials", "service_account", "service_account_key", "skip_signature",
+    ),
+    "az": (
+        "azure_storage_account_key", "account_key", "azure_storage_sas_key", "sas_key", "azure_client_secret",
+        "skip_signature",
+    ),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -143,22 +163,16 @@ def objects_at(location: str | os.PathLike[str], options: Mapping[str, str] | No
         raise InvalidInput(
             "state", f"must name a bucket or container: {scheme}://<bucket>/<prefix>, got {text!r}"
         )
-    given = {str(name).lower(): str(value) for name, value in (options or {}).items()}
-    _require_credentials(scheme, given, text)
+    environment = {name: value for name in _ENVIRONMENT[scheme] if (value := os.environ.get(name.upper()))}
+    given = {**environment, **{str(name).lower(): str(value) for name, value in (options or {}).items()}}
+    if not any(name in given for name in _CREDENTIALS[scheme]):
+        variables = " or ".join(name.upper() for name in _CREDENTIALS[scheme][:1] + _ENVIRONMENT[scheme][3:4])
+        raise InvalidInput(
+            "credentials",
+            f"are missing for {text}: set {variables if scheme == 's3' else _CREDENTIALS[scheme][0].upper()} "
+            f"in the environment, or give the store option {_CREDENTIALS[scheme][0]}",
+        )
     return RemoteObjects(text, scheme, parsed.netloc, parsed.path.strip("/"), _Secret(given))
-
-
-def _require_credentials(scheme: str, options: Mapping[str, str], url: str) -> None:
-    """InvalidInput ``credentials`` unless options or the environment name credentials for ``scheme``."""
-    if any(name in options for name in _CREDENTIAL_OPTIONS[scheme]):
-        return
-    if any(os.environ.get(variable) for variable in _CREDENTIAL_VARIABLES[scheme]):
-        return
-    raise InvalidInput(
-        "credentials",
-        f"are missing for {url}: set {' or '.join(_CREDENTIAL_VARIABLES[scheme][:2])} in the environment, "
-        f"or give the store option {_CREDENTIAL_OPTIONS[scheme][0]}",
-    )
 
 
 @dataclass(frozen=True)
@@ -309,7 +323,16 @@ class RemoteObjects:
         from obstore.store import AzureStore, GCSStore, S3Store
 
         config = dict(self.options.values)
-        endpoint = config.get("endpoint") or config.get("aws_endpoint") or _environment_endpoint(self.scheme)
+        endpoint = next(
+            (config[name] for name in ("endpoint", "aws_endpoint", "aws_endpoint_url") if name in config),
+            None,
+        )
+        if endpoint and not _is_http_url(endpoint):  # obstore panics on an endpoint that is not a URL
+            raise InvalidInput(
+                "options",
+                f"are not valid for {self.given}: the endpoint must be an http:// or https:// URL, "
+                f"got {endpoint!r}",
+            )
         client_options: dict[str, Any] = {
             "timeout": timedelta(seconds=30),
             "connect_timeout": timedelta(seconds=5),
@@ -353,7 +376,7 @@ class RemoteObjects:
         import obstore
 
         reader: Any = self._run(lambda: obstore.open_reader(self.client, path))
-        return cast(IO[bytes], reader)
+        return cast(IO[bytes], _RangeReader(reader, self._run))
 
     def size(self, path: str) -> int | None:
         import obstore
@@ -422,15 +445,54 @@ class RemoteObjects:
             ) from None
 
 
+class _RangeReader(io.RawIOBase):
+    """obstore's ``ReadableFile`` as a Python binary file that pyarrow accepts (it lacks ``closed`` and
+    ``readinto``): reads fetch byte ranges on demand, with obstore's errors turned into repart's."""
+
+    def __init__(self, reader: Any, run: Callable[[Callable[[], Any]], Any]) -> None:
+        super().__init__()
+        self._reader = reader
+        self._run = run
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return int(self._run(lambda: self._reader.seek(offset, whence)))
+
+    def tell(self) -> int:
+        return int(self._reader.tell())
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            return bytes(self._run(self._reader.readall))
+        return bytes(self._run(lambda: self._reader.read(size)))
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(memoryview(buffer)))
+        memoryview(buffer).cast("B")[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._reader.close()
+        super().close()
+
+
+def _is_http_url(text: str) -> bool:
+    """Whether ``text`` is an http:// or https:// URL with a host (an endpoint obstore can use)."""
+    parsed = urlparse(text)
+    return parsed.scheme in ("http", "https") and bool(parsed.netloc) and not any(c.isspace() for c in text)
+
+
 def _names_missing_bucket(text: str) -> bool:
     return "NoSuchBucket" in text or "ContainerNotFound" in text or "bucket does not exist" in text.lower()
-
-
-def _environment_endpoint(scheme: str) -> str | None:
-    """The endpoint the environment names for ``scheme`` (``AWS_ENDPOINT_URL`` or ``AWS_ENDPOINT``)."""
-    if scheme != "s3":
-        return None
-    return os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT")
 
 
 def _first_line(error: BaseException) -> str:

@@ -67,6 +67,7 @@ from repart.state.files import (
     FileKind,
     Layout,
     checked_layout,
+    read_bytes,
     read_entry,
     read_keyed,
     read_verified,
@@ -396,6 +397,11 @@ class StateStore:
             merge = _Spec(dict(self.layout.merge))
         return merged(table, merge, self.key_col)
 
+    def read_bytes(self, channel: int) -> int:
+        """The bytes ``read_channel(channel)`` fetches: whole files, and of a file filtered for this
+        channel (after a migration, until compaction) its footer and the row groups holding its slots."""
+        return sum(read_bytes(self._objects, entry, self.layout) for entry in self.files(channel))
+
     def rows(self) -> int:
         """The number of rows the generation's files hold for readers (deltas included)."""
         return sum(entry.rows for entry in self._current.files)
@@ -616,15 +622,15 @@ class StateStore:
         for info in objects:
             if info.modified >= cutoff:
                 continue
-            if info.path.startswith(DATA_PREFIX) or info.path.startswith("channel="):
+            if _is_temporary(info.path):  # a killed local writer's temporary (under _log/ or data/)
+                deleted.append(info.path)
+            elif info.path.startswith(DATA_PREFIX) or info.path.startswith("channel="):
                 if info.path not in listed:
                     deleted.append(info.path)
             elif info.path.startswith(LOG_PREFIX):
                 number = log_number(info.path)
                 if number is not None and number < oldest_needed:
                     deleted.append(info.path)
-            elif info.path.startswith(".") or "/." in info.path:  # a killed local writer's temporary
-                deleted.append(info.path)
         self._objects.delete(deleted)
         return VacuumResult(tuple(sorted(deleted)), len(objects) - len(deleted), seconds)
 
@@ -741,7 +747,7 @@ def check_version(value: object, name: str = "version") -> int:
 
 def _require_empty(objects: Objects) -> None:
     """InvalidInput unless ``objects`` holds no store (and, for a local directory, nothing at all)."""
-    if objects.listing(LOG_PREFIX):
+    if any(not _is_temporary(info.path) for info in objects.listing(LOG_PREFIX)):
         raise InvalidInput("state", f"already holds a state store: {objects.url}; open it instead")
     root = objects.local_root
     if root is None:
@@ -749,8 +755,14 @@ def _require_empty(objects: Objects) -> None:
     if is_legacy(root):
         read_legacy(root)  # Corrupt when its manifest is missing: creating over it would lose state
         raise InvalidInput("state", f"already holds a state store (format 2): {objects.url}; open it instead")
-    if root.exists() and any(path.name not in ("data",) for path in root.iterdir()):
+    if root.exists() and any(path.name not in ("data", "_log") for path in root.iterdir()):
         raise InvalidInput("state", f"must be a new or empty directory: {objects.url} holds other files")
+
+
+def _is_temporary(path: str) -> bool:
+    """Whether ``path`` is a local writer's hidden temporary (``.<name>.<random>``), which a writer
+    killed before its link or rename leaves behind: not part of any store."""
+    return path.rsplit("/", 1)[-1].startswith(".")
 
 
 def _difference(
@@ -774,7 +786,7 @@ def _recent_listings(log: Log, newest: Generation, cutoff: datetime) -> tuple[se
         for info in log.objects.listing(LOG_PREFIX)
         if info.modified >= cutoff and (number := log_number(info.path)) is not None
     ]
-    first = max(min(recent, default=newest.generation) - 1, 0)
+    first = max(min(recent, default=newest.generation + 1) - 1, 0)
     start = log.checkpoint_at_or_before(first)
     generation = start
     listed = {entry.path for entry in newest.files}
