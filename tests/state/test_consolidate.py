@@ -10,7 +10,9 @@ merged into the key's home in ``b``), and a channel holds at most one row per ke
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,7 @@ from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.partitioning.split.function import SplitEntry, SplitFunction
 from repart.protocol.merge import MergeSpec
 from repart.state.consolidate import Pools
+from repart.state.log import LOG_PREFIX
 from repart.state.merge import merge_function
 from repart.state.store import ApplyResult, StateStore
 from tests.factories import PARTIAL_STATE_MERGE, REGION, partial_state_schema, partial_store
@@ -51,6 +54,7 @@ KEYS: dict[KeyType, list[Key]] = {
 HEAD = 8  # the first keys are the hot ones: the ones split tables pick from
 SPECS = [ConsistentSpec("jump"), ConsistentSpec("mod"), ConsistentSpec("ring", replicas=20, seed=3)]
 Function = PartitionFunction | SplitFunction
+COMMIT_NAME = re.compile(rf"{LOG_PREFIX}[0-9]{{20}}\.json")
 
 
 def trades(key_type: KeyType, count: int, seed: int) -> pa.Table:
@@ -156,7 +160,7 @@ def check_applied(
     assert result.moved_rows == sum(channel not in candidates_of(b, key) for key, channel in before)
     assert store.rows() == len(after)
     store.verify()
-    assert StateStore.open(store.root).generation == store.generation
+    assert StateStore.open(store.url).generation == store.generation
     return result
 
 
@@ -329,10 +333,16 @@ def hot_split(
     return SplitFunction(home, {key: SplitEntry(candidates, tuple([1 / len(candidates)] * len(candidates)))})
 
 
-def listing(root: Path) -> dict[str, float]:
-    return {
-        str(path.relative_to(root)): path.stat().st_mtime for path in root.rglob("*") if path.name != ".lock"
-    }
+def listing(store: StateStore) -> dict[str, tuple[int, datetime]]:
+    """Every object of the store (data files and log documents) with its size and last change: equal
+    before and after means nothing was written."""
+    return {info.path: (info.size, info.modified) for info in store.objects.listing()}
+
+
+def newest_commit(store: StateStore) -> tuple[str, bytes]:
+    """The store's newest commit document (name and bytes): unchanged means nothing was committed."""
+    names = [info.path for info in store.objects.listing(LOG_PREFIX) if COMMIT_NAME.fullmatch(info.path)]
+    return max(names), store.objects.read(max(names))
 
 
 def leaving_head(
@@ -417,13 +427,13 @@ def test_a_single_partial_moves_without_a_merge(tmp_path: Path) -> None:
 def test_a_plan_that_merges_partials_needs_the_merge(tmp_path: Path) -> None:
     store, a, b, _ = leaving_head(tmp_path)
     plan = plan_migration(a, b)
-    files = listing(store.root)
+    files = listing(store)
     with pytest.raises(
         InvalidInput, match=r"^merge must be given .* such as key 'sym-0' \(3 partials into channel 3\)"
     ) as error:
         store.apply(plan, plan_id=1, region=REGION, from_version=1, to_version=2)
     assert error.value.field == "merge"
-    assert listing(store.root) == files and StateStore.open(store.root).generation == 1
+    assert listing(store) == files and StateStore.open(store.url).generation == 1
 
 
 @pytest.mark.parametrize(
@@ -446,11 +456,11 @@ def test_a_merge_that_breaks_its_contract_is_refused_with_nothing_written(
     tmp_path: Path, merge: Any, message: str
 ) -> None:
     store, a, b, _ = leaving_head(tmp_path)
-    files = listing(store.root)
+    files = listing(store)
     with pytest.raises(InvalidInput, match=message) as error:
         store.apply(plan_migration(a, b), plan_id=1, region=REGION, from_version=1, to_version=2, merge=merge)
     assert error.value.field == "merge"
-    assert listing(store.root) == files and StateStore.open(store.root).generation == 1
+    assert listing(store) == files and StateStore.open(store.url).generation == 1
 
 
 def test_a_damaged_file_of_a_home_is_corrupt_naming_it_with_nothing_committed(tmp_path: Path) -> None:
@@ -460,13 +470,14 @@ def test_a_damaged_file_of_a_home_is_corrupt_naming_it_with_nothing_committed(tm
     assert 3 not in plan.channels_losing_keys
     group = slot_of("sym-0", "str") >> (BITS - 2)
     victim = next(entry for entry in store.files(3) if entry.slot_group == group)
-    path = store.root / victim.path
+    assert store.objects.local_root is not None
+    path = store.objects.local_root / victim.path
     path.write_bytes(path.read_bytes()[: victim.bytes - 50])
-    manifest = (store.root / "MANIFEST").read_text()
+    commit = newest_commit(store)
     with pytest.raises(Corrupt, match="Parquet magic bytes") as error:
         store.apply(plan, plan_id=1, region=REGION, from_version=1, to_version=2, merge=PARTIAL_STATE_MERGE)
-    assert error.value.path == str(path)
-    assert (store.root / "MANIFEST").read_text() == manifest and StateStore.open(store.root).generation == 1
+    assert error.value.path == victim.path
+    assert newest_commit(store) == commit and StateStore.open(store.url).generation == 1
 
 
 def test_a_lost_result_fails_verification_with_nothing_committed(
@@ -477,7 +488,7 @@ def test_a_lost_result_fails_verification_with_nothing_committed(
     merged."""
     store, a, b, _ = leaving_head(tmp_path)
     monkeypatch.setattr(Pools, "results", lambda self: iter(()))
-    manifest = (store.root / "MANIFEST").read_text()
+    commit = newest_commit(store)
     with pytest.raises(Corrupt, match=r"changed the total .* by more than its consolidations merged"):
         store.apply(
             plan_migration(a, b),
@@ -487,7 +498,7 @@ def test_a_lost_result_fails_verification_with_nothing_committed(
             to_version=2,
             merge=PARTIAL_STATE_MERGE,
         )
-    assert (store.root / "MANIFEST").read_text() == manifest and StateStore.open(store.root).generation == 1
+    assert newest_commit(store) == commit and StateStore.open(store.url).generation == 1
 
 
 def test_a_partial_moved_instead_of_merged_fails_verification(
@@ -520,11 +531,12 @@ def test_a_partial_moved_instead_of_merged_fails_verification(
     monkeypatch.setattr(
         migrate_module._Routes, "split_stays", lambda self, channel: np.zeros(1, dtype=np.bool_)
     )
+    commit = newest_commit(store)
     with pytest.raises(
         Corrupt, match=r"consolidation of split key 'sym-0': .* hold 2 rows of it \(on channels \[0, 0\]\)"
     ):
         store.apply(plan, plan_id=1, region=REGION, from_version=1, to_version=2, merge=PARTIAL_STATE_MERGE)
-    assert StateStore.open(store.root).generation == 1
+    assert newest_commit(store) == commit and StateStore.open(store.url).generation == 1
 
 
 def test_a_plan_with_consolidations_applied_twice_is_a_no_op(tmp_path: Path) -> None:
@@ -533,6 +545,6 @@ def test_a_plan_with_consolidations_applied_twice_is_a_no_op(tmp_path: Path) -> 
     first = store.apply(
         plan, plan_id=4, region=REGION, from_version=1, to_version=2, merge=PARTIAL_STATE_MERGE
     )
-    files = listing(store.root)
-    again = StateStore.open(store.root).apply(plan, plan_id=4, region=REGION, from_version=1, to_version=2)
-    assert again.already_applied and again.generation == first.generation and listing(store.root) == files
+    files = listing(store)
+    again = StateStore.open(store.url).apply(plan, plan_id=4, region=REGION, from_version=1, to_version=2)
+    assert again.already_applied and again.generation == first.generation and listing(store) == files

@@ -1,13 +1,17 @@
-"""Slot filters (``repart.state.filters``) and migrations that filter files instead of rewriting them.
+"""Slot filters (``repart.state.filters``) and migrations that list files under other channels with
+filters instead of copying rows.
 
 Oracles: ``np.isin`` over the hidden slots for a filter; for a migration, the target function itself
 (every row on ``b.lookup(key)``, the same rows as before: ``check_oracle``), the rows that change
-channel counted from the two functions, and the Parquet footer for which row groups hold which slots.
+channel counted from the two functions, a plain filter of the input table per channel, the objects the
+store holds before and after (what was written), and the Parquet footer for which row groups hold
+which slots.
 """
 
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,20 +20,32 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import repart.state.files as files_module
 from repart.errors import Corrupt, InvalidInput
 from repart.migration import plan_migration
 from repart.partitioning import PartitionFunction, initial_function
-from repart.partitioning.documents import canonical_json, sha256_hex
 from repart.partitioning.domain import KeyType
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
+from repart.state.batches import absorbed_batch
 from repart.state.filters import SlotFilter
 from repart.state.partial import SourceFile
-from repart.state.store import StateStore, write_channel_files
-from tests.factories import REGION, SMALL_SLOT_BITS, all_files, check_oracle, new_store, state_table
+from repart.state.store import FileEntry, StateStore
+from tests.factories import (
+    REGION,
+    SMALL_SLOT_BITS,
+    all_files,
+    check_oracle,
+    empty_store,
+    legacy_store,
+    log_documents,
+    new_store,
+    object_listing,
+    rewritten_commit,
+    state_table,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -49,6 +65,32 @@ def test_a_filter_hides_exactly_its_slots(hidden: list[int], more: list[int], pr
     assert wider.rows == 7 and np.array_equal(wider.hides(slots), np.isin(slots, hidden + more))
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    group=st.integers(0, 3),
+    seen=st.sets(st.integers(0, 255), max_size=256),
+    rows=st.integers(0, 9),
+)
+def test_a_complement_hides_every_slot_of_its_range_but_the_seen_ones(
+    group: int, seen: set[int], rows: int
+) -> None:
+    first, last = group * 256, group * 256 + 255
+    assume(rows == 0 or len(seen) < 256)  # with every slot seen there is nothing left to hide
+    kept = np.array(sorted(seen), dtype=np.int64) + first
+    found = SlotFilter.complement(kept, first, last, rows)
+    if rows == 0:
+        assert found is None
+        return
+    assert found is not None and found.rows == rows
+    probes = np.arange(first - 3, last + 4, dtype=np.int64)
+    inside = (probes >= first) & (probes <= last)
+    assert np.array_equal(found.hides(probes), inside & ~np.isin(probes, kept))
+    if kept.size:  # together with the filter hiding the seen slots: every slot of the range, once
+        source = SlotFilter.of(kept, 1)
+        assert np.array_equal(found.hides(probes) ^ source.hides(probes), inside)
+    assert SlotFilter.from_dict(json.loads(json.dumps(found.to_dict())), "f") == found
+
+
 @pytest.mark.parametrize(
     ("document", "message"),
     [
@@ -63,16 +105,79 @@ def test_a_filter_hides_exactly_its_slots(hidden: list[int], more: list[int], pr
     ],
 )
 def test_a_bad_filter_document_names_its_field(document: dict[str, Any], message: str) -> None:
-    with pytest.raises(InvalidInput, match=message):
+    with pytest.raises(InvalidInput, match=message) as error:
         SlotFilter.from_dict(document, "f")
+    assert error.value.field.startswith("f")
 
 
 def scale_out_store(
-    root: Path, monkeypatch: pytest.MonkeyPatch, table: pa.Table, n: int = 4, row_group: int = 64
+    root: Path | str,
+    monkeypatch: pytest.MonkeyPatch,
+    table: pa.Table,
+    n: int = 4,
+    row_group: int = 64,
+    options: dict[str, str] | None = None,
 ) -> StateStore:
     """A store of ``n`` jump channels, 4 slot groups, files of several ``row_group``-row row groups."""
     monkeypatch.setattr(files_module, "ROW_GROUP_ROWS", row_group)
-    return new_store(root, initial_function(n, "str", SMALL_SLOT_BITS), table, slot_groups=4)
+    return new_store(root, initial_function(n, "str", SMALL_SLOT_BITS), table, slot_groups=4, options=options)
+
+
+def data_objects(listing: dict[str, Any]) -> dict[str, Any]:
+    return {path: value for path, value in listing.items() if path.startswith("data/")}
+
+
+def test_a_scale_out_lists_files_under_the_new_channel_and_writes_no_data_file(
+    store_url: str, store_options: dict[str, str] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """4 -> 5 with no key named: channel 4 gets no file of its own, only the files of channels 0-3
+    listed again, each entry hiding exactly the slots the other one shows. The commit document is
+    all the plan writes; the plan back lists every file as it was."""
+    table = state_table(3000, "str")
+    store = scale_out_store(store_url, monkeypatch, table, options=store_options)
+    four, five = initial_function(4, "str", SMALL_SLOT_BITS), initial_function(5, "str", SMALL_SLOT_BITS)
+    original = {entry.path: entry for entry in store.all_files()}
+    before = object_listing(store)
+    result = store.apply(plan_migration(four, five), plan_id=1, region=REGION, from_version=1, to_version=2)
+    after = object_listing(store)
+
+    document = f"_log/{store.generation:020d}.json"
+    assert sorted(set(after) - set(before)) == [document]
+    assert data_objects(after) == data_objects(before)  # no data file written, replaced or deleted
+    assert result.written_bytes == after[document][0] > 0
+    assert result.rewritten_files == result.relocated_files == 0
+
+    keys = table.column("key").to_pylist()
+    old, new = np.array([four.lookup(k) for k in keys]), np.array([five.lookup(k) for k in keys])
+    assert result.moved_rows == result.taken_rows == int((old != new).sum()) > 0
+    assert set(new[old != new].tolist()) == {4}
+
+    by_path: dict[str, list[FileEntry]] = defaultdict(list)
+    for entry in store.all_files():
+        by_path[entry.path].append(entry)
+    assert set(by_path) == set(original)
+    assert store.files(4)
+    for entry in store.files(4):
+        source = original[entry.path]
+        (other,) = [e for e in by_path[entry.path] if e.channel != 4]
+        assert other.channel == source.channel and entry.slot_group == source.slot_group
+        assert entry.filter is not None and other.filter is not None
+        first, last = store.layout.slot_range(entry.slot_group)
+        slots = np.arange(first, last + 1)
+        assert np.array_equal(entry.filter.hides(slots), ~other.filter.hides(slots))
+        assert entry.rows + other.rows == source.rows == entry.file_rows == other.file_rows
+        assert (entry.checksum + other.checksum) % 2**64 == source.checksum
+        assert (entry.bytes, entry.seq, entry.kind) == (source.bytes, source.seq, "base")
+    for channel in range(5):  # what a reader sees, channel by channel: the input routed by b
+        expected = table.filter(pa.array(new == channel)).sort_by("key")
+        assert store.read_channel(channel).sort_by("key").equals(expected)
+    store.verify()
+
+    back = store.apply(plan_migration(five, four), plan_id=2, region=REGION, from_version=2, to_version=3)
+    assert set(store.all_files()) == set(original.values())
+    assert data_objects(object_listing(store)) == data_objects(before)
+    assert back.written_bytes == store.objects.size(f"_log/{store.generation:020d}.json")
+    check_oracle(store, table, four, store_options)
 
 
 def test_a_scale_out_filters_files_and_reads_only_row_groups_with_moved_slots(
@@ -99,18 +204,23 @@ def test_a_scale_out_filters_files_and_reads_only_row_groups_with_moved_slots(
     assert result.moved_rows == result.taken_rows == int((old != new).sum()) > 0
     assert result.rewritten_files == result.relocated_files == 0
     assert result.filtered_files == len(losing_files)
-    filtered = [entry for entry in all_files(store) if entry.filter is not None]
+    filtered = [entry for entry in all_files(store) if entry.filter is not None and entry.channel < 16]
     assert {(entry.channel, entry.slot_group) for entry in filtered} == losing_files
     for entry in filtered:  # the same file, now with a filter hiding exactly the rows that left
         assert entry.path in before
         assert entry.filter is not None and entry.rows + entry.filter.rows == before[entry.path].rows
+    assert {entry.path for entry in store.files(16)} <= set(before)  # listed, not copied
+    assert sum(entry.rows for entry in store.files(16)) == int((new == 16).sum())
     moved_slots = set(np.flatnonzero(a.table != b.table).tolist())
+    root = store.objects.local_root
+    assert root is not None
     total_groups = 0
     for path, indices in read:
-        footer = pq.ParquetFile(store.root / path).metadata
+        file = pq.ParquetFile(root / path)
+        footer, slot = file.metadata, file.schema_arrow.get_field_index("_slot")
         total_groups += footer.num_row_groups
         for index in indices:
-            statistics = footer.row_group(index).column(footer.num_columns - 1).statistics
+            statistics = footer.row_group(index).column(slot).statistics
             assert moved_slots & set(range(statistics.min, statistics.max + 1))
     assert sum(len(indices) for _, indices in read) < total_groups / 3
 
@@ -130,18 +240,24 @@ def test_a_migration_that_misses_a_row_group_is_corrupt_before_the_commit(
         return groups[1:] if len(groups) > 1 else groups
 
     monkeypatch.setattr(SourceFile, "groups_holding", one_short)
-    generation = store.generation
-    with pytest.raises(Corrupt, match="filter hides"):
+    generation, log = store.generation, log_documents(store)
+    with pytest.raises(
+        Corrupt,
+        match=r"the filter of the file's entry under channel \d+ hides \d+ of its \d+ rows, but the entry",
+    ) as error:
         store.apply(plan_migration(a, b), plan_id=1, region=REGION, from_version=1, to_version=2)
-    assert StateStore.open(store.root).generation == generation
-    check_oracle(StateStore.open(store.root), table, a)
+    assert error.value.path is not None and error.value.path.startswith("data/")
+    assert log_documents(store) == log
+    assert StateStore.open(store.url).generation == generation
+    check_oracle(StateStore.open(store.url), table, a)
 
 
 @pytest.mark.parametrize("key_type", ["str", "int"])
 def test_pinned_and_explicit_keys_in_filtered_slots_are_restaged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key_type: KeyType
 ) -> None:
-    """A pinned key in a moved slot stays; an explicit key leaves its slot's neighbours behind."""
+    """A pinned key in a moved slot stays; an explicit key leaves its slot's neighbours behind. Only
+    the rows of the slots holding those keys are written again."""
     monkeypatch.setattr(files_module, "ROW_GROUP_ROWS", 64)
     table = state_table(5000, key_type)
     keys = table.column("key").to_pylist()
@@ -159,13 +275,23 @@ def test_pinned_and_explicit_keys_in_filtered_slots_are_restaged(
         slot_overrides={pinned_slot: (int(a.table[pinned_slot]) + 1) % 4},
     )
     store = new_store(tmp_path / "s", a, table, slot_groups=4)
+    old_paths = {entry.path for entry in all_files(store)}
     result = store.apply(plan_migration(a, b), plan_id=1, region=REGION, from_version=1, to_version=2)
     check_oracle(store, table, b)
     assert result.filtered_files >= 1
     assert result.moved_rows == int((a.lookup_many(keys) != b.lookup_many(keys)).sum())
+    written = {entry.path: entry for entry in all_files(store) if entry.path not in old_paths}
+    named_slots = {pinned_slot, slots[keys.index(crowded[1])]}
+    root = store.objects.local_root
+    assert written and root is not None
+    for path in written:
+        assert set(pq.read_table(root / path, columns=["_slot"]).column(0).to_pylist()) <= named_slots
+    document = store.objects.size(f"_log/{store.generation:020d}.json")
+    assert document is not None
+    assert result.written_bytes == sum(entry.bytes for entry in written.values()) + document
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     key_type=st.sampled_from(["str", "int"]),
     counts=st.lists(st.integers(1, 6), min_size=2, max_size=5),
@@ -182,8 +308,9 @@ def test_chains_of_plans_on_filtered_files_match_each_target(
     groups: int,
     data: st.DataObject,
 ) -> None:
-    """Plan after plan: filters widen, filtered files are relocated and dropped; every generation
-    holds exactly the original rows, each on its channel, and reads, verify and a fresh open agree."""
+    """Plan after plan: filters widen, files are listed under several channels and back, entries are
+    dropped; every generation holds exactly the original rows, each on its channel, and reads, verify
+    and a fresh open agree."""
     monkeypatch.setattr(files_module, "ROW_GROUP_ROWS", 16)
     table = state_table(rows, key_type, seed=rows)
     keys = table.column("key").to_pylist()
@@ -219,31 +346,14 @@ def test_chains_of_plans_on_filtered_files_match_each_target(
         check_oracle(store, table, target)
         moved = int((current.lookup_many(keys) != target.lookup_many(keys)).sum()) if keys else 0
         assert result.moved_rows == moved
+        identities = [entry.identity for entry in store.all_files()]
+        assert len(identities) == len(set(identities))  # one entry per file and channel
         current = target
-    assert StateStore.open(store.root).read().num_rows == rows
-
-
-def tamper(store: StateStore, change: Any) -> Path:
-    """Apply ``change`` to the current generation document and fix the manifest's digest, so that only
-    the document's content is wrong (as a buggy writer would leave it)."""
-    number = store.generation
-    path = store.root / "generations" / f"{number:08d}.json"
-    document = json.loads(path.read_text())
-    change(document)
-    text = canonical_json(document)
-    path.write_text(text)
-    manifest = store.root / "MANIFEST"
-    body = json.loads(manifest.read_text())
-    body["sha256"] = sha256_hex(text)
-    manifest.write_text(canonical_json(body))
-    return path
-
-
-def listing(root: Path) -> dict[str, float]:
-    return {str(p.relative_to(root)): p.stat().st_mtime for p in root.rglob("*") if p.name != ".lock"}
+    assert StateStore.open(store.url).read().num_rows == rows
 
 
 def filtered_store(root: Path, monkeypatch: pytest.MonkeyPatch) -> StateStore:
+    """6000 rows taken 4 -> 5 (generation 2): filtered files, each also listed under channel 4."""
     store = scale_out_store(root, monkeypatch, state_table(6000, "str"))
     a, b = initial_function(4, "str", SMALL_SLOT_BITS), initial_function(5, "str", SMALL_SLOT_BITS)
     store.apply(plan_migration(a, b), plan_id=1, region=REGION, from_version=1, to_version=2)
@@ -251,7 +361,58 @@ def filtered_store(root: Path, monkeypatch: pytest.MonkeyPatch) -> StateStore:
 
 
 def first_filtered(document: dict[str, Any]) -> dict[str, Any]:
-    return next(entry for entry in document["files"] if "filter" in entry)
+    return next(entry for entry in document["add"] if "filter" in entry)
+
+
+def store_attempts(store: StateStore) -> list[Callable[[], object]]:
+    """What reads the log first: an open, an apply, a compaction and a vacuum."""
+    a, b = initial_function(5, "str", SMALL_SLOT_BITS), initial_function(6, "str", SMALL_SLOT_BITS)
+    return [
+        lambda: StateStore.open(store.url),
+        lambda: store.apply(plan_migration(a, b), plan_id=2, region=REGION, from_version=2, to_version=3),
+        lambda: store.compact(),
+        lambda: store.vacuum(),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda d: first_filtered(d).update(slot_group=9),
+            r"invalid listing: files\[\d+\]\.slot_group must be an integer in \[0, 3\]",
+        ),
+        (
+            lambda d: first_filtered(d)["filter"].update(slots=[[2000, 2001]]),
+            r"invalid listing: files\[\d+\]\.filter\.slots must lie in the entry's slot group",
+        ),
+        (
+            lambda d: d["add"][0].update(channel=7),
+            r"invalid listing: files\[\d+\]\.channel must be an integer in \[0, 4\]",
+        ),
+        (
+            lambda d: d["add"].append(d["add"][0]),
+            r"the commit adds file data/\w+\.parquet of channel \d twice",
+        ),
+        (
+            lambda d: d["remove"].append([f"data/{'0' * 32}.parquet", 0]),
+            r"removes file data/0+\.parquet of channel 0, which is not listed",
+        ),
+    ],
+)
+def test_a_commit_that_leaves_an_invalid_listing_is_corrupt_naming_it_and_nothing_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: Any, message: str
+) -> None:
+    """The newest commit document, with a checksum that holds, lists entries that do not fit the
+    layout: every operation that reads the log refuses it, naming the document and the field."""
+    store = filtered_store(tmp_path / "s", monkeypatch)
+    path = rewritten_commit(store, store.generation, change)
+    files = object_listing(store)
+    for attempt in store_attempts(store):
+        with pytest.raises(Corrupt, match=message) as error:
+            attempt()
+        assert error.value.path == path == "_log/00000000000000000002.json"
+    assert object_listing(store) == files
 
 
 @pytest.mark.parametrize(
@@ -259,44 +420,30 @@ def first_filtered(document: dict[str, Any]) -> dict[str, Any]:
     [
         (
             lambda d: first_filtered(d)["filter"]["slots"].insert(0, [900, 901]),
-            r"files\[\d+\]\.filter\.slots\[1\]",
+            r"add\[0\]\.filter\.slots\[1\]",
         ),
-        (lambda d: first_filtered(d)["filter"].update(rows=-1), r"files\[\d+\]\.filter\.rows"),
-        (
-            lambda d: first_filtered(d)["filter"].update(slots=[[2000, 2001]]),
-            r"files\[\d+\]\.filter\.slots must",
-        ),
-        (lambda d: first_filtered(d)["filter"].pop("rows"), r"files\[\d+\]\.filter is missing field"),
-        (
-            lambda d: first_filtered(d).update(slot_group=9),
-            r"files\[\d+\]\.slot_group must be an integer in \[0, 3\]",
-        ),
-        (
-            lambda d: d["files"][0].update(channel=7, path="channel=7/" + d["files"][0]["path"][10:]),
-            r"files\[0\]\.channel must be an integer in \[0, 4\]",
-        ),
-        (lambda d: d["files"].append(d["files"][0]), "files must list each file once"),
+        (lambda d: first_filtered(d)["filter"].update(rows=-1), r"add\[0\]\.filter\.rows"),
+        (lambda d: first_filtered(d)["filter"].pop("rows"), r"add\[0\]\.filter is missing field"),
+        (lambda d: d["add"][0].update(path="data/not-a-uuid.parquet"), r"add\[0\]\.path must be"),
     ],
 )
-def test_a_corrupt_filter_or_entry_is_corrupt_naming_the_generation_and_nothing_is_written(
+def test_a_malformed_entry_in_a_commit_that_others_build_on_is_corrupt_naming_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: Any, field: str
 ) -> None:
+    """An entry that does not parse in a document whose checksum holds (written whole, not torn): once
+    a later commit builds on it, every operation that reads the log refuses the store, naming the
+    document and the field, and writes nothing."""
     store = filtered_store(tmp_path / "s", monkeypatch)
-    path = tamper(store, change)
-    files = listing(store.root)
-    a, b = initial_function(5, "str", SMALL_SLOT_BITS), initial_function(6, "str", SMALL_SLOT_BITS)
-    attempts: list[Callable[[], object]] = [
-        lambda: StateStore.open(store.root),
-        lambda: store.apply(plan_migration(a, b), plan_id=2, region=REGION, from_version=2, to_version=3),
-        lambda: store.compact(max_filtered_share=0),
-        lambda: store.commit({}, version=2, function_digest=a.digest, n_channels=5),
-        lambda: store.vacuum(),
-    ]
-    for attempt in attempts:
-        with pytest.raises(Corrupt, match=f"not a valid generation document: {field}") as error:
+    damaged = store.generation
+    b = initial_function(5, "str", SMALL_SLOT_BITS)
+    store.commit({}, version=2, function_digest=b.digest, n_channels=5, batch=absorbed_batch(1, []))
+    path = rewritten_commit(store, damaged, change)
+    files = object_listing(store)
+    for attempt in store_attempts(store):
+        with pytest.raises(Corrupt, match=f"not a valid commit document: {field}") as error:
             attempt()
-        assert error.value.path == str(path)
-    assert listing(store.root) == files
+        assert error.value.path == path == "_log/00000000000000000002.json"
+    assert object_listing(store) == files
 
 
 @pytest.mark.parametrize("seen", [0, -1])
@@ -306,19 +453,18 @@ def test_a_filter_that_does_not_match_its_file_is_corrupt_naming_the_file(
     """The entry's filter claims one more hidden row: with as many seen rows (the file's row count is
     off: apply refuses it) or one fewer (the count is right, the split is not: reads refuse it)."""
     store = filtered_store(tmp_path / "s", monkeypatch)
-    victim = next(entry for entry in all_files(store) if entry.filter is not None and entry.channel == 0)
+    victim = next(entry for entry in store.files(0) if entry.filter is not None)
 
     def shift(document: dict[str, Any]) -> None:
-        entry = next(e for e in document["files"] if e["path"] == victim.path)
+        entry = next(e for e in document["add"] if (e["path"], e["channel"]) == victim.identity)
         entry["filter"]["rows"] += 1
         entry["rows"] += seen
 
-    tamper(store, shift)
-    store = StateStore.open(store.root)
-    path = str(store.root / victim.path)
+    rewritten_commit(store, store.generation, shift)
+    store = StateStore.open(store.url)
     damaged = store.damaged_files()
-    assert [error.path for error in damaged] == [path] and "its filter hides" in str(damaged[0])
-    files = listing(store.root)
+    assert [error.path for error in damaged] == [victim.path] and "its filter hides" in str(damaged[0])
+    files = object_listing(store)
     if seen == 0:
         a, b = initial_function(5, "str", SMALL_SLOT_BITS), initial_function(6, "str", SMALL_SLOT_BITS)
         with pytest.raises(
@@ -328,57 +474,67 @@ def test_a_filter_that_does_not_match_its_file_is_corrupt_naming_the_file(
     else:
         with pytest.raises(Corrupt, match=r"holds \d+ rows its generation entry lets through") as error:
             store.read_channel(0)
-    assert error.value.path == path
-    assert listing(store.root) == files
+    assert error.value.path == victim.path
+    assert object_listing(store) == files
 
 
-def test_commit_refuses_entries_with_a_filter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_commit_refuses_entries_with_a_filter_or_a_seq(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = filtered_store(tmp_path / "s", monkeypatch)
-    entries = [entry for entry in store.files(1) if entry.filter is not None]
     b = initial_function(5, "str", SMALL_SLOT_BITS)
-    with pytest.raises(
-        InvalidInput, match=r"replaced\[1\] must list files as write_channel_files returns them"
-    ):
-        store.commit({1: entries}, version=2, function_digest=b.digest, n_channels=5)
+    filtered = [entry for entry in store.files(1) if entry.filter is not None]
+    listed = [entry for entry in store.files(1) if entry.filter is None or entry.seq]
+    log = log_documents(store)
+    for entries in (filtered, listed):
+        with pytest.raises(
+            InvalidInput, match=r"added\[1\] must list files as write returns them, without a filter or seq"
+        ) as error:
+            store.commit({1: entries}, version=2, function_digest=b.digest, n_channels=5)
+        assert error.value.field == "added[1]"
+    assert log_documents(store) == log
 
 
-def test_a_format_1_store_opens_and_its_next_generation_is_format_2(tmp_path: Path) -> None:
+@pytest.mark.parametrize("format_version", [1, 2])
+def test_a_format_1_or_2_store_opens_and_its_first_apply_upgrades_it_without_copying(
+    tmp_path: Path, format_version: int
+) -> None:
     table = state_table(2000, "str")
     a, b = initial_function(3, "str", SMALL_SLOT_BITS), initial_function(4, "str", SMALL_SLOT_BITS)
-    store = new_store(tmp_path / "s", a, table)
-
-    def downgrade(document: dict[str, Any]) -> None:
-        document["format"] = 1
-
-    tamper(store, downgrade)
-    manifest = store.root / "MANIFEST"
-    manifest.write_text(manifest.read_text().replace('"format":2', '"format":1'))
-    old = StateStore.open(store.root)
+    root = legacy_store(tmp_path / "s", a, table, format_version=format_version, batch_id=5)
+    old = StateStore.open(root)
+    assert old.format == 2 and old.version == 1 and old.last_batch is not None
     check_oracle(old, table, a)
+    paths = {entry.path for entry in old.all_files()}
+    assert all(path.startswith("channel=") for path in paths)
     old.apply(plan_migration(a, b), plan_id=1, region=REGION, from_version=1, to_version=2)
-    check_oracle(StateStore.open(store.root), table, b)
-    assert json.loads(manifest.read_text())["format"] == 2
-    assert json.loads((store.root / "generations" / "00000002.json").read_text())["format"] == 2
+    upgraded = StateStore.open(root)
+    check_oracle(upgraded, table, b)
+    assert upgraded.format == 3 and upgraded.version == 2 and upgraded.applied_plans == (1,)
+    assert upgraded.absorbed(5) and not upgraded.absorbed(6)  # the batch record carried over
+    assert {entry.path for entry in upgraded.all_files()} == paths  # listed again, none copied
+    assert upgraded.objects.listing("data/") == []  # a scale-out without named keys writes no data
 
 
-def test_write_channel_files_writes_row_groups_sorted_by_slot(
+def test_a_written_file_has_row_groups_sorted_by_slot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(files_module, "ROW_GROUP_ROWS", 100)
-    entries = write_channel_files(
-        tmp_path,
-        0,
-        state_table(1000, "int"),
-        key_col="key",
-        key_type="int",
-        slot_bits=SMALL_SLOT_BITS,
-        slot_groups=1,
+    table = state_table(1000, "int")
+    store = empty_store(
+        tmp_path / "s", initial_function(1, "int", SMALL_SLOT_BITS), table.schema, slot_groups=1
     )
-    footer = pq.ParquetFile(tmp_path / entries[0].path).metadata
-    assert footer.num_row_groups == 10
-    slot = footer.num_columns - 1
+    (entry,) = store.write(0, table, kind="base")
+    root = store.objects.local_root
+    assert root is not None
+    file = pq.ParquetFile(root / entry.path)
+    footer = file.metadata
+    assert footer.num_row_groups == 10 and entry.rows == 1000
+    slot = file.schema_arrow.get_field_index("_slot")
     statistics = [footer.row_group(i).column(slot).statistics for i in range(10)]
     ranges = [(each.min, each.max) for each in statistics]
     assert all(low <= high for low, high in ranges) and all(
         ranges[i][1] <= ranges[i + 1][0] for i in range(9)
     )
+    expected = slots_of_hashes(hash_keys(table.column("key").to_pylist(), "int"), SMALL_SLOT_BITS)
+    assert file.read(columns=["_slot"]).column(0).to_pylist() == sorted(expected.tolist())

@@ -24,7 +24,7 @@ from repart.partitioning.domain import Key, KeyType
 from repart.partitioning.split.function import SplitEntry, SplitFunction
 from repart.protocol.merge import MergeSpec
 from repart.state.merge import merge_function, merged
-from repart.state.store import StateStore, write_channel_files
+from repart.state.store import StateStore
 from tests.factories import PARTIAL_STATE_MERGE, REGION, partial_state_schema
 
 N = 6
@@ -90,9 +90,10 @@ def aggregate(rows: Sequence[dict[str, Any]], key_type: KeyType) -> pa.Table:
 
 
 def split_store(
-    root: Path, key_type: KeyType, rows: Sequence[dict[str, Any]]
+    root: Path, key_type: KeyType, rows: Sequence[dict[str, Any]], merge: MergeSpec | None = None
 ) -> tuple[StateStore, SplitFunction]:
-    """A store laid out by a split function; each channel holds the partial rows routed to it."""
+    """A store laid out by a split function; each channel holds the partial rows routed to it (as base
+    files). With ``merge`` the store is mergeable, with that merge of its own."""
     version = split_version(key_type, rows)
     store = StateStore.create(
         root,
@@ -105,20 +106,13 @@ def split_store(
         key_col="key",
         schema=partial_state_schema(key_type),
         slot_groups=4,
+        merge=merge,
     )
     by_channel: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
         by_channel.setdefault(version.lookup(row["key"], row["row_hash"]), []).append(row)
     replaced = {
-        channel: write_channel_files(
-            root,
-            channel,
-            aggregate(routed, key_type),
-            key_col="key",
-            key_type=key_type,
-            slot_bits=version.slot_bits,
-            slot_groups=4,
-        )
+        channel: store.write(channel, aggregate(routed, key_type), kind="base")
         for channel, routed in by_channel.items()
     }
     return store.commit(replaced, version=1, function_digest=version.digest, n_channels=N), version
@@ -157,7 +151,38 @@ def test_read_merged_equals_a_plain_aggregation_of_every_input_row(tmp_path: Pat
     assert_equal_state(
         store.read_merged(merge_function(PARTIAL_STATE_MERGE)), oracle
     )  # a function: checked, same result
-    assert_equal_state(StateStore.open(store.root).read_merged(PARTIAL_STATE_MERGE), oracle)
+    assert_equal_state(StateStore.open(store.url).read_merged(PARTIAL_STATE_MERGE), oracle)
+    counted = MergeSpec.parse(PARTIAL_STATE_MERGE.to_text().replace("trades=sum", "trades=count"))
+    assert counted.columns["trades"] == "count"
+    assert_equal_state(store.read_merged(counted), oracle)  # a count's partials merge by their sum
+
+
+def negated_volume(table: pa.Table) -> pa.Table:
+    """``table`` with its volumes negated: a merge of its own, told apart from the store's."""
+    return table.set_column(table.schema.get_field_index("volume"), "volume", pc.negate(table["volume"]))
+
+
+@pytest.mark.parametrize("key_type", ["str", "int"])
+def test_a_mergeable_store_merges_by_its_own_merge(tmp_path: Path, key_type: KeyType) -> None:
+    rows = trades(key_type, count=5_000, seed=2)
+    store, _ = split_store(tmp_path / "state", key_type, rows, PARTIAL_STATE_MERGE)
+    assert store.merge == dict(PARTIAL_STATE_MERGE.columns)
+    oracle = aggregate(rows, key_type)
+    assert_equal_state(store.read_merged(), oracle)
+    assert_equal_state(StateStore.open(store.url).read_merged(), oracle)
+
+    def negated(table: pa.Table) -> pa.Table:
+        return negated_volume(merge_function(PARTIAL_STATE_MERGE)(table))
+
+    assert_equal_state(store.read_merged(negated), negated_volume(oracle))  # a merge given is the one used
+
+
+def test_a_general_store_needs_a_merge_to_read_merged(tmp_path: Path) -> None:
+    store, _ = split_store(tmp_path / "state", "str", trades("str", count=500, seed=4))
+    assert store.merge is None
+    with pytest.raises(InvalidInput, match=r"^merge must be given: the store is not mergeable") as error:
+        store.read_merged()
+    assert error.value.field == "merge"
 
 
 def test_a_key_with_one_row_is_kept_as_it_is() -> None:
@@ -259,7 +284,7 @@ def test_a_merge_function_that_breaks_the_contract_is_invalid_input(
         ({"volume": "sum"}, "merge must be a MergeSpec"),
         (
             SimpleNamespace(columns={"volume": "avg"}),
-            r"merge must merge each column by one of \['sum', 'min', 'max'\]",
+            r"merge must merge each column by one of \['sum', 'count', 'min', 'max'\]",
         ),
     ],
 )

@@ -483,6 +483,18 @@ def read_bytes(objects: Objects, entry: FileEntry, layout: Layout) -> int:
     return int(chunks + metadata.serialized_size + 8)
 
 
+def file_schema(objects: Objects, path: str) -> pa.Schema:
+    """The Arrow schema in the footer of the Parquet file at ``path`` (a range read on an object store);
+    Corrupt when it is missing or not Parquet."""
+    local = objects.local_root
+    try:
+        return pq.ParquetFile(local / path if local is not None else objects.open(path)).schema_arrow
+    except FileNotFoundError:
+        raise Corrupt("state file is missing", path=path) from None
+    except (OSError, pa.ArrowException) as error:
+        raise Corrupt(f"state file cannot be read: {error}", path=path) from None
+
+
 def _open_parquet(objects: Objects, path: str, layout: Layout) -> pq.ParquetFile:
     """The Parquet file at ``path`` with its footer read (on an object store, by a range request);
     Corrupt when its schema is not the store's."""

@@ -79,33 +79,33 @@ def read_legacy(root: Path) -> Generation:
             raise Corrupt(
                 f"the manifest is missing, but the directory holds a state store ({len(names)} generation "
                 f"documents and channel directories, such as {names[-1]!r}); restore it from a backup",
-                path=str(manifest),
+                path=MANIFEST,
             ) from None
         raise NotFound(f"no state store at {str(root)!r}: it has no commit log; create one") from None
     except (OSError, UnicodeDecodeError) as error:
-        raise Corrupt(f"the manifest cannot be read: {error}", path=str(manifest)) from None
+        raise Corrupt(f"the manifest cannot be read: {error}", path=MANIFEST) from None
     try:
         document = require_object(parse_json(text, "manifest"), "manifest", _MANIFEST_FIELDS)
-        _check_format(document["format"], str(manifest))
+        _check_format(document["format"], MANIFEST)
         number = require_int(document["generation"], "generation")
         digest = checked_digest(document["sha256"], "sha256")
     except InvalidInput as error:
-        raise Corrupt(f"the manifest is corrupt: {error}", path=str(manifest)) from None
-    path = root / GENERATIONS / f"{number:08d}.json"
+        raise Corrupt(f"the manifest is corrupt: {error}", path=MANIFEST) from None
+    name = f"{GENERATIONS}/{number:08d}.json"
+    path = root / name
     try:
         generation_text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise Corrupt(
-            f"the generation file named by the manifest {str(manifest)!r} cannot be read: {error}",
-            path=str(path),
+            f"the generation file named by the manifest cannot be read: {error}", path=name
         ) from None
     if sha256_hex(generation_text) != digest:
         raise Corrupt(
-            f"the generation file does not match the SHA-256 recorded in {str(manifest)!r}: it was modified "
+            "the generation file does not match the SHA-256 recorded in the manifest: it was modified "
             "or is incomplete",
-            path=str(path),
+            path=name,
         )
-    return _parsed(generation_text, str(path), number)
+    return _parsed(generation_text, name, number)
 
 
 def _parsed(text: str, name: str, number: int) -> Generation:

@@ -572,7 +572,7 @@ class Log:
             return None
         try:
             commit = Commit.from_document(text, name)
-        except Corrupt:
+        except Torn:
             return None
         if commit.generation != number:
             raise Corrupt(
@@ -617,23 +617,34 @@ def _with_checksum(body: dict[str, Any]) -> str:
     return canonical_json({**body, "checksum": sha256_hex(canonical_json(body))})
 
 
+class Torn(Corrupt):
+    """A log document that does not parse as JSON or whose checksum fails: an aborted or damaged write.
+    A document that parses and whose checksum holds but whose content is invalid (a later format, a bad
+    entry) is plain ``Corrupt``: it was written whole, by something that is not this version of repart."""
+
+
 def _checked_document(
     text: str, name: str, fields: tuple[str, ...], optional: tuple[str, ...]
 ) -> dict[str, Any]:
-    """A document whose checksum holds and whose format is 3; Corrupt naming ``name`` otherwise."""
+    """A document whose checksum holds and whose format is 3; Torn or Corrupt naming ``name`` otherwise."""
     try:
-        document = require_object(parse_json(text, name), "document", fields, optional)
+        document = parse_json(text, name)
     except InvalidInput as error:
-        raise Corrupt(f"not a valid log document: {error}", path=name) from None
-    body = {key: value for key, value in document.items() if key != "checksum"}
-    if sha256_hex(canonical_json(body)) != document["checksum"]:
-        raise Corrupt("the document's checksum fails: it is torn or was modified", path=name)
-    if document["format"] != FORMAT_VERSION:
+        raise Torn(f"not a valid log document: {error}", path=name) from None
+    checksum = document.get("checksum") if isinstance(document, dict) else None
+    body = {key: value for key, value in document.items() if key != "checksum"} if checksum else None
+    if body is None or sha256_hex(canonical_json(body)) != checksum:
+        raise Torn("the document's checksum fails: it is torn or was modified", path=name)
+    if document.get("format") != FORMAT_VERSION:
         raise Corrupt(
-            f"the document is in format {document['format']!r}, which this version of repart does not "
-            f"read here (it writes format {FORMAT_VERSION})",
+            f"the document is in format {document.get('format')!r}, which this version of repart does not "
+            f"read (it reads format {FORMAT_VERSION}): open the store with the repart that wrote it",
             path=name,
         )
+    try:
+        document = require_object(document, "document", fields, optional)
+    except InvalidInput as error:
+        raise Corrupt(f"not a valid log document: {error}", path=name) from None
     return document
 
 

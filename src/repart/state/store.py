@@ -67,6 +67,7 @@ from repart.state.files import (
     FileKind,
     Layout,
     checked_layout,
+    file_schema,
     read_bytes,
     read_entry,
     read_keyed,
@@ -730,11 +731,20 @@ class StateStore:
                         Interval(int, 0, current.layout.slot_groups - 1),
                     )
                 size = self._objects.size(entry.path)
+                if size is None:
+                    raise InvalidInput(field, f"must list written files: {entry.path} does not exist")
                 if size != entry.bytes:
                     raise InvalidInput(
                         field,
                         f"must list written files of the size their entry states: {entry.path} has "
                         f"{size} bytes, the entry {entry.bytes}",
+                    )
+                schema = file_schema(self._objects, entry.path)
+                if not current.layout.matches(schema):
+                    raise InvalidInput(
+                        field,
+                        f"must list files with the store's schema: {entry.path} has "
+                        f"{', '.join(f'{f.name}: {f.type}' for f in schema)}",
                     )
                 entries.append(entry)
         return entries
@@ -749,6 +759,7 @@ def _require_empty(objects: Objects) -> None:
     """InvalidInput unless ``objects`` holds no store (and, for a local directory, nothing at all)."""
     if any(not _is_temporary(info.path) for info in objects.listing(LOG_PREFIX)):
         raise InvalidInput("state", f"already holds a state store: {objects.url}; open it instead")
+    _refuse_data_without_log(objects)
     root = objects.local_root
     if root is None:
         return
@@ -757,6 +768,18 @@ def _require_empty(objects: Objects) -> None:
         raise InvalidInput("state", f"already holds a state store (format 2): {objects.url}; open it instead")
     if root.exists() and any(path.name not in ("data", "_log") for path in root.iterdir()):
         raise InvalidInput("state", f"must be a new or empty directory: {objects.url} holds other files")
+
+
+def _refuse_data_without_log(objects: Objects) -> None:
+    """Corrupt when the location holds data files but no commit log: the log was lost, and a store
+    created over it would see its data as unlisted and vacuum it."""
+    found = [info.path for info in objects.listing(DATA_PREFIX) if not _is_temporary(info.path)]
+    if found:
+        raise Corrupt(
+            f"the location holds {len(found)} data files, such as {found[0]}, but no commit log: the log "
+            "was lost; restore it from a backup rather than create a store over the data",
+            path=LOG_PREFIX,
+        )
 
 
 def _is_temporary(path: str) -> bool:
