@@ -32,11 +32,13 @@ from typer.testing import CliRunner
 from repart.cli.app import app
 from repart.errors import Conflict, Corrupt, InvalidInput
 from repart.migration import plan_migration
+from repart.partitioning import initial_function
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.state.checksum import checksum, key_hashes, row_hashes
 from repart.state.log import HINT, checkpoint_path, commit_path
 from repart.state.objects import LocalObjects, Objects, RemoteObjects, objects_at
 from repart.state.store import StateStore
+from tests.factories import empty_store
 from tests.state.state_child import (
     FOLD_ALL,
     REGION,
@@ -887,3 +889,74 @@ def test_a_damaged_legacy_file_makes_the_upgrade_corrupt_with_nothing_written(
         assert raised.value.path == victim.path
     assert directory(tmp_path) == before
     assert StateStore.open(tmp_path).format == 2
+
+
+# --- changes that do not fit, lost updates, half-done upgrades, failed hints -----------------------------
+
+
+def test_a_commit_that_lists_a_file_twice_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    store, rows = based(str(tmp_path / "store"), None)
+    entries = write_rows(store, function(), batch_rows(7, rows=60, channels=[1]))
+    before = contents(store.objects)
+    with pytest.raises(InvalidInput, match=r"added\[1\] must list new files, each once") as raised:
+        commit_batch(store, function(), {1: [*entries[1], *entries[1]]}, 7)
+    assert raised.value.field == "added[1]"
+    assert contents(store.objects) == before
+    assert state(StateStore.open(store.url)) == oracle(*rows)
+
+
+def test_two_writes_to_a_general_channel_without_batch_ids_do_not_lose_an_update(tmp_path: Path) -> None:
+    """A general store's write reads the channel's state before it writes (read, combine, write): a second
+    writer that read the same generation must not commit over the first one's update."""
+    function_ = initial_function(2, "str", SLOT_BITS)
+    table = pa.table({"key": ["a", "b"], "n": [1, 1]})
+    store = empty_store(tmp_path / "s", function_, table.schema, slot_groups=4)
+    channel = int(function_.lookup("a"))
+    store.commit({channel: store.write(channel, table.slice(0, 1), kind="base")},
+                 version=1, function_digest=function_.digest, n_channels=2)  # fmt: skip
+    first, second = StateStore.open(store.url), StateStore.open(store.url)
+    for handle in (first, second):
+        old = handle.read_keys(channel, pa.array(["a"]))
+        handle_entries = handle.write(
+            channel, pa.table({"key": ["a"], "n": [old.column("n")[0].as_py() + 1]})
+        )
+        if handle is first:
+            handle.commit(
+                {channel: handle_entries}, version=1, function_digest=function_.digest, n_channels=2
+            )
+            continue
+        before = contents(store.objects)
+        with pytest.raises(Conflict, match=f"a write to channel {channel}, whose state this write read"):
+            handle.commit(
+                {channel: handle_entries}, version=1, function_digest=function_.digest, n_channels=2
+            )
+        assert {path for path in contents(store.objects) if path.startswith("_log/0")} == {
+            path for path in before if path.startswith("_log/0")
+        }
+    assert StateStore.open(store.url).read_keys(channel, pa.array(["a"])).column("n").to_pylist() == [2]
+
+
+def test_a_legacy_store_with_a_killed_upgrades_temporary_still_opens_and_upgrades(tmp_path: Path) -> None:
+    expected = legacy_store(tmp_path, 2)
+    (tmp_path / "_log").mkdir()
+    (tmp_path / "_log" / ".00000000000000000000.json.k1ll3d").write_text('{"format":3,"gen')
+    store = StateStore.open(tmp_path)
+    assert store.format == 2 and store.read().num_rows == expected.num_rows
+    assert store.upgrade() and StateStore.open(tmp_path).format == 3
+
+
+def test_a_commit_stands_when_its_hint_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, rows = based(str(tmp_path / "store"), None)
+    original = LocalObjects.write
+
+    def refusing_the_hint(self: LocalObjects, path: str, data: bytes) -> None:
+        if path == HINT:
+            raise OSError("disk full")
+        original(self, path, data)
+
+    monkeypatch.setattr(LocalObjects, "write", refusing_the_hint)
+    rows.append(batch_rows(9, rows=60, channels=[2]))
+    committed = commit_batch(store, function(), write_rows(store, function(), rows[-1]), 9)
+    assert committed.generation == 3 and state(StateStore.open(store.url)) == oracle(*rows)

@@ -622,33 +622,22 @@ def create(location: Path | str) -> StateStore:
 def test_create_refuses_a_location_that_holds_a_store_or_other_files(
     store_url: str, store_options: dict[str, str] | None, tmp_path: Path
 ) -> None:
-    store = StateStore.create(
-        store_url,
-        region=REGION,
-        version=1,
-        function_digest="0" * 64,
-        n_channels=2,
-        slot_bits=SMALL_SLOT_BITS,
-        key_type="str",
-        key_col="key",
-        schema=pa.schema([("key", pa.string())]),
-        options=store_options,
-    )
+    layout: dict[str, Any] = {
+        "region": REGION,
+        "version": 1,
+        "function_digest": "0" * 64,
+        "n_channels": 2,
+        "slot_bits": SMALL_SLOT_BITS,
+        "key_type": "str",
+        "key_col": "key",
+        "schema": pa.schema([("key", pa.string())]),
+        "options": store_options,
+    }
+    store = StateStore.create(store_url, **layout)
     assert store.generation == 0 and store.rows() == 0 and store.format == 3
     files = object_listing(store)
     with pytest.raises(InvalidInput, match=r"state already holds a state store: .*; open it instead"):
-        StateStore.create(
-            store_url,
-            region=REGION,
-            version=1,
-            function_digest="0" * 64,
-            n_channels=2,
-            slot_bits=SMALL_SLOT_BITS,
-            key_type="str",
-            key_col="key",
-            schema=pa.schema([("key", pa.string())]),
-            options=store_options,
-        )
+        StateStore.create(store_url, **layout)
     assert object_listing(store) == files
     other = tmp_path / "other"
     other.mkdir()

@@ -557,9 +557,10 @@ def read_parquet(
     wanted = None if columns is None else list(columns)
     legacy = False
     try:
-        source = (
-            objects.local_root / path if objects.local_root is not None else pa.py_buffer(objects.read(path))
-        )
+        if objects.local_root is not None:
+            source: Any = objects.local_root / path
+        else:  # a whole file in one request; some of its columns by range requests
+            source = pa.py_buffer(objects.read(path)) if columns is None else objects.open(path)
         parquet = pq.ParquetFile(source)
         if not layout.matches(parquet.schema_arrow):
             raise Corrupt(f"state file does not have the store's schema: {parquet.schema_arrow}", path=path)

@@ -37,6 +37,7 @@ The documents are JSON with sorted keys; docs/state-format.md describes them for
 from __future__ import annotations
 
 import base64
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -44,7 +45,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from repart.errors import Conflict, Corrupt, InvalidInput, NotFound
+from repart.errors import Conflict, Corrupt, InvalidInput, NotFound, ReparError, Unavailable
 from repart.partitioning.consistent import check_n_channels
 from repart.partitioning.documents import (
     canonical_json,
@@ -83,6 +84,7 @@ _OPTIONAL_CHECKPOINT_FIELDS = ("batch",)
 _METADATA_FIELDS = ("region", "key_col", "key_type", "slot_bits", "slot_groups", "schema", "merge")
 _LAYOUT_FIELDS = ("version", "function_digest", "n_channels")
 _MAX_REBASES = 100
+_LOG = logging.getLogger(__name__)
 
 
 def commit_path(generation: int) -> str:
@@ -223,6 +225,9 @@ class Change:
     plan: tuple[int, str] | None = None
     #: The plans an upgraded store had applied before (an upgrade only).
     applied_plans: tuple[tuple[int, str], ...] = ()
+    #: Whether the change was computed from the state it changes (a general store's write: read, combine,
+    #: write), so that another write to the same channel in between would be lost. Not in the document.
+    reads_state: bool = False
 
     def stamped(self, entry: FileEntry, generation: int) -> FileEntry:
         """``entry`` as this change lists it at ``generation``: a batch's files get the generation as
@@ -240,6 +245,10 @@ class Change:
             return f"{'an' if winner.operation[0] in 'aeiou' else 'a'} {winner.operation} commit"
         if self.batch is not None and winner.batch is not None:
             return f"a commit that absorbed batch {winner.batch.batch_id}"
+        if self.reads_state and winner.operation == "write":
+            shared = {entry.channel for entry in self.add} & {entry.channel for entry in winner.add}
+            if shared:
+                return f"a write to channel {min(shared)}, whose state this write read before it"
         removed = set(self.remove) & set(winner.remove)
         if removed:
             path, channel = sorted(removed)[0]
@@ -396,12 +405,17 @@ class Log:
         return generation
 
     def exists(self) -> bool:
-        """Whether anything is in the log (a store, or the remains of a create that was killed)."""
-        return bool(self.objects.listing(LOG_PREFIX))
+        """Whether the log holds a document (a store), not only a killed writer's temporaries."""
+        return any(not is_temporary(info.path) for info in self.objects.listing(LOG_PREFIX))
 
     def commit(self, base: Generation | None, change: Change) -> Generation:
         """Commit ``change`` on top of ``base`` (None: the first commit) and return the new generation
-        (module docstring). Conflict when a commit that overlaps it won the race."""
+        (module docstring). The generation it makes is built and checked before its document is
+        created, so a change that does not fit is refused with nothing written: InvalidInput when it
+        does not fit ``base`` (an entry added twice, or removed that is not listed), Conflict when it
+        stops fitting after a rebase or a commit that overlaps it won the race. A create whose outcome
+        is unknown (the object store did not answer) is read back: if the document is there, it
+        committed."""
         number = -1 if base is None else base.generation
         prepared_on = number
         for _ in range(_MAX_REBASES):
@@ -418,19 +432,38 @@ class Log:
                     )
                 base = applied(base, winner)
                 number = winner.generation
-            missing = [identity for identity in change.remove if identity not in _identities(base)]
-            if missing:
-                raise Conflict(f"the state store at {self.objects.url} no longer lists file {missing[0][0]}")
             target = highest + 1
-            now = int(time.time() * 1000)
-            document = change.to_document(target, number, now)
-            if self.objects.create(commit_path(target), document.encode("utf-8")):
-                commit = Commit.from_document(document, commit_path(target))
-                self._read[target] = commit
+            document = change.to_document(target, number, int(time.time() * 1000))
+            commit = Commit.from_document(document, commit_path(target))
+            try:
                 new = applied(base, commit)
+            except Corrupt as misfit:
+                reason = str(misfit).split(": ", 1)[-1]
+                if number != prepared_on:
+                    raise Conflict(
+                        f"the state store at {self.objects.url} moved on to generation {number}, where this "
+                        f"{change.operation} no longer fits ({reason}); open the store again and retry"
+                    ) from None
+                raise InvalidInput("change", f"must fit the store's generation {number}: {reason}") from None
+            if self._created(commit_path(target), document.encode("utf-8")):
+                self._read[target] = commit
                 self._after_commit(new)
                 return new
         raise Conflict(f"the state store at {self.objects.url} kept moving on; retry later")
+
+    def _created(self, path: str, data: bytes) -> bool:
+        """Create ``path`` only if absent; when the store did not answer, whether our document is there."""
+        try:
+            return self.objects.create(path, data)
+        except Unavailable:
+            try:
+                found = self.objects.read(path)
+            except (FileNotFoundError, Unavailable):
+                raise Unavailable(
+                    f"the state store at {self.objects.url} did not answer while {path} was created, and "
+                    "whether it was is unknown: open the store again, and retry what is not in it"
+                ) from None
+            return found == data
 
     def commits_after(self, number: int) -> list[Commit]:
         """The commits after generation ``number`` that the newest one builds on, in order."""
@@ -455,7 +488,15 @@ class Log:
         return None
 
     def _after_commit(self, generation: Generation) -> None:
-        """The checkpoint when one is due, then the hint (both best effort: readers do without)."""
+        """The checkpoint when one is due, then the hint, both best effort: readers do without them,
+        so a failure to write one does not make the commit, which happened, look failed."""
+        try:
+            self._write_checkpoint_and_hint(generation)
+        except (OSError, ReparError) as error:
+            _LOG.warning("the commit of generation %s stands, but its checkpoint or hint was not written: %s",
+                         generation.generation, error)  # fmt: skip
+
+    def _write_checkpoint_and_hint(self, generation: Generation) -> None:
         checkpoint = None
         if generation.generation % self.checkpoint_interval == 0:
             self.objects.write(
@@ -579,6 +620,12 @@ class Log:
                 f"the commit document holds generation {commit.generation}, not {number}", path=name
             )
         return commit
+
+
+def is_temporary(path: str) -> bool:
+    """Whether ``path`` is a local writer's hidden temporary (``.<name>.<random>``), which a writer
+    killed before its link or rename leaves behind: not part of any store."""
+    return path.rsplit("/", 1)[-1].startswith(".")
 
 
 def _number_of(path: str) -> int:

@@ -60,7 +60,7 @@ _SECRET_WORDS = ("secret", "token", "key", "password", "credential", "sas")
 _ENVIRONMENT = {
     "s3": (
         "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "aws_region",
-        "aws_default_region", "aws_endpoint", "aws_endpoint_url", "aws_allow_http",
+        "aws_default_region", "aws_endpoint", "aws_endpoint_url", "aws_allow_http", "aws_skip_signature",
     ),
     "gs": (
         "google_service_account", "google_service_account_path", "google_service_account_key",
@@ -150,6 +150,14 @@ def objects_at(location: str | os.PathLike[str], options: Mapping[str, str] | No
         raise InvalidInput("state", f"must be a path or a URL, got {text!r}")
     parsed = urlparse(text)
     scheme = parsed.scheme.lower()
+    if scheme == "file" and parsed.netloc not in ("", "localhost"):
+        raise InvalidInput(
+            "state", f"must be file:///absolute/path (a local file URL names no host), got {text!r}"
+        )
+    if parsed.username is not None or parsed.password is not None:
+        raise InvalidInput(
+            "state", "must not hold credentials in the URL: give them as options or environment"
+        )
     if scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt"):
         path = Path(parsed.path if scheme == "file" else text)
         return LocalObjects(path.absolute(), text)
@@ -166,11 +174,15 @@ def objects_at(location: str | os.PathLike[str], options: Mapping[str, str] | No
     environment = {name: value for name in _ENVIRONMENT[scheme] if (value := os.environ.get(name.upper()))}
     given = {**environment, **{str(name).lower(): str(value) for name, value in (options or {}).items()}}
     if not any(name in given for name in _CREDENTIALS[scheme]):
-        variables = " or ".join(name.upper() for name in _CREDENTIALS[scheme][:1] + _ENVIRONMENT[scheme][3:4])
+        variables = {
+            "s3": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+            "gs": "GOOGLE_SERVICE_ACCOUNT",
+            "az": "AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY",
+        }[scheme]
         raise InvalidInput(
             "credentials",
-            f"are missing for {text}: set {variables if scheme == 's3' else _CREDENTIALS[scheme][0].upper()} "
-            f"in the environment, or give the store option {_CREDENTIALS[scheme][0]}",
+            f"are missing for {text}: set {variables} in the environment, or give the store "
+            f"option {_CREDENTIALS[scheme][0]}",
         )
     return RemoteObjects(text, scheme, parsed.netloc, parsed.path.strip("/"), _Secret(given))
 
@@ -317,9 +329,9 @@ class RemoteObjects:
         return self._client
 
     def _build(self) -> Any:
-        """The obstore client: options as obstore's configuration (the environment's ``AWS_*``,
-        ``GOOGLE_*`` and ``AZURE_*`` variables are read by obstore itself), plain HTTP allowed only for
-        an ``http://`` endpoint (a local S3-compatible server)."""
+        """The obstore client: the options (which hold what the opening process's environment named, so
+        they win over whatever this process's environment holds) as obstore's configuration, plain HTTP
+        allowed only for an ``http://`` endpoint (a local S3-compatible server)."""
         from obstore.store import AzureStore, GCSStore, S3Store
 
         config = dict(self.options.values)

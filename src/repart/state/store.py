@@ -86,6 +86,7 @@ from repart.state.log import (
     checked_digest,
     checked_region,
     commit_path,
+    is_temporary,
     log_number,
 )
 from repart.state.merge import Merge, MergeColumns, merged
@@ -107,8 +108,8 @@ _READ_THREADS = 8
 class ApplyResult:
     """What ``StateStore.apply`` did: rows that changed channel, the bytes written for them, files
     dropped and written anew (rewritten), given a slot filter (filtered) and listed under another channel
-    (relocated); rows taken out of their files; every byte the commit wrote (data files and its commit
-    document: ``written_bytes``); the generation it committed (or found, when the plan had been applied
+    (relocated); rows taken out of their files; the bytes the migration wrote (data files and its commit
+    document, not the checkpoint or hint that may follow: ``written_bytes``); the generation it committed (or found, when the plan had been applied
     already) and the wall time."""
 
     plan_id: int
@@ -486,7 +487,8 @@ class StateStore:
                 f"{current.generation} holds batches up to {current.batch.batch_id}"
             )
         entries = self._checked_additions(added, current)
-        self._current = Log(self._objects).commit(current, Change("write", add=tuple(entries), batch=batch))
+        change = Change("write", add=tuple(entries), batch=batch, reads_state=not current.layout.mergeable)
+        self._current = Log(self._objects).commit(current, change)
         return self
 
     def apply(
@@ -623,7 +625,7 @@ class StateStore:
         for info in objects:
             if info.modified >= cutoff:
                 continue
-            if _is_temporary(info.path):  # a killed local writer's temporary (under _log/ or data/)
+            if is_temporary(info.path):  # a killed local writer's temporary (under _log/ or data/)
                 deleted.append(info.path)
             elif info.path.startswith(DATA_PREFIX) or info.path.startswith("channel="):
                 if info.path not in listed:
@@ -712,8 +714,10 @@ class StateStore:
     def _checked_additions(
         self, added: Mapping[int, Sequence[FileEntry]], current: Generation
     ) -> list[FileEntry]:
-        entries = []
+        entries: list[FileEntry] = []
         n_channels = current.layout_version.n_channels
+        listed = {entry.path for entry in current.files}
+        held = {entry.channel for entry in current.files}
         for channel, files in added.items():
             check("added.channel", channel, Interval(int, 0, n_channels - 1))
             field = f"added[{channel}]"
@@ -723,6 +727,16 @@ class StateStore:
                 if entry.filter is not None or entry.seq:
                     raise InvalidInput(
                         field, f"must list files as write returns them, without a filter or seq: {entry.path}"
+                    )
+                if entry.path in listed or entry.path in {added_entry.path for added_entry in entries}:
+                    raise InvalidInput(
+                        field, f"must list new files, each once: {entry.path} is listed already"
+                    )
+                if entry.kind == "base" and channel in held:
+                    raise InvalidInput(
+                        field,
+                        f"must hold deltas: channel {channel} has state, and base files are for a channel's "
+                        f"first state only ({entry.path})",
                     )
                 if entry.slot_group is not None:
                     check(
@@ -757,7 +771,7 @@ def check_version(value: object, name: str = "version") -> int:
 
 def _require_empty(objects: Objects) -> None:
     """InvalidInput unless ``objects`` holds no store (and, for a local directory, nothing at all)."""
-    if any(not _is_temporary(info.path) for info in objects.listing(LOG_PREFIX)):
+    if any(not is_temporary(info.path) for info in objects.listing(LOG_PREFIX)):
         raise InvalidInput("state", f"already holds a state store: {objects.url}; open it instead")
     _refuse_data_without_log(objects)
     root = objects.local_root
@@ -773,19 +787,13 @@ def _require_empty(objects: Objects) -> None:
 def _refuse_data_without_log(objects: Objects) -> None:
     """Corrupt when the location holds data files but no commit log: the log was lost, and a store
     created over it would see its data as unlisted and vacuum it."""
-    found = [info.path for info in objects.listing(DATA_PREFIX) if not _is_temporary(info.path)]
+    found = [info.path for info in objects.listing(DATA_PREFIX) if not is_temporary(info.path)]
     if found:
         raise Corrupt(
             f"the location holds {len(found)} data files, such as {found[0]}, but no commit log: the log "
             "was lost; restore it from a backup rather than create a store over the data",
             path=LOG_PREFIX,
         )
-
-
-def _is_temporary(path: str) -> bool:
-    """Whether ``path`` is a local writer's hidden temporary (``.<name>.<random>``), which a writer
-    killed before its link or rename leaves behind: not part of any store."""
-    return path.rsplit("/", 1)[-1].startswith(".")
 
 
 def _difference(
