@@ -43,7 +43,7 @@ from repart.migration import MigrationPlan
 from repart.partitioning import PartitionFunction, initial_function
 from repart.state.batches import ChannelUpdate, absorbed_batch
 from repart.state.compact import CompactionPolicy
-from repart.state.files import FileKind
+from repart.state.files import FileKindName
 from repart.state.store import FileEntry, StateStore
 
 REGION = "trades"
@@ -104,7 +104,7 @@ def totals(rows: pa.Table) -> dict[str, int]:
 
 
 def write_rows(
-    store: StateStore, layout: PartitionFunction, rows: pa.Table, kind: FileKind = "delta"
+    store: StateStore, layout: PartitionFunction, rows: pa.Table, kind: FileKindName = "delta"
 ) -> dict[int, list[FileEntry]]:
     """``rows`` written as files of the channels ``layout`` routes them to (one row per key each: a
     batch's partials), channel by channel, for a commit."""

@@ -25,7 +25,7 @@ from repart.state.compact import (
     CompactionPolicy,
     compact_files,
 )
-from repart.state.files import FileKind
+from repart.state.files import FileKindName
 from repart.state.filters import SlotFilter
 from repart.state.store import FileEntry, StateStore
 from tests.factories import (
@@ -286,7 +286,7 @@ def commit_batch(
     batch_id: int,
     upserts: dict[int, tuple[int, str | None]],
     deletes: set[int],
-    kind: FileKind = "delta",
+    kind: FileKindName = "delta",
 ) -> None:
     """Write one batch (rows for ``upserts``, tombstones for ``deletes``) channel by channel, as
     deltas (or base files), and commit it."""

@@ -34,7 +34,7 @@ from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.partitioning.split.function import SplitEntry, SplitFunction
 from repart.protocol.merge import MergeSpec
 from repart.state.compact import CompactionPolicy
-from repart.state.files import DELETED_COLUMN, FileKind, read_entry
+from repart.state.files import DELETED_COLUMN, FileKindName, read_entry
 from repart.state.store import StateStore
 from tests.factories import REGION, SMALL_SLOT_BITS
 
@@ -96,7 +96,7 @@ def create(
 
 
 def commit(
-    store: StateStore, function: Function, version: int, rows: Mapping[int, Sequence[Row]], kind: FileKind
+    store: StateStore, function: Function, version: int, rows: Mapping[int, Sequence[Row]], kind: FileKindName
 ) -> None:
     """Write each channel's ``rows`` (a general store's with ``_deleted``) as one commit."""
     schema = (
@@ -110,7 +110,7 @@ def commit(
 
 
 def write_batch(
-    store: StateStore, function: PartitionFunction, version: int, batch: Batch, kind: FileKind = "delta"
+    store: StateStore, function: PartitionFunction, version: int, batch: Batch, kind: FileKindName = "delta"
 ) -> None:
     """One batch of a general store: each key's row (or tombstone) on ``function``'s channel."""
     routed: dict[int, list[Row]] = {}
@@ -319,7 +319,7 @@ def test_a_mergeable_store_reads_the_group_by_of_every_input_row(
             channel: grouped(batch.filter(pa.array(channels == channel)), key_type).to_pylist()
             for channel in np.unique(channels).tolist()
         }
-        kind: FileKind = "base" if index == 0 and data.draw(st.booleans(), "first as base") else "delta"
+        kind: FileKindName = "base" if index == 0 and data.draw(st.booleans(), "first as base") else "delta"
         commit(store, function, 1, partials, kind)
         everything = pa.concat_tables([everything, batch])
         if data.draw(st.booleans(), f"compact after batch {index}"):
@@ -445,7 +445,7 @@ def test_a_migration_moves_base_and_deltas_of_a_key_together(
     updates.update({"k2": (True, row(0)), "k3": (False, row(1003))})  # k1 is updated (1 % 3 == 1)
     deletions: Batch = {key: (True, row(0)) for i, key in enumerate(keys) if i % 7 == 5}
     state: dict[Key, Row] = {}
-    steps: list[tuple[Batch, FileKind]] = [(base, "base"), (updates, "delta"), (deletions, "delta")]
+    steps: list[tuple[Batch, FileKindName]] = [(base, "base"), (updates, "delta"), (deletions, "delta")]
     for batch, kind in steps:
         write_batch(store, a, 1, batch, kind)
         state = replayed(state, batch)

@@ -62,8 +62,8 @@ SLOT_COLUMN = "_slot"
 DELETED_COLUMN = "_deleted"
 CHANNEL_COLUMN = "channel"
 DATA_PREFIX = "data/"
-FileKind = Literal["base", "delta"]
-FILE_KINDS: tuple[FileKind, ...] = ("base", "delta")
+FileKindName = Literal["base", "delta"]
+FILE_KINDS: tuple[FileKindName, ...] = ("base", "delta")
 _PATH = re.compile(r"(?:data|channel=(?:0|[1-9][0-9]*))/[0-9a-f]{32}\.parquet")
 _ENTRY_FIELDS = ("path", "channel", "slot_group", "rows", "bytes", "checksum")
 _OPTIONAL_ENTRY_FIELDS = ("filter", "seq", "kind")
@@ -91,7 +91,7 @@ class FileEntry:
     checksum: int
     filter: SlotFilter | None = None
     seq: int = 0
-    kind: FileKind = "base"
+    kind: FileKindName = "base"
 
     @property
     def hidden_rows(self) -> int:
@@ -310,7 +310,7 @@ def _checked_merge(
 
 
 def write_channel_files(
-    objects: Objects, channel: int, table: pa.Table, layout: Layout, *, kind: FileKind = "base"
+    objects: Objects, channel: int, table: pa.Table, layout: Layout, *, kind: FileKindName = "base"
 ) -> list[FileEntry]:
     """Write rows of ``channel`` (``table``: the user's columns, and ``_deleted`` for a general store's
     tombstones) as new files: base rows as one file per slot group, a delta as one file. Returns the
@@ -374,7 +374,7 @@ def write_part(
     rows: pa.Table,
     hashes: U64,
     layout: Layout,
-    kind: FileKind = "base",
+    kind: FileKindName = "base",
     seq: int = 0,
 ) -> FileEntry:
     """Write ``rows`` (file schema, sorted by slot) as a new file, not yet durable (``Objects.sync``).

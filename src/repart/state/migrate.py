@@ -64,7 +64,7 @@ from repart.state.consolidate import Pools, gather_pools, verify_pools
 from repart.state.files import (
     SLOT_COLUMN,
     FileEntry,
-    FileKind,
+    FileKindName,
     Layout,
     channel_totals,
     read_parquet,
@@ -85,7 +85,7 @@ POOLED = -1
 _READ_THREADS = 4
 
 #: Rows entering a (channel, slot group), by the seq and kind of the files they come from.
-Incoming = dict[tuple[int, int, int, FileKind], list[tuple[pa.Table, U64]]]
+Incoming = dict[tuple[int, int, int, FileKindName], list[tuple[pa.Table, U64]]]
 
 
 @dataclass
@@ -112,7 +112,7 @@ class Migration:
         self.files.append(entry)
 
     def write(
-        self, channel: int, group: int | None, rows: pa.Table, hashes: U64, seq: int, kind: FileKind
+        self, channel: int, group: int | None, rows: pa.Table, hashes: U64, seq: int, kind: FileKindName
     ) -> int:
         """Write a new file of the next generation; returns its size."""
         part = write_part(self.objects, channel, group, rows, hashes, self.layout, kind, seq)

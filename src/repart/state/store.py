@@ -64,7 +64,7 @@ from repart.state.files import (
     CHANNEL_COLUMN,
     DATA_PREFIX,
     FileEntry,
-    FileKind,
+    FileKindName,
     Layout,
     checked_layout,
     file_schema,
@@ -106,10 +106,11 @@ _READ_THREADS = 8
 
 @dataclass(frozen=True)
 class ApplyResult:
-    """What ``StateStore.apply`` did: rows that changed channel, the bytes written for them, files
-    dropped and written anew (rewritten), given a slot filter (filtered) and listed under another channel
-    (relocated); rows taken out of their files; the bytes the migration wrote (data files and its commit
-    document, not the checkpoint or hint that may follow: ``written_bytes``); the generation it committed (or found, when the plan had been applied
+    """What ``StateStore.apply`` did: rows that changed channel and their files' bytes (``moved_bytes``:
+    moved, whether listed elsewhere or written), files dropped and written anew (rewritten), given a slot
+    filter (filtered) and listed under another channel (relocated); rows taken out of their files; the
+    bytes the migration wrote (data files and its commit document, not the checkpoint or hint that may
+    follow: ``written_bytes``); the generation it committed (or found, when the plan had been applied
     already) and the wall time."""
 
     plan_id: int
@@ -436,7 +437,7 @@ class StateStore:
 
     # --- writing -------------------------------------------------------------------------------------
 
-    def write(self, channel: int, rows: pa.Table, *, kind: FileKind = "delta") -> list[FileEntry]:
+    def write(self, channel: int, rows: pa.Table, *, kind: FileKindName = "delta") -> list[FileEntry]:
         """Write ``rows`` of ``channel`` (the user's columns; in a general store ``_deleted`` marks
         tombstones) as new data files, for ``commit``: a delta (one file) or base files (one per slot
         group, for a channel's first state). Runs on executors; nothing is visible until a commit."""

@@ -24,7 +24,7 @@ import pyarrow as pa
 from repart.errors import Corrupt
 from repart.partitioning.hashing import slots_of_hashes
 from repart.state.checksum import U64, checksum
-from repart.state.files import SLOT_COLUMN, FileEntry, FileKind, Layout
+from repart.state.files import SLOT_COLUMN, FileEntry, FileKindName, Layout
 from repart.state.objects import Objects
 
 IntArray = npt.NDArray[np.int64]
@@ -61,7 +61,7 @@ class Settled:
     checksums: list[int]
     flows: list[Flow]
     relistings: list[Relisting]
-    incoming: list[tuple[int, int, int, FileKind, pa.Table, U64]]
+    incoming: list[tuple[int, int, int, FileKindName, pa.Table, U64]]
 
 
 @dataclass
@@ -171,7 +171,7 @@ def _incoming(
     slots: IntArray,
     seqs: IntArray,
     deltas: npt.NDArray[np.bool_],
-) -> list[tuple[int, int, int, FileKind, pa.Table, U64]]:
+) -> list[tuple[int, int, int, FileKindName, pa.Table, U64]]:
     """The restaged rows entering each (target channel, slot group, seq, kind), sorted by slot."""
     if not rows.num_rows:
         return []
