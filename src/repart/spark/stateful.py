@@ -180,18 +180,21 @@ class _ChannelTask:
         rows = pa.Table.from_batches(received) if received else None
         if rows is None or rows.num_rows == 0:
             return
+        held = pa.total_allocated_bytes()
         started = time.perf_counter()
         partials = self.combine is None
         input_rows = int(pc.sum(rows.column(ROWS_COLUMN)).as_py()) if partials else rows.num_rows
         try:
-            entries = self._fold(channel, rows)
+            entries, peak = self._fold(channel, rows)
         except (Corrupt, InvalidInput) as error:
-            yield _report(channel, input_rows, 0.0, [], _error_to_report(error))
+            yield _report(channel, input_rows, 0.0, held, [], _error_to_report(error))
             return
-        yield _report(channel, input_rows, time.perf_counter() - started, entries, None)
+        seconds = time.perf_counter() - started
+        yield _report(channel, input_rows, seconds, max(held, peak), entries, None)
 
-    def _fold(self, channel: int, rows: pa.Table) -> list[FileEntry]:
-        """The channel's delta: its partials, or ``combine``'s upserts and tombstones."""
+    def _fold(self, channel: int, rows: pa.Table) -> tuple[list[FileEntry], int]:
+        """The channel's delta: its partials, or ``combine``'s upserts and tombstones; and the most
+        Arrow memory the task held at its steps (rows received, state read, state combined)."""
         channels = rows.column(self.channel_col).to_numpy()
         stray = channels != channel
         if stray.any():
@@ -202,14 +205,16 @@ class _ChannelTask:
             )
         store, key = self.store, self.store.key_col
         if self.combine is None:
-            return store.write(channel, rows.select(store.schema.names).cast(store.schema))
+            partials = rows.select(store.schema.names).cast(store.schema)
+            return store.write(channel, partials), pa.total_allocated_bytes()
         batch = rows.drop_columns([self.channel_col])
         old = store.read_keys(channel, pc.unique(batch.column(key)))
         state = self.combine(old, batch)
+        peak = pa.total_allocated_bytes()
         _check_combined(old, batch, state, key, channel)
         kept = pc.is_in(old.column(key), value_set=state.column(key).combine_chunks())
         gone = pc.filter(old.column(key), pc.invert(kept))
-        return store.write(channel, _upserts(state.select(store.schema.names), gone, store))
+        return store.write(channel, _upserts(state.select(store.schema.names), gone, store)), peak
 
 
 def _upserts(state: pa.Table, gone: pa.ChunkedArray, store: StateStore) -> pa.Table:
@@ -228,14 +233,20 @@ def _upserts(state: pa.Table, gone: pa.ChunkedArray, store: StateStore) -> pa.Ta
 
 
 def _report(
-    channel: int, input_rows: int, busy: float, entries: list[FileEntry], error: dict[str, Any] | None
+    channel: int,
+    input_rows: int,
+    busy: float,
+    peak: int,
+    entries: list[FileEntry],
+    error: dict[str, Any] | None,
 ) -> pa.RecordBatch:
-    """A task's result row: its channel's new files, or the error it met."""
+    """A task's result row: its channel's new files, or the error it met, and the most Arrow memory
+    it held at its steps."""
     row = {
         "channel": channel,
         "input_rows": input_rows,
         "busy_seconds": busy,
-        "peak_bytes": pa.default_memory_pool().max_memory(),
+        "peak_bytes": peak,
         "entries": json.dumps([entry.to_dict() for entry in entries]),
         "error": None if error is None else json.dumps(error),
     }

@@ -32,8 +32,8 @@ _CHANNEL_COLUMNS = ("channel", "input_rows", "state_rows", "state_bytes", "busy_
 class ChannelUpdate:
     """What one channel's task did with a batch: the batch rows it absorbed, the rows and bytes it wrote,
     and the seconds it was busy (reading, combining and writing), the channel measurement the
-    controller reads; and the peak of the task's Arrow memory pool (``peak_bytes``: the process's peak,
-    so per task only where Spark does not reuse Python workers; not recorded in the log)."""
+    controller reads; and the most Arrow memory the task held at its steps (``peak_bytes``: after
+    receiving its rows, after reading and combining state, after writing; not recorded in the log)."""
 
     channel: int
     input_rows: int

@@ -356,10 +356,9 @@ def applied(base: Generation | None, commit: Commit) -> Generation:
                 path=name,
             )
     for entry in change.add:
-        stamped = entry
-        if stamped.identity in files:
+        if entry.identity in files:
             raise Corrupt(f"the commit adds file {entry.path} of channel {entry.channel} twice", path=name)
-        files[stamped.identity] = stamped
+        files[entry.identity] = entry
     ordered = tuple(sorted(files.values(), key=_entry_order))
     try:
         check_files(ordered, metadata.layout, layout_version.n_channels)
