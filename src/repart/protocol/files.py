@@ -1,4 +1,4 @@
-"""The one durable writer for the local files repart writes (DESIGN §10, §12.1).
+"""The one durable writer for the local files repart writes.
 
 A file appears whole or not at all, and survives a power loss once the call returns: its bytes go to
 a hidden temporary file beside it (``.<name>.<random>``, which readers such as the spool ingester

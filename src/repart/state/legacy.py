@@ -23,12 +23,19 @@ from repart.partitioning.documents import (
     require_int,
     require_list,
     require_object,
-    require_row,
     sha256_hex,
 )
 from repart.state.batches import AbsorbedBatch
 from repart.state.files import FileEntry, checked_layout
-from repart.state.log import Generation, LayoutVersion, Metadata, check_files, checked_digest, checked_region
+from repart.state.log import (
+    Generation,
+    LayoutVersion,
+    Metadata,
+    applied_plans_of,
+    check_files,
+    checked_digest,
+    checked_region,
+)
 from repart.validation import Options, check
 
 MANIFEST = "MANIFEST"
@@ -122,13 +129,7 @@ def _parsed(text: str, name: str, number: int) -> Generation:
             for index, entry in enumerate(require_list(document["files"], "files"))
         )
         check_files(files, layout, n_channels)
-        plans = tuple(
-            (require_int(plan_id, "applied_plans.id"), checked_digest(digest, "applied_plans.digest"))
-            for plan_id, digest in (
-                require_row(row, "applied_plans[]", ("id", "digest"))
-                for row in require_list(document["applied_plans"], "applied_plans")
-            )
-        )
+        plans = applied_plans_of(document["applied_plans"])
         batch = document.get("batch")
         generation = require_int(document["generation"], "generation")
         if generation != number:

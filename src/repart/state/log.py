@@ -199,7 +199,7 @@ class Generation:
                 generation=require_int(document["generation"], "generation"),
                 metadata=metadata,
                 layout_version=layout_version,
-                applied_plans=_applied_plans(document["applied_plans"]),
+                applied_plans=applied_plans_of(document["applied_plans"]),
                 files=files,
                 batch=None if batch is None else AbsorbedBatch.from_dict(batch),
                 committed_at_ms=require_int(document["committed_at_ms"], "committed_at_ms"),
@@ -317,8 +317,8 @@ class Commit:
                     for index, entry in enumerate(require_list(document.get("add", []), "add"))
                 ),
                 batch=None if batch is None else AbsorbedBatch.from_dict(batch),
-                plan=None if plan is None else _applied_plans([plan])[0],
-                applied_plans=_applied_plans(document.get("applied_plans", [])),
+                plan=None if plan is None else applied_plans_of([plan])[0],
+                applied_plans=applied_plans_of(document.get("applied_plans", [])),
             )
             generation = require_int(document["generation"], "generation")
             parent = require_int(document["parent"], "parent", -1, generation - 1)
@@ -694,7 +694,8 @@ def _checked_document(
     return document
 
 
-def _applied_plans(rows: object) -> tuple[tuple[int, str], ...]:
+def applied_plans_of(rows: object) -> tuple[tuple[int, str], ...]:
+    """A document's ``[[plan id, digest], ...]`` list, checked (InvalidInput naming the field)."""
     return tuple(
         (require_int(plan_id, "applied_plans.id"), checked_digest(digest, "applied_plans.digest"))
         for plan_id, digest in (

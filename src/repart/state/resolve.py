@@ -24,18 +24,24 @@ SEQ_COLUMN = "_seq"
 
 
 @dataclass(frozen=True)
-class _Spec:
-    """A store's merge in the shape ``merge_function`` reads (``MergeColumns``)."""
+class StoreMerge:
+    """A mergeable store's merge in the shape ``merge_function`` and ``merged`` read (``MergeColumns``)."""
 
     columns: Mapping[str, str]
+
+    @classmethod
+    def of(cls, layout: Layout) -> StoreMerge | None:
+        """The merge of a mergeable store's ``layout``; None for a general store."""
+        return None if layout.merge is None else cls(dict(layout.merge))
 
 
 def resolved(rows: pa.Table, seqs: npt.NDArray[np.int64], layout: Layout) -> pa.Table:
     """One row per key (the user's columns) of ``rows``, a channel's file rows (the file columns, with
     ``_deleted`` in a general store), whose row ``i`` was written by generation ``seqs[i]``."""
     user = layout.schema.names
-    if layout.merge is not None:
-        return merge_function(_Spec(dict(layout.merge)), key_col=layout.key_col)(rows.select(user))
+    merge = StoreMerge.of(layout)
+    if merge is not None:
+        return merge_function(merge, key_col=layout.key_col)(rows.select(user))
     if rows.num_rows == 0:
         return rows.select(user)
     table = rows.select([layout.key_col]).append_column(SEQ_COLUMN, pa.array(seqs, pa.int64()))

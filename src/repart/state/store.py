@@ -92,7 +92,7 @@ from repart.state.log import (
 from repart.state.merge import Merge, MergeColumns, merged
 from repart.state.migrate import migrate_files
 from repart.state.objects import Objects, objects_at
-from repart.state.resolve import resolved
+from repart.state.resolve import StoreMerge, resolved
 from repart.validation import Interval, check
 
 __all__ = ["ApplyResult", "CompactResult", "FileEntry", "StateStore", "VacuumResult"]
@@ -390,14 +390,11 @@ class StateStore:
         with ThreadPoolExecutor(_READ_THREADS) as pool:
             parts = list(pool.map(self.read_channel, range(self.n_channels)))
         table = pa.concat_tables(parts)
+        merge = merge or StoreMerge.of(self.layout)
         if merge is None:
-            if self.layout.merge is None:
-                raise InvalidInput(
-                    "merge", "must be given: the store is not mergeable, so it has no merge of its own"
-                )
-            from repart.state.resolve import _Spec
-
-            merge = _Spec(dict(self.layout.merge))
+            raise InvalidInput(
+                "merge", "must be given: the store is not mergeable, so it has no merge of its own"
+            )
         return merged(table, merge, self.key_col)
 
     def read_bytes(self, channel: int) -> int:
@@ -540,10 +537,7 @@ class StateStore:
             return ApplyResult(plan_id, 0, 0, 0, 0, current.generation, True, time.perf_counter() - started)
         self._check_plan(plan, plan_id, from_version, current)
         layout = current.layout
-        if merge is None and layout.merge is not None:
-            from repart.state.resolve import _Spec
-
-            merge = _Spec(dict(layout.merge))
+        merge = merge or StoreMerge.of(layout)
         if merge is not None and not callable(merge):  # a spec: check it fits the state's columns
             merged(pa.Table.from_batches([], schema=layout.schema), merge, layout.key_col)
         migration = migrate_files(self._objects, current.files, plan, layout, merge)
