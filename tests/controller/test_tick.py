@@ -331,6 +331,28 @@ def test_a_decision_on_a_status_that_changed_since_the_read_is_refused(engine: E
     assert [v.number for v in versions(engine)] == [1, 2]
 
 
+def test_a_plan_applied_between_read_and_write_makes_the_decision_a_conflict(engine: Engine) -> None:
+    """A job applies the pending plan after the tick read the region: the decision's plan starts at the
+    version that was applied then, and the stale decision is a Conflict (retry), not an InvalidInput."""
+    add_zipf_region(engine, n_channels_initial=4, algorithm="redist")
+    tick(engine, REGION)
+    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3))
+    pending = tick(engine, REGION).plan_id
+    assert pending is not None
+    ingest(engine, zipf_snapshot(2, n_channels=4, demand=4, exponent=1.6))
+    now = datetime.now(UTC)
+    stale = read_transaction(engine, lambda session: observe(session, REGION))
+    verdict = decide(stale, now)
+    assert verdict.action == "activated" and verdict.version is not None
+    assert verdict.version.parent_number == 1
+    for status in ("applying", "applied"):
+        run_in_transaction(engine, lambda session, status=status: set_plan_status(session, pending, status))
+    before = row_counts(engine)
+    with pytest.raises(Conflict, match=r"applied version 1, latest version 2, .*; now applied version 2"):
+        run_in_transaction(engine, lambda session: persist(session, stale, verdict, now, None))
+    assert row_counts(engine) == before
+
+
 def observed_window(engine: Engine, threshold: float, mode: str = "auto") -> Observation:
     """What a tick reads of a 4-channel ``redist`` region in ``mode``, initialized, with window 1
     waiting (a rebalance threshold of 100 keeps the function, 1 rebuilds it)."""

@@ -33,7 +33,7 @@ from repart.storage.jsontext import dump_object
 from repart.storage.keys import key_columns
 from repart.storage.plans import move_rows, transition_plan
 from repart.storage.regions import region_by_name
-from repart.storage.status import RegionStatus, compare_and_set_status
+from repart.storage.status import RegionStatus, check_status, compare_and_set_status
 from repart.storage.tables import utc_now
 from repart.validation import STRING, Interval, Options, check, shown
 
@@ -91,6 +91,8 @@ def activate(
     is the first, ``considered_seq`` as the newest window considered (default: unchanged), and ``at``
     (default: now; also the version's and the event's time) as the last change when N differs from the
     parent version's. A status that is no longer ``expected`` is a Conflict, and nothing is written.
+    It is checked before the version and the plan, so a plan from a version that is no longer the
+    applied one (a job applied a pending plan meanwhile) is a Conflict too, not an InvalidInput.
 
     A version or plan that does not fit raises ``InvalidInput`` naming the field: ``function_json``,
     ``digest``, ``n_channels``, ``algorithm`` or ``report`` of ``version``, ``plan`` (missing, not
@@ -101,6 +103,9 @@ def activate(
     session.refresh(row, with_for_update=True)
     moment = utc_now() if at is None else at
     current = RegionStatus.of(row)
+    if expected is not None:
+        # Before the plan is checked: a plan from a version no longer applied is a stale decision.
+        check_status(region, expected, current)
     function = _checked_function(version, row)
     if isinstance(function, SplitFunction):
         check("algorithm", version.algorithm, SPLIT_ALGORITHMS)

@@ -39,6 +39,16 @@ class RegionStatus:
         """The status stored on a region row."""
         return cls(row.applied_version, row.latest_version, row.considered_seq, row.last_change_at, row.mode)
 
+    def same_as(self, other: RegionStatus) -> bool:
+        """True when ``other`` is this status in what compare-and-set compares: the version numbers,
+        the window seq and the mode (``last_change_at`` changes only with the latest version)."""
+        return (self.applied_version, self.latest_version, self.considered_seq, self.mode) == (
+            other.applied_version,
+            other.latest_version,
+            other.considered_seq,
+            other.mode,
+        )
+
     def describe(self) -> str:
         """``applied v…, latest v…, considered seq …`` for messages."""
         return (
@@ -69,10 +79,21 @@ def compare_and_set_status(
     ).all()
     if not changed:
         current = session.get_one(models.Region, region_id, populate_existing=True)
-        raise Conflict(
-            f"region {region!r} changed since its status was read ({expected.describe()}; now "
-            f"{RegionStatus.of(current).describe()}); the decision based on it was discarded"
-        )
+        raise _stale(region, expected, RegionStatus.of(current))
+
+
+def check_status(region: str, expected: RegionStatus, current: RegionStatus) -> None:
+    """Conflict naming ``region`` and both statuses when ``current`` (read under the region's lock) is no
+    longer ``expected``: a decision made on ``expected`` is stale and must be made again."""
+    if not expected.same_as(current):
+        raise _stale(region, expected, current)
+
+
+def _stale(region: str, expected: RegionStatus, current: RegionStatus) -> Conflict:
+    return Conflict(
+        f"region {region!r} changed since its status was read ({expected.describe()}; now "
+        f"{current.describe()}); the decision based on it was discarded"
+    )
 
 
 def set_applied_version(session: Session, region_id: int, number: int) -> None:
