@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import Engine, select
 
 from repart.cli.app import app
+from repart.controller import spool as spool_module
 from repart.controller.daemon import Daemon, DaemonConfig
 from repart.controller.spool import ingest_file, ingest_spool, read_document
 from repart.errors import InvalidInput
@@ -370,3 +371,114 @@ def test_the_daemon_rejects_a_spool_file_above_its_limit(engine: Engine, db_url:
     assert result.exit_code == 0, result.output
     assert names(spool / "rejected") >= {"window-2.json", "window-2.json.reason"}
     assert stored_seqs(engine) == []
+
+
+# Links and special files: the spool reads only its own regular files and writes only inside itself.
+
+
+def test_a_linked_or_special_json_file_is_rejected_unread(
+    engine: Engine, spool: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps(document(1)), encoding="utf-8")
+    (spool / "01-link.json").symlink_to(outside)
+    (spool / "02-dangling.json").symlink_to(tmp_path / "missing.json")
+    (spool / "03-folder.json").symlink_to(tmp_path)
+    os.mkfifo(spool / "04-pipe.json")  # opening it for reading must not wait for a writer
+    write(spool, "05-good.json", document(2))
+
+    outcomes = ingest_spool(engine, spool)
+
+    assert [(Path(o.file).name, o.status) for o in outcomes] == [
+        ("01-link.json", "rejected"),
+        ("02-dangling.json", "rejected"),
+        ("03-folder.json", "rejected"),
+        ("04-pipe.json", "rejected"),
+        ("05-good.json", "ingested"),
+    ]
+    for outcome in outcomes[:3]:
+        assert outcome.error is not None and outcome.error.startswith("file must be a regular file")
+        assert outcome.error.endswith(f"{outcome.file} is a symbolic link")
+    assert outcomes[3].error is not None and outcomes[3].error.endswith("04-pipe.json is a pipe")
+    assert stored_seqs(engine) == [2]
+    rejected = spool / "rejected"
+    assert (rejected / "01-link.json").is_symlink() and os.readlink(rejected / "01-link.json") == str(outside)
+    assert (rejected / "03-folder.json").is_symlink() and (rejected / "04-pipe.json").is_fifo()
+    assert "is a symbolic link" in (rejected / "02-dangling.json.reason").read_text(encoding="utf-8")
+    assert json.loads(outside.read_text(encoding="utf-8")) == document(1)  # the target is left alone
+
+
+@pytest.mark.parametrize("name", ["done", "rejected"])
+def test_a_linked_subdirectory_is_refused_and_nothing_is_written_outside(
+    engine: Engine, spool: Path, tmp_path: Path, name: str
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (spool / name).symlink_to(elsewhere)
+    write(spool, "01-good.json", document(1))
+    write(spool, "02-bad.json", "{not json")
+
+    with pytest.raises(InvalidInput) as raised:
+        ingest_spool(engine, spool)
+
+    assert raised.value.field == "spool"
+    assert str(raised.value).endswith(f"{spool / name} is a symbolic link")
+    assert list(elsewhere.iterdir()) == []
+    assert {"01-good.json", "02-bad.json"} <= names(spool)
+    assert stored_seqs(engine) == []
+
+
+def test_a_subdirectory_swapped_for_a_link_during_a_pass_is_refused(
+    engine: Engine, spool: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """done/ is a directory when the pass starts and a link when the first file is settled."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    write(spool, "01-good.json", document(1))
+    ingest = spool_module.ingest_file
+
+    def ingest_then_swap(*args: Any, **kwargs: Any) -> Any:
+        outcome = ingest(*args, **kwargs)
+        (spool / "done").rmdir()
+        (spool / "done").symlink_to(elsewhere)
+        return outcome
+
+    monkeypatch.setattr(spool_module, "ingest_file", ingest_then_swap)
+    with pytest.raises(InvalidInput) as raised:
+        ingest_spool(engine, spool)
+    assert raised.value.field == "spool" and str(spool / "done") in str(raised.value)
+    assert list(elsewhere.iterdir()) == []
+    assert "01-good.json" in names(spool)
+
+
+def test_a_subdirectory_that_is_a_file_is_refused(engine: Engine, spool: Path) -> None:
+    write(spool, "done", "not a directory")
+    write(spool, "01-good.json", document(1))
+    with pytest.raises(InvalidInput) as raised:
+        ingest_spool(engine, spool)
+    assert raised.value.field == "spool" and str(spool / "done") in str(raised.value)
+
+
+def test_a_linked_lock_file_is_refused(engine: Engine, spool: Path, tmp_path: Path) -> None:
+    (spool / ".lock").symlink_to(tmp_path / "created-outside")
+    write(spool, "01-good.json", document(1))
+    with pytest.raises(InvalidInput) as raised:
+        ingest_spool(engine, spool)
+    assert raised.value.field == "spool" and str(spool / ".lock") in str(raised.value)
+    assert not (tmp_path / "created-outside").exists()
+
+
+def test_the_commands_refuse_a_linked_subdirectory_in_one_line(
+    engine: Engine, db_url: str, spool: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    (spool / "rejected").symlink_to(tmp_path / "elsewhere")
+    write(spool, "01-good.json", document(1))
+    for args in (
+        ["snapshot", "ingest", "--spool", str(spool)],
+        ["run", "--once", "--spool", str(spool), "--interval", "1", "--lease-ttl", "5"],
+    ):
+        result = runner.invoke(app, [*args, "--db", db_url])
+        assert result.exit_code == 2, result.output
+        assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+        assert str(spool / "rejected") in result.stderr and "Traceback" not in result.output

@@ -3,18 +3,22 @@
 ``ingest_file`` parses and stores one file in its own transaction: all of it or none of it.
 ``ingest_spool`` takes the files waiting in a spool directory (``repart.protocol.spool``: naming,
 ``done/``, ``rejected/``, the lock), in name order, ingests each and settles it: to ``done/`` when it
-was ingested, to ``rejected/`` with a ``.reason`` file otherwise.
+was ingested, to ``rejected/`` with a ``.reason`` file otherwise. A spool's file is read only if it is
+a regular file itself (a symbolic link is never followed); a file named on the command line may be a
+link or a pipe.
 
 A file is rejected for bad input: larger than the size limit (``max_bytes``, by default
 ``repart.protocol.limits.MAX_SNAPSHOT_BYTES``; checked by the file's size before it is read),
-unreadable, not JSON, a document or window the region refuses (``InvalidInput``, ``NotFound``),
-so a bad file never blocks the files behind it. An error that may pass (``Conflict``: a write lock
-not granted in time) or that is not the file's fault (an unreachable database) propagates and leaves
-the file for the next pass.
+unreadable, in a spool a link or anything but a regular file, not JSON, a document or window the
+region refuses (``InvalidInput``, ``NotFound``), so a bad file never blocks the files behind it. An
+error that may pass (``Conflict``: a write lock not granted in time) or that is not the file's fault
+(an unreachable database) propagates and leaves the file for the next pass.
 """
 
 from __future__ import annotations
 
+import os
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -25,7 +29,7 @@ from repart.errors import InvalidInput, NotFound
 from repart.partitioning.documents import parse_json
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
 from repart.protocol.snapshot import Snapshot
-from repart.protocol.spool import check_spool, locked, settle, waiting_files
+from repart.protocol.spool import check_spool, locked, open_regular, settle, waiting_files
 from repart.storage import ingest_snapshot, run_in_transaction
 from repart.validation import POSITIVE_INT, check
 
@@ -61,11 +65,14 @@ def check_max_bytes(value: int, field: str = "max_bytes") -> int:
     return cast(int, check(field, value, POSITIVE_INT))
 
 
-def ingest_file(engine: Engine, path: Path, *, max_bytes: int = MAX_SNAPSHOT_BYTES) -> IngestOutcome:
+def ingest_file(
+    engine: Engine, path: Path, *, max_bytes: int = MAX_SNAPSHOT_BYTES, regular_only: bool = False
+) -> IngestOutcome:
     """Parse and ingest the snapshot document in ``path``, in its own transaction.
 
-    Bad input (see the module docstring; a file of more than ``max_bytes`` bytes is not read) is
-    reported as a ``rejected`` outcome naming the field; any other error propagates.
+    Bad input (see the module docstring; a file of more than ``max_bytes`` bytes is not read; with
+    ``regular_only``, as for a spool's file, a symbolic link or anything but a regular file) is reported
+    as a ``rejected`` outcome naming the field; any other error propagates.
     """
     check_max_bytes(max_bytes)
     region: str | None = None
@@ -73,7 +80,8 @@ def ingest_file(engine: Engine, path: Path, *, max_bytes: int = MAX_SNAPSHOT_BYT
     try:
         # No name holds the parsed JSON (several times the size of the snapshot's item columns), so
         # it is freed before the ingest.
-        snapshot = Snapshot.from_document(parse_json(read_document(path, max_bytes), "file"))
+        text = read_document(path, max_bytes, regular_only=regular_only)
+        snapshot = Snapshot.from_document(parse_json(text, "file"))
         region, seq = snapshot.region, snapshot.seq
         run_in_transaction(engine, lambda session: ingest_snapshot(session, snapshot, source=str(path)))
     except (OSError, UnicodeDecodeError) as error:
@@ -83,14 +91,20 @@ def ingest_file(engine: Engine, path: Path, *, max_bytes: int = MAX_SNAPSHOT_BYT
     return IngestOutcome(str(path), "ingested", seq, region, None)
 
 
-def read_document(path: Path, max_bytes: int) -> str:
+def read_document(path: Path, max_bytes: int, *, regular_only: bool = False) -> str:
     """The UTF-8 text of the file ``path``; InvalidInput naming ``file`` when it holds more than
     ``max_bytes`` bytes, found by its size before anything is read (and by reading at most one byte
-    more, for a file that grew since or has no size: a pipe)."""
-    size = path.stat().st_size
-    if size > max_bytes:
-        raise _too_large(size, max_bytes)
-    with path.open("rb") as file:
+    more, for a file that grew since or has no size: a pipe). With ``regular_only`` the file is opened
+    without following a symbolic link and its size taken from what was opened; InvalidInput naming
+    ``file`` when it is a link or anything but a regular file."""
+    with ExitStack() as closing:
+        opened = None
+        if regular_only:
+            opened = closing.enter_context(os.fdopen(open_regular(path, os.O_RDONLY), "rb"))
+        size = (path.stat() if opened is None else os.fstat(opened.fileno())).st_size
+        if size > max_bytes:
+            raise _too_large(size, max_bytes)
+        file = opened or closing.enter_context(path.open("rb"))
         data = file.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise _too_large(None, max_bytes)
@@ -120,8 +134,8 @@ def ingest_spool(
     outcomes: list[SpoolOutcome] = []
     with locked(directory):
         for path in waiting_files(directory):
-            outcome = ingest_file(engine, path, max_bytes=max_bytes)
-            if not path.exists():  # removed by someone else meanwhile: nothing left to move
+            outcome = ingest_file(engine, path, max_bytes=max_bytes, regular_only=True)
+            if not os.path.lexists(path):  # removed by someone else meanwhile: nothing left to move
                 continue
             target = settle(path, outcome.status, outcome.error)
             outcomes.append(SpoolOutcome(**outcome.to_json(), moved_to=str(target)))
