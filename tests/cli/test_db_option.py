@@ -104,3 +104,23 @@ def test_status_reads_while_another_process_holds_the_write_lock_and_a_write_is_
         holder.rollback()
         holder.close()
     assert repart(db_url, "tick").exit_code == 0
+
+
+UNSUPPORTED_URLS = [
+    "mysql://repart@localhost/repart",
+    "postgresql+asyncpg://repart@localhost/repart",
+    "postgresql+psycopg2://repart@localhost/repart",
+    "oracle://repart@localhost/repart",
+    "mssql+pyodbc://localhost/repart",
+    "sqlite+aiosqlite:///repart.db",
+]
+
+
+@pytest.mark.parametrize("url", UNSUPPORTED_URLS)
+@pytest.mark.parametrize("command", [["status"], ["init"], ["run", "--once"]])
+def test_an_unsupported_dialect_is_one_line_naming_the_accepted_ones(url: str, command: list[str]) -> None:
+    result = repart(url, *command)
+    assert result.exit_code == 2, result.output
+    message = one_error(result.output)
+    assert message.startswith("error: --db must name a supported database"), message
+    assert "sqlite" in message and "postgresql+psycopg" in message and url in message

@@ -197,3 +197,45 @@ def test_the_idle_limit_is_checked(db_url: str, seconds: float) -> None:
             limit_idle_transactions(engine, seconds)
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mysql://repart@localhost/repart",
+        "postgresql+asyncpg://repart@localhost/repart",
+        "postgresql+psycopg2://repart@localhost/repart",
+        "oracle://repart@localhost/repart",
+        "sqlite+aiosqlite:///repart.db",
+        "nosuchdb://somewhere/db",
+    ],
+)
+def test_an_unsupported_dialect_is_refused_naming_the_accepted_ones(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(InvalidInput) as given:
+        make_engine(url)
+    assert given.value.field == "url"
+    assert str(given.value) == (
+        "url must name a supported database: sqlite:///PATH, or postgresql+psycopg://… (postgresql://… "
+        f"means the same), got {url!r}"
+    )
+    monkeypatch.setenv("REPART_DB", url)
+    with pytest.raises(InvalidInput) as configured:
+        make_engine()
+    assert configured.value.field == "REPART_DB"
+
+
+@pytest.mark.parametrize(
+    ("url", "driver"),
+    [
+        ("sqlite:///repart.db", "pysqlite"),
+        ("sqlite+pysqlite:///repart.db", "pysqlite"),
+        ("postgresql://repart@localhost/repart", "psycopg"),
+        ("postgresql+psycopg://repart@localhost/repart", "psycopg"),
+    ],
+)
+def test_the_supported_dialects_make_engines(url: str, driver: str, tmp_path: Path) -> None:
+    engine = make_engine(url.replace("repart.db", str(tmp_path / "repart.db")))
+    assert engine.dialect.driver == driver
+    engine.dispose()

@@ -75,23 +75,43 @@ _PG_UNREACHABLE = frozenset({"3D000", "28000", "28P01", "57P03", "53300"})
 def database_url(url: str | None = None) -> URL:
     """The database URL: ``url`` if given, else ``$REPART_DB``, else ``sqlite:///./.repart/repart.db``.
 
-    InvalidInput (field ``url``, or ``REPART_DB`` when the text came from there) for text that is not
-    a URL, such as a plain file path.
+    Two databases are supported: SQLite (``sqlite://`` or ``sqlite+pysqlite://``) and PostgreSQL
+    through psycopg 3 (``postgresql+psycopg://``; ``postgresql://`` is read as that). InvalidInput
+    (field ``url``, or ``REPART_DB`` when the text came from there) for text that is not a URL, such
+    as a plain file path, and for any other database or driver, naming the accepted ones.
     """
     text = url or os.environ.get(ENV_VAR) or DEFAULT_URL
+    field = "url" if url else ENV_VAR
     try:
-        return make_url(text)
+        resolved = make_url(text)
     except ArgumentError:
-        field = "url" if url else ENV_VAR
         raise InvalidInput(
             field,
             "must be a database URL such as sqlite:///path/to/repart.db or "
             f"postgresql+psycopg://user@host/database, got {shown(text)}",
         ) from None
+    drivername = _DRIVERS.get(resolved.drivername)
+    if drivername is None:
+        raise InvalidInput(
+            field,
+            "must name a supported database: sqlite:///PATH, or postgresql+psycopg://… (postgresql://… "
+            f"means the same), got {shown(resolved.render_as_string(hide_password=True))}",
+        )
+    return resolved.set(drivername=drivername)
+
+
+# The dialects and drivers repart runs on, by the name a URL may give them, and the name it uses.
+_DRIVERS = {
+    "sqlite": "sqlite",
+    "sqlite+pysqlite": "sqlite+pysqlite",
+    "postgresql": "postgresql+psycopg",
+    "postgresql+psycopg": "postgresql+psycopg",
+}
 
 
 def make_engine(url: str | None = None, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> Engine:
-    """Create an engine for ``url`` (see ``database_url``).
+    """Create an engine for ``url`` (see ``database_url``: InvalidInput for a database or driver other
+    than SQLite and PostgreSQL through psycopg).
 
     For SQLite the database file's directory is created, and every connection gets WAL,
     ``foreign_keys=ON`` and ``busy_timeout`` (seconds; how long a write waits for the write lock before
@@ -100,12 +120,7 @@ def make_engine(url: str | None = None, *, busy_timeout: float = DEFAULT_BUSY_TI
     resolved = database_url(url)
     check("busy_timeout", busy_timeout, NON_NEGATIVE)
     if resolved.get_backend_name() != "sqlite":
-        try:
-            return create_engine(resolved, pool_pre_ping=True)
-        except ArgumentError as error:  # NoSuchModuleError: no such dialect or driver
-            raise InvalidInput(
-                "url", f"must name a supported database (sqlite or postgresql+psycopg), got {error}"
-            ) from None
+        return create_engine(resolved, pool_pre_ping=True)
     database = resolved.database or ""
     if database and database != ":memory:" and not database.startswith("file:"):
         Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
