@@ -54,7 +54,7 @@ def rollback(
 ) -> None:
     """Activate a new version with version V's function and a plan to it from the applied version.
 
-    The region is then held, so that the next tick does not undo the rollback: `repart resume`
+    The region is then held, so that the next tick does not undo the rollback: `repart resume REGION`
     returns it to its mode.
     """
     from repart.controller.actions import rollback as rollback_region
@@ -74,8 +74,8 @@ def scale(
 ) -> None:
     """Activate the next function on N channels, built from the applied version, with its plan.
 
-    The region is then held, so that the next tick does not scale it back: `repart resume` returns
-    it to its mode.
+    The region is then held, so that the next tick does not scale it back: `repart resume REGION`
+    returns it to its mode.
     """
     from repart.controller.actions import scale as scale_region
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 plans_app = typer.Typer(no_args_is_help=True, help="List and show migration plans; report their outcome.")
 
 RegionName = Annotated[str, typer.Argument(help="Region name.")]
-PlanId = Annotated[int, typer.Argument(help="Plan id (see `repart plans list`).")]
+PlanId = Annotated[int, typer.Argument(help="Plan id (see `repart plans list REGION`).")]
 
 
 class Outcome(StrEnum):

@@ -167,7 +167,9 @@ def list_(region: RegionName, db: DbOption = None, as_json: JsonOption = False) 
 @reports_bad_input
 def delete(
     region: RegionName,
-    seq: Annotated[int, typer.Option("--seq", help="The window seq to delete (see `repart snapshot list`).")],
+    seq: Annotated[
+        int, typer.Option("--seq", help="The window seq to delete (see `repart snapshot list REGION`).")
+    ],
     force: Annotated[
         bool, typer.Option("--force", help="Delete it even though a decision depends on it.")
     ] = False,

@@ -183,7 +183,9 @@ def explain(session: Session, region: str) -> dict[str, Any]:
         .limit(1)
     )
     if event is None:
-        raise NotFound(f"region {region!r} has no decision to explain yet; run `repart tick` first")
+        raise NotFound(
+            f"region {region!r} has no decision to explain yet; run `repart tick --region {region}` first"
+        )
     data = load_object(event.data_json)
     lifted = (
         "policy",
@@ -288,7 +290,10 @@ def _read(session: Session, region: str) -> _Context:
     settings = ControllerSettings.from_config(config)
     applied = applied_version(session, region)
     if applied is None:
-        raise NotFound(f"region {region!r} has no applied version yet; run `repart tick` to initialize it")
+        raise NotFound(
+            f"region {region!r} has no applied version yet; run `repart tick --region {region}` to "
+            "initialize it"
+        )
     applying = list_plans(session, region, "applying")
     if applying:
         raise Conflict(

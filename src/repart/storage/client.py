@@ -48,7 +48,7 @@ class SqlControllerClient:
             if row is None:
                 raise NotFound(
                     f"region {region!r} has no applied version yet; "
-                    f"run `repart tick {region}` (or the daemon) first"
+                    f"run `repart tick --region {region}` (or the daemon) first"
                 )
             return AppliedFunction(row.number, version_function(row))
 

@@ -192,7 +192,8 @@ def delete_region(session: Session, name: str, *, force: bool = False) -> Delete
     if counts.versions and not force:
         raise Conflict(
             f"region {name!r} has {counts.versions} version(s) and {counts.plans} plan(s), which jobs "
-            "route and migrate state by; deleting it anyway needs force (`repart region delete --force`)"
+            "route and migrate state by; deleting it anyway needs force "
+            f"(`repart region delete {name} --force`)"
         )
     session.execute(delete(models.Region).where(models.Region.id == row.id))
     session.expunge(row)

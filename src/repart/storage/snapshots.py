@@ -361,7 +361,8 @@ def delete_snapshot(session: Session, region: str, seq: int, *, force: bool = Fa
     if dependents and not force:
         raise Conflict(
             f"snapshot window.seq {seq} of region {region!r} is one a decision depends on: "
-            f"{'; '.join(dependents)}; deleting it anyway needs force (`repart snapshot delete --force`)"
+            f"{'; '.join(dependents)}; deleting it anyway needs force "
+            f"(`repart snapshot delete {region} --seq {seq} --force`)"
         )
     summary = found[0]
     table = models.Snapshot
