@@ -26,7 +26,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from repart.demo.report import DemoRow
-from repart.demo.vwap import BatchOutcome
 from repart.partitioning import ConsistentSpec, initial_function
 from repart.partitioning.algorithms.problem import BuildParams
 from repart.partitioning.documents import json_number
@@ -35,6 +34,7 @@ from repart.partitioning.metrics import lower_bound
 from repart.partitioning.resources import Resources
 from repart.partitioning.split.build import split_imbalance
 from repart.sim.trades import Trades
+from repart.spark.job import BatchResult
 
 PARAMS = BuildParams(resources=Resources.parse("LCL"), alpha=1.2)
 
@@ -65,7 +65,7 @@ class BatchCounts:
 
 
 def batch_row(
-    mode: str, outcome: BatchOutcome, counts: BatchCounts, *, state_rows: int, state_keys: int
+    mode: str, outcome: BatchResult, counts: BatchCounts, *, state_rows: int, state_keys: int
 ) -> DemoRow:
     """The demo's row for one batch of ``mode`` (module docstring); ``state_rows`` and ``state_keys``
     are the state's rows and its tickers after the batch (at least one: a batch has a trade)."""
@@ -75,7 +75,7 @@ def batch_row(
     moved = outcome.moved_rows or 0
     return DemoRow(
         mode=mode,
-        batch=outcome.seq,
+        batch=outcome.sequence,
         N=n,
         version=outcome.version,
         b=json_number(split_imbalance(outcome.function, estimate, PARAMS)),

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +47,7 @@ from pyspark.sql import functions as F
 
 from repart.errors import Corrupt, InvalidInput
 from repart.partitioning.split.function import StoredFunction
-from repart.state.batches import ChannelUpdate, absorbed_batch
+from repart.state.batches import ChannelUpdate, QueryBatch, absorbed_batch
 from repart.state.files import DELETED_COLUMN
 from repart.state.store import FileEntry, StateStore
 
@@ -78,6 +78,8 @@ def update_state(
     version: int,
     function: StoredFunction,
     batch_id: int | None = None,
+    query: QueryBatch | None = None,
+    sources: Mapping[str, str | None] | None = None,
     channel_col: str = "channel",
 ) -> tuple[StateStore, list[ChannelUpdate]]:
     """Fold a batch into the store (module docstring) and commit it as one generation.
@@ -114,7 +116,7 @@ def update_state(
         raise InvalidInput(
             "channel_col", f"must be a column; {channel_col!r} is not: partition the batch with repart first"
         )
-    rows = partitioned if combine is not None else _partials(partitioned, store, channel_col)
+    rows = partitioned if combine is not None else _partials(partitioned, store, channel_col, sources or {})
     task = _ChannelTask(store, combine, channel_col)
     reports = rows.mapInArrow(task, _REPORT_DDL).collect()
     for row in reports:
@@ -139,26 +141,30 @@ def update_state(
         version=version,
         function_digest=function.digest,
         n_channels=function.n_channels,
-        batch=None if batch_id is None else absorbed_batch(batch_id, updates),
+        batch=None if batch_id is None else absorbed_batch(batch_id, updates, query),
     )
     return updated, updates
 
 
-def _partials(partitioned: DataFrame, store: StateStore, channel_col: str) -> DataFrame:
-    """The batch reduced in the JVM to one partial row per (channel, key) by the store's merge, with
-    the batch rows each partial stands for (``_rows``), in partitions that hold one channel each."""
+def _partials(
+    partitioned: DataFrame, store: StateStore, channel_col: str, sources: Mapping[str, str | None]
+) -> DataFrame:
+    """The batch reduced in the JVM to one partial row per (channel, key) by the store's merge (each
+    state column aggregating its source column; nulls skipped), with the batch rows each partial
+    stands for (``_rows``), in partitions that hold one channel each."""
     merge = store.merge or {}
     key = store.key_col
-    missing = sorted(name for name, op in merge.items() if op != "count" and name not in partitioned.columns)
+    read = {name: str(sources.get(name) or name) for name, op in merge.items() if op != "count"}
+    missing = sorted(source for source in read.values() if source not in partitioned.columns)
     if key not in partitioned.columns or missing:
         raise InvalidInput(
             "partitioned",
-            f"must hold the key column {key!r} and the state columns the merge aggregates: "
+            f"must hold the key column {key!r} and the columns the merge aggregates: "
             f"{missing or [key]} missing from {partitioned.columns}",
         )
     aggregate = {"sum": F.sum, "min": F.min, "max": F.max}
     columns = [
-        (F.count(F.lit(1)) if op == "count" else aggregate[op](F.col(name))).alias(name)
+        (F.count(F.lit(1)) if op == "count" else aggregate[op](F.col(read[name]))).alias(name)
         for name, op in merge.items()
     ]
     reduced = partitioned.groupBy(channel_col, key).agg(*columns, F.count(F.lit(1)).alias(ROWS_COLUMN))

@@ -1,0 +1,499 @@
+"""One object for a stateful Spark job under repart: ``StatefulJob``.
+
+A job keeps keyed state that repart partitions, balances and moves. It hands each batch to
+``process(df, batch_id)`` (or, in a Structured Streaming query, passes ``foreach_batch`` to
+``writeStream.foreachBatch``), which does, in order:
+
+1. **apply** the plan the controller left, if any: the state moves to the new layout;
+2. **partition** the batch with the region's applied version (Spark partition i holds channel i);
+3. **update** the state store: a mergeable job's batch is reduced by its merge in Spark and written as
+   deltas, a general job's ``combine`` gets the state of the keys its channel's batch touches;
+4. **observe** the batch's key frequencies, with each channel's rows and busy seconds, as the
+   controller's snapshot;
+5. **report** the batch to the controller, then compact the store when it is due and vacuum it.
+
+Every step is exactly once under the batch id, however often a killed job runs the batch again: the
+plan's id is in the store's commit log, the generation that absorbed the batch records its id, and the
+controller keeps one snapshot and one report per batch id. Under ``foreach_batch`` the id is the
+streaming query's (its id and batch id: a query restarted from its checkpoint finds its last batch
+absorbed; a new checkpoint continues the store's sequence, ``repart.state.batches.sequence_of``).
+
+``state()`` returns the merged state as a Spark DataFrame, read by Python tasks through the store's
+object-store layer (so it needs no Hadoop connector for ``s3://``, ``gs://`` or ``az://`` state).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from repart.errors import Conflict, InvalidInput, NotFound
+from repart.partitioning.domain import KeyType
+from repart.partitioning.split.function import SplitFunction, StoredFunction
+from repart.protocol.client import ControllerClient
+from repart.protocol.merge import MergeSpec
+from repart.spark.jobs import apply_next_plan
+from repart.spark.observe import Observation, Window, observe
+from repart.spark.route import partition
+from repart.spark.sinks import ControllerSink
+from repart.spark.stateful import ChannelUpdate, Combine, update_state
+from repart.state.batches import QueryBatch, sequence_of
+from repart.state.store import DEFAULT_SLOT_GROUPS, StateStore
+from repart.validation import NON_NEGATIVE_INT, POSITIVE, check, shown
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+__all__ = ["BatchResult", "StatefulJob"]
+
+#: The start of the snapshots' windows: batch s covers [EPOCH + s·w, EPOCH + (s+1)·w) for a window
+#: length w, so a batch run again after a crash submits the same window.
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+_QUERY_ID_PROPERTY = "sql.streaming.queryId"  # set by Spark on the thread that runs foreachBatch
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What ``process`` did with one batch.
+
+    ``sequence`` is the batch's id in the store (the batch id itself, or for a streaming query its
+    place in the store's sequence). ``moved_rows``/``moved_bytes`` are None when no plan was applied
+    (or the store had applied it before a crash), ``state_rows_before`` the state's rows when the batch
+    started, ``updates`` one entry per channel that had rows, ``seconds`` the whole batch."""
+
+    sequence: int
+    version: int
+    function: StoredFunction
+    n_channels: int
+    n_channels_before: int
+    plan_id: int | None
+    moved_rows: int | None
+    moved_bytes: int | None
+    state_rows_before: int
+    input_rows: int
+    updates: tuple[ChannelUpdate, ...]
+    observation: Observation
+    seconds: float
+    controller_action: str | None = field(default=None)
+
+
+class StatefulJob:
+    """A Spark job whose keyed state repart manages (module docstring).
+
+    - ``controller``: the controller's database URL (SQLite or PostgreSQL), or a ``ControllerClient``.
+    - ``region``: the region's name; ``key``: the key column, in the batches and in the state.
+    - ``state``: where the state store lives: a local directory or an ``s3://``, ``gs://``, ``az://``
+      or ``file://`` URL, with ``state_options`` (endpoint, region, credentials) for object stores.
+    - ``schema``: the state's columns (a ``pyarrow.Schema``, a Spark ``StructType`` or a DDL string
+      such as ``"ticker string, trades long, volume long"``), the key column among them.
+    - ``merge`` for **mergeable** state: each state column's operation and source column in the batch,
+      ``"trades=count,volume=sum,notional=sum(price_x_qty)"`` (``repart.protocol.merge``); or
+      ``combine(old, batch) -> new`` for **general** state: the state rows of the keys a channel's batch
+      touches and its batch rows (Arrow tables) to the new rows of those keys, a key left out deleted.
+      Exactly one of the two.
+    - ``epsilon``: the snapshots' error bound (every key above ε of a batch is counted exactly); it
+      must stay below the controller's frequency threshold, and 10⁻⁴ leaves a margin at N ≤ 32.
+    - ``window_seconds``: the length of a batch's snapshot window.
+    - ``channel_rate``: when given, a channel's busy seconds are modelled as its rows over this rate
+      (rows per second) instead of its measured task time.
+    - ``tick``: run one controller tick after each batch (a database URL only): for a job with no
+      ``repart run`` daemon beside it.
+    """
+
+    def __init__(
+        self,
+        controller: str | ControllerClient,
+        *,
+        region: str,
+        key: str,
+        state: str | os.PathLike[str],
+        schema: pa.Schema | T.StructType | str,
+        merge: str | Mapping[str, str] | MergeSpec | None = None,
+        combine: Combine | None = None,
+        state_options: Mapping[str, str] | None = None,
+        epsilon: float = 1e-4,
+        window_seconds: float = 10.0,
+        channel_rate: float | None = None,
+        slot_groups: int = DEFAULT_SLOT_GROUPS,
+        tick: bool = False,
+    ) -> None:
+        if (merge is None) == (combine is None):
+            raise InvalidInput(
+                "merge", "or combine must be given, not both and not neither: merge for state whose "
+                "columns are sums, counts, minima or maxima, combine for any other",
+            )  # fmt: skip
+        self.region = region
+        self.key = key
+        self.state_url = os.fspath(state)
+        self.state_options = dict(state_options) if state_options is not None else None
+        self.schema = _arrow_schema(schema)
+        self.merge = None if merge is None else MergeSpec.of(merge)
+        self.combine = combine
+        self.key_type = _key_type(self.schema, key)
+        if self.merge is not None:
+            _check_merge_fits(self.merge, self.schema, key)
+        self.epsilon = epsilon
+        self.window_seconds = check("window_seconds", window_seconds, POSITIVE)
+        self.channel_rate = None if channel_rate is None else check("channel_rate", channel_rate, POSITIVE)
+        self.slot_groups = slot_groups
+        self.engine: Engine | None = None
+        if isinstance(controller, str):
+            from repart.storage import make_engine
+
+            self.engine = make_engine(controller)
+            self._client: ControllerClient | None = None
+        else:
+            self._client = controller
+        if tick and self.engine is None:
+            raise InvalidInput("tick", "needs a database URL as controller, not a client")
+        self.tick = tick
+        self._store: StateStore | None = None
+
+    # --- the controller ------------------------------------------------------------------------------
+
+    @property
+    def client(self) -> ControllerClient:
+        """The controller port the job talks through."""
+        if self._client is None:
+            from repart.storage.client import SqlControllerClient
+
+            assert self.engine is not None
+            self._client = SqlControllerClient(self.engine, source="repart.spark.StatefulJob")
+        return self._client
+
+    def ensure_region(self, channels: int = 4, *, policy: str = "target-utilization", **config: Any) -> bool:
+        """Create the region unless it exists, and activate its first version; True if it was created.
+
+        ``channels`` is its initial channel count, ``policy`` its channel-count policy and ``config``
+        any other region setting (``repart.storage.RegionConfig``'s fields: ``min_channels``,
+        ``settings``, ...), each checked with the field named. A mergeable job gives the region its
+        merge. Needs a database URL as controller (InvalidInput ``controller`` otherwise); an existing
+        database is upgraded to the code's schema first."""
+        if self.engine is None:
+            raise InvalidInput("controller", "must be a database URL to create a region, not a client")
+        from repart.controller.tick import tick
+        from repart.storage import RegionConfig, create_region, region_by_name, run_in_transaction, upgrade
+
+        upgrade(self.engine)
+        if self.merge is not None:
+            config.setdefault("merge", self.merge.to_text())
+        settings = RegionConfig(key_type=self.key_type, n_channels_initial=channels, policy=policy, **config)
+
+        def create(session: Any) -> bool:
+            try:
+                region_by_name(session, self.region)
+            except NotFound:
+                create_region(session, self.region, settings)
+                return True
+            return False
+
+        created = run_in_transaction(self.engine, create)
+        try:
+            self.client.applied_function(self.region)
+        except NotFound:
+            tick(self.engine, self.region)  # a new region's first tick activates its first version
+        return created
+
+    # --- the store -----------------------------------------------------------------------------------
+
+    @property
+    def store(self) -> StateStore:
+        """The job's state store, opened at its newest generation, or created (laid out by the region's
+        applied version) where there is none. InvalidInput when the store there belongs to another
+        region or holds other columns."""
+        if self._store is None:
+            try:
+                store = StateStore.open(self.state_url, self.state_options)
+            except NotFound:
+                store = self._create_store()
+            self._check_store(store)
+            self._store = store
+        return self._store
+
+    def _create_store(self) -> StateStore:
+        number, function = self.client.applied_function(self.region)
+        return StateStore.create(
+            self.state_url,
+            region=self.region,
+            version=number,
+            function_digest=function.digest,
+            n_channels=function.n_channels,
+            slot_bits=function.slot_bits,
+            key_type=self.key_type,
+            key_col=self.key,
+            schema=self.schema,
+            slot_groups=self.slot_groups,
+            merge=self.merge,
+            options=self.state_options,
+        )
+
+    def _check_store(self, store: StateStore) -> None:
+        if store.region != self.region:
+            raise InvalidInput(
+                "state",
+                f"must be region {self.region!r}'s store: the store at {store.url} belongs to region "
+                f"{store.region!r}",
+            )
+        if store.key_col != self.key:
+            raise InvalidInput("key", f"must be the store's key column {store.key_col!r}, got {self.key!r}")
+        if store.schema != self.schema:
+            raise InvalidInput("schema", _schema_difference(store.schema, self.schema, store.url))
+        if (store.merge is not None) != (self.merge is not None):
+            kind = "mergeable (give merge)" if store.merge is not None else "general (give combine)"
+            raise InvalidInput("merge", f"must fit the store at {store.url}, which is {kind}")
+
+    # --- a batch -------------------------------------------------------------------------------------
+
+    def process(self, df: DataFrame, batch_id: int, *, query_id: str | None = None) -> BatchResult:
+        """Apply, partition, update, observe and report one batch (module docstring), exactly once under
+        ``batch_id`` (an integer ≥ 0 that grows from batch to batch) or, for a streaming query, under
+        ``(query_id, batch_id)``."""
+        started = time.perf_counter()
+        self._check_frame(df)
+        store = self.store.refreshed()
+        number = check("batch_id", batch_id, NON_NEGATIVE_INT)
+        query = None if query_id is None else QueryBatch(query_id, number)
+        sequence = number if query is None else sequence_of(store.last_batch, query)
+        rows_before, n_before = store.rows(), store.n_channels
+        migration = apply_next_plan(self.client, self.region, store, self.merge)
+        if migration is not None:
+            store = StateStore.open(self.state_url, self.state_options)
+        version, function = self.client.applied_function(self.region)
+        self._require_merge_for(function, version)
+        store, updates = update_state(
+            store,
+            partition(df, self.key, function),
+            self.combine,
+            version=version,
+            function=function,
+            batch_id=sequence,
+            query=query,
+            sources=None if self.merge is None else self.merge.sources,
+        )
+        self._store = store
+        start = EPOCH + timedelta(seconds=sequence * self.window_seconds)
+        observation = observe(
+            df,
+            self.key,
+            self.region,
+            Window(seq=sequence, start=start, end=start + timedelta(seconds=self.window_seconds)),
+            ControllerSink(self.client),
+            epsilon=self.epsilon,
+            slot_bits=function.slot_bits,
+            version=version,
+            channels=self._measurements(updates, function.n_channels),
+            batch=sequence,
+        )
+        plan_id = None if migration is None else migration[0].plan_id
+        moved_rows = None if migration is None else migration[1].moved_rows
+        moved_bytes = None if migration is None else migration[1].moved_bytes
+        seconds = time.perf_counter() - started
+        payload: dict[str, Any] = {
+            "input_rows": observation.snapshot.tuples + observation.null_keys,
+            "null_keys": observation.null_keys,
+            "version": version,
+            "moved_rows": moved_rows,
+            "moved_bytes": moved_bytes,
+            "seconds": seconds,
+            "state_generation": store.generation,
+        }
+        if query is not None:
+            payload["query"] = {"id": query.query_id, "batch": query.batch_id}
+        self.client.report_batch(self.region, sequence, payload, plan_id)
+        self._housekeeping()
+        action = self._tick() if self.tick else None
+        return BatchResult(
+            sequence=sequence,
+            version=version,
+            function=function,
+            n_channels=function.n_channels,
+            n_channels_before=n_before,
+            plan_id=plan_id,
+            moved_rows=moved_rows,
+            moved_bytes=moved_bytes,
+            state_rows_before=rows_before,
+            input_rows=observation.snapshot.tuples + observation.null_keys,
+            updates=tuple(updates),
+            observation=observation,
+            seconds=seconds,
+            controller_action=action,
+        )
+
+    def foreach_batch(self, df: DataFrame, batch_id: int) -> None:
+        """``process`` for ``writeStream.foreachBatch``: the batch is named by the running query's id
+        (stable across restarts from one checkpoint) and its batch id."""
+        query_id = df.sparkSession.sparkContext.getLocalProperty(_QUERY_ID_PROPERTY)
+        if not query_id:
+            raise InvalidInput(
+                "foreach_batch", "must be called by a streaming query's foreachBatch; call process instead"
+            )
+        self.process(df, batch_id, query_id=query_id)
+
+    def state(self) -> DataFrame:
+        """The state at the store's newest generation as a Spark DataFrame, one row per key: read by one
+        Python task per channel through the object-store layer, and in split mode merged across
+        channels by the merge (in Spark)."""
+        store = self.store.refreshed()
+        spark = SparkSession.active()
+        channels = spark.createDataFrame([(c,) for c in range(store.n_channels)], "channel int")
+        rows = channels.repartitionById(store.n_channels, "channel").mapInArrow(
+            _ChannelReader(store), from_arrow_schema(store.schema)
+        )
+        _, function = self.client.applied_function(self.region)
+        if not isinstance(function, SplitFunction):
+            return rows
+        merge = self.merge or self.client.region_merge(self.region)
+        if merge is None:
+            raise InvalidInput("merge", f"is required to merge region {self.region!r}'s split keys' rows")
+        merged = {"sum": F.sum, "count": F.sum, "min": F.min, "max": F.max}
+        return rows.groupBy(self.key).agg(
+            *(merged[op](name).alias(name) for name, op in merge.columns.items())
+        ).select(*store.schema.names)  # fmt: skip
+
+    # --- the steps' details --------------------------------------------------------------------------
+
+    def _check_frame(self, df: DataFrame) -> None:
+        """InvalidInput naming the column when the batch lacks the key or a merge's source column, or
+        holds a key of the wrong type; before any Spark job."""
+        columns = {spark_field.name: spark_field.dataType for spark_field in df.schema.fields}
+        if self.key not in columns:
+            raise InvalidInput(
+                "key", f"must be a column of the batch: {self.key!r} is not in {list(columns)}"
+            )
+        key_type = columns[self.key]
+        fits = isinstance(key_type, T.StringType) if self.key_type == "str" else isinstance(
+            key_type, T.ByteType | T.ShortType | T.IntegerType | T.LongType
+        )  # fmt: skip
+        if not fits:
+            raise InvalidInput(
+                "key",
+                f"must be a {'string' if self.key_type == 'str' else 'integer'} column like the state's, "
+                f"got {self.key!r} of type {key_type.simpleString()}",
+            )
+        if self.merge is not None:
+            missing = sorted({s for s in self.merge.sources.values() if s is not None} - set(columns))
+            if missing:
+                raise InvalidInput(
+                    "merge", f"reads batch columns {missing} that the batch lacks: {list(columns)}"
+                )
+
+    def _require_merge_for(self, function: StoredFunction, version: int) -> None:
+        """A split function spreads a key's rows over channels, whose partial rows merge by a merge:
+        the job's, or for a general job the region's; InvalidInput ``merge`` without one."""
+        if not isinstance(function, SplitFunction) or self.merge is not None:
+            return
+        if self.client.region_merge(self.region) is None:
+            raise InvalidInput(
+                "merge",
+                f"is required: region {self.region!r} routes with a split function (version {version}), "
+                "whose partial state rows merge by the region's merge, and declares none; set one with "
+                f"`repart region update {self.region} --merge COLUMN=sum|min|max,...`",
+            )
+
+    def _measurements(self, updates: list[ChannelUpdate], n_channels: int) -> list[dict[str, float | int]]:
+        """Per-channel tuples, busy seconds and state bytes for the snapshot, every channel."""
+        by_channel = {update.channel: update for update in updates}
+        assert self._store is not None
+        measured = []
+        for channel in range(n_channels):
+            update = by_channel.get(channel)
+            tuples = 0 if update is None else update.input_rows
+            busy = 0.0 if update is None else update.busy_seconds
+            if self.channel_rate is not None:
+                busy = tuples / self.channel_rate
+            state_bytes = sum(entry.seen_bytes for entry in self._store.files(channel))
+            measured.append(
+                {"channel": channel, "tuples": tuples, "busy_seconds": busy, "state_bytes": state_bytes}
+            )
+        return measured
+
+    def _housekeeping(self) -> None:
+        """Between batches no executor writes: fold the deltas of channels whose compaction is due, then
+        drop the files no recent generation lists. A concurrent compaction (``repart state compact``)
+        wins a race against this one, which the committed batch does not need."""
+        store = self.store
+        with contextlib.suppress(Conflict):
+            store.compact()
+        store.vacuum()
+
+    def _tick(self) -> str:
+        """One controller tick of the region (the embedded controller); the action it took."""
+        from repart.controller.tick import tick
+
+        assert self.engine is not None
+        return tick(self.engine, self.region).action
+
+
+@dataclass(frozen=True)
+class _ChannelReader:
+    """The task of ``StatefulJob.state``: the state of each channel number it receives."""
+
+    store: StateStore
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for channel in batch.column(0).to_pylist():
+                yield from self.store.read_channel(int(channel)).to_batches()
+
+
+def _arrow_schema(schema: object) -> pa.Schema:
+    """The state schema as Arrow: given so, as a Spark ``StructType``, or as a DDL string."""
+    if isinstance(schema, pa.Schema):
+        return schema
+    if isinstance(schema, str):
+        schema = T._parse_datatype_string(schema)
+    if isinstance(schema, T.StructType):
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return to_arrow_schema(schema)
+    raise InvalidInput(
+        "schema", f"must be a pyarrow.Schema, a StructType or a DDL string, got {shown(schema)}"
+    )
+
+
+def _key_type(schema: pa.Schema, key: str) -> KeyType:
+    """``str`` or ``int``: the repart key type of the state's key column; InvalidInput ``key``."""
+    if key not in schema.names:
+        raise InvalidInput("key", f"must be a column of the state schema: {key!r} is not in {schema.names}")
+    kind = schema.field(key).type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return "str"
+    if pa.types.is_signed_integer(kind):
+        return "int"
+    raise InvalidInput("key", f"must be a string or signed integer column, got {key!r} of type {kind}")
+
+
+def _check_merge_fits(merge: MergeSpec, schema: pa.Schema, key: str) -> None:
+    """InvalidInput ``merge`` unless it names every state column but the key, and nothing else."""
+    state_columns = sorted(name for name in schema.names if name != key)
+    if sorted(merge.columns) != state_columns:
+        raise InvalidInput(
+            "merge",
+            f"must name every state column but the key once: the schema has {state_columns}, the merge "
+            f"names {sorted(merge.columns)}",
+        )
+
+
+def _schema_difference(stored: pa.Schema, given: pa.Schema, url: str) -> str:
+    """The first column in which ``given`` differs from the store's schema, as an error's requirement."""
+    for field_ in stored:
+        if field_.name not in given.names:
+            return f"must keep the store's column {field_.name!r} ({field_.type}): the store at {url} has it"
+        if given.field(field_.name).type != field_.type:
+            return (
+                f"must keep column {field_.name!r} of type {field_.type} as the store at {url} has it, "
+                f"got {given.field(field_.name).type}"
+            )
+    added = [name for name in given.names if name not in stored.names]
+    return f"must be the store's columns {stored.names}: column(s) {added} are not in the store at {url}"
