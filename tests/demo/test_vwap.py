@@ -1,10 +1,10 @@
-"""The VWAP pipeline's contract with a split region, checked before any Spark work."""
+"""The VWAP pipeline's contract with a split region, checked before the batch runs a Spark job."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -48,9 +48,8 @@ class SplitRegion:
         raise AssertionError("the batch must not be reported")
 
 
-def test_a_split_function_needs_the_regions_merge(tmp_path: Path) -> None:
-    no_spark = cast(SparkSession, None)  # the refusal comes before the batch reaches Spark
-    pipeline = VwapPipeline(no_spark, SplitRegion(), "vwap", tmp_path / "state")
+def test_a_split_function_needs_the_regions_merge(spark: SparkSession, tmp_path: Path) -> None:
+    pipeline = VwapPipeline(spark, SplitRegion(), "vwap", tmp_path / "state")
     assert pipeline.store.function_digest == SPLIT.digest  # the store is laid out by the split function
     generation = pipeline.store.generation
     with pytest.raises(
