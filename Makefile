@@ -1,5 +1,6 @@
 # Two entry points for a fresh machine: `make demo` and `make test`. Both create .venv and install
-# the project with the exact versions in constraints.txt.
+# the project with the exact versions in constraints.txt, and every extra: the suite tests the job
+# (spark), the controller (controller, on PostgreSQL: postgres) and the simulators (sim).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,spark]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,spark,controller,postgres,sim]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -14,7 +14,6 @@ from rich.markup import escape
 
 from repart.cli.errors import reports_bad_input
 from repart.cli.simulate import STDOUT, check_output_path
-from repart.errors import NotFound
 
 if TYPE_CHECKING:
     from repart.demo.report import DemoRow
@@ -71,17 +70,10 @@ def demo(
     checks, after every batch, that each mode's merged state equals a plain groupBy over all input so
     far. Exit code 1 if it does not.
     """
+    from repart.demo.run import DemoConfig, run_demo
     from repart.protocol.files import durable_output
     from repart.sim.plot import plot_demo
     from repart.sim.trades import TradeStream
-
-    try:
-        from repart.demo.run import DemoConfig, run_demo
-    except ModuleNotFoundError as missing:
-        raise NotFound(
-            f"repart demo needs the Spark extra ({missing.name} is not installed): "
-            "pip install 'repart[spark]'"
-        ) from None
 
     # The in-process controller ticks every half second; a tick that overlaps the next is skipped by
     # APScheduler with a warning that would interleave with the table.

@@ -11,10 +11,17 @@ for that field, the message names the option instead (``--channels must be …``
 (``typer.Option`` / ``typer.Argument`` in its annotations): the parameter whose Python name is the
 field, or the one ``FIELD_PARAMETERS`` gives for a field whose parameter is named differently; a
 controller setting ``settings.<key>`` is shown as ``--set <key>``. No message text is matched.
+
+A command that needs a package its install lacks (``repart tick`` where only ``repart[spark]`` is
+installed) names the extras to install and exits 2, as for something not found: the extras its module
+needs (``COMMAND_EXTRAS``) when one of them brings the package, else the extras that do (``postgres``
+for psycopg), read from the installed package's metadata. A missing package that no extra brings is a
+broken install and keeps its traceback.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from functools import wraps
 from typing import Any, ParamSpec, TypeVar, get_type_hints
@@ -22,7 +29,7 @@ from typing import Any, ParamSpec, TypeVar, get_type_hints
 import typer
 from typer.models import ArgumentInfo, OptionInfo
 
-from repart.errors import InvalidInput, ReparError
+from repart.errors import InvalidInput, NotFound, ReparError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -35,6 +42,17 @@ FIELD_PARAMETERS = {
     "region": "name",
     "split_scheme": "split",
 }
+# The extras (pyproject.toml's optional dependencies) that the commands of a module need beyond the
+# base install; the commands of any other module are the controller's.
+COMMAND_EXTRAS = {
+    "repart.cli.demo": ("spark", "controller", "sim"),
+    "repart.cli.simulate": ("sim",),
+    "repart.cli.simulate_grouping": ("sim",),
+    "repart.cli.state": (),
+}
+CONTROLLER_EXTRAS = ("controller",)
+# A requirement of the package metadata that an extra brings: its distribution name and the extra.
+_EXTRA_REQUIREMENT = re.compile(r"""([A-Za-z0-9][A-Za-z0-9._-]*)[^;]*;.*\bextra\s*==\s*["']([^"']+)["']""")
 
 
 def reports_bad_input(command: Callable[P, R]) -> Callable[P, R]:
@@ -47,8 +65,36 @@ def reports_bad_input(command: Callable[P, R]) -> Callable[P, R]:
         except ReparError as error:
             print_error(message_of(error, command))
             raise typer.Exit(error.exit_code) from None
+        except ModuleNotFoundError as missing:
+            package = (missing.name or "").partition(".")[0]
+            extras = extras_to_install(package, COMMAND_EXTRAS.get(command.__module__, CONTROLLER_EXTRAS))
+            if not extras:
+                raise
+            print_error(
+                f"this command needs {package}, which is not installed: "
+                f"pip install 'repart[{','.join(extras)}]'"
+            )
+            raise typer.Exit(NotFound.exit_code) from None
 
     return wrapper
+
+
+def extras_to_install(package: str, needed: tuple[str, ...]) -> tuple[str, ...]:
+    """What to install for the missing top-level ``package``: ``needed`` (a command's extras) when one of
+    them brings it, else the extras that bring it; none when no extra does, or repart is not installed
+    (the extras are read from its metadata, only here: a command that succeeds does not load it)."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        requirements = requires("repart") or []
+    except PackageNotFoundError:
+        return ()
+    bringing = []
+    for requirement in requirements:
+        match = _EXTRA_REQUIREMENT.match(requirement)
+        if match and re.sub(r"[-.]+", "_", match[1]).lower() == package and match[2] not in bringing:
+            bringing.append(match[2])
+    return needed if set(needed) & set(bringing) else tuple(bringing)
 
 
 def print_error(message: str) -> None:
