@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from repart import __version__ as repart_version
 from repart.cli.app import app
 from repart.controller.window import merge_snapshots
 from repart.migration import plan_migration
@@ -337,9 +338,11 @@ def len_explicit(db_url: str, region: str) -> int:
 
 
 def test_version_flag_prints_the_package_version() -> None:
+    """One version: ``repart.__version__``, which the installed metadata was built from."""
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0, result.output
-    assert result.stdout == f"repart {version('repart')}\n"
+    assert result.stdout == f"repart {repart_version}\n"
+    assert version("repart") == repart_version
 
 
 # --- plans report, retried ----------------------------------------------------------------------

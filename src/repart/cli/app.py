@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+import repart
 from repart.cli.lazy_group import lazy_group
 
 # Each command, in the order help lists them: its name and its function or Typer ("module:attribute").
@@ -44,11 +45,10 @@ app = typer.Typer(
 
 
 def _print_version(requested: bool) -> None:
-    """Print the installed package's version and exit (``--version``)."""
+    """Print repart's version (``repart.__version__``, which the package metadata is built from) and
+    exit (``--version``)."""
     if requested:
-        from importlib.metadata import version  # only when asked: keeps every other command's start fast
-
-        typer.echo(f"repart {version('repart')}")
+        typer.echo(f"repart {repart.__version__}")
         raise typer.Exit()
 
 
