@@ -22,3 +22,11 @@ def repart_json(db_url: str, *args: str) -> Any:
     result = repart(db_url, *args, "--json")
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
+
+
+def one_error(output: str) -> str:
+    """The one error message of ``output`` (the console wraps it at its width), or AssertionError."""
+    assert "Traceback" not in output, output
+    message = " ".join(output.split())
+    assert message.startswith("error: ") and message.count("error:") == 1, output
+    return message

@@ -17,15 +17,7 @@ from pathlib import Path
 import pytest
 
 from repart.storage import make_engine
-from tests.cli.helpers import repart
-
-
-def one_error(output: str) -> str:
-    """The one error message of ``output`` (the console wraps it at its width), or AssertionError."""
-    assert "Traceback" not in output, output
-    message = " ".join(output.split())
-    assert message.startswith("error: ") and message.count("error:") == 1, output
-    return message
+from tests.cli.helpers import one_error, repart
 
 
 def one_line_naming_db(output: str) -> bool:

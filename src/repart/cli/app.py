@@ -20,6 +20,7 @@ COMMANDS = {
     "simulate": "repart.cli.simulate:simulate",
     "simulate-grouping": "repart.cli.simulate_grouping:simulate_grouping",
     "init": "repart.cli.init:init",
+    "db": "repart.cli.schema:db_app",
     "status": "repart.cli.status:status",
     "tick": "repart.cli.tick:tick",
     "run": "repart.cli.run:run",

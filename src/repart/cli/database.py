@@ -2,9 +2,10 @@
 
 Every database command takes ``--db URL`` (default: ``$REPART_DB``, else ``./.repart/repart.db``, as
 ``repart.storage.database_url`` resolves it) and ``--json`` (machine output on stdout and nothing else
-there). A command other than ``init`` refuses a database that ``repart init`` has not brought to the
-newest schema revision, with a message instead of an SQL error, and every other mistake in ``--db``
-is one line naming it (exit code 2), never a driver traceback.
+there). A command other than ``init`` and ``db`` refuses a database that is not at the code's schema
+revision (``repart.storage.check_revision``: run ``repart db upgrade``), with a message instead of an
+SQL error, and every other mistake in ``--db`` is one line naming it (exit code 2), never a driver
+traceback.
 
 The CLI imports SQLAlchemy and the storage modules here and in the commands only when a command runs,
 so ``repart --help`` does not pay for them (issue #10).
@@ -46,15 +47,27 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON on stdout (
 
 @contextmanager
 def open_database(url: str | None) -> Iterator[Engine]:
-    """An engine on the database at ``url``, which must exist and be at the newest schema revision.
+    """An engine on the database at ``url``, which must exist and be at the code's schema revision.
+
+    Every mistake in ``--db`` (or ``$REPART_DB``) is an ``InvalidInput`` naming ``--db`` in one line: those
+    of ``existing_database``, and a database at another schema revision (``check_revision``).
+    """
+    from repart.storage.schema import check_revision
+
+    with existing_database(url) as engine:
+        check_revision(engine)
+        yield engine
+
+
+@contextmanager
+def existing_database(url: str | None) -> Iterator[Engine]:
+    """An engine on the database at ``url``, which must exist, at whatever schema revision.
 
     Every mistake in ``--db`` (or ``$REPART_DB``) is an ``InvalidInput`` naming ``--db`` in one line: text
-    that is not a database URL, a missing SQLite file, a file that is not an SQLite database, a
-    directory, a server that cannot be reached, a database at another schema revision, and a read-only
-    database when the command writes (raised from the body of the ``with`` block).
+    that is not a database URL or names an unsupported database, a missing SQLite file, a file that is
+    not an SQLite database, a directory, a server that cannot be reached, and a read-only database
+    when the command writes (raised from the body of the ``with`` block).
     """
-    from repart.storage.schema import HEAD_REVISION, current_revision
-
     resolved = _resolved(url)
     path = resolved.database or ""
     sqlite = resolved.get_backend_name() == "sqlite"
@@ -72,13 +85,6 @@ def open_database(url: str | None) -> Iterator[Engine]:
     _, engine = engine_for(url)
     try:
         with database_errors(shown):
-            revision = current_revision(engine)
-            if revision != HEAD_REVISION:
-                raise InvalidInput(
-                    DB_OPTION,
-                    f"names a database at schema revision {revision or '(none)'}, not {HEAD_REVISION}; "
-                    "run `repart init` to upgrade it",
-                )
             yield engine
     finally:
         engine.dispose()

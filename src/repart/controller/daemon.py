@@ -31,7 +31,8 @@ regions within the last two intervals.
 
 The tick threads and the sweep each hold one database connection at a time, so the engine's
 connection pool must hold ``workers + 2`` (the sweep, the spool job and the workers);
-``Daemon`` refuses a smaller pool.
+``Daemon`` refuses a smaller pool, and a database at another schema revision than the code's
+(``repart.storage.check_revision``: InvalidInput naming ``db`` and both revisions).
 
 Every tick, skip and lifecycle step is logged as one JSON object per line (structured logs,
 ``repart.controller.logs``).
@@ -77,6 +78,7 @@ from repart.protocol.spool import check_spool
 from repart.storage import (
     Fence,
     acquire_lease,
+    check_revision,
     list_regions,
     read_transaction,
     release_lease,
@@ -159,6 +161,7 @@ class Daemon:
         ticker: Callable[..., TickResult] = tick,
         metrics: DaemonMetrics | None = None,
     ):
+        check_revision(engine)
         capacity = pool_capacity(engine)
         if capacity is not None and capacity < config.connections:
             raise InvalidInput(

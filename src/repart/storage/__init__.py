@@ -54,6 +54,7 @@ if TYPE_CHECKING:  # the names, for type checkers and readers; at run time __get
     from repart.storage.regions import list_regions as list_regions
     from repart.storage.regions import region_by_name as region_by_name
     from repart.storage.regions import update_region as update_region
+    from repart.storage.schema import check_revision as check_revision
     from repart.storage.schema import current_revision as current_revision
     from repart.storage.schema import head_revision as head_revision
     from repart.storage.schema import upgrade as upgrade
@@ -80,6 +81,7 @@ _EXPORTS = {
     "applied_version": "repart.storage.versions",
     "batch_reports": "repart.storage.events",
     "check_fence": "repart.storage.leases",
+    "check_revision": "repart.storage.schema",
     "compare_and_set_status": "repart.storage.status",
     "create_region": "repart.storage.regions",
     "current_lease": "repart.storage.leases",

@@ -28,6 +28,7 @@ from repart.storage.engine import read_transaction, run_in_transaction
 from repart.storage.events import NewEvent, record_batch_report, record_event
 from repart.storage.plans import list_plans, set_plan_status
 from repart.storage.regions import region_by_name
+from repart.storage.schema import check_revision
 from repart.storage.snapshots import ingest_snapshot
 from repart.storage.tables import OPEN_PLAN_STATUSES
 from repart.storage.versions import applied_version, version_function
@@ -36,9 +37,14 @@ SOURCE = "repart job"
 
 
 class SqlControllerClient:
-    """The port over ``engine`` (module docstring); ``source`` is recorded with every snapshot."""
+    """The port over ``engine`` (module docstring); ``source`` is recorded with every snapshot.
+
+    A database at another schema revision than the code's is refused at once (``check_revision``:
+    InvalidInput naming ``db`` and both revisions), before a job's batch depends on it.
+    """
 
     def __init__(self, engine: Engine, *, source: str = SOURCE) -> None:
+        check_revision(engine)
         self.engine = engine
         self.source = source
 

@@ -4,8 +4,10 @@
 it); it is idempotent. The scripts live in ``repart/storage/migrations``, found relative to this module,
 so an installed package needs no alembic.ini.
 
-Checking a database's revision against ``HEAD_REVISION`` reads one table and needs no Alembic, which
-every CLI command does before it runs (Alembic is imported only to upgrade or to read the scripts).
+``check_revision`` refuses a database at another revision than ``HEAD_REVISION``, the schema this code
+reads and writes, in one line naming both: every CLI command but ``init`` and ``db``, the daemon and
+the job's ``SqlControllerClient`` call it before they use a database. It reads one table and needs no
+Alembic (Alembic is imported only to upgrade or to read the scripts).
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine, inspect, text
+from sqlalchemy import Connection, Engine, inspect, text
 
+from repart.errors import InvalidInput
 from repart.storage.engine import make_engine, read_only
 
 if TYPE_CHECKING:
@@ -22,7 +25,8 @@ if TYPE_CHECKING:
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 HEAD_REVISION = "0005"
-"""The newest migration script's revision (tests check it against the scripts: ``head_revision``)."""
+"""The newest migration script's revision (tests check it against the scripts: ``head_revision``).
+Revisions are numbered with four digits, so their text order is their order."""
 
 
 def alembic_config(engine: Engine) -> Config:
@@ -35,11 +39,13 @@ def alembic_config(engine: Engine) -> Config:
     return config
 
 
-def upgrade(engine_or_url: Engine | str | None = None) -> None:
-    """Run every pending revision up to head, all in one transaction.
+def upgrade(engine_or_url: Engine | str | None = None) -> str | None:
+    """Run every pending revision up to head, all in one transaction; the revision the database was at
+    before (None: none, an empty database).
 
     ``engine_or_url`` is an engine, or a URL resolved like ``make_engine`` (``$REPART_DB``, then the
-    SQLite default); an engine created here is disposed of before returning.
+    SQLite default); an engine created here is disposed of before returning. A database that a newer
+    repart upgraded is refused as ``check_revision`` refuses it, and left as it is.
     """
     from alembic import command
 
@@ -48,8 +54,12 @@ def upgrade(engine_or_url: Engine | str | None = None) -> None:
     try:
         config = alembic_config(engine)
         with engine.begin() as connection:
+            before = _revision(connection)
+            if before is not None and before > HEAD_REVISION:
+                raise _newer(before)
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
+        return before
     finally:
         if owned:
             engine.dispose()
@@ -69,7 +79,43 @@ def current_revision(engine: Engine) -> str | None:
     """The revision the database is at; None for a database that was never upgraded. Only reads: it
     works while another process holds SQLite's write lock."""
     with read_only(engine).connect() as connection:
-        if not inspect(connection).has_table("alembic_version"):
-            return None
-        revision = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
-        return None if revision is None else str(revision)
+        return _revision(connection)
+
+
+def check_revision(engine: Engine) -> None:
+    """Refuse a database that is not at ``HEAD_REVISION`` with InvalidInput naming ``db``, both
+    revisions and what to do: an older or empty one is brought to this code's revision by ``repart db
+    upgrade``; one that a newer repart upgraded needs that repart."""
+    revision = current_revision(engine)
+    if revision == HEAD_REVISION:
+        return
+    if revision is None:
+        raise InvalidInput(
+            "db",
+            f"has no schema revision (no repart tables) and this repart needs {HEAD_REVISION}: run "
+            "`repart db upgrade` to create them",
+        )
+    if revision > HEAD_REVISION:
+        raise _newer(revision)
+    raise InvalidInput(
+        "db",
+        f"is at schema revision {revision} and this repart needs {HEAD_REVISION}: run `repart db upgrade` "
+        "to upgrade it",
+    )
+
+
+def _newer(revision: str) -> InvalidInput:
+    """The refusal of a database at ``revision``, which a newer repart upgraded."""
+    return InvalidInput(
+        "db",
+        f"is at schema revision {revision}, newer than this repart's {HEAD_REVISION}: a newer repart "
+        "upgraded it, so run that one (or upgrade this one)",
+    )
+
+
+def _revision(connection: Connection) -> str | None:
+    """The revision recorded in the database of ``connection``; None without Alembic's table or row."""
+    if not inspect(connection).has_table("alembic_version"):
+        return None
+    revision = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    return None if revision is None else str(revision)
