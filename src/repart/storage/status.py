@@ -90,6 +90,7 @@ def check_status(region: str, expected: RegionStatus, current: RegionStatus) -> 
 
 
 def _stale(region: str, expected: RegionStatus, current: RegionStatus) -> Conflict:
+    """The refusal of a decision made on ``expected`` now that the region's status is ``current``."""
     return Conflict(
         f"region {region!r} changed since its status was read ({expected.describe()}; now "
         f"{current.describe()}); the decision based on it was discarded"
