@@ -14,8 +14,8 @@ when the named step is done):
 
 Before every batch the test scales the region, so every batch starts with a pending plan and its apply
 step moves state. The 20 trials run in two lanes (two regions, each with its own database and state
-store) side by side. Each child starts its own Spark (local[2]) only when it gets past the apply step;
-a JVM class-data archive, made once by a child that exits normally (``-XX:ArchiveClassesAtExit``) and
+store) side by side. Each child starts its own Spark (local[2]) when it makes the batch's DataFrame; a
+JVM class-data archive, made once by a child that exits normally (``-XX:ArchiveClassesAtExit``) and
 kept between test sessions, cuts every later child's JVM start-up several-fold.
 """
 
@@ -53,6 +53,7 @@ import json, os, signal, sys
 from pathlib import Path
 
 import repart.demo.vwap as vwap
+import repart.spark.job as job_module
 import repart.state.store as store_module
 from repart.sim.trades import TradeStream
 from repart.spark.session import spark_session
@@ -73,7 +74,7 @@ def killing_after(name, original):
 
 
 class LazySpark:
-    \"\"\"The SparkSession, started when the batch first needs it (after its apply step).\"\"\"
+    \"\"\"The SparkSession, started when the batch first needs it.\"\"\"
 
     def __getattr__(self, name):
         return getattr(spark_session("local[2]", "exactly-once", shuffle_partitions=2), name)
@@ -81,8 +82,8 @@ class LazySpark:
 
 store_module.migrate_files = killing_after("apply-written", store_module.migrate_files)
 store_module.StateStore.apply = killing_after("apply-committed", store_module.StateStore.apply)
-vwap.update_state = killing_after("update-committed", vwap.update_state)
-vwap.observe = killing_after("observe-submitted", vwap.observe)
+job_module.update_state = killing_after("update-committed", job_module.update_state)
+job_module.observe = killing_after("observe-submitted", job_module.observe)
 SqlControllerClient.report_batch = killing_after("report-recorded", SqlControllerClient.report_batch)
 
 db, state, region, seq = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])

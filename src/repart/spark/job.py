@@ -107,8 +107,8 @@ class StatefulJob:
     - ``window_seconds``: the length of a batch's snapshot window.
     - ``channel_rate``: when given, a channel's busy seconds are modelled as its rows over this rate
       (rows per second) instead of its measured task time.
-    - ``tick``: run one controller tick after each batch (a database URL only): for a job with no
-      ``repart run`` daemon beside it.
+    - ``tick``: run one controller tick after each batch (a database URL and the ``controller``
+      extra): for a job with no ``repart run`` daemon beside it.
     """
 
     def __init__(
@@ -178,8 +178,9 @@ class StatefulJob:
         ``channels`` is its initial channel count, ``policy`` its channel-count policy and ``config``
         any other region setting (``repart.storage.RegionConfig``'s fields: ``min_channels``,
         ``settings``, ...), each checked with the field named. A mergeable job gives the region its
-        merge. Needs a database URL as controller (InvalidInput ``controller`` otherwise); an existing
-        database is upgraded to the code's schema first."""
+        merge. Needs a database URL as controller (InvalidInput ``controller`` otherwise) and the
+        ``controller`` extra (it runs the controller's first tick); the database is brought to the
+        code's schema first (``repart db upgrade``)."""
         if self.engine is None:
             raise InvalidInput("controller", "must be a database URL to create a region, not a client")
         from repart.controller.tick import tick
