@@ -453,6 +453,12 @@ def _arrow_schema(schema: object) -> pa.Schema:
     if isinstance(schema, pa.Schema):
         return schema
     if isinstance(schema, str):
+        if SparkSession.getActiveSession() is None:
+            raise InvalidInput(
+                "schema",
+                "given as a DDL string needs a running SparkSession to parse it: start the session "
+                "first, or give a pyarrow.Schema or a StructType",
+            )
         schema = T._parse_datatype_string(schema)
     if isinstance(schema, T.StructType):
         from pyspark.sql.pandas.types import to_arrow_schema
