@@ -13,13 +13,16 @@ unchanged.
   ``XXH64`` per value. A null hashes to a constant of its own.
 - A row's hash folds the column hashes in schema order, each through the finalizer, so swapping two
   values between columns or between rows changes the checksum.
+- A null in a column the store's schema gained after its creation (``Layout.added``) folds nothing:
+  a row read from a file written before the column existed, where it reads as null, keeps the hash
+  it was written with, and so does the same row written again with the column.
 
 Pure pyarrow + numpy: the functions run on Spark executors too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from itertools import repeat
 from typing import cast
 
@@ -90,12 +93,17 @@ def column_hashes(column: pa.ChunkedArray | pa.Array) -> U64:
     return hashes
 
 
-def row_hashes(table: pa.Table, key_hash: U64, state_cols: Sequence[str]) -> U64:
+def row_hashes(table: pa.Table, key_hash: U64, state_cols: Sequence[str], added: Collection[str] = ()) -> U64:
     """Per-row hashes of ``table``: the key hash (computed once by the caller, with the slots) folded
-    with the hashes of each state column, in order."""
+    with the hashes of each state column, in order; a null of a column in ``added`` (the columns the
+    schema gained after the store's creation) is not folded."""
     row = mix64(key_hash)
     for name in state_cols:
-        row = mix64(row * _FOLD + column_hashes(table.column(name)))
+        column = table.column(name)
+        folded = mix64(row * _FOLD + column_hashes(column))
+        if name in added and column.null_count:
+            folded = np.where(column.is_valid().to_numpy(zero_copy_only=False), folded, row)
+        row = folded
     return row
 
 

@@ -21,6 +21,12 @@ key's rows merge by the store's merge (``repart.state.merge``); in a *general* s
 the key (``repart.state.resolve``). Files of a general store carry ``_deleted`` (files written before
 format 3 lack it and read as if it were false).
 
+A store's schema may gain nullable columns after the state columns (``StateStore.evolve``; the layout's
+``added``). Files are immutable, so those written before lack the columns the schema gained after them:
+every reader reads such a file as if the missing columns held nulls of their declared type, and the
+row hash folds no null of an added column (``repart.state.checksum``), so the file's entry still
+holds. A file that lacks any other column is not the store's (``Corrupt``).
+
 An entry may carry a slot filter (``repart.state.filters``): the file then holds rows of slots the
 entry no longer owns, readers drop them, and the entry's ``rows`` and ``checksum`` are those of the
 rows it lets through. Entries carry a row count, size and order-independent checksum
@@ -166,7 +172,9 @@ class FileEntry:
 @dataclass(frozen=True)
 class Layout:
     """How a store lays its state out: key column and type, slot bits, slot groups, the user's schema,
-    and the merge of a mergeable store (each state column with its operation; None: general state)."""
+    the merge of a mergeable store (each state column with its operation; None: general state), and the
+    columns the schema gained after the store was created (``added``: its last columns, nullable, that
+    files written before they were added lack; module docstring)."""
 
     key_col: str
     key_type: KeyType
@@ -174,6 +182,7 @@ class Layout:
     slot_groups: int
     schema: pa.Schema
     merge: tuple[tuple[str, str], ...] | None = None
+    added: tuple[str, ...] = ()
 
     @property
     def mergeable(self) -> bool:
@@ -194,8 +203,12 @@ class Layout:
     def file_schema(self) -> pa.Schema:
         """The schema of a state file: the user's columns, ``_slot``, and ``_deleted`` in a general
         store."""
-        schema = self.schema.append(pa.field(SLOT_COLUMN, pa.int32()))
-        return schema if self.mergeable else schema.append(pa.field(DELETED_COLUMN, pa.bool_()))
+        return self._file_schema(len(self.schema), deleted=not self.mergeable)
+
+    def _file_schema(self, width: int, *, deleted: bool) -> pa.Schema:
+        """The schema of a file holding the first ``width`` user columns, ``_slot`` and maybe ``_deleted``."""
+        fields = [*list(self.schema)[:width], pa.field(SLOT_COLUMN, pa.int32())]
+        return pa.schema([*fields, pa.field(DELETED_COLUMN, pa.bool_())] if deleted else fields)
 
     @property
     def dictionary_cols(self) -> list[str]:
@@ -203,20 +216,122 @@ class Layout:
         return [name for name in self.state_cols if is_bytes_like(self.schema.field(name).type)]
 
     def matches(self, schema: pa.Schema) -> bool:
-        """Whether a file's schema has the file schema's column names and types (nullability aside);
-        in a general store a file written before format 3 may lack ``_deleted``."""
-        expected = self.file_schema
-        if schema.names == expected.names and schema.types == expected.types:
-            return True
-        legacy = self.schema.append(pa.field(SLOT_COLUMN, pa.int32()))
-        return not self.mergeable and bool(schema.names == legacy.names and schema.types == legacy.types)
+        """Whether a file's schema is one the store writes or wrote: the file schema's column names and
+        types (nullability aside), less any of the ``added`` columns added after the file was written
+        (the user's columns it holds are a prefix of the schema's); in a general store a file written
+        before format 3 may lack ``_deleted``."""
+        for width in range(len(self.schema) - len(self.added), len(self.schema) + 1):
+            for deleted in (True, False) if not self.mergeable else (False,):
+                expected = self._file_schema(width, deleted=deleted)
+                if schema.names == expected.names and schema.types == expected.types:
+                    return True
+        return False
 
-    def normalized(self, table: pa.Table) -> pa.Table:
-        """``table`` (a file's columns) with ``_deleted`` added as false where a general store's file
-        written before format 3 lacks it."""
-        if self.mergeable or DELETED_COLUMN in table.column_names or SLOT_COLUMN not in table.column_names:
+    def normalized(self, table: pa.Table, columns: Sequence[str] | None = None) -> pa.Table:
+        """``table``, columns read from a file the layout ``matches``, as ``columns`` of the file schema
+        (default: all of them, in order): ``_deleted`` added as false where a general store's file
+        written before format 3 lacks it, and each column the file was written without (``added``
+        after it) as nulls of the column's type."""
+        names = self.file_schema.names if columns is None else list(columns)
+        if table.column_names == names:
             return table
-        return table.append_column(DELETED_COLUMN, pa.array(np.zeros(table.num_rows, dtype=np.bool_)))
+        fields, arrays = [], []
+        for name in names:
+            lacking = name not in table.column_names
+            if lacking and name == DELETED_COLUMN:
+                fields.append(self.file_schema.field(name))
+                arrays.append(pa.array(np.zeros(table.num_rows, dtype=np.bool_)))
+            elif lacking and name in self.added:
+                fields.append(self.file_schema.field(name))
+                arrays.append(pa.nulls(table.num_rows, fields[-1].type))
+            else:
+                fields.append(table.schema.field(name))
+                arrays.append(table.column(name))
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+    def evolved(self, schema: object, merge: Mapping[str, str] | None = None) -> Layout:
+        """This layout with the user's schema ``schema``: the layout's columns as they are (name, type,
+        nullability and place), then any number of new nullable columns (``StateStore.evolve``); this
+        layout itself when there are none. A mergeable layout's ``merge`` gives each new column's
+        operation and may repeat the others' unchanged; a general layout takes none.
+
+        InvalidInput ``schema`` naming the column at fault (removed, renamed, moved, of another type or
+        nullability, the key's among them, or new and not nullable, or not a valid state column);
+        InvalidInput ``merge`` naming the column whose operation is missing, changed or not a column's.
+        """
+        if not isinstance(schema, pa.Schema):
+            raise InvalidInput("schema", f"must be a pyarrow.Schema, got {type(schema).__name__}")
+        for index, field in enumerate(self.schema):
+            role = "the key column" if field.name == self.key_col else "column"
+            if field.name not in schema.names:
+                raise InvalidInput(
+                    "schema",
+                    f"must keep {role} {field.name!r} of the store: a column cannot be removed or renamed, "
+                    "only nullable columns added after the store's",
+                )
+            if schema.names.index(field.name) != index:
+                raise InvalidInput(
+                    "schema",
+                    f"must keep {role} {field.name!r} at position {index}, as in the store's columns "
+                    f"{self.schema.names}: new columns go after them",
+                )
+            given = schema.field(index)
+            if not given.type.equals(field.type) or given.nullable != field.nullable:
+                raise InvalidInput(
+                    "schema",
+                    f"must keep {role} {field.name!r} as {_shown_field(field)}, got {_shown_field(given)}: "
+                    "a column's type and nullability cannot change",
+                )
+        new = list(schema)[len(self.schema) :]
+        for field in new:
+            if not field.nullable:
+                raise InvalidInput(
+                    "schema",
+                    f"new column {field.name!r} must be nullable: the rows written before it was added "
+                    "read it as null",
+                )
+        operations = self._evolved_merge(merge, [field.name for field in new])
+        if not new:
+            return self
+        return checked_layout(
+            self.key_col,
+            self.key_type,
+            self.slot_bits,
+            self.slot_groups,
+            schema,
+            operations,
+            (*self.added, *(field.name for field in new)),
+        )
+
+    def _evolved_merge(self, merge: Mapping[str, str] | None, new: Sequence[str]) -> dict[str, str] | None:
+        """The merge of the layout ``evolved`` makes: this layout's, with the ``new`` columns'
+        operations from ``merge``; InvalidInput ``merge`` naming the column at fault."""
+        if self.merge is None:
+            if merge is not None:
+                raise InvalidInput("merge", f"must be None: the store is not mergeable, got {merge!r}")
+            return None
+        given = {} if merge is None else merge
+        if not isinstance(given, Mapping):
+            raise InvalidInput(
+                "merge", f"must map each new column to sum, count, min or max, got {type(merge).__name__}"
+            )
+        operations = dict(self.merge)
+        for name, operation in given.items():
+            if name not in operations and name not in new:
+                state_cols = [*operations, *new]
+                raise InvalidInput("merge", f"must name state columns {state_cols}: {name!r} is not one")
+            if name in operations and operation != operations[name]:
+                raise InvalidInput(
+                    "merge",
+                    f"must keep column {name!r}'s operation {operations[name]!r}, got {operation!r}: "
+                    "a column's operation cannot change",
+                )
+        missing = [name for name in new if name not in given]
+        if missing:
+            raise InvalidInput(
+                "merge", f"must give the operation (sum, count, min or max) of new column {missing[0]!r}"
+            )
+        return {**operations, **given}
 
     def slot_range(self, slot_group: int | None) -> tuple[int, int]:
         """The first and last slot of ``slot_group`` (None: every slot)."""
@@ -228,11 +343,15 @@ class Layout:
         """The key hashes and row hashes of a table of file rows; a tombstone's row hash is folded with
         a constant of its own (module docstring)."""
         keys = key_hashes(table.column(self.key_col), self.key_type)
-        rows = row_hashes(table, keys, self.state_cols)
+        rows = row_hashes(table, keys, self.state_cols, self.added)
         if DELETED_COLUMN in table.column_names:
             deleted = table.column(DELETED_COLUMN).to_numpy(zero_copy_only=False).astype(np.bool_)
             rows[deleted] ^= _TOMBSTONE
         return keys, rows
+
+
+def _shown_field(field: pa.Field) -> str:
+    return f"{field.type}{'' if field.nullable else ' not null'}"
 
 
 def check_slot_groups(slot_groups: object, slot_bits: int) -> int:
@@ -250,9 +369,12 @@ def checked_layout(
     slot_groups: object,
     schema: object,
     merge: Mapping[str, str] | None = None,
+    added: Sequence[str] = (),
 ) -> Layout:
     """The layout of a store, every field checked (InvalidInput naming it). ``merge`` (each state column
-    with sum, count, min or max) makes the store mergeable; it must name every state column."""
+    with sum, count, min or max) makes the store mergeable; it must name every state column. ``added``
+    names the columns the schema gained after the store's creation: its last columns, nullable, in
+    order."""
     if key_type not in KEY_TYPES:
         raise InvalidInput("key_type", f"must be one of {', '.join(KEY_TYPES)}, got {key_type!r}")
     bits = check_slot_bits(slot_bits)  # type: ignore[arg-type]
@@ -287,7 +409,29 @@ def checked_layout(
                 f"column {schema_field.name!r} has type {schema_field.type}; accepted: integers, floats, "
                 "booleans, dates, times, timestamps, durations, strings, binary",
             )
-    return Layout(key_col, key_type, bits, groups, schema, _checked_merge(merge, schema, key_col))
+    return Layout(
+        key_col,
+        key_type,
+        bits,
+        groups,
+        schema,
+        _checked_merge(merge, schema, key_col),
+        _checked_added(added, schema, key_col),
+    )
+
+
+def _checked_added(added: object, schema: pa.Schema, key_col: str) -> tuple[str, ...]:
+    """``added`` as a tuple: the last columns of ``schema``, in order, nullable and not the key;
+    InvalidInput ``added`` otherwise."""
+    names = tuple(added) if isinstance(added, (list, tuple)) else None
+    last = tuple(schema.names[len(schema.names) - len(names) :]) if names else ()
+    if names is None or names != last or key_col in last or not all(schema.field(n).nullable for n in last):
+        raise InvalidInput(
+            "added",
+            f"must name the last columns of the schema {schema.names}, nullable and not the key, "
+            f"got {added!r}",
+        )
+    return names
 
 
 def _checked_merge(
@@ -434,7 +578,8 @@ def read_entry(objects: Objects, entry: FileEntry, layout: Layout, columns: Sequ
         try:
             parquet = _open_parquet(objects, entry.path, layout)
             groups = seen_row_groups(parquet, entry)
-            table = layout.normalized(parquet.read_row_groups(groups, columns=_stored(wanted, parquet)))
+            stored = parquet.read_row_groups(groups, columns=_stored(wanted, parquet))
+            table = layout.normalized(stored, wanted)
         except FileNotFoundError:
             raise Corrupt("state file listed by the current generation is missing", path=entry.path) from None
         except (OSError, pa.ArrowException) as error:
@@ -506,9 +651,10 @@ def _open_parquet(objects: Objects, path: str, layout: Layout) -> pq.ParquetFile
 
 
 def _stored(columns: Sequence[str], parquet: pq.ParquetFile) -> list[str]:
-    """``columns`` less ``_deleted`` where the file (written before format 3) lacks it."""
+    """``columns`` less those the file lacks (``_deleted`` in a file written before format 3, columns
+    the schema gained after the file was written): ``Layout.normalized`` adds them."""
     names = parquet.schema_arrow.names
-    return [name for name in columns if name != DELETED_COLUMN or name in names]
+    return [name for name in columns if name in names]
 
 
 def read_keyed(objects: Objects, entry: FileEntry, layout: Layout, keys: pa.Array) -> pa.Table:
@@ -549,13 +695,12 @@ def read_keyed(objects: Objects, entry: FileEntry, layout: Layout, keys: pa.Arra
 def read_parquet(
     objects: Objects, path: str, layout: Layout, columns: Sequence[str] | None = None
 ) -> pa.Table:
-    """One Parquet file (or some of its columns) as a table in the layout's file schema (``_deleted``
-    added where a general store's older file lacks it).
+    """One Parquet file (or some of its columns) as a table in the layout's file schema, with what an
+    older file lacks added (``Layout.normalized``: ``_deleted`` as false, columns the schema gained
+    after it as nulls).
 
     Every file read is one a generation lists, so a file that is missing, truncated (``Parquet magic
     bytes not found``) or otherwise unreadable is damaged state: ``Corrupt`` naming it."""
-    wanted = None if columns is None else list(columns)
-    legacy = False
     try:
         if objects.local_root is not None:
             source: Any = objects.local_root / path
@@ -564,19 +709,12 @@ def read_parquet(
         parquet = pq.ParquetFile(source)
         if not layout.matches(parquet.schema_arrow):
             raise Corrupt(f"state file does not have the store's schema: {parquet.schema_arrow}", path=path)
-        legacy = DELETED_COLUMN not in parquet.schema_arrow.names and not layout.mergeable
-        if wanted is not None and legacy and DELETED_COLUMN in wanted:
-            wanted = [name for name in wanted if name != DELETED_COLUMN]
-        table = parquet.read(columns=wanted)
+        table = parquet.read(columns=None if columns is None else _stored(columns, parquet))
     except FileNotFoundError:
         raise Corrupt("state file listed by the current generation is missing", path=path) from None
     except (OSError, pa.ArrowException) as error:
         raise Corrupt(f"state file cannot be read: {error}", path=path) from None
-    if legacy and (columns is None or DELETED_COLUMN in columns):
-        table = table.append_column(DELETED_COLUMN, pa.array(np.zeros(table.num_rows, dtype=np.bool_)))
-        if columns is not None:
-            table = table.select(list(columns))
-    return table
+    return layout.normalized(table, columns)
 
 
 def relisted(entry: FileEntry, channel: int) -> FileEntry:

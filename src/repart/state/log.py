@@ -17,8 +17,9 @@ is absent* (``Objects.create``: a conditional put on an object store, a hard lin
 and ``fsync``ed temporary file locally). Exactly one writer creates it. The loser reads what won and
 rebases: when the winners' changes do not overlap its own it commits at the next number, else it raises
 ``Conflict``. Changes overlap when both absorb a batch, when either changes the store's layout (a plan,
-an upgrade), or when the loser removes an entry the winners removed. So a compaction and a batch on
-other channels, or even on the same channel (a batch only adds files), both go through.
+an upgrade, a schema evolution), or when the loser removes an entry the winners removed. So a
+compaction and a batch on other channels, or even on the same channel (a batch only adds files), both
+go through.
 
 **Read.** A reader takes the newest checkpoint (from the hint, else from a listing of ``_log/``), lists
 the commit documents after it, and replays them. Each document names its parent. A document that does
@@ -65,8 +66,8 @@ FORMAT_VERSION = 3
 LOG_PREFIX = "_log/"
 HINT = f"{LOG_PREFIX}_hint.json"
 DEFAULT_CHECKPOINT_INTERVAL = 10
-Operation = Literal["create", "write", "apply", "compact", "upgrade"]
-OPERATIONS: tuple[Operation, ...] = ("create", "write", "apply", "compact", "upgrade")
+Operation = Literal["create", "write", "apply", "compact", "upgrade", "evolve"]
+OPERATIONS: tuple[Operation, ...] = ("create", "write", "apply", "compact", "upgrade", "evolve")
 _DIGITS = 20
 _COMMIT_FIELDS = ("format", "generation", "parent", "committed_at_ms", "operation", "checksum")
 _OPTIONAL_COMMIT_FIELDS = ("metadata", "layout", "add", "remove", "batch", "plan", "applied_plans")
@@ -82,6 +83,7 @@ _CHECKPOINT_FIELDS = (
 )
 _OPTIONAL_CHECKPOINT_FIELDS = ("batch",)
 _METADATA_FIELDS = ("region", "key_col", "key_type", "slot_bits", "slot_groups", "schema", "merge")
+_OPTIONAL_METADATA_FIELDS = ("added",)
 _LAYOUT_FIELDS = ("version", "function_digest", "n_channels")
 _MAX_REBASES = 100
 _LOG = logging.getLogger(__name__)
@@ -97,14 +99,17 @@ def checkpoint_path(generation: int) -> str:
 
 @dataclass(frozen=True)
 class Metadata:
-    """What a store is, fixed at its creation: its region and layout."""
+    """What a store is: its region and layout, set at its creation; an ``evolve`` commit adds columns
+    to the layout's schema (``Layout.added``)."""
 
     region: str
     layout: Layout
 
     def to_dict(self) -> dict[str, Any]:
+        """The metadata as a JSON object; ``added`` only when the schema gained columns, so that the
+        documents of a store that never evolved are the ones it always wrote."""
         layout = self.layout
-        return {
+        document: dict[str, Any] = {
             "region": self.region,
             "key_col": layout.key_col,
             "key_type": layout.key_type,
@@ -113,16 +118,25 @@ class Metadata:
             "schema": base64.b64encode(layout.schema.serialize().to_pybytes()).decode("ascii"),
             "merge": None if layout.merge is None else dict(layout.merge),
         }
+        if layout.added:
+            document["added"] = list(layout.added)
+        return document
 
     @classmethod
     def from_dict(cls, document: Mapping[str, Any]) -> Metadata:
-        fields = require_object(document, "metadata", _METADATA_FIELDS)
+        fields = require_object(document, "metadata", _METADATA_FIELDS, _OPTIONAL_METADATA_FIELDS)
         schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(fields["schema"], validate=True)))
         merge = fields["merge"]
         if merge is not None and not isinstance(merge, dict):
             raise InvalidInput("metadata.merge", f"must be an object or null, got {merge!r}")
         layout = checked_layout(
-            fields["key_col"], fields["key_type"], fields["slot_bits"], fields["slot_groups"], schema, merge
+            fields["key_col"],
+            fields["key_type"],
+            fields["slot_bits"],
+            fields["slot_groups"],
+            schema,
+            merge,
+            require_list(fields.get("added", []), "metadata.added"),
         )
         return cls(checked_region(fields["region"]), layout)
 
@@ -212,9 +226,9 @@ class Generation:
 
 @dataclass(frozen=True)
 class Change:
-    """What one commit does (module docstring): the metadata it sets (a create or an upgrade), the
-    layout version it moves to (a plan), the entries it removes (by file and channel) and adds, the
-    batch it absorbs and the plan it applies."""
+    """What one commit does (module docstring): the metadata it sets (a create, an upgrade or a schema
+    evolution), the layout version it moves to (a plan), the entries it removes (by file and channel)
+    and adds, the batch it absorbs and the plan it applies."""
 
     operation: Operation
     metadata: Metadata | None = None

@@ -25,6 +25,8 @@ which read and write data files through it. What a batch costs follows the batch
   is a no-op.
 - ``compact`` folds the deltas of a channel into its base files and drops the rows filters hide, for
   the channels that are due (``repart.state.compact``), as one more verified commit.
+- ``evolve`` adds nullable columns to the state's schema by one commit that changes the layout and
+  copies nothing: files written before it read the new columns as nulls (``repart.state.files``).
 - ``vacuum`` deletes what no recent generation lists, by age: an object is deleted only when it is
   older than the retention time and neither the newest generation nor any committed within the
   retention time lists it, so neither a writer's files that are not committed yet nor a slow reader's
@@ -631,6 +633,39 @@ class StateStore:
                     deleted.append(info.path)
         self._objects.delete(deleted)
         return VacuumResult(tuple(sorted(deleted)), len(objects) - len(deleted), seconds)
+
+    def evolve(self, schema: pa.Schema, merge: Mapping[str, str] | None = None) -> StateStore:
+        """Give the state the user's columns ``schema``: the store's columns as they are, then new
+        nullable columns. Returns this handle, moved to the store's newest generation (a generation
+        that evolved it, when there are new columns).
+
+        A ``schema`` equal to the store's writes nothing. New columns are committed as one generation
+        that changes the store's layout and reads or writes no data file: the files written before
+        it lack the new columns, and every reader returns them as nulls of their type for those rows;
+        batches write them from then on. A mergeable store needs ``merge``, each new column's
+        operation (sum, count, min or max); it may repeat the other columns' operations, unchanged.
+        Its merge skips nulls (sum, min and max of the values that are not null; a count's partials
+        are summed, so a key counts what was written since the column was added), and a key with no
+        value in a column keeps a null there. A store of format 1 or 2 is upgraded first (its first
+        write).
+
+        Any other change (a column removed, renamed or moved, a column's type or nullability
+        changed, the key column's included, or a new column that is not nullable) is InvalidInput
+        ``schema`` naming the column; a merge that leaves out a new column, changes a column's
+        operation or names no state column is InvalidInput ``merge``, as is any merge for a store
+        that is not mergeable; nothing is written then. Like a migration, an evolution changes the
+        layout, so it is a Conflict when another writer committed since the newest generation was
+        read, and a commit prepared before it is a Conflict too: a job re-opens the store and writes
+        the new columns.
+        """
+        current = self.refreshed()._current
+        layout = current.layout.evolved(schema, merge)
+        if layout is current.layout:
+            return self
+        current = self._writable()
+        change = Change("evolve", metadata=Metadata(current.metadata.region, layout))
+        self._current = Log(self._objects).commit(current, change)
+        return self
 
     def upgrade(self) -> bool:
         """Convert a store of format 1 or 2 to format 3 by one verified commit that lists its files as
