@@ -29,7 +29,6 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pyspark
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -41,6 +40,7 @@ from repart.sim.trades import TradeStream
 from repart.state.store import StateStore
 from repart.storage import make_engine, models, upgrade
 from tests.factories import add_region
+from tests.spark.children import class_data_archive
 
 STREAM = {"tickers": 400, "base_trades": 2500, "growth": 1.0, "seed": 11}
 KILL_POINTS = ("apply-written", "apply-committed", "update-committed", "observe-submitted", "report-recorded")
@@ -162,15 +162,6 @@ class Lane:
         assert sorted(reported) == list(range(batches))
         assert {status for _, status in plans} <= {"applied"}
         assert store.applied_plans == tuple(sorted(plan_id for plan_id, _ in plans))
-
-
-def class_data_archive(cache: Path, root: Path) -> tuple[Path, str]:
-    """The JVM class-data archive for this pyspark (kept in ``cache`` between sessions) and the
-    options a child that makes it runs with (the archive is written to a temporary name first)."""
-    archive = cache / f"repart-spark-{pyspark.__version__}.jsa"
-    if archive.exists():
-        return archive, f"-XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1"
-    return archive, f"-XX:ArchiveClassesAtExit={root / archive.name}"
 
 
 @pytest.mark.slow

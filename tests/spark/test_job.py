@@ -196,13 +196,13 @@ def test_batches_and_stores_that_do_not_fit_are_refused_before_anything_is_writt
     no_source = spark.createDataFrame(pd.DataFrame({"k": ["a"], "qty": [1]}))
     with pytest.raises(InvalidInput, match=r"merge reads batch columns \['price'\]"):
         job.process(no_source, 0)
-    wider = StatefulJob(
+    retyped = StatefulJob(
         job.engine.url.render_as_string(hide_password=False),  # type: ignore[union-attr]
-        region="trades", key="k", state=tmp_path / "state", schema=f"{SCHEMA}, extra long",
-        merge=f"{MERGE},extra=sum",
+        region="trades", key="k", state=tmp_path / "state",
+        schema=SCHEMA.replace("volume long", "volume double"), merge=MERGE,
     )  # fmt: skip
-    with pytest.raises(InvalidInput, match=r"schema must be the store's columns .* \['extra'\] are not"):
-        wider.store  # noqa: B018
+    with pytest.raises(InvalidInput, match=r"schema .*'volume'"):
+        retyped.store  # noqa: B018
     other = StatefulJob(
         job.engine.url.render_as_string(hide_password=False),  # type: ignore[union-attr]
         region="other", key="k", state=tmp_path / "state", schema=SCHEMA, merge=MERGE,
@@ -211,6 +211,23 @@ def test_batches_and_stores_that_do_not_fit_are_refused_before_anything_is_writt
         other.store  # noqa: B018
     assert job.store.refreshed().generation == generation
     assert report_count(f"sqlite:///{tmp_path}/repart.db") == 0
+
+
+def test_a_nullable_column_added_to_the_schema_reads_null_for_old_rows(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    job = new_job(tmp_path)
+    old, new = trades(20, 2_000), trades(21, 2_000)
+    job.process(spark.createDataFrame(old), 0)
+    wider = StatefulJob(
+        f"sqlite:///{tmp_path}/repart.db", region="trades", key="k", state=tmp_path / "state",
+        schema=f"{SCHEMA}, biggest long", merge=f"{MERGE},biggest=max(qty)",
+    )  # fmt: skip
+    wider.process(spark.createDataFrame(new), 1)
+    got = {row.k: row.biggest for row in wider.state().collect()}
+    biggest = new.groupby("k")["qty"].max()
+    assert got == {key: (int(biggest[key]) if key in biggest.index else None) for key in oracle([old, new])}
+    assert state_of(wider.state().drop("biggest")) == oracle([old, new])
 
 
 def user_lines(path: Path) -> int:

@@ -35,7 +35,7 @@ from repart.spark import StatefulJob
 from repart.state.store import StateStore
 from repart.storage import make_engine, models
 from repart.storage.client import SqlControllerClient
-from tests.spark.test_exactly_once import class_data_archive
+from tests.spark.children import class_data_archive
 
 SCHEMA = "k string, trades long, volume long"
 MERGE = "trades=count,volume=sum(qty)"

@@ -23,6 +23,16 @@ refused rather than described by items whose counts disagree with their slots'. 
 slots are read by the slot pass only, so a difference confined to them goes unseen, and the snapshot
 describes the slot pass's read.
 
+A job that updates keyed state reads the batch once already: its update groups the rows by channel
+and key (mergeable state) or hands each channel's rows to a task (general state). The same counts
+then come from that read (``channel_counts``, ``merged_counts``): the JVM adds each row's slot and
+HyperLogLog register as columns, each channel's task counts its keys, slots and registers in Arrow,
+and keeps the keys above the channel's own bound ``floor(n_c / ceil(1/ε))``, a bound no larger than
+the batch's (``n_c <= n``), so every key above the batch's bound is kept by the channel that holds
+all its rows; a split key's rows are spread over channels, so its every channel keeps it. The driver
+adds the channels' counts up and keeps the keys above the batch's bound: the same snapshot as the two
+passes, with no Spark job of its own.
+
 Why not a frequent-items sketch (``approx_top_k_accumulate``, DataSketches) beside the slot pass, as
 issue #12 suggested: the sketch's Misra–Gries updates cost more per row than the key pass's filter
 and small hash aggregation, its items carry an error, and it needs a sketch size tied to ε. Measured in
@@ -50,6 +60,18 @@ IntArray = npt.NDArray[np.int64]
 
 #: Bits of one word of the hot-slot mask (a Spark bigint).
 WORD_BITS = 64
+#: The columns the JVM adds to a batch's rows for ``channel_counts``: each row's slot and register.
+SLOT_COLUMN = "_observe_slot"
+REGISTER_COLUMN = "_observe_register"
+
+
+def counted_columns(key: Column, hash_column: Column, slot_bits: int) -> list[Column]:
+    """The JVM expressions of ``SLOT_COLUMN`` and ``REGISTER_COLUMN`` (null for a null key)."""
+    slot = F.shiftrightunsigned(hash_column, 64 - slot_bits)
+    return [
+        F.when(key.isNotNull(), slot).alias(SLOT_COLUMN),
+        F.when(key.isNotNull(), register_value(hash_column, slot_bits)).alias(REGISTER_COLUMN),
+    ]
 
 
 @dataclass(frozen=True)
@@ -75,6 +97,106 @@ class KeyCounts:
 
     keys: list[Key]
     counts: IntArray
+
+
+@dataclass(frozen=True)
+class ChannelCounts:
+    """One channel's share of a batch's counts (``channel_counts``): its slots with their tuples and
+    registers, its null keys, and its candidate keys with their counts on the channel."""
+
+    slots: SlotCounts
+    keys: KeyCounts
+
+    def to_bytes(self) -> bytes:
+        """The counts as an Arrow IPC stream of two record batches (slots, then keys)."""
+        slots = pa.record_batch(
+            {
+                "slot": self.slots.slots,
+                "tuples": self.slots.tuples,
+                "register": self.slots.registers,
+                "null_keys": np.full(len(self.slots.slots), self.slots.null_keys, np.int64),
+            }
+        )
+        keys = pa.record_batch({"key": pa.array(self.keys.keys), "tuples": self.keys.counts})
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, slots.schema) as writer:
+            writer.write_batch(slots)
+        with pa.ipc.new_stream(sink, keys.schema) as writer:
+            writer.write_batch(keys)
+        return bytes(sink.getvalue().to_pybytes())
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ChannelCounts:
+        """The counts ``to_bytes`` wrote."""
+        reader = pa.BufferReader(data)
+        slots = pa.ipc.open_stream(reader).read_all()
+        keys = pa.ipc.open_stream(reader).read_all()
+        nulls = slots.column("null_keys").to_pylist()
+        return cls(
+            SlotCounts(
+                _int64(slots, "slot"),
+                _int64(slots, "tuples"),
+                _int64(slots, "register"),
+                nulls[0] if nulls else 0,
+            ),
+            KeyCounts(keys.column("key").to_pylist(), _int64(keys, "tuples")),
+        )
+
+
+def channel_counts(
+    rows: pa.Table, key_col: str, tuples: pa.Array | None, epsilon: float, always: frozenset[Key]
+) -> ChannelCounts:
+    """A channel's counts from its rows: columns ``key_col``, ``SLOT_COLUMN`` and ``REGISTER_COLUMN``
+    (the JVM's, null for a null key) and, for rows that stand for several batch rows (a mergeable
+    update's partials, one per key), their number ``tuples``. Keeps the keys counted more than
+    ``floor(n_c / ceil(1/epsilon))`` times (``n_c``: the channel's rows with a key) and the keys of
+    ``always`` (a split function's split keys) that it holds."""
+    weights = pa.array(np.ones(rows.num_rows, np.int64)) if tuples is None else tuples
+    table = pa.table(
+        {"key": rows.column(key_col), "slot": rows.column(SLOT_COLUMN),
+         "register": rows.column(REGISTER_COLUMN), "tuples": weights}
+    )  # fmt: skip
+    keyed = pc.is_valid(table.column("slot"))
+    null_keys = int(pc.sum(table.filter(pc.invert(keyed)).column("tuples")).as_py() or 0)
+    table = table.filter(keyed)
+    by_slot = table.group_by("slot").aggregate([("tuples", "sum"), ("register", "max")]).sort_by("slot")
+    n = int(pc.sum(table.column("tuples")).as_py() or 0)
+    by_key = table.group_by("key").aggregate([("tuples", "sum")]) if tuples is None else table
+    counts = by_key.column("tuples_sum" if tuples is None else "tuples")
+    kept = pc.greater(counts, closed_buckets(n, epsilon))
+    if always:
+        kept = pc.or_(kept, pc.is_in(by_key.column("key"), value_set=pa.array(sorted(always, key=str))))
+    heavy = by_key.filter(kept)
+    return ChannelCounts(
+        SlotCounts(
+            slots=_int64(by_slot, "slot"),
+            tuples=_int64(by_slot, "tuples_sum"),
+            registers=_int64(by_slot, "register_max"),
+            null_keys=null_keys,
+        ),
+        KeyCounts(heavy.column("key").to_pylist(), np.asarray(pc.filter(counts, kept).to_numpy(), np.int64)),
+    )
+
+
+def merged_counts(parts: list[ChannelCounts], epsilon: float, slot_bits: int) -> tuple[SlotCounts, KeyCounts]:
+    """The batch's counts from its channels': slot tuples added and registers maxed over channels, and
+    the keys above the batch's bound ``floor(n / ceil(1/epsilon))`` with their counts added over the
+    channels that kept them (largest first, ties by key)."""
+    tuples = np.zeros(1 << slot_bits, np.int64)
+    registers = np.zeros(1 << slot_bits, np.int64)
+    found: dict[Key, int] = {}
+    for part in parts:
+        np.add.at(tuples, part.slots.slots, part.slots.tuples)
+        np.maximum.at(registers, part.slots.slots, part.slots.registers)
+        for key, count in zip(part.keys.keys, part.keys.counts.tolist(), strict=True):
+            found[key] = found.get(key, 0) + count
+    occupied = np.flatnonzero(tuples)
+    slots = SlotCounts(occupied, tuples[occupied], registers[occupied], sum(p.slots.null_keys for p in parts))
+    bound = closed_buckets(slots.n, epsilon)
+    heavy = sorted(
+        ((key, count) for key, count in found.items() if count > bound), key=lambda kc: (-kc[1], kc[0])
+    )
+    return slots, KeyCounts([key for key, _ in heavy], np.array([count for _, count in heavy], np.int64))
 
 
 def count_slots(projected: DataFrame, slot_bits: int) -> SlotCounts:

@@ -9,7 +9,8 @@ A job keeps keyed state that repart partitions, balances and moves. It hands eac
 3. **update** the state store: a mergeable job's batch is reduced by its merge in Spark and written as
    deltas, a general job's ``combine`` gets the state of the keys its channel's batch touches;
 4. **observe** the batch's key frequencies, with each channel's rows and busy seconds, as the
-   controller's snapshot;
+   controller's snapshot: the update's tasks count the slots and keys of the rows they fold, so the
+   snapshot costs no Spark job of its own;
 5. **report** the batch to the controller, then compact the store when it is due and vacuum it.
 
 Every step is exactly once under the batch id, however often a killed job runs the batch again: the
@@ -30,6 +31,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -44,12 +46,12 @@ from repart.partitioning.split.function import SplitFunction, StoredFunction
 from repart.protocol.client import ControllerClient
 from repart.protocol.merge import MergeSpec
 from repart.spark.jobs import apply_next_plan
-from repart.spark.observe import Observation, Window, observe
+from repart.spark.observe import Observation, Window, observe, observe_counted
 from repart.spark.route import partition
 from repart.spark.sinks import ControllerSink
-from repart.spark.stateful import ChannelUpdate, Combine, update_state
+from repart.spark.stateful import ChannelUpdate, Combine, Counting, update_and_count
 from repart.state.batches import QueryBatch, sequence_of
-from repart.state.store import DEFAULT_SLOT_GROUPS, StateStore
+from repart.state.store import DEFAULT_RETENTION, DEFAULT_SLOT_GROUPS, StateStore
 from repart.validation import NON_NEGATIVE_INT, POSITIVE, check, shown
 
 if TYPE_CHECKING:
@@ -70,7 +72,10 @@ class BatchResult:
     ``sequence`` is the batch's id in the store (the batch id itself, or for a streaming query its
     place in the store's sequence). ``moved_rows``/``moved_bytes`` are None when no plan was applied
     (or the store had applied it before a crash), ``state_rows_before`` the state's rows when the batch
-    started, ``updates`` one entry per channel that had rows, ``seconds`` the whole batch."""
+    started, ``updates`` one entry per channel that had rows, ``seconds`` the whole batch and ``steps``
+    its parts: open (the store), apply (the plan, and the region's applied version), update (partition,
+    update and the batch's counts: one Spark job), observe (the snapshot built and submitted), report,
+    compact, vacuum and tick."""
 
     sequence: int
     version: int
@@ -85,7 +90,8 @@ class BatchResult:
     updates: tuple[ChannelUpdate, ...]
     observation: Observation
     seconds: float
-    controller_action: str | None = field(default=None)
+    steps: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    controller_action: str | None = None
 
 
 class StatefulJob:
@@ -107,6 +113,8 @@ class StatefulJob:
     - ``window_seconds``: the length of a batch's snapshot window.
     - ``channel_rate``: when given, a channel's busy seconds are modelled as its rows over this rate
       (rows per second) instead of its measured task time.
+    - ``retain``: how long the store keeps objects that no generation lists any more (``vacuum``): a
+      reader of an older generation has that long to finish.
     - ``tick``: run one controller tick after each batch (a database URL and the ``controller``
       extra): for a job with no ``repart run`` daemon beside it.
     """
@@ -127,6 +135,7 @@ class StatefulJob:
         channel_rate: float | None = None,
         slot_groups: int = DEFAULT_SLOT_GROUPS,
         tick: bool = False,
+        retain: timedelta | float = DEFAULT_RETENTION,
     ) -> None:
         if (merge is None) == (combine is None):
             raise InvalidInput(
@@ -158,7 +167,10 @@ class StatefulJob:
         if tick and self.engine is None:
             raise InvalidInput("tick", "needs a database URL as controller, not a client")
         self.tick = tick
+        self.retain = retain if isinstance(retain, timedelta) else timedelta(seconds=retain)
         self._store: StateStore | None = None
+        self._applied: tuple[int, StoredFunction] | None = None
+        self._vacuumed_at: float | None = None
 
     # --- the controller ------------------------------------------------------------------------------
 
@@ -211,15 +223,15 @@ class StatefulJob:
     @property
     def store(self) -> StateStore:
         """The job's state store, opened at its newest generation, or created (laid out by the region's
-        applied version) where there is none. InvalidInput when the store there belongs to another
-        region or holds other columns."""
+        applied version) where there is none, and evolved to the job's schema when the job adds
+        nullable columns. InvalidInput when the store there belongs to another region or holds
+        columns the job's schema cannot evolve from."""
         if self._store is None:
             try:
                 store = StateStore.open(self.state_url, self.state_options)
             except NotFound:
                 store = self._create_store()
-            self._check_store(store)
-            self._store = store
+            self._store = self._fitted(store)
         return self._store
 
     def _create_store(self) -> StateStore:
@@ -239,7 +251,11 @@ class StatefulJob:
             options=self.state_options,
         )
 
-    def _check_store(self, store: StateStore) -> None:
+    def _fitted(self, store: StateStore) -> StateStore:
+        """``store``, evolved to the job's schema when that only adds nullable columns (old rows read
+        them as null; ``StateStore.evolve``). InvalidInput when the store belongs to another region,
+        has another key column, kind (mergeable or general) or a schema the job's cannot evolve from,
+        naming the column."""
         if store.region != self.region:
             raise InvalidInput(
                 "state",
@@ -248,31 +264,32 @@ class StatefulJob:
             )
         if store.key_col != self.key:
             raise InvalidInput("key", f"must be the store's key column {store.key_col!r}, got {self.key!r}")
-        if store.schema != self.schema:
-            raise InvalidInput("schema", _schema_difference(store.schema, self.schema, store.url))
         if (store.merge is not None) != (self.merge is not None):
             kind = "mergeable (give merge)" if store.merge is not None else "general (give combine)"
             raise InvalidInput("merge", f"must fit the store at {store.url}, which is {kind}")
+        return store.evolve(self.schema, None if self.merge is None else dict(self.merge.columns))
 
     # --- a batch -------------------------------------------------------------------------------------
 
     def process(self, df: DataFrame, batch_id: int, *, query_id: str | None = None) -> BatchResult:
         """Apply, partition, update, observe and report one batch (module docstring), exactly once under
         ``batch_id`` (an integer ≥ 0 that grows from batch to batch) or, for a streaming query, under
-        ``(query_id, batch_id)``."""
-        started = time.perf_counter()
+        ``(query_id, batch_id)``. The result's ``steps`` say where the batch's time went."""
+        watch = _Stopwatch()
         self._check_frame(df)
         store = self.store.refreshed()
         number = check("batch_id", batch_id, NON_NEGATIVE_INT)
         query = None if query_id is None else QueryBatch(query_id, number)
         sequence = number if query is None else sequence_of(store.last_batch, query)
         rows_before, n_before = store.rows(), store.n_channels
+        watch.lap("open")
         migration = apply_next_plan(self.client, self.region, store, self.merge)
         if migration is not None:
             store = StateStore.open(self.state_url, self.state_options)
-        version, function = self.client.applied_function(self.region)
+        version, function = self._applied_function(store)
         self._require_merge_for(function, version)
-        store, updates = update_state(
+        watch.lap("apply")
+        store, updates, counts = update_and_count(
             store,
             partition(df, self.key, function),
             self.combine,
@@ -281,39 +298,49 @@ class StatefulJob:
             batch_id=sequence,
             query=query,
             sources=None if self.merge is None else self.merge.sources,
+            counting=Counting.of(function, self.epsilon),
         )
         self._store = store
+        watch.lap("update")
         start = EPOCH + timedelta(seconds=sequence * self.window_seconds)
-        observation = observe(
-            df,
-            self.key,
-            self.region,
-            Window(seq=sequence, start=start, end=start + timedelta(seconds=self.window_seconds)),
-            ControllerSink(self.client),
-            epsilon=self.epsilon,
-            slot_bits=function.slot_bits,
-            version=version,
-            channels=self._measurements(updates, function.n_channels),
-            batch=sequence,
+        snapshot_fields: dict[str, Any] = {
+            "region": self.region,
+            "window": Window(seq=sequence, start=start, end=start + timedelta(seconds=self.window_seconds)),
+            "sink": ControllerSink(self.client),
+            "epsilon": self.epsilon,
+            "slot_bits": function.slot_bits,
+            "version": version,
+            "channels": self._measurements(updates, function.n_channels),
+            "batch": sequence,
+        }
+        # The update's tasks counted the batch as they folded it; a batch absorbed before a crash ran
+        # no task, so its snapshot (submitted again, a no-op if it was) takes observe's own passes.
+        observation = (
+            observe(df, self.key, **snapshot_fields)
+            if counts is None
+            else observe_counted(counts, self.key_type, **snapshot_fields)
         )
+        watch.lap("observe")
         plan_id = None if migration is None else migration[0].plan_id
         moved_rows = None if migration is None else migration[1].moved_rows
         moved_bytes = None if migration is None else migration[1].moved_bytes
-        seconds = time.perf_counter() - started
         payload: dict[str, Any] = {
             "input_rows": observation.snapshot.tuples + observation.null_keys,
             "null_keys": observation.null_keys,
             "version": version,
             "moved_rows": moved_rows,
             "moved_bytes": moved_bytes,
-            "seconds": seconds,
+            "seconds": watch.total(),
+            "steps": dict(watch.seconds),
             "state_generation": store.generation,
         }
         if query is not None:
             payload["query"] = {"id": query.query_id, "batch": query.batch_id}
         self.client.report_batch(self.region, sequence, payload, plan_id)
-        self._housekeeping()
+        watch.lap("report")
+        self._housekeeping(watch)
         action = self._tick() if self.tick else None
+        watch.lap("tick")
         return BatchResult(
             sequence=sequence,
             version=version,
@@ -327,7 +354,8 @@ class StatefulJob:
             input_rows=observation.snapshot.tuples + observation.null_keys,
             updates=tuple(updates),
             observation=observation,
-            seconds=seconds,
+            seconds=watch.total(),
+            steps=MappingProxyType(dict(watch.seconds)),
             controller_action=action,
         )
 
@@ -419,14 +447,29 @@ class StatefulJob:
             )
         return measured
 
-    def _housekeeping(self) -> None:
-        """Between batches no executor writes: fold the deltas of channels whose compaction is due, then
-        drop the files no recent generation lists. A concurrent compaction (``repart state compact``)
-        wins a race against this one, which the committed batch does not need."""
+    def _housekeeping(self, watch: _Stopwatch) -> None:
+        """Between batches no executor writes: fold the deltas of channels whose compaction is due (a
+        concurrent compaction, ``repart state compact``, wins a race against this one, which the
+        committed batch does not need); then, at the first batch and every quarter of the retention
+        time after, delete the objects no recent generation lists. Objects become garbage only as they
+        age past the retention time, so a vacuum per batch would list the store for nothing."""
         store = self.store
         with contextlib.suppress(Conflict):
             store.compact()
-        store.vacuum()
+        watch.lap("compact")
+        now = time.monotonic()
+        if self._vacuumed_at is None or now - self._vacuumed_at >= self.retain.total_seconds() / 4:
+            store.vacuum(self.retain)
+            self._vacuumed_at = now
+        watch.lap("vacuum")
+
+    def _applied_function(self, store: StateStore) -> tuple[int, StoredFunction]:
+        """The region's applied version, read once per version: the applied version changes only by a
+        plan that moves the store, so while the store is at the version last read it still holds."""
+        if self._applied is None or self._applied[0] != store.version:
+            applied = self.client.applied_function(self.region)
+            self._applied = (applied.version, applied.function)
+        return self._applied
 
     def _tick(self) -> str:
         """One controller tick of the region (the embedded controller); the action it took."""
@@ -434,6 +477,22 @@ class StatefulJob:
 
         assert self.engine is not None
         return tick(self.engine, self.region).action
+
+
+class _Stopwatch:
+    """Seconds per step of a batch: ``lap(step)`` charges the time since the previous lap to ``step``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._started = self._mark = time.perf_counter()
+
+    def lap(self, step: str) -> None:
+        now = time.perf_counter()
+        self.seconds[step] = self.seconds.get(step, 0.0) + now - self._mark
+        self._mark = now
+
+    def total(self) -> float:
+        return time.perf_counter() - self._started
 
 
 @dataclass(frozen=True)
@@ -490,17 +549,3 @@ def _check_merge_fits(merge: MergeSpec, schema: pa.Schema, key: str) -> None:
             f"must name every state column but the key once: the schema has {state_columns}, the merge "
             f"names {sorted(merge.columns)}",
         )
-
-
-def _schema_difference(stored: pa.Schema, given: pa.Schema, url: str) -> str:
-    """The first column in which ``given`` differs from the store's schema, as an error's requirement."""
-    for field_ in stored:
-        if field_.name not in given.names:
-            return f"must keep the store's column {field_.name!r} ({field_.type}): the store at {url} has it"
-        if given.field(field_.name).type != field_.type:
-            return (
-                f"must keep column {field_.name!r} of type {field_.type} as the store at {url} has it, "
-                f"got {given.field(field_.name).type}"
-            )
-    added = [name for name in given.names if name not in stored.names]
-    return f"must be the store's columns {stored.names}: column(s) {added} are not in the store at {url}"

@@ -138,29 +138,69 @@ def observe(
     """
     began = time.perf_counter()
     key = key_column(df, key_col)
+    fields = _snapshot_fields(region, window, epsilon, key.key_type, slot_bits, version, channels, batch)
+    projected = df.select(key.value.alias("key"), key.hash.alias("hash"))
+    slots = count_slots(projected, slot_bits)
+    keys = count_hot_keys(projected, slots, fields.keywords["epsilon"], slot_bits)
+    return _emitted(fields(slots, keys), slots.null_keys, sink, began)
+
+
+def observe_counted(
+    counts: tuple[SlotCounts, KeyCounts],
+    key_type: KeyType,
+    region: str,
+    window: Window,
+    sink: SnapshotSink,
+    *,
+    epsilon: float = 1e-3,
+    slot_bits: int = DEFAULT_SLOT_BITS,
+    version: int | None = None,
+    channels: Sequence[dict[str, Any]] | None = None,
+    batch: int | None = None,
+) -> Observation:
+    """``observe`` for counts that a read of the batch made already: a job's update counts the slots and
+    keys of the rows it folds (``repart.spark.stateful.update_and_count``), so the snapshot costs no
+    Spark job of its own. Its fields and checks are ``observe``'s; ``key_type`` is the key column's."""
+    began = time.perf_counter()
+    fields = _snapshot_fields(region, window, epsilon, key_type, slot_bits, version, channels, batch)
+    slots, keys = counts
+    return _emitted(fields(slots, keys), slots.null_keys, sink, began)
+
+
+def _snapshot_fields(
+    region: str,
+    window: Window,
+    epsilon: float,
+    key_type: KeyType,
+    slot_bits: int,
+    version: int | None,
+    channels: Sequence[dict[str, Any]] | None,
+    batch: int | None,
+) -> partial[Snapshot]:
+    """``_snapshot`` with every field but the counts, each checked (InvalidInput naming it)."""
     epsilon = check("epsilon", epsilon, EPSILON)
     if not isinstance(window, Window):
         raise InvalidInput("window", f"must be a repart.spark.observe.Window, got {type(window).__name__}")
-    check_slot_bits(slot_bits)  # the fields given, checked before the Spark job runs
-    fields = partial(
+    check_slot_bits(slot_bits)
+    return partial(
         _snapshot,
         region=check_region_name(region),
         window=window,
         epsilon=epsilon,
-        key_type=key.key_type,
+        key_type=key_type,
         slot_bits=slot_bits,
         version=None if version is None else require_int(version, "version", 1),
         channels=None if not channels else channel_measurements(list(channels)),
         batch=None if batch is None else require_int(batch, "batch"),
     )
 
-    projected = df.select(key.value.alias("key"), key.hash.alias("hash"))
-    slots = count_slots(projected, slot_bits)
-    snapshot = fields(slots, count_hot_keys(projected, slots, epsilon, slot_bits))
+
+def _emitted(snapshot: Snapshot, null_keys: int, sink: SnapshotSink, began: float) -> Observation:
+    """``snapshot`` written to ``sink``, as an Observation."""
     destination = sink.write(snapshot)
     return Observation(
         snapshot=snapshot,
-        null_keys=slots.null_keys,
+        null_keys=null_keys,
         seconds=time.perf_counter() - began,
         destination=destination,
     )

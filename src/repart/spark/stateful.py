@@ -46,12 +46,24 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from repart.errors import Corrupt, InvalidInput
-from repart.partitioning.split.function import StoredFunction
+from repart.partitioning.domain import Key
+from repart.partitioning.split.function import SplitFunction, StoredFunction
+from repart.spark.batch_counts import (
+    REGISTER_COLUMN,
+    SLOT_COLUMN,
+    ChannelCounts,
+    KeyCounts,
+    SlotCounts,
+    channel_counts,
+    counted_columns,
+    merged_counts,
+)
+from repart.spark.keys import key_column
 from repart.state.batches import ChannelUpdate, QueryBatch, absorbed_batch
 from repart.state.files import DELETED_COLUMN
 from repart.state.store import FileEntry, StateStore
 
-__all__ = ["ChannelUpdate", "Combine", "update_state"]
+__all__ = ["ChannelUpdate", "Combine", "Counting", "update_and_count", "update_state"]
 
 Combine = Callable[[pa.Table, pa.Table], pa.Table]
 #: The batch rows a partial stands for (mergeable stores: the channel's input rows).
@@ -63,10 +75,12 @@ _REPORT_FIELDS = [
     ("peak_bytes", pa.int64()),
     ("entries", pa.string()),
     ("error", pa.string()),
+    ("counts", pa.binary()),
 ]
 _REPORT_SCHEMA = pa.schema(_REPORT_FIELDS)
 _REPORT_DDL = (
-    "channel int, input_rows long, busy_seconds double, peak_bytes long, entries string, error string"
+    "channel int, input_rows long, busy_seconds double, peak_bytes long, entries string, error string, "
+    "counts binary"
 )
 
 
@@ -82,6 +96,45 @@ def update_state(
     sources: Mapping[str, str | None] | None = None,
     channel_col: str = "channel",
 ) -> tuple[StateStore, list[ChannelUpdate]]:
+    """Fold a batch into the store and commit it as one generation: ``update_and_count`` without the
+    counts. Returns the store at its new generation and one ``ChannelUpdate`` per channel that had
+    rows."""
+    updated, updates, _ = update_and_count(
+        store, partitioned, combine, version=version, function=function, batch_id=batch_id, query=query,
+        sources=sources, channel_col=channel_col,
+    )  # fmt: skip
+    return updated, updates
+
+
+@dataclass(frozen=True)
+class Counting:
+    """What the update's tasks count for the batch's snapshot: ε, the slot bits, and the keys every
+    channel reports whatever their count (a split function's split keys)."""
+
+    epsilon: float
+    slot_bits: int
+    always: frozenset[Key] = frozenset()
+
+    @classmethod
+    def of(cls, function: StoredFunction, epsilon: float) -> Counting:
+        """The counting of a batch routed by ``function``."""
+        always = frozenset(function.split) if isinstance(function, SplitFunction) else frozenset()
+        return cls(epsilon, function.slot_bits, always)
+
+
+def update_and_count(
+    store: StateStore,
+    partitioned: DataFrame,
+    combine: Combine | None = None,
+    *,
+    version: int,
+    function: StoredFunction,
+    batch_id: int | None = None,
+    query: QueryBatch | None = None,
+    sources: Mapping[str, str | None] | None = None,
+    channel_col: str = "channel",
+    counting: Counting | None = None,
+) -> tuple[StateStore, list[ChannelUpdate], tuple[SlotCounts, KeyCounts] | None]:
     """Fold a batch into the store (module docstring) and commit it as one generation.
 
     ``partitioned`` must come from ``repart.spark.partition(df, key, function)`` (partition i holds
@@ -104,7 +157,7 @@ def update_state(
         )
     if batch_id is not None and store.absorbed(batch_id):
         last = store.last_batch
-        return store, list(last.channels) if last is not None and last.batch_id == batch_id else []
+        return store, list(last.channels) if last is not None and last.batch_id == batch_id else [], None
     if function.n_channels != store.n_channels or function.digest != store.function_digest:
         raise InvalidInput(
             "function",
@@ -116,8 +169,15 @@ def update_state(
         raise InvalidInput(
             "channel_col", f"must be a column; {channel_col!r} is not: partition the batch with repart first"
         )
-    rows = partitioned if combine is not None else _partials(partitioned, store, channel_col, sources or {})
-    task = _ChannelTask(store, combine, channel_col)
+    if counting is not None:
+        key = key_column(partitioned, store.key_col)
+        partitioned = partitioned.select("*", *counted_columns(key.value, key.hash, counting.slot_bits))
+    rows = (
+        partitioned
+        if combine is not None
+        else _partials(partitioned, store, channel_col, sources or {}, counting is not None)
+    )
+    task = _ChannelTask(store, combine, channel_col, counting)
     reports = rows.mapInArrow(task, _REPORT_DDL).collect()
     for row in reports:
         if row.error is not None:
@@ -143,15 +203,23 @@ def update_state(
         n_channels=function.n_channels,
         batch=None if batch_id is None else absorbed_batch(batch_id, updates, query),
     )
-    return updated, updates
+    if counting is None:
+        return updated, updates, None
+    parts = [ChannelCounts.from_bytes(row.counts) for row in reports]
+    return updated, updates, merged_counts(parts, counting.epsilon, counting.slot_bits)
 
 
 def _partials(
-    partitioned: DataFrame, store: StateStore, channel_col: str, sources: Mapping[str, str | None]
+    partitioned: DataFrame,
+    store: StateStore,
+    channel_col: str,
+    sources: Mapping[str, str | None],
+    counted: bool,
 ) -> DataFrame:
     """The batch reduced in the JVM to one partial row per (channel, key) by the store's merge (each
     state column aggregating its source column; nulls skipped), with the batch rows each partial
-    stands for (``_rows``), in partitions that hold one channel each."""
+    stands for (``_rows``), in partitions that hold one channel each; ``counted``: with the key's slot
+    and register (functions of the key, so grouping by them splits no group)."""
     merge = store.merge or {}
     key = store.key_col
     read = {name: str(sources.get(name) or name) for name, op in merge.items() if op != "count"}
@@ -167,7 +235,8 @@ def _partials(
         (F.count(F.lit(1)) if op == "count" else aggregate[op](F.col(read[name]))).alias(name)
         for name, op in merge.items()
     ]
-    reduced = partitioned.groupBy(channel_col, key).agg(*columns, F.count(F.lit(1)).alias(ROWS_COLUMN))
+    groups = [channel_col, key, *((SLOT_COLUMN, REGISTER_COLUMN) if counted else ())]
+    reduced = partitioned.groupBy(*groups).agg(*columns, F.count(F.lit(1)).alias(ROWS_COLUMN))
     return reduced.repartitionById(store.n_channels, channel_col)
 
 
@@ -178,6 +247,7 @@ class _ChannelTask:
     store: StateStore
     combine: Combine | None
     channel_col: str
+    counting: Counting | None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         context = TaskContext.get()
@@ -193,10 +263,17 @@ class _ChannelTask:
         try:
             entries, peak = self._fold(channel, rows)
         except (Corrupt, InvalidInput) as error:
-            yield _report(channel, input_rows, 0.0, held, [], _error_to_report(error))
+            yield _report(channel, input_rows, 0.0, held, [], _error_to_report(error), None)
             return
+        counts = None if self.counting is None else self._counts(rows).to_bytes()
         seconds = time.perf_counter() - started
-        yield _report(channel, input_rows, seconds, max(held, peak), entries, None)
+        yield _report(channel, input_rows, seconds, max(held, peak), entries, None, counts)
+
+    def _counts(self, rows: pa.Table) -> ChannelCounts:
+        """The channel's counts for the batch's snapshot (``repart.spark.batch_counts``)."""
+        assert self.counting is not None
+        tuples = rows.column(ROWS_COLUMN) if self.combine is None else None
+        return channel_counts(rows, self.store.key_col, tuples, self.counting.epsilon, self.counting.always)
 
     def _fold(self, channel: int, rows: pa.Table) -> tuple[list[FileEntry], int]:
         """The channel's delta: its partials, or ``combine``'s upserts and tombstones; and the most
@@ -213,7 +290,9 @@ class _ChannelTask:
         if self.combine is None:
             partials = rows.select(store.schema.names).cast(store.schema)
             return store.write(channel, partials), pa.total_allocated_bytes()
-        batch = rows.drop_columns([self.channel_col])
+        batch = rows.drop_columns(
+            [name for name in (self.channel_col, SLOT_COLUMN, REGISTER_COLUMN) if name in rows.column_names]
+        )
         old = store.read_keys(channel, pc.unique(batch.column(key)))
         state = self.combine(old, batch)
         peak = pa.total_allocated_bytes()
@@ -245,6 +324,7 @@ def _report(
     peak: int,
     entries: list[FileEntry],
     error: dict[str, Any] | None,
+    counts: bytes | None,
 ) -> pa.RecordBatch:
     """A task's result row: its channel's new files, or the error it met, and the most Arrow memory
     it held at its steps."""
@@ -255,6 +335,7 @@ def _report(
         "peak_bytes": peak,
         "entries": json.dumps([entry.to_dict() for entry in entries]),
         "error": None if error is None else json.dumps(error),
+        "counts": counts,
     }
     return pa.RecordBatch.from_pylist([row], schema=_REPORT_SCHEMA)
 

@@ -1,0 +1,303 @@
+"""A repart job's whole batch against a plain Spark job's, side by side in one run, and where the
+batch's time goes.
+
+The plain job is what a user writes without repart: ``repartition(N, key)``, ``groupBy(key).agg``
+(count, sum), a full outer join with a Parquet state of the same schema, and the state overwritten
+(written to a fresh directory, since Spark cannot overwrite what it reads). The repart job is a
+``StatefulJob`` (mergeable state ``trades=count,volume=sum(qty)``, a SQLite controller, N channels,
+fixed policy) whose ``process(df, batch_id)`` applies, partitions, updates, observes, reports,
+compacts and vacuums. Both start from a state of ``--keys`` keys (default 10^5), loaded untimed.
+Each batch is an in-memory DataFrame of tickers drawn Zipf(1.2) from the keys, cached and counted
+before it is timed. Rounds alternate the two jobs on the same batch, after an untimed warm-up round.
+
+1. ``small_batch_ratio``: a batch of ``--small-rows`` (10,000) rows, repart over plain (target <= 3).
+2. ``large_batch_ratio``: a batch of ``--large-rows`` (2,000,000) rows (target <= 1.3);
+   ``large_batch_ratio_split``: the same in split mode (a D-Choices split function, built by the
+   controller from the warm-up batches' snapshots) against the same plain job.
+3. ``observe_ratio``: ``observe`` alone on the large batch over an exact ``groupBy(key).count()``
+   (target <= 0.7).
+4. ``foreach_batch_ratio``: a Structured Streaming query whose ``foreachBatch`` is ``job.foreach_batch``,
+   one small-batch file per trigger: its micro-batch time (``triggerExecution``) over ``process`` of
+   the same batch (target <= 1.2).
+
+Every ratio is the median over rounds of the per-round ratio (a burst of load hits both sides of a
+round alike); the medians of ``BatchResult.steps`` show where repart's batch time goes. The load
+average is printed before and after.
+
+    .venv/bin/python benchmarks/job_overhead.py [--rounds 5] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from repart.controller.tick import tick
+from repart.partitioning.split.function import SplitFunction
+from repart.spark import StatefulJob
+from repart.spark.observe import Window, observe
+from repart.spark.session import spark_session
+from repart.spark.sinks import SpoolSink
+
+KEY = "ticker"
+STATE = pa.schema([(KEY, pa.string()), ("trades", pa.int64()), ("volume", pa.int64())])
+MERGE = "trades=count,volume=sum(qty)"
+WINDOW = Window(seq=0, start=datetime(2026, 1, 1, tzinfo=UTC), end=datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC))
+TARGETS = {
+    "small_batch_ratio": 3.0,
+    "large_batch_ratio": 1.3,
+    "large_batch_ratio_split": 1.3,
+    "observe_ratio": 0.7,
+    "foreach_batch_ratio": 1.2,
+}
+
+
+def zipf_batch(spark: SparkSession, seed: int, rows: int, keys: int) -> DataFrame:
+    """``rows`` trades whose tickers are Zipf(1.2) ranks folded into ``keys``, cached and counted."""
+    rng = np.random.default_rng(seed)
+    ranks = (rng.zipf(1.2, rows) - 1) % keys
+    table = pa.table(
+        {
+            KEY: pc.binary_join_element_wise(pa.scalar("T"), pa.array(ranks).cast(pa.string()), ""),
+            "qty": rng.integers(1, 10, rows),
+        }
+    )
+    frame = spark.createDataFrame(table.to_pandas()).cache()
+    frame.count()
+    return frame
+
+
+def initial_rows(spark: SparkSession, keys: int) -> DataFrame:
+    """One trade of every key: the batch that loads the state before anything is timed."""
+    names = pc.binary_join_element_wise(pa.scalar("T"), pa.array(np.arange(keys)).cast(pa.string()), "")
+    return spark.createDataFrame(pa.table({KEY: names, "qty": np.ones(keys, np.int64)}).to_pandas())
+
+
+class PlainJob:
+    """The job without repart: repartition, aggregate, full outer join with the Parquet state, write."""
+
+    def __init__(self, spark: SparkSession, root: Path, channels: int, keys: int) -> None:
+        self.spark, self.root, self.channels = spark, root, channels
+        self.generation = 0
+        names = pc.binary_join_element_wise(pa.scalar("T"), pa.array(np.arange(keys)).cast(pa.string()), "")
+        self.path(0).mkdir(parents=True)
+        ones = np.ones(keys, np.int64)
+        pq.write_table(
+            pa.table({KEY: names, "trades": ones, "volume": ones}), self.path(0) / "part-0.parquet"
+        )
+
+    def path(self, generation: int) -> Path:
+        return self.root / f"state-{generation}"
+
+    def process(self, batch: DataFrame) -> float:
+        started = time.perf_counter()
+        delta = (
+            batch.repartition(self.channels, KEY)
+            .groupBy(KEY)
+            .agg(F.count(F.lit(1)).alias("n"), F.sum("qty").alias("q"))
+        )
+        state = self.spark.read.parquet(str(self.path(self.generation)))
+        joined = state.join(delta, KEY, "full_outer").select(
+            KEY,
+            (F.coalesce("trades", F.lit(0)) + F.coalesce("n", F.lit(0))).alias("trades"),
+            (F.coalesce("volume", F.lit(0)) + F.coalesce("q", F.lit(0))).alias("volume"),
+        )
+        joined.write.mode("overwrite").parquet(str(self.path(self.generation + 1)))
+        shutil.rmtree(self.path(self.generation))
+        self.generation += 1
+        return time.perf_counter() - started
+
+
+def repart_job(root: Path, channels: int, split: bool, spark: SparkSession, keys: int) -> StatefulJob:
+    """A StatefulJob on its own SQLite database and store, its state loaded; in split mode warmed up
+    until the controller routes with a split function."""
+    job = StatefulJob(
+        f"sqlite:///{root / 'repart.db'}", region="trades", key=KEY, state=root / "state", schema=STATE,
+        merge=MERGE,
+    )  # fmt: skip
+    job.ensure_region(channels=channels, policy="fixed", **({"split_scheme": "dchoices"} if split else {}))
+    job.process(initial_rows(spark, keys), 0)
+    if split:
+        assert job.engine is not None
+        for warm in range(1, 6):
+            job.process(zipf_batch(spark, 100 + warm, 200_000, keys), warm)
+            tick(job.engine, "trades")
+            if isinstance(job.client.applied_function("trades").function, SplitFunction):
+                job.process(zipf_batch(spark, 200 + warm, 10_000, keys), 100 + warm)  # applies the plan
+                break
+        else:
+            raise SystemExit("the controller built no split function from the warm-up batches")
+    return job
+
+
+def paired(
+    rounds: int,
+    make_batch: Callable[[int], DataFrame],
+    first: Callable[[DataFrame], float],
+    second: Callable[[DataFrame], float],
+) -> tuple[list[float], list[float]]:
+    """``first`` and ``second`` timed on the same batch per round, after an untimed warm-up round."""
+    times_a, times_b = [], []
+    for number in range(rounds + 1):
+        batch = make_batch(number)
+        a, b = first(batch), second(batch)
+        batch.unpersist()
+        if number:
+            times_a.append(a)
+            times_b.append(b)
+    return times_a, times_b
+
+
+def median_ratio(a: list[float], b: list[float]) -> float:
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
+
+
+def streaming_ratio(
+    spark: SparkSession, root: Path, job: StatefulJob, args: argparse.Namespace
+) -> dict[str, float]:
+    """Per micro-batch time of ``foreach_batch`` in a streaming query against ``process`` on the same
+    batches."""
+    incoming = root / "incoming"
+    incoming.mkdir()
+    query_times, process_times = [], []
+    stream = spark.readStream.schema(f"{KEY} string, qty long").option("maxFilesPerTrigger", 1)
+    query = (
+        stream.parquet(str(incoming)).writeStream.foreachBatch(job.foreach_batch)
+        .option("checkpointLocation", str(root / "checkpoint")).trigger(processingTime="100 milliseconds")
+        .start()
+    )  # fmt: skip
+    try:
+        for number in range(args.rounds + 1):
+            batch = zipf_batch(spark, 5000 + number, args.small_rows, args.keys)
+            staged = root / f".{number}.parquet"
+            batch.toPandas().to_parquet(staged)
+            os.replace(staged, incoming / f"{number:04d}.parquet")
+            query.processAllAvailable()
+            progress = query.lastProgress
+            timed = progress["durationMs"]["triggerExecution"] / 1000
+            process_seconds = job.process(batch, 10_000 + number).seconds
+            batch.unpersist()
+            if number:
+                query_times.append(timed)
+                process_times.append(process_seconds)
+    finally:
+        query.stop()
+    return {
+        "foreach_batch_median_s": statistics.median(query_times),
+        "process_median_s": statistics.median(process_times),
+        "foreach_batch_ratio": median_ratio(query_times, process_times),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--small-rows", type=int, default=10_000)
+    parser.add_argument("--large-rows", type=int, default=2_000_000)
+    parser.add_argument("--channels", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    figures: dict[str, Any] = {"args": {k: v for k, v in vars(args).items() if k != "json"}}
+    figures["load_average_before"] = os.getloadavg()
+    print(f"load average before: {figures['load_average_before']}", flush=True)
+    spark = spark_session("local[2]", "job-overhead", shuffle_partitions=args.channels)
+    scratch = Path(tempfile.mkdtemp(prefix="repart-job-overhead-"))
+    steps: dict[str, list[float]] = {}
+
+    batch_ids = itertools.count(1_000)  # one sequence for every job: ids grow from batch to batch
+
+    def timed(job: StatefulJob) -> Callable[[DataFrame], float]:
+        def run(batch: DataFrame) -> float:
+            result = job.process(batch, next(batch_ids))
+            for step, seconds in result.steps.items():
+                steps.setdefault(step, []).append(seconds)
+            return result.seconds
+
+        return run
+
+    try:
+        plain = PlainJob(spark, scratch / "plain", args.channels, args.keys)
+        job = repart_job(scratch / "preserve", args.channels, False, spark, args.keys)
+        for name, rows in (("small", args.small_rows), ("large", args.large_rows)):
+            steps.clear()
+            ours, theirs = paired(
+                args.rounds, lambda n, r=rows: zipf_batch(spark, n, r, args.keys), timed(job), plain.process
+            )
+            figures[f"{name}_batch"] = {
+                "repart_median_s": statistics.median(ours),
+                "plain_median_s": statistics.median(theirs),
+                "steps_median_s": {step: statistics.median(values) for step, values in steps.items()},
+            }
+            figures[f"{name}_batch_ratio"] = median_ratio(ours, theirs)
+            print(f"{name} batch: {figures[f'{name}_batch']}", flush=True)
+        split_job = repart_job(scratch / "split", args.channels, True, spark, args.keys)
+        steps.clear()
+        ours, theirs = paired(
+            args.rounds, lambda n: zipf_batch(spark, 50 + n, args.large_rows, args.keys), timed(split_job),
+            plain.process,
+        )  # fmt: skip
+        figures["large_batch_split"] = {
+            "repart_median_s": statistics.median(ours),
+            "plain_median_s": statistics.median(theirs),
+            "steps_median_s": {step: statistics.median(values) for step, values in steps.items()},
+        }
+        figures["large_batch_ratio_split"] = median_ratio(ours, theirs)
+        spool = scratch / "spool"
+        spool.mkdir()
+
+        def observed(batch: DataFrame) -> float:
+            started = time.perf_counter()
+            observe(batch, KEY, "bench", WINDOW, SpoolSink(spool), epsilon=1e-4)
+            for leftover in spool.glob("*.json"):
+                leftover.unlink()
+            return time.perf_counter() - started
+
+        def grouped(batch: DataFrame) -> float:
+            started = time.perf_counter()
+            batch.groupBy(KEY).count().write.format("noop").mode("overwrite").save()
+            return time.perf_counter() - started
+
+        ours, theirs = paired(
+            args.rounds, lambda n: zipf_batch(spark, 70 + n, args.large_rows, args.keys), observed, grouped
+        )
+        figures["observe"] = {
+            "observe_median_s": statistics.median(ours),
+            "groupby_median_s": statistics.median(theirs),
+        }
+        figures["observe_ratio"] = median_ratio(ours, theirs)
+        figures.update(streaming_ratio(spark, scratch / "stream", job, args))
+    finally:
+        spark.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+    figures["load_average_after"] = os.getloadavg()
+    for name, target in TARGETS.items():
+        print(f"{name}: {figures[name]:.3f} (target <= {target})")
+    print(f"load average after: {figures['load_average_after']}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
