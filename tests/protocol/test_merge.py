@@ -20,3 +20,30 @@ def test_bad_specs_name_the_field(text: object) -> None:
     with pytest.raises(InvalidInput) as raised:
         MergeSpec.parse(text, field="--merge")
     assert raised.value.field == "--merge"
+
+
+def test_a_merge_names_each_columns_source_in_the_batch() -> None:
+    spec = MergeSpec.parse("volume=sum(qty), trades=count, low=min, high = max( price )")
+    assert dict(spec.columns) == {"high": "max", "low": "min", "trades": "count", "volume": "sum"}
+    assert dict(spec.sources) == {"high": "price", "low": "low", "trades": None, "volume": "qty"}
+    assert spec.to_text() == "high=max(price),low=min,trades=count,volume=sum(qty)"
+    assert MergeSpec.parse(spec.to_text()) == spec
+    assert MergeSpec.of({"volume": "sum(qty)", "trades": "count", "high": "max(price)", "low": "min"}) == spec
+    assert MergeSpec.of(spec) is spec
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        "n=count(x)",
+        "v=sum(1x)",
+        "v=sum()",
+        {"volume": "sum,trades=count"},
+        {"volume": 1},
+        {},
+        7,
+    ],
+)
+def test_a_malformed_source_or_mapping_is_refused_naming_merge(given: object) -> None:
+    with pytest.raises(InvalidInput, match=r"^merge must"):
+        MergeSpec.of(given)

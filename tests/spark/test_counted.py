@@ -21,6 +21,7 @@ from repart.spark.batch_counts import (
     KeyCounts,
     SlotCounts,
     channel_counts,
+    merged_counts,
 )
 from repart.spark.observe import observe, observe_counted
 from repart.spark.route import partition
@@ -103,3 +104,27 @@ def _same(a: ChannelCounts, b: ChannelCounts) -> bool:
         return counts.keys, counts.counts.tolist()
 
     return slots(a.slots) == slots(b.slots) and keys(a.keys) == keys(b.keys)
+
+
+def test_a_channel_of_null_keys_only_keeps_its_count_through_the_report() -> None:
+    rows = pa.table(
+        {"k": pa.array([None] * 3, pa.string()), SLOT_COLUMN: pa.array([None] * 3, pa.int64()),
+         REGISTER_COLUMN: pa.array([None] * 3, pa.int32())}
+    )  # fmt: skip
+    counts = ChannelCounts.from_bytes(channel_counts(rows, "k", None, 0.25, frozenset()).to_bytes())
+    assert counts.slots.null_keys == 3 and len(counts.slots.slots) == 0 and counts.keys.keys == []
+
+
+def test_the_channels_counts_add_up_to_the_batchs() -> None:
+    def part(keys: list[str], counts: list[int], slots: list[int], nulls: int) -> ChannelCounts:
+        return ChannelCounts(
+            SlotCounts(np.array(slots), np.array(counts), np.array([3] * len(slots)), nulls),
+            KeyCounts(keys, np.array(counts, np.int64)),
+        )
+
+    # 'a' alone on channel 0, 's' split over both channels: 40 keyed rows, bound 40 // 4 = 10.
+    slots, keys = merged_counts(
+        [part(["a", "s"], [12, 6], [5, 9], 1), part(["s", "b"], [7, 15], [9, 2], 0)], 0.25, 10
+    )
+    assert (slots.slots.tolist(), slots.tuples.tolist(), slots.null_keys) == ([2, 5, 9], [15, 12, 13], 1)
+    assert keys.keys == ["b", "s", "a"] and keys.counts.tolist() == [15, 13, 12]

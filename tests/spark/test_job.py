@@ -16,6 +16,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from sqlalchemy import func, select
 
+from repart.controller.actions import scale
 from repart.errors import InvalidInput
 from repart.spark import StatefulJob
 from repart.storage import batch_reports, make_engine, models, read_transaction
@@ -91,6 +92,20 @@ def test_a_batch_job_keeps_the_state_a_group_by_gives_once_per_batch_id(
     assert reported == [0, 1, 2]
 
 
+def test_a_batch_run_again_after_its_commit_leaves_the_pending_plan_to_the_next_batch(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    job = new_job(tmp_path)
+    first, second = trades(30, 1_000), trades(31, 1_000)
+    job.process(spark.createDataFrame(first), 0)
+    plan_id = scale(job.engine, "trades", 5).plan_id  # type: ignore[arg-type]
+    again = job.process(spark.createDataFrame(first), 0)  # as after a crash past the state commit
+    assert again.absorbed and again.plan_id is None and again.n_channels == 3 and job.store.n_channels == 3
+    result = job.process(spark.createDataFrame(second), 1)
+    assert not result.absorbed and result.plan_id == plan_id and job.store.n_channels == 5
+    assert state_of(job.state()) == oracle([first, second])
+
+
 def test_a_general_job_combines_the_touched_keys(spark: SparkSession, tmp_path: Path) -> None:
     def combine(old: pa.Table, batch: pa.Table) -> pa.Table:
         counted = batch.group_by("k").aggregate([("k", "count"), ("qty", "sum")])
@@ -155,7 +170,7 @@ def test_a_batch_id_going_back_within_a_query_is_refused(spark: SparkSession, tm
     generation = job.store.generation
     with pytest.raises(InvalidInput, match="batch_id must not go back within query q-1"):
         job.process(frame, 0, query_id="q-1")
-    job.process(frame, 0, query_id="q-2")  # another query starts a new sequence
+    job.process(frame, 0, query_id="q-2")  # another query continues the store's sequence
     assert job.store.generation > generation and job.store.last_batch.batch_id == 2  # type: ignore[union-attr]
 
 
@@ -164,11 +179,17 @@ def test_a_batch_id_going_back_within_a_query_is_refused(spark: SparkSession, tm
     [
         ({"merge": None}, "merge or combine must be given"),
         ({"combine": lambda old, new: new}, "merge or combine must be given"),
-        ({"key": "ticker"}, "key must be a column of the state schema: 'ticker'"),
-        ({"merge": "trades=count,volume=sum"}, r"merge must name every state column but the key once"),
+        ({"key": "ticker"}, r"key must name a column of the schema \[.*\], got 'ticker'"),
+        (
+            {"merge": "trades=count,volume=sum"},
+            r"merge must name every state column \['high', 'low', 'trades', 'volume'\] once",
+        ),
         ({"merge": "trades=avg"}, "merge must be comma-separated"),
-        ({"schema": "k double, trades long"}, "key must be a string or signed integer column"),
+        ({"schema": "k double, trades long"}, "schema key column 'k' has type double"),
         ({"window_seconds": 0}, "window_seconds"),
+        ({"epsilon": 1e-7}, "epsilon"),
+        ({"retain": -1}, "retain"),
+        ({"schema": "k string, trades long, volume long, low long, high long, _slot int"}, "schema"),
     ],
 )
 def test_bad_job_arguments_are_refused_naming_the_field(
@@ -177,7 +198,6 @@ def test_bad_job_arguments_are_refused_naming_the_field(
     arguments = {"region": "trades", "key": "k", "state": tmp_path / "s", "schema": SCHEMA, "merge": MERGE}
     with pytest.raises(InvalidInput, match=message):
         StatefulJob(f"sqlite:///{tmp_path}/db", **(arguments | options))  # type: ignore[arg-type]
-    assert not (tmp_path / "s").exists()
 
 
 def test_batches_and_stores_that_do_not_fit_are_refused_before_anything_is_written(
@@ -186,13 +206,18 @@ def test_batches_and_stores_that_do_not_fit_are_refused_before_anything_is_writt
     job = new_job(tmp_path)
     generation = job.store.generation
     no_key = spark.createDataFrame(pd.DataFrame({"ticker": ["a"], "qty": [1], "price": [1]}))
-    with pytest.raises(InvalidInput, match="key must be a column of the batch"):
+    with pytest.raises(InvalidInput, match="key must name a column: the DataFrame has no column 'k'"):
         job.process(no_key, 0)
     int_key = spark.createDataFrame(pd.DataFrame({"k": [1], "qty": [1], "price": [1]}))
     with pytest.raises(
-        InvalidInput, match="key must be a string column like the state's, got 'k' of type bigint"
+        InvalidInput, match="key must hold the version's keys: column 'k' holds 'int' keys"
     ):
         job.process(int_key, 0)
+    reserved = spark.createDataFrame(pd.DataFrame({"k": ["a"], "qty": [1], "price": [1], "channel": [0]}))
+    with pytest.raises(InvalidInput, match=r"df must not use the column names \['channel'\]"):
+        job.process(reserved, 0)
+    with pytest.raises(InvalidInput, match="query_id must be a non-empty string"):
+        job.process(reserved.drop("channel"), 0, query_id="")
     no_source = spark.createDataFrame(pd.DataFrame({"k": ["a"], "qty": [1]}))
     with pytest.raises(InvalidInput, match=r"merge reads batch columns \['price'\]"):
         job.process(no_source, 0)

@@ -84,7 +84,13 @@ class MergeSpec:
             return value
         if isinstance(value, Mapping):
             parts = [f"{column}={operation}" for column, operation in value.items()]
-            if not parts or not all(isinstance(p, str) for p in (*value, *value.values())):
+            well_formed = all(
+                isinstance(column, str)
+                and isinstance(operation, str)
+                and _OPERATION.fullmatch(operation.strip()) is not None
+                for column, operation in value.items()
+            )
+            if not parts or not well_formed:
                 raise InvalidInput(field, f"must be {_FORMAT}, or a mapping of the same, got {shown(value)}")
             return cls.parse(",".join(parts), field)
         return cls.parse(value, field)

@@ -1,4 +1,4 @@
-"""The counts behind an ``observe`` snapshot, exact and computed in the JVM in two passes (DESIGN §3, §9).
+"""The counts behind an ``observe`` snapshot, exact: from two passes in the JVM, or from a job's update.
 
 Both passes read the projection ``(key, hash)`` of the batch (``hash`` = ``xxhash64`` of the key as
 repart hashes it, ``repart.spark.keys``) with Spark's generated hash aggregation; only aggregates are
@@ -110,12 +110,8 @@ class ChannelCounts:
     def to_bytes(self) -> bytes:
         """The counts as an Arrow IPC stream of two record batches (slots, then keys)."""
         slots = pa.record_batch(
-            {
-                "slot": self.slots.slots,
-                "tuples": self.slots.tuples,
-                "register": self.slots.registers,
-                "null_keys": np.full(len(self.slots.slots), self.slots.null_keys, np.int64),
-            }
+            {"slot": self.slots.slots, "tuples": self.slots.tuples, "register": self.slots.registers},
+            metadata={"null_keys": str(self.slots.null_keys)},
         )
         keys = pa.record_batch({"key": pa.array(self.keys.keys), "tuples": self.keys.counts})
         sink = pa.BufferOutputStream()
@@ -131,14 +127,9 @@ class ChannelCounts:
         reader = pa.BufferReader(data)
         slots = pa.ipc.open_stream(reader).read_all()
         keys = pa.ipc.open_stream(reader).read_all()
-        nulls = slots.column("null_keys").to_pylist()
+        null_keys = int((slots.schema.metadata or {})[b"null_keys"])
         return cls(
-            SlotCounts(
-                _int64(slots, "slot"),
-                _int64(slots, "tuples"),
-                _int64(slots, "register"),
-                nulls[0] if nulls else 0,
-            ),
+            SlotCounts(_int64(slots, "slot"), _int64(slots, "tuples"), _int64(slots, "register"), null_keys),
             KeyCounts(keys.column("key").to_pylist(), _int64(keys, "tuples")),
         )
 

@@ -41,17 +41,20 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from repart.errors import Conflict, InvalidInput, NotFound
-from repart.partitioning.domain import KeyType
+from repart.partitioning.domain import DEFAULT_SLOT_BITS, KeyType
 from repart.partitioning.split.function import SplitFunction, StoredFunction
 from repart.protocol.client import ControllerClient
 from repart.protocol.merge import MergeSpec
+from repart.spark.batch_counts import REGISTER_COLUMN, SLOT_COLUMN
 from repart.spark.jobs import apply_next_plan
-from repart.spark.observe import Observation, Window, observe, observe_counted
-from repart.spark.route import partition
+from repart.spark.keys import key_column
+from repart.spark.observe import EPSILON, Observation, Window, observe, observe_counted
+from repart.spark.route import DEFAULT_CHANNEL_COL, partition, route
 from repart.spark.sinks import ControllerSink
 from repart.spark.stateful import ChannelUpdate, Combine, Counting, update_and_count
 from repart.state.batches import QueryBatch, sequence_of
-from repart.state.store import DEFAULT_RETENTION, DEFAULT_SLOT_GROUPS, StateStore
+from repart.state.files import checked_layout
+from repart.state.store import DEFAULT_RETENTION, DEFAULT_SLOT_GROUPS, StateStore, retention_seconds
 from repart.validation import NON_NEGATIVE_INT, POSITIVE, check, shown
 
 if TYPE_CHECKING:
@@ -75,7 +78,8 @@ class BatchResult:
     started, ``updates`` one entry per channel that had rows, ``seconds`` the whole batch and ``steps``
     its parts: open (the store), apply (the plan, and the region's applied version), update (partition,
     update and the batch's counts: one Spark job), observe (the snapshot built and submitted), report,
-    compact, vacuum and tick."""
+    compact, vacuum and tick. ``absorbed``: the store had absorbed the batch before (a run again after a
+    crash), so only its snapshot and report were sent again."""
 
     sequence: int
     version: int
@@ -91,6 +95,7 @@ class BatchResult:
     observation: Observation
     seconds: float
     steps: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    absorbed: bool = False
     controller_action: str | None = None
 
 
@@ -149,10 +154,21 @@ class StatefulJob:
         self.schema = _arrow_schema(schema)
         self.merge = None if merge is None else MergeSpec.of(merge)
         self.combine = combine
-        self.key_type = _key_type(self.schema, key)
-        if self.merge is not None:
-            _check_merge_fits(self.merge, self.schema, key)
-        self.epsilon = epsilon
+        self.key_type: KeyType = "str" if key in self.schema.names and pa.types.is_string(
+            self.schema.field(key).type
+        ) else "int"  # fmt: skip
+        # The store's own checks of its key, columns and merge, before anything is written; its key
+        # column is this job's ``key``.
+        try:
+            checked_layout(
+                key, self.key_type, DEFAULT_SLOT_BITS, slot_groups, self.schema,
+                None if self.merge is None else self.merge.columns,
+            )  # fmt: skip
+        except InvalidInput as error:
+            if error.field != "key_col":
+                raise
+            raise InvalidInput("key", error.requirement) from None
+        self.epsilon = check("epsilon", epsilon, EPSILON)
         self.window_seconds = check("window_seconds", window_seconds, POSITIVE)
         self.channel_rate = None if channel_rate is None else check("channel_rate", channel_rate, POSITIVE)
         self.slot_groups = slot_groups
@@ -167,7 +183,7 @@ class StatefulJob:
         if tick and self.engine is None:
             raise InvalidInput("tick", "needs a database URL as controller, not a client")
         self.tick = tick
-        self.retain = retain if isinstance(retain, timedelta) else timedelta(seconds=retain)
+        self.retain = timedelta(seconds=retention_seconds(retain))
         self._store: StateStore | None = None
         self._applied: tuple[int, StoredFunction] | None = None
         self._vacuumed_at: float | None = None
@@ -276,22 +292,36 @@ class StatefulJob:
         ``batch_id`` (an integer ≥ 0 that grows from batch to batch) or, for a streaming query, under
         ``(query_id, batch_id)``. The result's ``steps`` say where the batch's time went."""
         watch = _Stopwatch()
+        number = check("batch_id", batch_id, NON_NEGATIVE_INT)
+        if query_id is not None and (not isinstance(query_id, str) or not query_id):
+            raise InvalidInput("query_id", f"must be a non-empty string (a query's id), got {query_id!r}")
         self._check_frame(df)
         store = self.store.refreshed()
-        number = check("batch_id", batch_id, NON_NEGATIVE_INT)
+        if store.schema != self.schema:
+            raise InvalidInput(
+                "schema",
+                f"must be the store's: another job changed the store at {store.url} to columns "
+                f"{store.schema.names}; restart this job with that schema",
+            )
         query = None if query_id is None else QueryBatch(query_id, number)
         sequence = number if query is None else sequence_of(store.last_batch, query)
+        absorbed = store.absorbed(sequence)
         rows_before, n_before = store.rows(), store.n_channels
         watch.lap("open")
-        migration = apply_next_plan(self.client, self.region, store, self.merge)
-        if migration is not None:
-            store = StateStore.open(self.state_url, self.state_options)
+        # A batch absorbed before a crash is finished under the layout it was written in: the next
+        # batch applies the pending plan.
+        migration = None if absorbed else apply_next_plan(self.client, self.region, store, self.merge)
         version, function = self._applied_function(store)
         self._require_merge_for(function, version)
         watch.lap("apply")
+        # A mergeable update groups the rows by (channel, key) itself: routed rows suffice, and only
+        # the partials are shuffled (a general update needs each channel's rows on its partition).
+        placed = (
+            route(df, self.key, function) if self.merge is not None else partition(df, self.key, function)
+        )
         store, updates, counts = update_and_count(
             store,
-            partition(df, self.key, function),
+            placed,
             self.combine,
             version=version,
             function=function,
@@ -310,7 +340,7 @@ class StatefulJob:
             "epsilon": self.epsilon,
             "slot_bits": function.slot_bits,
             "version": version,
-            "channels": self._measurements(updates, function.n_channels),
+            "channels": self._measurements(store, updates, function.n_channels),
             "batch": sequence,
         }
         # The update's tasks counted the batch as they folded it; a batch absorbed before a crash ran
@@ -356,6 +386,7 @@ class StatefulJob:
             observation=observation,
             seconds=watch.total(),
             steps=MappingProxyType(dict(watch.seconds)),
+            absorbed=absorbed,
             controller_action=action,
         )
 
@@ -379,13 +410,14 @@ class StatefulJob:
         rows = channels.repartitionById(store.n_channels, "channel").mapInArrow(
             _ChannelReader(store), from_arrow_schema(store.schema)
         )
-        _, function = self.client.applied_function(self.region)
-        if not isinstance(function, SplitFunction):
-            return rows
+        if self.merge is None and not isinstance(
+            self.client.applied_function(self.region).function, SplitFunction
+        ):
+            return rows  # one row per key: no key is on two channels
         merge = self.merge or self.client.region_merge(self.region)
         if merge is None:
             raise InvalidInput("merge", f"is required to merge region {self.region!r}'s split keys' rows")
-        merged = {"sum": F.sum, "count": F.sum, "min": F.min, "max": F.max}
+        merged = {"sum": F.sum, "count": F.sum, "min": F.min, "max": F.max}  # how partials combine
         return rows.groupBy(self.key).agg(
             *(merged[op](name).alias(name) for name, op in merge.columns.items())
         ).select(*store.schema.names)  # fmt: skip
@@ -393,28 +425,20 @@ class StatefulJob:
     # --- the steps' details --------------------------------------------------------------------------
 
     def _check_frame(self, df: DataFrame) -> None:
-        """InvalidInput naming the column when the batch lacks the key or a merge's source column, or
-        holds a key of the wrong type; before any Spark job."""
-        columns = {spark_field.name: spark_field.dataType for spark_field in df.schema.fields}
-        if self.key not in columns:
+        """InvalidInput naming the column when the batch lacks the key, holds a key of another type than
+        the state's, lacks a merge's source column or uses a column name repart reserves; before any
+        Spark job."""
+        key_column(df, self.key, self.key_type, field="key")
+        reserved = sorted({DEFAULT_CHANNEL_COL, SLOT_COLUMN, REGISTER_COLUMN} & set(df.columns))
+        if reserved:
             raise InvalidInput(
-                "key", f"must be a column of the batch: {self.key!r} is not in {list(columns)}"
-            )
-        key_type = columns[self.key]
-        fits = isinstance(key_type, T.StringType) if self.key_type == "str" else isinstance(
-            key_type, T.ByteType | T.ShortType | T.IntegerType | T.LongType
-        )  # fmt: skip
-        if not fits:
-            raise InvalidInput(
-                "key",
-                f"must be a {'string' if self.key_type == 'str' else 'integer'} column like the state's, "
-                f"got {self.key!r} of type {key_type.simpleString()}",
+                "df", f"must not use the column names {reserved}, which repart adds to a batch"
             )
         if self.merge is not None:
-            missing = sorted({s for s in self.merge.sources.values() if s is not None} - set(columns))
+            missing = sorted({s for s in self.merge.sources.values() if s is not None} - set(df.columns))
             if missing:
                 raise InvalidInput(
-                    "merge", f"reads batch columns {missing} that the batch lacks: {list(columns)}"
+                    "merge", f"reads batch columns {missing} that the batch lacks: {df.columns}"
                 )
 
     def _require_merge_for(self, function: StoredFunction, version: int) -> None:
@@ -430,10 +454,12 @@ class StatefulJob:
                 f"`repart region update {self.region} --merge COLUMN=sum|min|max,...`",
             )
 
-    def _measurements(self, updates: list[ChannelUpdate], n_channels: int) -> list[dict[str, float | int]]:
-        """Per-channel tuples, busy seconds and state bytes for the snapshot, every channel."""
+    def _measurements(
+        self, store: StateStore, updates: list[ChannelUpdate], n_channels: int
+    ) -> list[dict[str, float | int]]:
+        """Per-channel tuples, busy seconds and state bytes (in ``store``) for the snapshot, every
+        channel."""
         by_channel = {update.channel: update for update in updates}
-        assert self._store is not None
         measured = []
         for channel in range(n_channels):
             update = by_channel.get(channel)
@@ -441,7 +467,7 @@ class StatefulJob:
             busy = 0.0 if update is None else update.busy_seconds
             if self.channel_rate is not None:
                 busy = tuples / self.channel_rate
-            state_bytes = sum(entry.seen_bytes for entry in self._store.files(channel))
+            state_bytes = sum(entry.seen_bytes for entry in store.files(channel))
             measured.append(
                 {"channel": channel, "tuples": tuples, "busy_seconds": busy, "state_bytes": state_bytes}
             )
@@ -472,11 +498,15 @@ class StatefulJob:
         return self._applied
 
     def _tick(self) -> str:
-        """One controller tick of the region (the embedded controller); the action it took."""
+        """One controller tick of the region (the embedded controller); the action it took, or
+        ``conflict`` when another tick changed the region meanwhile."""
         from repart.controller.tick import tick
 
         assert self.engine is not None
-        return tick(self.engine, self.region).action
+        try:
+            return tick(self.engine, self.region).action
+        except Conflict:  # another tick (a daemon's) acted meanwhile; the batch is done either way
+            return "conflict"
 
 
 class _Stopwatch:
@@ -526,26 +556,3 @@ def _arrow_schema(schema: object) -> pa.Schema:
     raise InvalidInput(
         "schema", f"must be a pyarrow.Schema, a StructType or a DDL string, got {shown(schema)}"
     )
-
-
-def _key_type(schema: pa.Schema, key: str) -> KeyType:
-    """``str`` or ``int``: the repart key type of the state's key column; InvalidInput ``key``."""
-    if key not in schema.names:
-        raise InvalidInput("key", f"must be a column of the state schema: {key!r} is not in {schema.names}")
-    kind = schema.field(key).type
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        return "str"
-    if pa.types.is_signed_integer(kind):
-        return "int"
-    raise InvalidInput("key", f"must be a string or signed integer column, got {key!r} of type {kind}")
-
-
-def _check_merge_fits(merge: MergeSpec, schema: pa.Schema, key: str) -> None:
-    """InvalidInput ``merge`` unless it names every state column but the key, and nothing else."""
-    state_columns = sorted(name for name in schema.names if name != key)
-    if sorted(merge.columns) != state_columns:
-        raise InvalidInput(
-            "merge",
-            f"must name every state column but the key once: the schema has {state_columns}, the merge "
-            f"names {sorted(merge.columns)}",
-        )

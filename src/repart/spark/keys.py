@@ -49,15 +49,17 @@ class KeyColumn:
         return F.col(quoted(self.name)).isNull()
 
 
-def key_column(df: DataFrame, name: str, expected: KeyType | None = None) -> KeyColumn:
-    """Resolve ``name`` in ``df`` as a key column; InvalidInput ``key_col`` if it is missing, of a type
-    repart does not hash, or not of the ``expected`` key type."""
+def key_column(
+    df: DataFrame, name: str, expected: KeyType | None = None, *, field: str = "key_col"
+) -> KeyColumn:
+    """Resolve ``name`` in ``df`` as a key column; InvalidInput ``field`` (the caller's name for the
+    argument) if it is missing, of a type repart does not hash, or not of the ``expected`` key type."""
     if not isinstance(name, str) or not name:
-        raise InvalidInput("key_col", f"must be a column name, got {name!r}")
-    fields = {field.name: field for field in df.schema.fields}
+        raise InvalidInput(field, f"must be a column name, got {name!r}")
+    fields = {column.name: column for column in df.schema.fields}
     if name not in fields:
         raise InvalidInput(
-            "key_col",
+            field,
             f"must name a column: the DataFrame has no column {name!r}; its columns are "
             f"{', '.join(fields) or '(none)'}",
         )
@@ -68,13 +70,13 @@ def key_column(df: DataFrame, name: str, expected: KeyType | None = None) -> Key
         kind = "int"
     else:
         raise InvalidInput(
-            "key_col",
+            field,
             f"must be a key column: column {name!r} has type {data_type.simpleString()}; "
             f"accepted key types: {ACCEPTED_TYPES}",
         )
     if expected is not None and kind != expected:
         raise InvalidInput(
-            "key_col",
+            field,
             f"must hold the version's keys: column {name!r} holds {kind!r} keys "
             f"({data_type.simpleString()}) but the version routes {expected!r} keys",
         )

@@ -135,19 +135,26 @@ def update_and_count(
     channel_col: str = "channel",
     counting: Counting | None = None,
 ) -> tuple[StateStore, list[ChannelUpdate], tuple[SlotCounts, KeyCounts] | None]:
-    """Fold a batch into the store (module docstring) and commit it as one generation.
+    """Fold a batch into the store (module docstring), commit it as one generation, and count it.
 
     ``partitioned`` must come from ``repart.spark.partition(df, key, function)`` (partition i holds
-    channel i; a row found on another partition is InvalidInput) and ``function`` must be the layout
-    the store is in: the store's version, digest and channel count (InvalidInput otherwise: apply the
-    pending plan first). A mergeable store takes no ``combine``: the batch's columns named like the
-    state's (all but its ``count`` columns) are aggregated by the store's merge. A general store needs
-    ``combine(old, batch)``, which gets the state rows of the keys the channel's batch touches and the
-    channel's batch rows as Arrow tables and returns the new rows of those keys with the store's schema
-    (InvalidInput ``combine`` for both or neither). ``batch_id`` (the job's id of the batch, growing from
-    batch to batch) is recorded in the new generation; when the store has absorbed that batch already
-    nothing runs and the recorded updates come back. Returns the store at its new generation and one
-    ``ChannelUpdate`` per channel that had rows.
+    channel i; a row found on another partition is InvalidInput); for a mergeable store, whose update
+    groups the rows by (channel, key) itself, ``repart.spark.route`` suffices. ``function`` must be the
+    layout the store is in: the store's version, digest and channel count (InvalidInput otherwise:
+    apply the pending plan first). A mergeable store takes no ``combine``: each state column aggregates
+    its source column of the batch (``sources``, a ``MergeSpec``'s; by default the column of the same
+    name; a ``count`` has none) by the store's merge. A general store needs ``combine(old, batch)``,
+    which gets the state rows of the keys the channel's batch touches and the channel's batch rows as
+    Arrow tables and returns the new rows of those keys with the store's schema (InvalidInput
+    ``combine`` for both or neither). ``batch_id`` (the job's id of the batch, growing from batch to
+    batch) is recorded in the new generation, with the streaming ``query``'s name of it when a query
+    runs the job; when the store has absorbed that batch already nothing runs and the recorded updates
+    come back. ``counting``: the tasks also count the batch's slots and keys for its snapshot
+    (``repart.spark.batch_counts``).
+
+    Returns the store at its new generation, one ``ChannelUpdate`` per channel that had rows and, with
+    ``counting``, the batch's slot and key counts (None when the batch was absorbed already and no task
+    ran).
     """
     if store.layout.mergeable == (combine is not None):
         raise InvalidInput(

@@ -130,6 +130,10 @@ def sequence_of(last: AbsorbedBatch | None, query: QueryBatch) -> int:
 
     InvalidInput ``batch_id`` when the query's batch id goes back before ``last``'s: Structured
     Streaming only ever runs the last batch again, so an older one means two runs share a checkpoint.
+
+    One writer at a time: only the last writer's pair is kept, so a query killed after its state commit
+    must run its last batch again before another query or job writes the store (a query restarted
+    from its checkpoint does so first).
     """
     if last is not None and last.query is not None and last.query.query_id == query.query_id:
         step = query.batch_id - last.query.batch_id

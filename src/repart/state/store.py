@@ -608,8 +608,7 @@ class StateStore:
         documents and checkpoints older than the retention time ``retain`` (a timedelta or seconds,
         in [0, 10 years]) that neither the newest generation nor any generation committed within it
         needs. InvalidInput ``retain`` out of range."""
-        seconds = retain.total_seconds() if isinstance(retain, timedelta) else retain
-        seconds = float(check("retain", seconds, RETENTION_SECONDS))
+        seconds = retention_seconds(retain)
         if self._legacy:
             return VacuumResult((), 0, seconds)
         moment = now or datetime.now(UTC)
@@ -792,6 +791,13 @@ class StateStore:
                     )
                 entries.append(entry)
         return entries
+
+
+def retention_seconds(retain: object) -> float:
+    """A retention time (a timedelta, or seconds) as seconds in [0, 10 years]; InvalidInput ``retain``
+    otherwise."""
+    seconds = retain.total_seconds() if isinstance(retain, timedelta) else retain
+    return float(check("retain", seconds, RETENTION_SECONDS))
 
 
 def check_version(value: object, name: str = "version") -> int:
