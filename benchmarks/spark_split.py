@@ -160,7 +160,7 @@ def split_update(
     for batch_id, batch in enumerate(batches):
         routed = route(batch, KEY, function, row_cols=["id"]).groupBy("channel", KEY).agg(*sums())
         parted = routed.repartitionById(function.n_channels, "channel")
-        store, _ = update_state(store, parted, combine, version=1, function=function, batch_id=batch_id)
+        store, _, _ = update_state(store, parted, combine, version=1, function=function, batch_id=batch_id)
     updated = time.perf_counter()
     merged = store.read_merged(MERGE)
     return merged, updated - started, time.perf_counter() - updated
@@ -188,7 +188,7 @@ def salted_store_update(
     started = time.perf_counter()
     for batch_id, batch in enumerate(batches):
         parted = partition(salted_sums(batch, function), KEY, home)
-        store, _ = update_state(store, parted, combine, version=1, function=home, batch_id=batch_id)
+        store, _, _ = update_state(store, parted, combine, version=1, function=home, batch_id=batch_id)
     updated = time.perf_counter()
     merged = store.read_merged(MERGE)
     return merged, updated - started, time.perf_counter() - updated

@@ -153,11 +153,11 @@ def timed_batches(
     combine = None if store.layout.mergeable else add_up
     seconds, peaks, compactions = [], [], 0
     warm = spark.createDataFrame(zipf_batch(999, args.rows, size))  # a batch not timed: JIT, worker start
-    store, _ = update_state(store, partition(warm, KEY, function), combine, version=1, function=function)
+    store, _, _ = update_state(store, partition(warm, KEY, function), combine, version=1, function=function)
     for number in range(args.batches):
         frame = spark.createDataFrame(zipf_batch(1000 + number, args.rows, size))
         started = time.perf_counter()
-        store, updates = update_state(
+        store, updates, _ = update_state(
             store, partition(frame, KEY, function), combine, version=1, function=function, batch_id=number
         )
         compacted = store.compact(CompactionPolicy())

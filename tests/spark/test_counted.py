@@ -25,7 +25,7 @@ from repart.spark.batch_counts import (
 )
 from repart.spark.observe import observe, observe_counted
 from repart.spark.route import partition
-from repart.spark.stateful import Counting, update_and_count
+from repart.spark.stateful import Counting, update_state
 from tests.factories import empty_store
 from tests.spark.observing import WINDOW, MemorySink
 
@@ -62,7 +62,7 @@ def test_the_update_counts_the_snapshot_observe_counts(
     merge = {"n": "count", "total": "sum"} if mergeable else None
     store = empty_store(tmp_path / "state", function, SCHEMA, key_col="k", merge=merge)  # type: ignore[arg-type]
     frame = spark.createDataFrame(skewed(3)).cache()
-    _, updates, counts = update_and_count(
+    _, updates, counts = update_state(
         store,
         partition(frame, "k", function),
         None if mergeable else add_up,

@@ -209,9 +209,7 @@ def test_batches_and_stores_that_do_not_fit_are_refused_before_anything_is_writt
     with pytest.raises(InvalidInput, match="key must name a column: the DataFrame has no column 'k'"):
         job.process(no_key, 0)
     int_key = spark.createDataFrame(pd.DataFrame({"k": [1], "qty": [1], "price": [1]}))
-    with pytest.raises(
-        InvalidInput, match="key must hold the version's keys: column 'k' holds 'int' keys"
-    ):
+    with pytest.raises(InvalidInput, match="key must hold the version's keys: column 'k' holds 'int' keys"):
         job.process(int_key, 0)
     reserved = spark.createDataFrame(pd.DataFrame({"k": ["a"], "qty": [1], "price": [1], "channel": [0]}))
     with pytest.raises(InvalidInput, match=r"df must not use the column names \['channel'\]"):

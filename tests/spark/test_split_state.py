@@ -90,7 +90,7 @@ def test_update_state_keeps_one_partial_row_per_key_and_channel(spark: SparkSess
             partial = expected[(key, version.lookup(key, row_hash))]
             partial[0] += 1
             partial[1] += value
-        store, updates = update_state(
+        store, updates, _ = update_state(
             store, partition(df, "k", version), add_up, version=1, function=version, batch_id=batch_id
         )
         assert sum(update.input_rows for update in updates) == table.num_rows

@@ -44,7 +44,7 @@ def test_two_batches_fold_into_the_state_on_the_right_channels(spark: SparkSessi
     ).function
     store = empty_store(tmp_path / "state", function, SCHEMA, key_col="k", version=2)
     for table in (first, second):
-        store, updates = update_state(
+        store, updates, _ = update_state(
             store,
             partition(spark.createDataFrame(table), "k", function),
             add_up,
@@ -100,18 +100,18 @@ def test_a_batch_is_absorbed_once_under_its_id(spark: SparkSession, tmp_path: Pa
     store = empty_store(tmp_path / "state", function, SCHEMA, key_col="k", version=1)
     table = batch(5, 3000)
     frame = partition(spark.createDataFrame(table), "k", function)
-    store, first = update_state(store, frame, add_up, version=1, function=function, batch_id=4)
+    store, first, _ = update_state(store, frame, add_up, version=1, function=function, batch_id=4)
     assert store.generation == 1 and store.last_batch is not None and store.last_batch.batch_id == 4
     assert list(store.last_batch.channels) == first and sum(u.input_rows for u in first) == 3000
     reopened = StateStore.open(tmp_path / "state")  # a job run again on batch 4, or on an older one
     for batch_id in (4, 2):
-        again, updates = update_state(
+        again, updates, _ = update_state(
             reopened, frame, add_up, version=1, function=function, batch_id=batch_id
         )
         assert again.generation == 1 and updates == (first if batch_id == 4 else [])
     state = StateStore.open(tmp_path / "state").read().to_pandas().set_index("k")
     assert state["n"].sum() == 3000 and state["total"].sum() == pc.sum(table["v"]).as_py()
-    store, _ = update_state(store, frame, add_up, version=1, function=function, batch_id=5)
+    store, _, _ = update_state(store, frame, add_up, version=1, function=function, batch_id=5)
     assert store.generation == 2 and store.read().to_pandas()["n"].sum() == 6000
 
 
@@ -120,7 +120,7 @@ def test_a_damaged_state_file_is_corrupt_naming_it(spark: SparkSession, tmp_path
     function = initial_function(2, "str")
     store = empty_store(tmp_path / "state", function, SCHEMA, key_col="k", version=1)
     frame = partition(spark.createDataFrame(batch(6, 2000)), "k", function)
-    store, _ = update_state(store, frame, add_up, version=1, function=function, batch_id=0)
+    store, _, _ = update_state(store, frame, add_up, version=1, function=function, batch_id=0)
     victim = store.files(1)[0]
     assert store.objects.local_root is not None
     path = store.objects.local_root / victim.path
@@ -152,7 +152,7 @@ def test_a_mergeable_store_takes_partials_and_reads_no_state(
     tables = [batch(seed, 4000) for seed in (7, 8, 9)]
     for batch_id, table in enumerate(tables):
         frame = spark.createDataFrame(table.append_column("low", table["v"]))
-        store, updates = update_state(
+        store, updates, _ = update_state(
             store, partition(frame, "k", function), version=1, function=function, batch_id=batch_id
         )
         assert sum(update.input_rows for update in updates) == table.num_rows
@@ -170,7 +170,7 @@ def test_a_mergeable_store_takes_partials_and_reads_no_state(
         with pytest.raises(Corrupt):
             store.read_channel(0)
         frame = spark.createDataFrame(tables[0].append_column("low", tables[0]["v"]))
-        store, _ = update_state(
+        store, _, _ = update_state(
             store, partition(frame, "k", function), version=1, function=function, batch_id=9
         )
         assert store.last_batch is not None and store.last_batch.batch_id == 9

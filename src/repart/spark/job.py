@@ -51,7 +51,7 @@ from repart.spark.keys import key_column
 from repart.spark.observe import EPSILON, Observation, Window, observe, observe_counted
 from repart.spark.route import DEFAULT_CHANNEL_COL, partition, route
 from repart.spark.sinks import ControllerSink
-from repart.spark.stateful import ChannelUpdate, Combine, Counting, update_and_count
+from repart.spark.stateful import ChannelUpdate, Combine, Counting, update_state
 from repart.state.batches import QueryBatch, sequence_of
 from repart.state.files import checked_layout
 from repart.state.store import DEFAULT_RETENTION, DEFAULT_SLOT_GROUPS, StateStore, retention_seconds
@@ -319,7 +319,7 @@ class StatefulJob:
         placed = (
             route(df, self.key, function) if self.merge is not None else partition(df, self.key, function)
         )
-        store, updates, counts = update_and_count(
+        store, updates, counts = update_state(
             store,
             placed,
             self.combine,

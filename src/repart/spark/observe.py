@@ -159,7 +159,7 @@ def observe_counted(
     batch: int | None = None,
 ) -> Observation:
     """``observe`` for counts that a read of the batch made already: a job's update counts the slots and
-    keys of the rows it folds (``repart.spark.stateful.update_and_count``), so the snapshot costs no
+    keys of the rows it folds (``repart.spark.stateful.update_state``), so the snapshot costs no
     Spark job of its own. Its fields and checks are ``observe``'s; ``key_type`` is the key column's."""
     began = time.perf_counter()
     fields = _snapshot_fields(region, window, epsilon, key_type, slot_bits, version, channels, batch)

@@ -63,7 +63,7 @@ from repart.state.batches import ChannelUpdate, QueryBatch, absorbed_batch
 from repart.state.files import DELETED_COLUMN
 from repart.state.store import FileEntry, StateStore
 
-__all__ = ["ChannelUpdate", "Combine", "Counting", "update_and_count", "update_state"]
+__all__ = ["ChannelUpdate", "Combine", "Counting", "update_state"]
 
 Combine = Callable[[pa.Table, pa.Table], pa.Table]
 #: The batch rows a partial stands for (mergeable stores: the channel's input rows).
@@ -84,28 +84,6 @@ _REPORT_DDL = (
 )
 
 
-def update_state(
-    store: StateStore,
-    partitioned: DataFrame,
-    combine: Combine | None = None,
-    *,
-    version: int,
-    function: StoredFunction,
-    batch_id: int | None = None,
-    query: QueryBatch | None = None,
-    sources: Mapping[str, str | None] | None = None,
-    channel_col: str = "channel",
-) -> tuple[StateStore, list[ChannelUpdate]]:
-    """Fold a batch into the store and commit it as one generation: ``update_and_count`` without the
-    counts. Returns the store at its new generation and one ``ChannelUpdate`` per channel that had
-    rows."""
-    updated, updates, _ = update_and_count(
-        store, partitioned, combine, version=version, function=function, batch_id=batch_id, query=query,
-        sources=sources, channel_col=channel_col,
-    )  # fmt: skip
-    return updated, updates
-
-
 @dataclass(frozen=True)
 class Counting:
     """What the update's tasks count for the batch's snapshot: ε, the slot bits, and the keys every
@@ -122,7 +100,7 @@ class Counting:
         return cls(epsilon, function.slot_bits, always)
 
 
-def update_and_count(
+def update_state(
     store: StateStore,
     partitioned: DataFrame,
     combine: Combine | None = None,
