@@ -84,6 +84,7 @@ store_module.migrate_files = killing_after("apply-written", store_module.migrate
 store_module.StateStore.apply = killing_after("apply-committed", store_module.StateStore.apply)
 job_module.update_state = killing_after("update-committed", job_module.update_state)
 job_module.observe = killing_after("observe-submitted", job_module.observe)
+job_module.observe_counted = killing_after("observe-submitted", job_module.observe_counted)
 SqlControllerClient.report_batch = killing_after("report-recorded", SqlControllerClient.report_batch)
 
 db, state, region, seq = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
