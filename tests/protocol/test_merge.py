@@ -39,6 +39,7 @@ def test_a_merge_names_each_columns_source_in_the_batch() -> None:
         "v=sum(1x)",
         "v=sum()",
         {"volume": "sum,trades=count"},
+        {"a": "sum", "b=max,c": "sum"},
         {"volume": 1},
         {},
         7,

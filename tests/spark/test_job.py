@@ -185,7 +185,11 @@ def test_a_batch_id_going_back_within_a_query_is_refused(spark: SparkSession, tm
             r"merge must name every state column \['high', 'low', 'trades', 'volume'\] once",
         ),
         ({"merge": "trades=avg"}, "merge must be comma-separated"),
-        ({"schema": "k double, trades long"}, "schema key column 'k' has type double"),
+        ({"schema": "k double, trades long"}, "key must be a string or signed integer column, got 'k'"),
+        (
+            {"schema": f"{SCHEMA}, _rows long", "merge": f"{MERGE},_rows=sum"},
+            r"schema must not use .*'_rows'",
+        ),
         ({"window_seconds": 0}, "window_seconds"),
         ({"epsilon": 1e-7}, "epsilon"),
         ({"retain": -1}, "retain"),
@@ -211,11 +215,11 @@ def test_batches_and_stores_that_do_not_fit_are_refused_before_anything_is_writt
     int_key = spark.createDataFrame(pd.DataFrame({"k": [1], "qty": [1], "price": [1]}))
     with pytest.raises(InvalidInput, match="key must hold the version's keys: column 'k' holds 'int' keys"):
         job.process(int_key, 0)
-    reserved = spark.createDataFrame(pd.DataFrame({"k": ["a"], "qty": [1], "price": [1], "channel": [0]}))
-    with pytest.raises(InvalidInput, match=r"df must not use the column names \['channel'\]"):
+    reserved = spark.createDataFrame(pd.DataFrame({"k": ["a"], "qty": [1], "price": [1], "Channel": [0]}))
+    with pytest.raises(InvalidInput, match=r"df must not use the column names \['Channel'\]"):
         job.process(reserved, 0)
     with pytest.raises(InvalidInput, match="query_id must be a non-empty string"):
-        job.process(reserved.drop("channel"), 0, query_id="")
+        job.process(reserved.drop("Channel"), 0, query_id="")
     no_source = spark.createDataFrame(pd.DataFrame({"k": ["a"], "qty": [1]}))
     with pytest.raises(InvalidInput, match=r"merge reads batch columns \['price'\]"):
         job.process(no_source, 0)

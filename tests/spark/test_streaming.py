@@ -109,6 +109,7 @@ def check_once_per_batch(db: str, state: Path) -> None:
     applied = tuple(sorted(plan_id for plan_id, status in plans if status == "applied"))
     # A scale replaces a pending plan; a plan made after the last batch waits for the next one.
     assert {status for _, status in plans} <= {"applied", "superseded", "pending"}
+    assert sum(status == "pending" for _, status in plans) <= 1
     assert store.applied_plans == applied
 
 

@@ -86,6 +86,7 @@ class MergeSpec:
             parts = [f"{column}={operation}" for column, operation in value.items()]
             well_formed = all(
                 isinstance(column, str)
+                and _COLUMN.fullmatch(column.strip()) is not None
                 and isinstance(operation, str)
                 and _OPERATION.fullmatch(operation.strip()) is not None
                 for column, operation in value.items()

@@ -5,7 +5,8 @@ A job keeps keyed state that repart partitions, balances and moves. It hands eac
 ``writeStream.foreachBatch``), which does, in order:
 
 1. **apply** the plan the controller left, if any: the state moves to the new layout;
-2. **partition** the batch with the region's applied version (Spark partition i holds channel i);
+2. **route** the batch with the region's applied version (each row's channel; a general update's rows
+   are partitioned so that Spark partition i holds channel i);
 3. **update** the state store: a mergeable job's batch is reduced by its merge in Spark and written as
    deltas, a general job's ``combine`` gets the state of the keys its channel's batch touches;
 4. **observe** the batch's key frequencies, with each channel's rows and busy seconds, as the
@@ -41,7 +42,7 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from repart.errors import Conflict, InvalidInput, NotFound
-from repart.partitioning.domain import DEFAULT_SLOT_BITS, KeyType
+from repart.partitioning.domain import MAX_SLOT_BITS, KeyType
 from repart.partitioning.split.function import SplitFunction, StoredFunction
 from repart.protocol.client import ControllerClient
 from repart.protocol.merge import MergeSpec
@@ -51,7 +52,7 @@ from repart.spark.keys import key_column
 from repart.spark.observe import EPSILON, Observation, Window, observe, observe_counted
 from repart.spark.route import DEFAULT_CHANNEL_COL, partition, route
 from repart.spark.sinks import ControllerSink
-from repart.spark.stateful import ChannelUpdate, Combine, Counting, update_state
+from repart.spark.stateful import ROWS_COLUMN, ChannelUpdate, Combine, Counting, update_state
 from repart.state.batches import QueryBatch, sequence_of
 from repart.state.files import checked_layout
 from repart.state.store import DEFAULT_RETENTION, DEFAULT_SLOT_GROUPS, StateStore, retention_seconds
@@ -76,10 +77,11 @@ class BatchResult:
     place in the store's sequence). ``moved_rows``/``moved_bytes`` are None when no plan was applied
     (or the store had applied it before a crash), ``state_rows_before`` the state's rows when the batch
     started, ``updates`` one entry per channel that had rows, ``seconds`` the whole batch and ``steps``
-    its parts: open (the store), apply (the plan, and the region's applied version), update (partition,
+    its parts: open (the store), apply (the plan, and the region's applied version), update (route,
     update and the batch's counts: one Spark job), observe (the snapshot built and submitted), report,
     compact, vacuum and tick. ``absorbed``: the store had absorbed the batch before (a run again after a
-    crash), so only its snapshot and report were sent again."""
+    crash), so only its snapshot and report were sent again. ``controller_action``: what the embedded
+    controller's tick did (``tick=True``), ``conflict`` when another tick changed the region meanwhile."""
 
     sequence: int
     version: int
@@ -154,20 +156,17 @@ class StatefulJob:
         self.schema = _arrow_schema(schema)
         self.merge = None if merge is None else MergeSpec.of(merge)
         self.combine = combine
-        self.key_type: KeyType = "str" if key in self.schema.names and pa.types.is_string(
-            self.schema.field(key).type
-        ) else "int"  # fmt: skip
-        # The store's own checks of its key, columns and merge, before anything is written; its key
-        # column is this job's ``key``.
-        try:
-            checked_layout(
-                key, self.key_type, DEFAULT_SLOT_BITS, slot_groups, self.schema,
-                None if self.merge is None else self.merge.columns,
-            )  # fmt: skip
-        except InvalidInput as error:
-            if error.field != "key_col":
-                raise
-            raise InvalidInput("key", error.requirement) from None
+        self.key_type: KeyType = _key_type(self.schema, key)
+        if self.merge is not None:
+            clashing = sorted({ROWS_COLUMN, SLOT_COLUMN, REGISTER_COLUMN} & set(self.schema.names))
+            if clashing:
+                raise InvalidInput("schema", f"must not use the column names {clashing}, reserved by repart")
+        # The store's own checks of its key, columns and merge, before anything is written (slot
+        # groups against the most slot bits a region may have: the store checks the region's).
+        checked_layout(
+            key, self.key_type, MAX_SLOT_BITS, slot_groups, self.schema,
+            None if self.merge is None else self.merge.columns,
+        )  # fmt: skip
         self.epsilon = check("epsilon", epsilon, EPSILON)
         self.window_seconds = check("window_seconds", window_seconds, POSITIVE)
         self.channel_rate = None if channel_rate is None else check("channel_rate", channel_rate, POSITIVE)
@@ -310,7 +309,12 @@ class StatefulJob:
         watch.lap("open")
         # A batch absorbed before a crash is finished under the layout it was written in: the next
         # batch applies the pending plan.
-        migration = None if absorbed else apply_next_plan(self.client, self.region, store, self.merge)
+        # (A plan the store committed but nobody reported is finished even then: the store is past the
+        # controller's applied version.)
+        behind = absorbed and self.client.applied_function(self.region).version != store.version
+        migration = (
+            apply_next_plan(self.client, self.region, store, self.merge) if not absorbed or behind else None
+        )
         version, function = self._applied_function(store)
         self._require_merge_for(function, version)
         watch.lap("apply")
@@ -330,7 +334,6 @@ class StatefulJob:
             sources=None if self.merge is None else self.merge.sources,
             counting=Counting.of(function, self.epsilon),
         )
-        self._store = store
         watch.lap("update")
         start = EPOCH + timedelta(seconds=sequence * self.window_seconds)
         snapshot_fields: dict[str, Any] = {
@@ -410,10 +413,9 @@ class StatefulJob:
         rows = channels.repartitionById(store.n_channels, "channel").mapInArrow(
             _ChannelReader(store), from_arrow_schema(store.schema)
         )
-        if self.merge is None and not isinstance(
-            self.client.applied_function(self.region).function, SplitFunction
-        ):
-            return rows  # one row per key: no key is on two channels
+        applied = self.client.applied_function(self.region).function
+        if not isinstance(applied, SplitFunction) and applied.digest == store.function_digest:
+            return rows  # laid out by a key-preserving function: one row per key
         merge = self.merge or self.client.region_merge(self.region)
         if merge is None:
             raise InvalidInput("merge", f"is required to merge region {self.region!r}'s split keys' rows")
@@ -429,7 +431,8 @@ class StatefulJob:
         the state's, lacks a merge's source column or uses a column name repart reserves; before any
         Spark job."""
         key_column(df, self.key, self.key_type, field="key")
-        reserved = sorted({DEFAULT_CHANNEL_COL, SLOT_COLUMN, REGISTER_COLUMN} & set(df.columns))
+        names = {DEFAULT_CHANNEL_COL, SLOT_COLUMN, REGISTER_COLUMN}
+        reserved = sorted(column for column in df.columns if column.lower() in names)
         if reserved:
             raise InvalidInput(
                 "df", f"must not use the column names {reserved}, which repart adds to a batch"
@@ -556,3 +559,16 @@ def _arrow_schema(schema: object) -> pa.Schema:
     raise InvalidInput(
         "schema", f"must be a pyarrow.Schema, a StructType or a DDL string, got {shown(schema)}"
     )
+
+
+def _key_type(schema: pa.Schema, key: str) -> KeyType:
+    """The repart key type of the state's key column: ``str`` for a string column, ``int`` for a
+    signed integer one; InvalidInput ``key`` for a missing column or any other type."""
+    if key not in schema.names:
+        raise InvalidInput("key", f"must name a column of the schema {schema.names}, got {key!r}")
+    kind = schema.field(key).type
+    if pa.types.is_string(kind):
+        return "str"
+    if pa.types.is_signed_integer(kind):
+        return "int"
+    raise InvalidInput("key", f"must be a string or signed integer column, got {key!r} of type {kind}")
