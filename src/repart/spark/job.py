@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -52,7 +51,7 @@ from repart.spark.keys import key_column
 from repart.spark.observe import EPSILON, Observation, Window, observe, observe_counted
 from repart.spark.route import DEFAULT_CHANNEL_COL, partition, route
 from repart.spark.sinks import ControllerSink
-from repart.spark.stateful import ROWS_COLUMN, ChannelUpdate, Combine, Counting, update_state
+from repart.spark.stateful import PARTIALS_MERGED, ROWS_COLUMN, ChannelUpdate, Combine, Counting, update_state
 from repart.state.batches import QueryBatch, sequence_of
 from repart.state.files import checked_layout
 from repart.state.store import DEFAULT_RETENTION, DEFAULT_SLOT_GROUPS, StateStore, retention_seconds
@@ -419,9 +418,8 @@ class StatefulJob:
         merge = self.merge or self.client.region_merge(self.region)
         if merge is None:
             raise InvalidInput("merge", f"is required to merge region {self.region!r}'s split keys' rows")
-        merged = {"sum": F.sum, "count": F.sum, "min": F.min, "max": F.max}  # how partials combine
         return rows.groupBy(self.key).agg(
-            *(merged[op](name).alias(name) for name, op in merge.columns.items())
+            *(PARTIALS_MERGED[op](name).alias(name) for name, op in merge.columns.items())
         ).select(*store.schema.names)  # fmt: skip
 
     # --- the steps' details --------------------------------------------------------------------------

@@ -66,6 +66,9 @@ from repart.state.store import FileEntry, StateStore
 __all__ = ["ChannelUpdate", "Combine", "Counting", "update_state"]
 
 Combine = Callable[[pa.Table, pa.Table], pa.Table]
+#: Each merge operation as the Spark aggregate that merges its partial values (a count's partials add
+#: up); for a batch's rows the same, but that a count counts them.
+PARTIALS_MERGED = {"sum": F.sum, "count": F.sum, "min": F.min, "max": F.max}
 #: The batch rows a partial stands for (mergeable stores: the channel's input rows).
 ROWS_COLUMN = "_rows"
 _REPORT_FIELDS = [
@@ -215,9 +218,8 @@ def _partials(
             f"must hold the key column {key!r} and the columns the merge aggregates: "
             f"{missing or [key]} missing from {partitioned.columns}",
         )
-    aggregate = {"sum": F.sum, "min": F.min, "max": F.max}
     columns = [
-        (F.count(F.lit(1)) if op == "count" else aggregate[op](F.col(read[name]))).alias(name)
+        (F.count(F.lit(1)) if op == "count" else PARTIALS_MERGED[op](F.col(read[name]))).alias(name)
         for name, op in merge.items()
     ]
     groups = [channel_col, key, *((SLOT_COLUMN, REGISTER_COLUMN) if counted else ())]
