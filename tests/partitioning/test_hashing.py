@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import xxhash
 from hypothesis import given, settings
@@ -11,6 +12,8 @@ from hypothesis import strategies as st
 from repart.errors import InvalidInput
 from repart.partitioning.domain import INT64_MAX, INT64_MIN, check_slot_bits, common_key_type, key_type_of
 from repart.partitioning.hashing import (
+    MAX_GATHERED_LENGTH,
+    hash_bytes_array,
     hash_int64_array,
     hash_key,
     hash_keys,
@@ -39,6 +42,31 @@ def test_hash_int64_array_equals_xxhash(values: list[int]) -> None:
     hashes = hash_int64_array(np.array(values + EXTREME_INTS, dtype=np.int64))
     assert hashes.dtype == np.uint64
     assert hashes.tolist() == [xxh64_int(v) for v in values + EXTREME_INTS]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.one_of(st.none(), st.binary(max_size=MAX_GATHERED_LENGTH + 40)), max_size=60),
+    st.sampled_from([pa.binary(), pa.large_binary()]),
+    st.integers(0, 5),
+)
+def test_hash_bytes_array_equals_xxhash_of_each_value(
+    values: list[bytes | None], data_type: pa.DataType, skipped: int
+) -> None:
+    """Every length (below and above a stripe, a lane, a word; beyond the gathered lengths), nulls
+    (hashed as the empty value), large offsets, a sliced array and a chunked one."""
+    array = pa.array([b"skipped"] * skipped + values, data_type).slice(skipped)
+    expected = [xxhash.xxh64_intdigest(value or b"", 42) for value in values]
+    assert hash_bytes_array(array).tolist() == expected
+    chunked = pa.chunked_array([array.slice(0, len(values) // 2), array.slice(len(values) // 2)], data_type)
+    assert hash_bytes_array(chunked).tolist() == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.text(max_size=40), max_size=300), st.sampled_from([pa.string(), pa.large_string()]))
+def test_hash_bytes_array_of_strings_is_the_routing_hash(texts: list[str], data_type: pa.DataType) -> None:
+    """Many values of few lengths (the gathered path) hash as ``hash_key`` of each string."""
+    assert hash_bytes_array(pa.array(texts, data_type)).tolist() == [xxh64_str(t) for t in texts]
 
 
 @given(int64s)

@@ -9,8 +9,9 @@ unchanged.
 - The key hash is the routing hash of DESIGN §2 (``repart.partitioning.hashing``), so the same pass
   also yields each row's slot.
 - A fixed-width column (integers, floats, booleans, dates, timestamps) is hashed by its bit pattern
-  through the 64-bit finalizer of MurmurHash3, fully vectorized; a string or binary column by
-  ``XXH64`` per value. A null hashes to a constant of its own.
+  through the 64-bit finalizer of MurmurHash3, fully vectorized; a string or binary column by the
+  ``XXH64`` of each value (``repart.partitioning.hashing.hash_bytes_array``, vectorized too). A null
+  hashes to a constant of its own.
 - A row's hash folds the column hashes in schema order, each through the finalizer, so swapping two
   values between columns or between rows changes the checksum.
 - A null in a column the store's schema gained after its creation (``Layout.added``) folds nothing:
@@ -23,17 +24,14 @@ Pure pyarrow + numpy: the functions run on Spark executors too.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from itertools import repeat
-from typing import cast
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
-import xxhash
 
 from repart.partitioning.domain import KeyType
-from repart.partitioning.hashing import HASH_SEED, hash_int64_array, hash_str_keys
+from repart.partitioning.hashing import hash_bytes_array, hash_int64_array
 
 U64 = npt.NDArray[np.uint64]
 
@@ -66,10 +64,10 @@ def mix64(values: U64) -> U64:
 
 
 def key_hashes(keys: pa.ChunkedArray | pa.Array, key_type: KeyType) -> U64:
-    """The routing hashes (DESIGN §2) of a key column without nulls: int keys vectorized, str via xxhash."""
+    """The routing hashes (DESIGN §2) of a key column without nulls, vectorized for either key type."""
     if key_type == "int":
         return hash_int64_array(keys.to_numpy().astype(np.int64, copy=False))
-    return hash_str_keys(cast(Sequence[str], keys.to_pylist()))
+    return hash_bytes_array(keys)
 
 
 def column_hashes(column: pa.ChunkedArray | pa.Array) -> U64:
@@ -78,9 +76,7 @@ def column_hashes(column: pa.ChunkedArray | pa.Array) -> U64:
     if pa.types.is_boolean(data_type):
         bits = pc.fill_null(column, False).to_numpy(zero_copy_only=False).astype(np.uint64)
     elif is_bytes_like(data_type):
-        values = column.to_pylist()
-        digests = map(xxhash.xxh64_intdigest, map(_as_bytes, values), repeat(HASH_SEED))
-        bits = np.fromiter(digests, dtype=np.uint64, count=len(values))
+        bits = hash_bytes_array(column)
     else:
         width = data_type.bit_width
         if _is_fixed_temporal(data_type):
@@ -134,9 +130,3 @@ def _is_fixed_temporal(data_type: pa.DataType) -> bool:
         or pa.types.is_time(data_type)
         or pa.types.is_duration(data_type)
     )
-
-
-def _as_bytes(value: str | bytes | None) -> bytes:
-    if value is None:
-        return b""
-    return value.encode("utf-8") if isinstance(value, str) else value
