@@ -291,8 +291,7 @@ class StatefulJob:
         ``(query_id, batch_id)``. The result's ``steps`` say where the batch's time went."""
         watch = _Stopwatch()
         number = check("batch_id", batch_id, NON_NEGATIVE_INT)
-        if query_id is not None and (not isinstance(query_id, str) or not query_id):
-            raise InvalidInput("query_id", f"must be a non-empty string (a query's id), got {query_id!r}")
+        query = None if query_id is None else QueryBatch.checked(query_id, number)
         self._check_frame(df)
         store = self.store.refreshed()
         if store.schema != self.schema:
@@ -301,7 +300,6 @@ class StatefulJob:
                 f"must be the store's: another job changed the store at {store.url} to columns "
                 f"{store.schema.names}; restart this job with that schema",
             )
-        query = None if query_id is None else QueryBatch(query_id, number)
         sequence = number if query is None else sequence_of(store.last_batch, query)
         absorbed = store.absorbed(sequence)
         rows_before, n_before = store.rows(), store.n_channels

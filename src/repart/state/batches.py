@@ -58,6 +58,13 @@ class QueryBatch:
     query_id: str
     batch_id: int
 
+    @classmethod
+    def checked(cls, query_id: object, batch_id: int, field_name: str = "query_id") -> QueryBatch:
+        """The pair, with the query id checked: a non-empty string (InvalidInput ``field_name``)."""
+        if not isinstance(query_id, str) or not query_id:
+            raise InvalidInput(field_name, f"must be a non-empty string (a query's id), got {query_id!r}")
+        return cls(query_id, batch_id)
+
 
 @dataclass(frozen=True)
 class AbsorbedBatch:
@@ -101,9 +108,8 @@ class AbsorbedBatch:
         query = None
         if "query" in fields:
             pair = require_object(fields["query"], f"{name}.query", _QUERY_FIELDS)
-            if not isinstance(pair["id"], str) or not pair["id"]:
-                raise InvalidInput(f"{name}.query.id", f"must be a non-empty string, got {pair['id']!r}")
-            query = QueryBatch(pair["id"], require_int(pair["batch"], f"{name}.query.batch"))
+            batch = require_int(pair["batch"], f"{name}.query.batch")
+            query = QueryBatch.checked(pair["id"], batch, f"{name}.query.id")
         return absorbed_batch(require_int(fields["id"], f"{name}.id"), updates, query)
 
 
