@@ -1,7 +1,8 @@
 """Regions: a keyed, stateful pipeline stage and its controller configuration (DESIGN §7, §8).
 
-``RegionConfig`` validates a configuration with the partitioning package's own checks, so a region
-that is stored can be built for; the repository functions create, read, update and delete regions by
+``RegionConfig`` validates a configuration with the partitioning package's own checks and its
+``settings`` with the controller's (``repart.controller.settings``), so a region that is stored can be
+built for and ticked; the repository functions create, read, update and delete regions by
 name. Every bad value raises ``InvalidInput`` naming the field (the dataclass field's name) and its
 accepted values (DESIGN §10, §12.4).
 """
@@ -101,6 +102,12 @@ class RegionConfig:
             )
         dump_object(self.settings, "settings")
         object.__setattr__(self, "settings", MappingProxyType(dict(self.settings)))
+        # The settings are checked where they are defined, with the configuration they go with (a
+        # policy's settings against its channel bounds): a configuration that exists is one the
+        # controller can tick, whoever built it.
+        from repart.controller.settings import ControllerSettings
+
+        ControllerSettings.from_config(self)
 
     @classmethod
     def from_row(cls, row: models.Region) -> RegionConfig:
