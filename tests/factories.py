@@ -30,6 +30,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 import repart.state.files as files_module
+from repart.controller import service
 from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning import ConsistentSpec, LossyCounter, PartitionFunction, build, initial_function
 from repart.partitioning.documents import canonical_json, sha256_hex
@@ -45,7 +46,6 @@ from repart.storage import (
     NewVersion,
     RegionConfig,
     activate,
-    create_region,
     ingest_snapshot,
     list_events,
     list_plans,
@@ -179,7 +179,8 @@ def zipf_snapshot(
 def add_region(engine: Engine, name: str = REGION, key_type: str = "str", **config: Any) -> None:
     """Create region ``name`` with a default configuration (4 channels, at most 16) and ``config``."""
     settings = {"n_channels_initial": 4, "max_channels": 16, **config}
-    run_in_transaction(engine, lambda s: create_region(s, name, RegionConfig(key_type=key_type, **settings)))
+    config = RegionConfig(key_type=key_type, **settings)
+    run_in_transaction(engine, lambda s: service.create_region(s, name, config))
 
 
 def add_zipf_region(engine: Engine, **config: Any) -> None:

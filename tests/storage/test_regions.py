@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
+from repart.controller.service import update_region
 from repart.errors import Conflict, InvalidInput, NotFound
 from repart.storage import (
     NewEvent,
@@ -18,7 +19,6 @@ from repart.storage import (
     record_event,
     region_by_name,
     run_in_transaction,
-    update_region,
 )
 from tests.factories import add_region, row_counts, small_snapshot
 

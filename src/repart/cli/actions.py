@@ -3,9 +3,10 @@
 
 ``rollback`` and ``scale`` activate a new version with a pending plan from the applied version, as the
 controller's tick does, with rule ``operator``, and hold the region so that the next tick does not
-undo them; ``resume`` returns a held region to its previous mode and ends its backoff; ``explain`` shows the newest decision
-event with its numbers. Bad input (an unknown region or version, N outside the region's bounds, a plan
-being applied) is reported without a traceback and exits 2, and nothing is written.
+undo them; ``resume`` returns a held region to its previous mode and ends its backoff; ``explain``
+shows the newest decision event with its numbers. Bad input (an unknown region or version, N outside
+the region's bounds, a plan being applied) is reported without a traceback and exits 2, and nothing is
+written.
 """
 
 from __future__ import annotations

@@ -186,11 +186,10 @@ def explain(session: Session, region: str) -> dict[str, Any]:
     )
     backoff = backoff_summary(row)
     if event is None:
-        failing = (
-            ""
-            if backoff is None
-            else f"; its last {backoff['tick_failures']} tick(s) failed, the last with {backoff['last_error']}"
-        )
+        failing = ""
+        if backoff is not None:
+            failures, error = backoff["tick_failures"], backoff["last_error"]
+            failing = f"; its last {failures} tick(s) failed, the last with {error}"
         raise NotFound(
             f"region {region!r} has no decision to explain yet{failing}; run `repart tick --region {region}` "
             "to see its tick"

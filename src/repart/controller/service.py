@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 from repart.controller.actions import ActionResult
 from repart.controller.actions import rollback as rollback_region
 from repart.controller.actions import scale as scale_region
+from repart.controller.settings import ControllerSettings
 from repart.controller.tick import aware_now
 from repart.errors import Conflict, InvalidInput, NotFound
 from repart.protocol.snapshot import Snapshot
@@ -54,10 +55,18 @@ from repart.validation import Options, check
 PLAN_OUTCOMES = ("applied", "failed")
 
 
+def checked_config(config: RegionConfig) -> RegionConfig:
+    """``config`` if the controller can tick a region with it: its ``settings`` are checked with the
+    configuration they go with (``repart.controller.settings``; a policy's settings against its channel
+    bounds, the split parameters against the scheme). InvalidInput naming ``settings.<field>``."""
+    ControllerSettings.from_config(config)
+    return config
+
+
 def create_region(session: Session, name: str, config: RegionConfig) -> models.Region:
-    """Add region ``name`` with ``config`` (checked in full when it was built, settings included);
-    InvalidInput naming a bad name, Conflict if the name is taken."""
-    return store_region(session, name, config)
+    """Add region ``name`` with ``config`` (``checked_config``: an unknown or bad setting is refused
+    before anything is stored); InvalidInput naming a bad name or field, Conflict if the name is taken."""
+    return store_region(session, name, checked_config(config))
 
 
 def update_region(
@@ -72,21 +81,26 @@ def update_region(
     """Change fields of region ``name``'s configuration, merge ``settings`` into its settings (a
     ``split`` object into its ``split`` object) and set its ``mode`` with ``reason``.
 
-    The new configuration is checked as a whole (InvalidInput naming the field); ``reason`` needs
-    ``mode``, and at least one change is needed. ``key_type`` and ``slot_bits`` cannot change once the
-    region has snapshots or versions (Conflict). NotFound for an unknown region.
+    The new configuration is checked as a whole (InvalidInput naming the field, an unknown one too;
+    ``checked_config``); ``reason`` needs ``mode``, and at least one change is needed. ``key_type``
+    and ``slot_bits`` cannot change once the region has snapshots or versions (Conflict). NotFound for
+    an unknown region.
     """
     if reason is not None and mode is None:
         raise InvalidInput("reason", "must come with mode: it is the reason for a change of mode")
     if not changes and not settings and mode is None:
         raise InvalidInput("changes", "must include at least one field, setting or mode: nothing to update")
+    fields = [f.name for f in dataclasses.fields(RegionConfig)]
+    unknown = sorted(set(changes) - set(fields))
+    if unknown:
+        raise InvalidInput(unknown[0], f"is not a region field; accepted: {', '.join(fields)}")
     row = region_by_name(session, name)
+    old = RegionConfig.from_row(row)
     if settings:
-        current = RegionConfig.from_row(row).settings
-        split = {**current.get("split", {}), **settings.get("split", {})}
-        changes["settings"] = {**current, **settings} | ({"split": split} if split else {})
+        split = {**old.settings.get("split", {}), **settings.get("split", {})}
+        changes["settings"] = {**old.settings, **settings} | ({"split": split} if split else {})
     if changes:
-        row = change_region(session, name, **changes)
+        row = change_region(session, name, checked_config(dataclasses.replace(old, **changes)))
     if mode is not None:
         row = set_region_mode(session, name, mode, reason)
     return row
@@ -215,8 +229,6 @@ def prune_plans(
     nothing is written."""
     moment = aware_now(now)
     if keep_versions is None and older_than is None:
-        from repart.controller.settings import ControllerSettings
-
         retention = ControllerSettings.from_config(
             RegionConfig.from_row(region_by_name(session, region))
         ).retention

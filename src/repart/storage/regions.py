@@ -1,8 +1,9 @@
 """Regions: a keyed, stateful pipeline stage and its controller configuration (DESIGN §7, §8).
 
-``RegionConfig`` validates a configuration with the partitioning package's own checks and its
-``settings`` with the controller's (``repart.controller.settings``), so a region that is stored can be
-built for and ticked; the repository functions create, read, update and delete regions by
+``RegionConfig`` validates a configuration with the partitioning package's own checks, so a region
+that is stored can be built for; its ``settings`` are the controller's, checked by
+``repart.controller.service`` (which every caller goes through) before a configuration reaches these
+functions; the repository functions create, read, update and delete regions by
 name. Every bad value raises ``InvalidInput`` naming the field (the dataclass field's name) and its
 accepted values (DESIGN §10, §12.4).
 """
@@ -102,12 +103,6 @@ class RegionConfig:
             )
         dump_object(self.settings, "settings")
         object.__setattr__(self, "settings", MappingProxyType(dict(self.settings)))
-        # The settings are checked where they are defined, with the configuration they go with (a
-        # policy's settings against its channel bounds): a configuration that exists is one the
-        # controller can tick, whoever built it.
-        from repart.controller.settings import ControllerSettings
-
-        ControllerSettings.from_config(self)
 
     @classmethod
     def from_row(cls, row: models.Region) -> RegionConfig:
@@ -148,19 +143,14 @@ def list_regions(session: Session) -> list[models.Region]:
     return list(session.scalars(select(models.Region).order_by(models.Region.name)))
 
 
-def update_region(session: Session, name: str, **changes: Any) -> models.Region:
-    """Change fields of a region's configuration (validated as a whole).
+def update_region(session: Session, name: str, new: RegionConfig) -> models.Region:
+    """Replace a region's configuration with ``new`` (checked by ``repart.controller.service``).
 
     ``key_type`` and ``slot_bits`` cannot change once the region has snapshots or versions
     (Conflict): the stored keys and slot counts would no longer fit it.
     """
     row = region_by_name(session, name)
-    fields = [f.name for f in dataclasses.fields(RegionConfig)]
-    unknown = sorted(set(changes) - set(fields))
-    if unknown:
-        raise InvalidInput(unknown[0], f"is not a region field; accepted: {', '.join(fields)}")
     old = RegionConfig.from_row(row)
-    new = dataclasses.replace(old, **changes)
     fixed = [f for f in _FIXED_ONCE_USED if getattr(new, f) != getattr(old, f)]
     if fixed and _has_data(session, row.id):
         raise Conflict(f"region {name!r} has snapshots or versions; {', '.join(fixed)} can no longer change")
