@@ -184,3 +184,12 @@ def test_a_bad_max_backoff_names_the_field() -> None:
     with pytest.raises(InvalidInput) as refused:
         DaemonConfig(10.0, lease_ttl_seconds=30, holder="a", max_backoff_seconds=5.0)
     assert refused.value.field == "max_backoff"
+
+
+def test_run_refuses_a_max_backoff_below_the_interval(engine: Engine, db_url: str) -> None:
+    add_region(engine)
+    before = database_dump(engine)
+    refused = repart(db_url, "run", "--once", "--interval", "10", "--max-backoff", "5")
+    assert refused.exit_code == 2
+    assert one_error(refused.output).startswith("error: --max-backoff must be")
+    assert database_dump(engine) == before

@@ -239,10 +239,17 @@ class Daemon:
         return outcomes
 
     def run_once(self) -> list[TickResult | None]:
-        """Ingest the spool, then one tick of every region, in name order (``repart run --once``)."""
+        """Ingest the spool, then one tick of every region, in name order, each followed by its plan
+        retention (``repart run --once``)."""
         self.ingest_spool()
         regions = read_transaction(self.engine, lambda session: [r.name for r in list_regions(session)])
-        return [self.tick_region(region) for region in regions]
+        results = []
+        for region in regions:
+            result = self.tick_region(region)
+            if result is not None:
+                self._prune(region)
+            results.append(result)
+        return results
 
     def sweep(self, due: float | None = None) -> int:
         """Claim this daemon's leases and the free ones, read every region's lease, and hand every region
