@@ -159,7 +159,8 @@ def resume(region: RegionName, db: DbOption = None, as_json: JsonOption = False)
     if as_json:
         print_json(shown)
         return
-    console().print(Text(f"{region}: mode {shown['mode']} ({shown['mode_reason']})"))
+    reason = "" if shown["mode_reason"] is None else f" ({shown['mode_reason']})"
+    console().print(Text(f"{region}: mode {shown['mode']}{reason}; the daemon ticks it at its next sweep"))
 
 
 def mode_dict(row: Region) -> dict[str, Any]:

@@ -235,7 +235,7 @@ def prune_plans(
         if retention is None:
             raise InvalidInput(
                 "keep_versions",
-                f"or older_than is required: region {region!r} sets neither settings.plan_keep_versions "
+                f"is required (or older_than): region {region!r} sets neither settings.plan_keep_versions "
                 "nor settings.plan_keep_days",
             )
         return prune_region_plans(session, region, retention, moment, strict=False, rule=OPERATOR_RULE)
