@@ -7,12 +7,11 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from repart.controller.service import update_region
+from repart.controller.service import create_region, update_region
 from repart.errors import Conflict, InvalidInput, NotFound
 from repart.storage import (
     NewEvent,
     RegionConfig,
-    create_region,
     delete_region,
     ingest_snapshot,
     list_regions,

@@ -4,8 +4,8 @@ Every change an operator or a job makes to a region goes through one function he
 ``update_region``, ``delete_region``, ``set_mode``, ``resume``, ``scale``, ``rollback``,
 ``ingest_snapshot``, ``delete_snapshot``, ``report_plan`` and ``prune_plans``. Each checks its input
 (``InvalidInput`` naming the field and what is accepted), then calls the storage functions, which
-accept only checked values: a ``RegionConfig`` (whose settings are checked by
-``repart.controller.settings`` when it is built), a parsed ``Snapshot``, a ``PlanRetention``. The
+accept only checked values: a ``CheckedRegion`` (a ``RegionConfig`` whose settings
+``checked_config`` accepted), a parsed ``Snapshot``, a ``PlanRetention``. The
 functions that take a ``Session`` leave committing to the caller (``repart.storage.run_in_transaction``
 is the usual way to get one): nothing is written when they raise. ``scale`` and ``rollback`` take an
 engine, because they build outside any transaction (``repart.controller.actions``).
@@ -40,7 +40,7 @@ from repart.storage.events import NewEvent, record_event
 from repart.storage.modes import resume as resume_mode
 from repart.storage.modes import set_mode as set_region_mode
 from repart.storage.plans import get_plan, set_plan_status
-from repart.storage.regions import RegionConfig, region_by_name
+from repart.storage.regions import CheckedRegion, RegionConfig, region_by_name
 from repart.storage.regions import create_region as store_region
 from repart.storage.regions import delete_region as remove_region
 from repart.storage.regions import update_region as change_region
@@ -55,12 +55,12 @@ from repart.validation import Options, check
 PLAN_OUTCOMES = ("applied", "failed")
 
 
-def checked_config(config: RegionConfig) -> RegionConfig:
-    """``config`` if the controller can tick a region with it: its ``settings`` are checked with the
-    configuration they go with (``repart.controller.settings``; a policy's settings against its channel
-    bounds, the split parameters against the scheme). InvalidInput naming ``settings.<field>``."""
+def checked_config(config: RegionConfig) -> CheckedRegion:
+    """``config``, checked, if the controller can tick a region with it: its ``settings`` are checked
+    with the configuration they go with (``repart.controller.settings``; a policy's settings against its
+    channel bounds, the split parameters against the scheme). InvalidInput naming ``settings.<field>``."""
     ControllerSettings.from_config(config)
-    return config
+    return CheckedRegion(config)
 
 
 def create_region(session: Session, name: str, config: RegionConfig) -> models.Region:

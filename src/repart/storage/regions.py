@@ -2,8 +2,8 @@
 
 ``RegionConfig`` validates a configuration with the partitioning package's own checks, so a region
 that is stored can be built for; its ``settings`` are the controller's, checked by
-``repart.controller.service`` (which every caller goes through) before a configuration reaches these
-functions; the repository functions create, read, update and delete regions by
+``repart.controller.service`` (which every caller goes through), whose ``CheckedRegion`` is what
+these functions store; the repository functions create, read, update and delete regions by
 name. Every bad value raises ``InvalidInput`` naming the field (the dataclass field's name) and its
 accepted values (DESIGN §10, §12.4).
 """
@@ -116,8 +116,17 @@ class RegionConfig:
         return {**values, "settings_json": dump_object(self.settings, "settings")}
 
 
-def create_region(session: Session, name: str, config: RegionConfig) -> models.Region:
-    """Add a region; Conflict if the name is taken."""
+@dataclass(frozen=True)
+class CheckedRegion:
+    """A region's configuration that the controller accepted in full, its settings included: what the
+    functions below store. ``repart.controller.service.checked_config`` makes one."""
+
+    config: RegionConfig
+
+
+def create_region(session: Session, name: str, checked: CheckedRegion) -> models.Region:
+    """Add a region with a checked configuration; Conflict if the name is taken."""
+    config = checked.config
     check("region", name, REGION_NAME)
     if session.scalar(select(models.Region.id).where(models.Region.name == name)) is not None:
         raise Conflict(f"region {name!r} already exists")
@@ -143,14 +152,14 @@ def list_regions(session: Session) -> list[models.Region]:
     return list(session.scalars(select(models.Region).order_by(models.Region.name)))
 
 
-def update_region(session: Session, name: str, new: RegionConfig) -> models.Region:
-    """Replace a region's configuration with ``new`` (checked by ``repart.controller.service``).
+def update_region(session: Session, name: str, checked: CheckedRegion) -> models.Region:
+    """Replace a region's configuration with a checked one.
 
     ``key_type`` and ``slot_bits`` cannot change once the region has snapshots or versions
     (Conflict): the stored keys and slot counts would no longer fit it.
     """
     row = region_by_name(session, name)
-    old = RegionConfig.from_row(row)
+    old, new = RegionConfig.from_row(row), checked.config
     fixed = [f for f in _FIXED_ONCE_USED if getattr(new, f) != getattr(old, f)]
     if fixed and _has_data(session, row.id):
         raise Conflict(f"region {name!r} has snapshots or versions; {', '.join(fixed)} can no longer change")
