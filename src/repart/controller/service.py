@@ -22,16 +22,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from repart.controller.actions import ActionResult
-from repart.controller.actions import rollback as rollback_region
-from repart.controller.actions import scale as scale_region
 from repart.controller.settings import ControllerSettings
-from repart.controller.tick import aware_now
 from repart.errors import Conflict, InvalidInput, NotFound
 from repart.protocol.snapshot import Snapshot
 from repart.storage import models
@@ -50,6 +46,9 @@ from repart.storage.snapshots import DeletedSnapshot
 from repart.storage.snapshots import delete_snapshot as remove_snapshot
 from repart.storage.snapshots import ingest_snapshot as store_snapshot
 from repart.validation import Options, check
+
+if TYPE_CHECKING:
+    from repart.controller.actions import ActionResult
 
 #: What a job may report about a plan.
 PLAN_OUTCOMES = ("applied", "failed")
@@ -129,6 +128,8 @@ def set_mode(session: Session, region: str, mode: str, reason: str | None = None
 def resume(session: Session, region: str, *, now: datetime | None = None) -> models.Region:
     """Return a held region to its previous mode and end its backoff, so the daemon ticks it at its
     next sweep. InvalidInput naming ``mode`` when the region is neither held nor backing off."""
+    from repart.controller.tick import aware_now
+
     row = region_by_name(session, region)
     backing_off = row.tick_failures > 0
     if row.mode != "hold" and not backing_off:
@@ -148,6 +149,8 @@ def scale(
     engine: Engine, region: str, n_channels: int, *, reason: str | None = None, now: datetime | None = None
 ) -> ActionResult:
     """Activate a function on ``n_channels`` channels and hold the region (``actions.scale``)."""
+    from repart.controller.actions import scale as scale_region  # the builder loads only when used
+
     return scale_region(engine, region, n_channels, reason=reason, now=now)
 
 
@@ -155,6 +158,8 @@ def rollback(
     engine: Engine, region: str, to_version: int, *, reason: str | None = None, now: datetime | None = None
 ) -> ActionResult:
     """Activate version ``to_version``'s function again and hold the region (``actions.rollback``)."""
+    from repart.controller.actions import rollback as rollback_region  # the builder loads only when used
+
     return rollback_region(engine, region, to_version, reason=reason, now=now)
 
 
@@ -227,6 +232,8 @@ def prune_plans(
     ``keep_versions`` when it has none), and the applied version's plan is left out; given, a retention
     that would prune the applied version's plan is refused (InvalidInput naming the option) and
     nothing is written."""
+    from repart.controller.tick import aware_now
+
     moment = aware_now(now)
     if keep_versions is None and older_than is None:
         retention = ControllerSettings.from_config(
