@@ -245,3 +245,40 @@ def test_revision_0006_keeps_plans_and_starts_regions_without_failures(empty_url
         assert added == [(0, None, None)] and pruned == [None, None]
     finally:
         engine.dispose()
+
+
+def test_upgrading_a_database_with_data_keeps_every_row(empty_url: str) -> None:
+    """Revisions 0004 to 0006 copy the regions table on SQLite (batch mode); the copy must not cascade
+    to the region's versions, plans and snapshots."""
+    engine = make_engine(empty_url)
+    try:
+        config = alembic_config(engine)
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "0003")
+        t0 = datetime(2026, 1, 1, tzinfo=UTC)
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO regions (id, name, key_type, n_channels_initial, resources, alpha, sigma, "
+                    "algorithm, utility, policy, min_channels, max_channels, tail_aware, slot_bits, "
+                    "consistent_method, settings_json, created_at, updated_at, lease_token) VALUES (1, "
+                    "'trades', 'str', 2, 'LCL', 1.2, 0.1, 'auto', 'APM', 'fixed', 1, 8, false, 4, 'jump', "
+                    "'{}', :t, :t, 0)"
+                ),
+                {"t": t0},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO versions (region_id, number, parent_number, n_channels, digest, "
+                    "function_json, algorithm, status, report_json, created_at) VALUES (1, 1, NULL, 2, "
+                    "'d', '{}', 'readj', 'applied', '{}', :t)"
+                ),
+                {"t": t0},
+            )
+        before = {table: count for table, count in row_counts(engine).items() if count}
+        upgrade(engine)
+        assert {table: count for table, count in row_counts(engine).items() if count} == before
+        assert before == {"regions": 1, "versions": 1}
+    finally:
+        engine.dispose()
