@@ -69,6 +69,7 @@ from sqlalchemy import Engine, select
 
 from repart.controller.daemon import Daemon, DaemonConfig
 from repart.controller.defaults import DEFAULT_WORKERS
+from repart.controller.service import create_region
 from repart.controller.tick import TickResult, tick
 from repart.partitioning import LossyCounter
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
@@ -76,7 +77,6 @@ from repart.protocol.counter_items import CounterItems
 from repart.protocol.snapshot import Snapshot
 from repart.storage import (
     RegionConfig,
-    create_region,
     ingest_snapshot,
     make_engine,
     models,

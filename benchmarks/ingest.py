@@ -47,10 +47,11 @@ import numpy as np
 from sqlalchemy import select
 
 from daemon import database  # benchmarks/daemon.py: the throwaway PostgreSQL server
+from repart.controller.service import create_region
 from repart.protocol.counter_items import CounterItems
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
 from repart.protocol.snapshot import ChannelMeasurement, Snapshot
-from repart.storage import RegionConfig, create_region, make_engine, models, run_in_transaction, upgrade
+from repart.storage import RegionConfig, make_engine, models, run_in_transaction, upgrade
 
 REGION = "large"
 TUPLES = 100_000_000

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Engine, event
 
+from repart.controller.service import create_region
 from repart.controller.tick import TickResult, tick
 from repart.partitioning import LossyCounter
 from repart.partitioning.hashing import hash_int64_array, slots_of_hashes
@@ -37,7 +38,6 @@ from repart.protocol.counter_items import CounterItems
 from repart.protocol.snapshot import Snapshot
 from repart.storage import (
     RegionConfig,
-    create_region,
     ingest_snapshot,
     make_engine,
     run_in_transaction,

@@ -19,6 +19,10 @@ daemon on the same database (``--no-tick``). It prints a JSON line per batch and
 state's and the input's totals. A batch is processed exactly once: after a crash, run the script again
 from the batch it was on (``--first-batch``), and whatever step the crash struck, that batch is counted
 once in the state, the snapshots and the reports.
+
+An expected error (a damaged state store, bad input, a conflict) is printed as one line on stderr and
+the script exits with the error's code, as the ``repart`` command does: 2 for bad input or something not
+found, 3 for a conflict (retry), 4 for damaged state.
 """
 
 from __future__ import annotations
@@ -27,17 +31,18 @@ import argparse
 import json
 import sys
 
+from pyspark.sql import SparkSession
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from repart.controller.service import create_region
 from repart.controller.tick import tick
 from repart.demo.vwap import VwapPipeline, totals
-from repart.errors import NotFound
+from repart.errors import NotFound, ReparError
 from repart.sim.trades import TradeStream
 from repart.spark.session import spark_session
 from repart.storage import (
     RegionConfig,
-    create_region,
     make_engine,
     region_by_name,
     run_in_transaction,
@@ -77,12 +82,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--channel-rate", type=float, default=None, help="model busy seconds as tuples/rate")
     parser.add_argument("--tick", action=argparse.BooleanOptionalAction, default=True)
     args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except ReparError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
 
+
+def run(args: argparse.Namespace) -> int:
+    """Run the batches ``args`` ask for (see the module docstring)."""
     engine = make_engine(args.db)
     upgrade(engine)
     ensure_region(engine, args.region, args.channels)
     tick(engine, args.region)  # activates p^(0) for a new region; decides on earlier windows otherwise
     spark = spark_session(args.master, "repart-vwap")
+    try:
+        _run_batches(args, engine, spark)
+    finally:
+        spark.stop()
+    return 0
+
+
+def _run_batches(args: argparse.Namespace, engine: Engine, spark: SparkSession) -> None:
     client = SqlControllerClient(engine, source="examples/vwap.py")
     pipeline = VwapPipeline(spark, client, args.region, args.state, channel_rate=args.channel_rate)
     stream = TradeStream()
@@ -102,8 +123,6 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(line), flush=True)
     state = totals(pipeline.store.read())
     print(json.dumps({"input_totals_this_run": pipeline.fed_totals, "state_totals": state}), flush=True)
-    spark.stop()
-    return 0
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 import repart.state.files as files_module
+from repart.controller import service
 from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning import ConsistentSpec, LossyCounter, PartitionFunction, build, initial_function
 from repart.partitioning.documents import canonical_json, sha256_hex
@@ -45,7 +46,6 @@ from repart.storage import (
     NewVersion,
     RegionConfig,
     activate,
-    create_region,
     ingest_snapshot,
     list_events,
     list_plans,
@@ -53,6 +53,7 @@ from repart.storage import (
     make_engine,
     models,
     run_in_transaction,
+    set_plan_status,
     version_function,
 )
 from repart.storage.models import Base
@@ -178,7 +179,8 @@ def zipf_snapshot(
 def add_region(engine: Engine, name: str = REGION, key_type: str = "str", **config: Any) -> None:
     """Create region ``name`` with a default configuration (4 channels, at most 16) and ``config``."""
     settings = {"n_channels_initial": 4, "max_channels": 16, **config}
-    run_in_transaction(engine, lambda s: create_region(s, name, RegionConfig(key_type=key_type, **settings)))
+    config = RegionConfig(key_type=key_type, **settings)
+    run_in_transaction(engine, lambda s: service.create_region(s, name, config))
 
 
 def add_zipf_region(engine: Engine, **config: Any) -> None:
@@ -630,3 +632,41 @@ def legacy_store(
     manifest = {"format": format_version, "generation": 1, "sha256": sha256_hex(text)}
     (root / "MANIFEST").write_text(canonical_json(manifest), encoding="utf-8")
     return root
+
+
+def database_dump(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table of ``engine``'s database, in primary-key order: equal dumps before and
+    after an operation mean it wrote nothing."""
+    with engine.connect() as connection:
+        return {
+            table.name: [
+                tuple(row)
+                for row in connection.execute(select(table).order_by(*table.primary_key.columns)).all()
+            ]
+            for table in Base.metadata.sorted_tables
+        }
+
+
+def add_applied_chain(
+    engine: Engine, region: str, channels: Sequence[int], pending: int | None = None
+) -> None:
+    """Region ``region`` (str keys, 16 slot bits) with one version per entry of ``channels``: the first
+    is p^(0), each later one built with redist from the previous and its plan applied by a "job", so the
+    last is the applied version; with ``pending``, one more version on that many channels whose plan
+    stays pending."""
+    estimate = counted_snapshot(region, 0, skewed_keys()).to_estimate()
+    event = NewEvent(kind="activated", rule="test", message="built by the test")
+    add_region(engine, region, "str", n_channels_initial=channels[0], slot_bits=16)
+    previous = initial_function(channels[0], "str", 16)
+    run_in_transaction(engine, lambda s: activate(s, region, new_version(previous, "redist"), None, event))
+    for index, n in enumerate([*channels[1:], *([] if pending is None else [pending])]):
+        function = build(previous, estimate, n, algorithm="redist").function
+        plan = plan_migration(previous, function, estimate)
+        plan_id = run_in_transaction(
+            engine, lambda s, f=function, p=plan: activate(s, region, new_version(f, "redist"), p, event)
+        ).plan_id
+        assert plan_id is not None
+        if index < len(channels) - 1:
+            for status in ("applying", "applied"):
+                run_in_transaction(engine, lambda s, st=status, i=plan_id: set_plan_status(s, i, st))
+        previous = function

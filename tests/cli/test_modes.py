@@ -135,7 +135,10 @@ def test_bad_mode_input_names_the_field_and_writes_nothing(db_url: str) -> None:
     assert unknown.exit_code == 2
     assert "--mode" in unknown.stderr and "'auto', 'recommend', 'hold'" in unknown.stderr
     not_held = repart(db_url, "resume", "fx")
-    assert not_held.exit_code == 2 and "must be 'hold' to resume" in not_held.stderr
+    assert (
+        not_held.exit_code == 2
+        and "must be 'hold', or the region backing off after failed ticks, to resume" in not_held.stderr
+    )
     lone_reason = repart(db_url, "region", "update", "fx", "--reason", "why not")
     assert lone_reason.exit_code == 2 and "--reason" in lone_reason.stderr
     missing = repart(db_url, "resume", "bonds")

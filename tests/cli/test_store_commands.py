@@ -307,7 +307,7 @@ def test_status(db_url: str) -> None:
     rows = {r["region"]: r for r in repart_json(db_url, "status")}
     assert rows["idle"] == {
         "region": "idle", "mode": "auto", "mode_reason": None, "applied_version": None, "N": 2,
-        "pending_plan": None, "last_event": None
+        "pending_plan": None, "last_event": None, "backoff": None
     }  # fmt: skip
     trades = rows["trades"]
     assert (trades["applied_version"], trades["N"]) == (1, 4)

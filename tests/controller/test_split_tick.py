@@ -8,10 +8,11 @@ import pytest
 from sqlalchemy import Engine
 
 from repart.controller.actions import explain, rollback, scale
+from repart.controller.service import update_region
 from repart.controller.tick import tick
 from repart.migration import MigrationPlan
 from repart.partitioning.split.function import SplitFunction
-from repart.storage import run_in_transaction, set_plan_status, update_region, version_function
+from repart.storage import run_in_transaction, set_plan_status, version_function
 from repart.storage.jsontext import load_object
 from tests.factories import REGION, add_zipf_region, events, ingest, plans, versions, zipf_snapshot
 

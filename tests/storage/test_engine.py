@@ -14,10 +14,10 @@ from sqlalchemy import Connection, event, text
 from sqlalchemy.exc import DBAPIError, InternalError, OperationalError
 from sqlalchemy.orm import Session
 
+from repart.controller.service import create_region
 from repart.errors import Conflict, InvalidInput
 from repart.storage import (
     RegionConfig,
-    create_region,
     is_retryable,
     make_engine,
     read_transaction,

@@ -7,28 +7,31 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
+from repart.controller.service import create_region, update_region
 from repart.errors import Conflict, InvalidInput, NotFound
 from repart.storage import (
     NewEvent,
     RegionConfig,
-    create_region,
     delete_region,
     ingest_snapshot,
     list_regions,
     record_event,
     region_by_name,
     run_in_transaction,
-    update_region,
 )
 from tests.factories import add_region, row_counts, small_snapshot
 
 
 def test_create_read_update_delete(engine: Engine) -> None:
-    config = RegionConfig(key_type="int", n_channels_initial=8, utility="atm", settings={"target": 0.7})
+    config = RegionConfig(
+        key_type="int", n_channels_initial=8, utility="atm", settings={"target_utilization": 0.7}
+    )
     run_in_transaction(engine, lambda s: create_region(s, "clicks", config))
     add_region(engine, "trades")
     stored = run_in_transaction(engine, lambda s: RegionConfig.from_row(region_by_name(s, "clicks")))
-    assert stored == config and stored.utility == "ATM" and dict(stored.settings) == {"target": 0.7}
+    assert (
+        stored == config and stored.utility == "ATM" and dict(stored.settings) == {"target_utilization": 0.7}
+    )
     row = run_in_transaction(engine, lambda s: update_region(s, "clicks", alpha=1.5, max_channels=32))
     assert (row.alpha, row.max_channels) == (1.5, 32) and row.updated_at >= row.created_at
     assert run_in_transaction(engine, lambda s: [r.name for r in list_regions(s)]) == ["clicks", "trades"]

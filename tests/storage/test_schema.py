@@ -19,7 +19,7 @@ from sqlalchemy.types import TypeDecorator
 from repart.storage import RegionStatus, current_revision, database_url, head_revision, make_engine, upgrade
 from repart.storage.models import Base, Event, Region
 from repart.storage.schema import HEAD_REVISION, alembic_config
-from tests.factories import add_region, row_counts
+from tests.factories import add_applied_chain, add_region, row_counts
 
 
 def test_upgrade_creates_every_table_on_an_empty_database(empty_url: str) -> None:
@@ -205,5 +205,80 @@ def test_revision_0002_backfills_the_region_status_from_versions_and_decisions(e
             row = session.scalars(select(Region)).one()
             assert RegionStatus.of(row) == RegionStatus(1, 3, 7, t0 + timedelta(minutes=1))
             assert row.lease_token == 0
+    finally:
+        engine.dispose()
+
+
+def test_revision_0006_keeps_plans_and_starts_regions_without_failures(empty_url: str) -> None:
+    engine = make_engine(empty_url)
+    try:
+        upgrade(engine)
+        add_applied_chain(engine, "trades", (2, 3), pending=4)
+        with engine.connect() as connection:
+            plans_before = connection.execute(
+                text("SELECT id, status, plan_json FROM plans ORDER BY id")
+            ).all()
+        moves = row_counts(engine)["plan_moves"]
+        config = alembic_config(engine)
+        sqlite = engine.dialect.name == "sqlite"
+        with engine.connect() as connection:
+            driver = connection.connection.driver_connection
+            if sqlite:  # as upgrade() does: a table copy must not cascade
+                driver.execute("PRAGMA foreign_keys=OFF")
+            with connection.begin():
+                config.attributes["connection"] = connection
+                command.downgrade(config, "0005")
+            if sqlite:
+                driver.execute("PRAGMA foreign_keys=ON")
+        with engine.connect() as connection:
+            assert "tick_failures" not in {c["name"] for c in inspect(connection).get_columns("regions")}
+        assert current_revision(engine) == "0005"
+        upgrade(engine)
+        with engine.connect() as connection:
+            plans_after = connection.execute(
+                text("SELECT id, status, plan_json FROM plans ORDER BY id")
+            ).all()
+            added = connection.execute(text("SELECT tick_failures, retry_at, last_error FROM regions")).all()
+            pruned = connection.execute(text("SELECT pruned_at FROM plans")).scalars().all()
+        assert plans_after == plans_before and len(plans_before) == 2
+        assert row_counts(engine)["plan_moves"] == moves and moves > 0
+        assert added == [(0, None, None)] and pruned == [None, None]
+    finally:
+        engine.dispose()
+
+
+def test_upgrading_a_database_with_data_keeps_every_row(empty_url: str) -> None:
+    """Revisions 0004 to 0006 copy the regions table on SQLite (batch mode); the copy must not cascade
+    to the region's versions, plans and snapshots."""
+    engine = make_engine(empty_url)
+    try:
+        config = alembic_config(engine)
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "0003")
+        t0 = datetime(2026, 1, 1, tzinfo=UTC)
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO regions (id, name, key_type, n_channels_initial, resources, alpha, sigma, "
+                    "algorithm, utility, policy, min_channels, max_channels, tail_aware, slot_bits, "
+                    "consistent_method, settings_json, created_at, updated_at, lease_token) VALUES (1, "
+                    "'trades', 'str', 2, 'LCL', 1.2, 0.1, 'auto', 'APM', 'fixed', 1, 8, false, 4, 'jump', "
+                    "'{}', :t, :t, 0)"
+                ),
+                {"t": t0},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO versions (region_id, number, parent_number, n_channels, digest, "
+                    "function_json, algorithm, status, report_json, created_at) VALUES (1, 1, NULL, 2, "
+                    "'d', '{}', 'readj', 'applied', '{}', :t)"
+                ),
+                {"t": t0},
+            )
+        before = {table: count for table, count in row_counts(engine).items() if count}
+        upgrade(engine)
+        assert {table: count for table, count in row_counts(engine).items() if count} == before
+        assert before == {"regions": 1, "versions": 1}
     finally:
         engine.dispose()

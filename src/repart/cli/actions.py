@@ -3,9 +3,10 @@
 
 ``rollback`` and ``scale`` activate a new version with a pending plan from the applied version, as the
 controller's tick does, with rule ``operator``, and hold the region so that the next tick does not
-undo them; ``resume`` returns a held region to its previous mode; ``explain`` shows the newest decision
-event with its numbers. Bad input (an unknown region or version, N outside the region's bounds, a plan
-being applied) is reported without a traceback and exits 2, and nothing is written.
+undo them; ``resume`` returns a held region to its previous mode and ends its backoff; ``explain``
+shows the newest decision event with its numbers. Bad input (an unknown region or version, N outside
+the region's bounds, a plan being applied) is reported without a traceback and exits 2, and nothing is
+written.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def rollback(
     The region is then held, so that the next tick does not undo the rollback: `repart resume REGION`
     returns it to its mode.
     """
-    from repart.controller.actions import rollback as rollback_region
+    from repart.controller.service import rollback as rollback_region
 
     with open_database(db) as engine:
         result = rollback_region(engine, region, to, reason=reason)
@@ -77,7 +78,7 @@ def scale(
     The region is then held, so that the next tick does not scale it back: `repart resume REGION`
     returns it to its mode.
     """
-    from repart.controller.actions import scale as scale_region
+    from repart.controller.service import scale as scale_region
 
     with open_database(db) as engine:
         result = scale_region(engine, region, channels, reason=reason)
@@ -106,6 +107,15 @@ def explain(region: RegionName, db: DbOption = None, as_json: JsonOption = False
             table.add_row(field, _cell(shown[field]))
     for name, value in (shown["policy_numbers"] or {}).items():
         table.add_row(f"policy.{name}", _cell(value))
+    backoff = shown["backoff"]
+    if backoff is not None:
+        table.add_row(
+            "backoff",
+            Text(
+                f"{backoff['tick_failures']} failed tick(s) in a row, next at {backoff['retry_at']}: "
+                f"{backoff['last_error']}"
+            ),
+        )
     out.print(table)
     if shown["candidates"]:
         candidates = Table(title="candidates")
@@ -141,14 +151,16 @@ def _show(result: ActionResult, as_json: bool) -> None:
 
 @reports_bad_input
 def resume(region: RegionName, db: DbOption = None, as_json: JsonOption = False) -> None:
-    """Return a held region to the mode it had before it was held (`auto` if none)."""
-    from repart.storage import resume as resume_region
+    """Return a held region to the mode it had before it was held (`auto` if none), and end its backoff
+    after failed ticks, so that the daemon ticks it at its next sweep."""
+    from repart.controller.service import resume as resume_region
 
     shown = query(db, lambda session: mode_dict(resume_region(session, region)))
     if as_json:
         print_json(shown)
         return
-    console().print(Text(f"{region}: mode {shown['mode']} ({shown['mode_reason']})"))
+    reason = "" if shown["mode_reason"] is None else f" ({shown['mode_reason']})"
+    console().print(Text(f"{region}: mode {shown['mode']}{reason}; the daemon ticks it at its next sweep"))
 
 
 def mode_dict(row: Region) -> dict[str, Any]:

@@ -1,8 +1,10 @@
-"""``repart plans list|show|report``: a region's migration plans and what jobs report (DESIGN §6, §7).
+"""``repart plans list|show|report|prune``: a region's migration plans, what jobs report, and retention
+(DESIGN §6, §7).
 
 ``report`` is what a Spark job says after applying a plan: ``applied`` (with the rows and bytes it
 moved) or ``failed``. A pending plan is taken through ``applying`` in the same transaction. Jobs retry:
-a report that repeats the plan's state and numbers changes nothing and succeeds.
+a report that repeats the plan's state and numbers changes nothing and succeeds. ``prune`` deletes the
+moves of old plans (``repart.storage.retention``). Both go through ``repart.controller.service``.
 """
 
 from __future__ import annotations
@@ -25,14 +27,15 @@ from repart.cli.database import (
 )
 from repart.cli.errors import reports_bad_input
 from repart.cli.versions import plan_dict, print_plan
-from repart.errors import Conflict, NotFound
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from repart.storage.models import Event, Plan
 
-plans_app = typer.Typer(no_args_is_help=True, help="List and show migration plans; report their outcome.")
+plans_app = typer.Typer(
+    no_args_is_help=True, help="List and show migration plans; report their outcome; prune old plans' moves."
+)
 
 RegionName = Annotated[str, typer.Argument(help="Region name.")]
 PlanId = Annotated[int, typer.Argument(help="Plan id (see `repart plans list REGION`).")]
@@ -61,18 +64,8 @@ def plan_summary(row: Plan) -> dict[str, Any]:
         "digest": row.digest,
         "created_at": timestamp(row.created_at),
         "updated_at": timestamp(row.updated_at),
+        "pruned_at": timestamp(row.pruned_at),
     }
-
-
-def plan_of_region(session: Session, region: str, plan_id: int) -> Plan:
-    """Plan ``plan_id``, which must belong to ``region`` (NotFound otherwise)."""
-    from repart.storage import get_plan, region_by_name
-
-    region_id = region_by_name(session, region).id
-    row = get_plan(session, plan_id)
-    if row.region_id != region_id:
-        raise NotFound(f"plan {plan_id} is not a plan of region {region!r}")
-    return row
 
 
 @plans_app.command("list")
@@ -178,19 +171,28 @@ def _list_recommendations(region: str, db: str | None, as_json: bool) -> None:
 @plans_app.command("show")
 @reports_bad_input
 def show(region: RegionName, plan_id: PlanId, db: DbOption = None, as_json: JsonOption = False) -> None:
-    """Show a plan: status, prediction, moves and the channels that lose and gain keys."""
+    """Show a plan: status, prediction, moves and the channels that lose and gain keys (a plan whose
+    moves were pruned shows its summary only; its ``plan`` is null)."""
 
+    from repart.controller.service import plan_of_region
     from repart.migration import MigrationPlan
 
     def work(session: Session) -> dict[str, Any]:
         row = plan_of_region(session, region, plan_id)
-        return {**plan_summary(row), "plan": plan_dict(MigrationPlan.from_json(row.plan_json))}
+        moves = None if row.plan_json is None else plan_dict(MigrationPlan.from_json(row.plan_json))
+        return {**plan_summary(row), "plan": moves}
 
     shown = read_query(db, work)
     if as_json:
         print_json(shown)
         return
     versions = f"version {shown['from_version']} → {shown['to_version']}"
+    if shown["plan"] is None:
+        console().print(
+            f"plan {plan_id} of {region}: {versions}, {shown['status']}; its moves were pruned at "
+            f"{shown['pruned_at']} ({shown['explicit_moves']} keys, {shown['slot_moves']} slot ranges)"
+        )
+        return
     print_plan(shown["plan"], f"plan {plan_id} of {region}: {versions}, {shown['status']}")
 
 
@@ -214,24 +216,13 @@ def report(
     numbers, is a Conflict (exit 3).
     """
 
-    from repart.storage import set_plan_status
+    from repart.controller.service import report_plan
 
     def work(session: Session) -> dict[str, Any]:
-        row = plan_of_region(session, region, plan_id)
-        repeated = row.status == state.value
-        if repeated and (row.moved_rows, row.moved_bytes) == (moved_rows, moved_bytes):
-            return {**plan_summary(row), "changed": False}
-        if row.status == "pending":
-            set_plan_status(session, plan_id, "applying")
-        try:
-            changed = set_plan_status(
-                session, plan_id, state.value, moved_rows=moved_rows, moved_bytes=moved_bytes
-            )
-        except Conflict as error:
-            if not repeated:
-                raise
-            raise Conflict(_other_numbers(row, moved_rows, moved_bytes)) from error
-        return {**plan_summary(changed), "changed": True}
+        row, changed = report_plan(
+            session, region, plan_id, state.value, moved_rows=moved_rows, moved_bytes=moved_bytes
+        )
+        return {**plan_summary(row), "changed": changed}
 
     summary = query(db, work)
     if as_json:
@@ -247,10 +238,47 @@ def report(
         )
 
 
-def _other_numbers(row: Plan, moved_rows: int | None, moved_bytes: int | None) -> str:
-    """Why a repeated report of a plan's state is refused: it gives other numbers than the first."""
-    return (
-        f"plan {row.id} was already reported {row.status} with moved rows {row.moved_rows} and moved "
-        f"bytes {row.moved_bytes}; a retry must repeat them, got moved rows {moved_rows} and moved bytes "
-        f"{moved_bytes}"
-    )
+@plans_app.command("prune")
+@reports_bad_input
+def prune(
+    region: RegionName,
+    keep_versions: Annotated[
+        int | None,
+        typer.Option(
+            "--keep-versions",
+            help="Keep the moves of the plans to the K newest versions (K >= 1).",
+            show_default=False,
+        ),
+    ] = None,
+    older_than: Annotated[
+        float | None,
+        typer.Option(
+            "--older-than",
+            help="Prune the moves of the plans created more than T days ago (T > 0).",
+            show_default=False,
+        ),
+    ] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete the moves of a region's old plans (older than K versions or T days), keeping each plan's
+    summary in its row and in a ``plan-pruned`` event.
+
+    Without --keep-versions and --older-than, the region's settings plan_keep_versions and
+    plan_keep_days are used, and the applied version's plan is kept. Given options that would prune
+    the applied version's plan are refused (exit 2) and nothing is written. Plans a job has not
+    finished applying are never pruned.
+    """
+    from repart.controller.service import prune_plans
+
+    def work(session: Session) -> list[dict[str, Any]]:
+        pruned = prune_plans(session, region, keep_versions=keep_versions, older_than=older_than)
+        return [plan.summary for plan in pruned]
+
+    pruned = query(db, work)
+    if as_json:
+        print_json({"region": region, "pruned": pruned})
+        return
+    moves = sum(plan["deleted_moves"] for plan in pruned)
+    listed = ", ".join(str(plan["plan_id"]) for plan in pruned) or "none"
+    console().print(f"pruned the moves of {len(pruned)} plan(s) of {region} ({moves} move rows): {listed}")

@@ -20,9 +20,6 @@ from repart.errors import InvalidInput
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from repart.storage import (
-        RegionConfig,
-    )
     from repart.storage.models import Region
 
 region_app = typer.Typer(no_args_is_help=True, help="Create, list, show, update and delete regions.")
@@ -100,14 +97,6 @@ def _parsed_settings(pairs: list[str] | None) -> dict[str, Any]:
     return settings
 
 
-def _checked(config: RegionConfig) -> RegionConfig:
-    """``config`` if the controller accepts its policy settings (InvalidInput naming ``settings.<key>``)."""
-    from repart.controller.settings import ControllerSettings
-
-    ControllerSettings.from_config(config)
-    return config
-
-
 def _options(**values: Any) -> dict[str, Any]:
     """The RegionConfig fields given on the command line (the others keep their default or value)."""
     return {field: value for field, value in values.items() if value is not None}
@@ -166,7 +155,8 @@ def create(
     as_json: JsonOption = False,
 ) -> None:
     """Create a region; --key-type is required, N defaults to --min-channels (1)."""
-    from repart.storage import RegionConfig, create_region
+    from repart.controller.service import create_region
+    from repart.storage import RegionConfig
 
     if key_type is None:
         raise InvalidInput("key_type", "is required: str or int")
@@ -190,7 +180,6 @@ def create(
         settings=_parsed_settings(settings),
         **given,
     )
-    _checked(config)
     region = query(db, lambda session: region_dict(create_region(session, name, config)))
     _show(region, as_json)
 
@@ -279,7 +268,7 @@ def update(
 ) -> None:
     """Change the given settings of a region (key type and slot bits only while it has no data), or its
     mode (DESIGN §12.3: every change of mode is an event)."""
-    from repart.storage import RegionConfig, region_by_name, set_mode, update_region
+    from repart.controller.service import update_region
 
     changes = _options(
         key_type=key_type,
@@ -299,9 +288,7 @@ def update(
     if split is not None:
         changes["split_scheme"] = None if split == "none" else split
     new_settings = _parsed_settings(settings)
-    if reason is not None and mode is None:
-        raise InvalidInput("reason", "must come with --mode: it is the reason for a change of mode")
-    if not changes and not new_settings and mode is None:
+    if not changes and not new_settings and mode is None and reason is None:
         listed = ", ".join(
             option
             for name, option in options_of(update).items()
@@ -310,16 +297,7 @@ def update(
         raise InvalidInput("options", f"must include at least one change ({listed}): nothing to update")
 
     def work(session: Session) -> dict[str, Any]:
-        if new_settings:
-            current = RegionConfig.from_row(region_by_name(session, name)).settings
-            split_settings = {**current.get("split", {}), **new_settings.get("split", {})}
-            changes["settings"] = {**current, **new_settings} | (
-                {"split": split_settings} if split_settings else {}
-            )
-        row = update_region(session, name, **changes) if changes else region_by_name(session, name)
-        _checked(RegionConfig.from_row(row))
-        if mode is not None:
-            row = set_mode(session, name, mode, reason)
+        row = update_region(session, name, settings=new_settings, mode=mode, reason=reason, **changes)
         return region_dict(row)
 
     _show(query(db, work), as_json)
@@ -341,20 +319,9 @@ def delete(
     (without a region), and a controller-wide ``region-deleted`` event records what went.
     """
 
-    from repart.storage import NewEvent, delete_region, record_event
+    from repart.controller.service import delete_region
 
-    def work(session: Session) -> dict[str, Any]:
-        deleted = delete_region(session, name, force=force)
-        counts = dataclasses.asdict(deleted)
-        message = (
-            f"deleted region {name!r} with {deleted.versions} version(s), {deleted.plans} plan(s) and "
-            f"{deleted.snapshots} snapshot(s)"
-        )
-        data = {"region": name, "forced": force, **counts}
-        event_id = record_event(session, None, NewEvent("region-deleted", "operator", message, data))
-        return {"name": name, "forced": force, **counts, "event_id": event_id, "message": message}
-
-    deleted = query(db, work)
+    deleted = query(db, lambda session: delete_region(session, name, force=force))
     if as_json:
         print_json(deleted)
     else:

@@ -10,7 +10,12 @@ import typer
 
 from repart.cli.database import DbOption, JsonOption, open_database, print_json
 from repart.cli.errors import reports_bad_input
-from repart.controller.defaults import DEFAULT_INTERVAL_SECONDS, DEFAULT_LEASE_TTL_SECONDS, DEFAULT_WORKERS
+from repart.controller.defaults import (
+    DEFAULT_INTERVAL_SECONDS,
+    DEFAULT_LEASE_TTL_SECONDS,
+    DEFAULT_MAX_BACKOFF_SECONDS,
+    DEFAULT_WORKERS,
+)
 from repart.errors import InvalidInput
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
 
@@ -58,6 +63,13 @@ def run(
             show_default=False,
         ),
     ] = MAX_SNAPSHOT_BYTES,
+    max_backoff: Annotated[
+        float,
+        typer.Option(
+            help="The longest wait, in seconds, before a region whose ticks fail is ticked again (the wait "
+            "doubles from --interval per failure up to this; `repart resume REGION` ends it)."
+        ),
+    ] = DEFAULT_MAX_BACKOFF_SECONDS,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -78,6 +90,7 @@ def run(
         workers=workers,
         metrics_port=metrics_port,
         max_snapshot_bytes=max_snapshot_bytes,
+        max_backoff_seconds=max_backoff,
     )
     if once and metrics_port is not None:
         raise InvalidInput(

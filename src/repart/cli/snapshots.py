@@ -6,7 +6,7 @@ command reports every file and exits 2 if any was rejected. ``--spool DIR`` runs
 spool directory (``repart.controller.spool``): its files move to ``done/`` or ``rejected/``.
 
 ``repart snapshot list|delete``: a region's stored windows, and the removal of one ingested by
-mistake (refused while a decision depends on it, unless ``--force``: ``repart.storage.delete_snapshot``).
+mistake (refused while a decision depends on it, unless ``--force``: ``repart.controller.service``).
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def delete(
     event with the seq and whether --force was given.
     """
 
-    from repart.storage import delete_snapshot
+    from repart.controller.service import delete_snapshot
 
     def work(session: Session) -> dict[str, Any]:
         deleted = delete_snapshot(session, region, seq, force=force)

@@ -1,5 +1,5 @@
-"""``repart status``: per region, its mode, the applied version, N, the open plan and the last event
-(DESIGN §7, §8, §12.3)."""
+"""``repart status``: per region, its mode, the applied version, N, the open plan, the last event and
+its backoff after failed ticks (DESIGN §7, §8, §12.3)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,13 @@ def region_status(overview: RegionOverview) -> dict[str, Any]:
         "last_event": None
         if event is None
         else {"at": timestamp(event.at), "kind": event.kind, "rule": event.rule, "message": event.message},
+        "backoff": None
+        if region.tick_failures == 0
+        else {
+            "tick_failures": region.tick_failures,
+            "retry_at": timestamp(region.retry_at),
+            "last_error": region.last_error,
+        },
     }
 
 
@@ -45,7 +52,8 @@ def status(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Show each region's mode (and why), applied version, N, pending plan and last event."""
+    """Show each region's mode (and why), applied version, N, pending plan, last event and backoff
+    (failed ticks in a row and when the daemon ticks the region again; `repart resume` ends it)."""
 
     from repart.storage.overview import region_overviews
 
@@ -65,7 +73,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     from rich.text import Text
 
     table = Table(title="status")
-    for column in ("region", "mode", "applied version", "N", "pending plan", "last event"):
+    for column in ("region", "mode", "applied version", "N", "pending plan", "last event", "backoff"):
         table.add_column(column)
     for r in rows:
         plan, event = r["pending_plan"], r["last_event"]
@@ -80,5 +88,13 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             Text(
                 "-" if event is None else f"{event['at']} {event['kind']}/{event['rule']}: {event['message']}"
             ),
+            Text(_backoff(r["backoff"])),
         )
     console().print(table)
+
+
+def _backoff(backoff: dict[str, Any] | None) -> str:
+    """A region's backoff in a table cell: its failed ticks, its next try and its last error."""
+    if backoff is None:
+        return "-"
+    return f"{backoff['tick_failures']} failed, next at {backoff['retry_at']}: {backoff['last_error']}"

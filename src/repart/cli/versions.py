@@ -247,12 +247,12 @@ def migration_between(session: Session, region: str, a: int, b: int) -> tuple[Mi
     """The migration plan from version ``a`` to version ``b`` of ``region``, and what weighs its moves
     (``{"plan_id": …, "window_seqs": […]}``); NotFound for a version that does not exist.
 
-    The stored plan from ``a`` to ``b``, when the region has one (what the tick or an operator's
-    ``scale`` or ``rollback`` activated, weighed by the window it decided on): the plan ``plans show``
-    shows, so both give the same moves, weights and predicted m. Otherwise it is computed as ``scale``
-    and ``rollback`` compute theirs: ``plan_migration`` weighed by the region's latest merged window
-    (its last x − 1 snapshots) with the region's resources; without keys in that window the moves
-    weigh 0.0 and m is None.
+    The stored plan from ``a`` to ``b``, when the region has one whose moves were not pruned (what the
+    tick or an operator's ``scale`` or ``rollback`` activated, weighed by the window it decided on): the
+    plan ``plans show`` shows, so both give the same moves, weights and predicted m. Otherwise it is
+    computed as ``scale`` and ``rollback`` compute theirs: ``plan_migration`` weighed by the region's
+    latest merged window (its last x − 1 snapshots) with the region's resources; without keys in that
+    window the moves weigh 0.0 and m is None.
     """
     from repart.controller.settings import ControllerSettings
     from repart.controller.window import merge_snapshots, window_size
@@ -268,7 +268,7 @@ def migration_between(session: Session, region: str, a: int, b: int) -> tuple[Mi
 
     source, target = get_version(session, region, a), get_version(session, region, b)
     for stored in list_plans(session, region):
-        if (stored.from_version, stored.to_version) == (a, b):
+        if (stored.from_version, stored.to_version) == (a, b) and stored.plan_json is not None:
             return MigrationPlan.from_json(stored.plan_json), {"plan_id": stored.id, "window_seqs": []}
     settings = ControllerSettings.from_config(RegionConfig.from_row(region_by_name(session, region)))
     window = latest_snapshots(session, region, window_size(settings.counters))

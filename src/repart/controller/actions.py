@@ -173,18 +173,26 @@ def explain(session: Session, region: str) -> dict[str, Any]:
     are lifted out: the policy and its numbers, N before and next, b before (and the threshold), the
     predicted b and m, the plan's m, for ``auto`` every candidate algorithm's predicted b, m and
     objective, and in split mode b_lb, memory, D-Choices' d and the head: each split key with its
-    candidates and weights (DESIGN §11.3). NotFound when the region has no such event yet.
+    candidates and weights (DESIGN §11.3). ``backoff`` is the region's failed ticks in a row, when the
+    daemon ticks it again and the last failure (``repart.controller.backoff``), or None. NotFound when
+    the region has no such event yet (naming its last failure when its ticks fail).
     """
-    region_id = region_by_name(session, region).id
+    row = region_by_name(session, region)
     event = session.scalar(
         select(models.Event)
-        .where(models.Event.region_id == region_id, models.Event.kind.in_(EXPLAINED_KINDS))
+        .where(models.Event.region_id == row.id, models.Event.kind.in_(EXPLAINED_KINDS))
         .order_by(models.Event.id.desc())
         .limit(1)
     )
+    backoff = backoff_summary(row)
     if event is None:
+        failing = ""
+        if backoff is not None:
+            failures, error = backoff["tick_failures"], backoff["last_error"]
+            failing = f"; its last {failures} tick(s) failed, the last with {error}"
         raise NotFound(
-            f"region {region!r} has no decision to explain yet; run `repart tick --region {region}` first"
+            f"region {region!r} has no decision to explain yet{failing}; run `repart tick --region {region}` "
+            "to see its tick"
         )
     data = load_object(event.data_json)
     lifted = (
@@ -221,7 +229,20 @@ def explain(session: Session, region: str) -> dict[str, Any]:
             {"key": key, "candidates": candidates, "weights": weights}
             for key, candidates, weights in data.get("head") or []
         ],
+        "backoff": backoff,
         "data": data,
+    }
+
+
+def backoff_summary(row: models.Region) -> dict[str, Any] | None:
+    """A region's backoff as JSON: its failed ticks in a row, when the daemon ticks it again and the last
+    failure's message; None when its last tick did not fail."""
+    if row.tick_failures == 0:
+        return None
+    return {
+        "tick_failures": row.tick_failures,
+        "retry_at": None if row.retry_at is None else row.retry_at.isoformat(),
+        "last_error": row.last_error,
     }
 
 

@@ -21,6 +21,13 @@ interval (``repart.controller.spool``), and ``run_once`` ingests them before tic
 SIGTERM or SIGINT: no new sweep, the queued ticks are dropped, the running ones finish, and the leases
 are released.
 
+A region whose tick fails (an error, not a ``Conflict``) backs off: its row counts the failed ticks in
+a row and says when it is ticked again, ``min(max_backoff_seconds, interval · 2^(k-1))`` after the
+k-th failure (``repart.controller.backoff``), and sweeps skip it until then; ``repart status`` and
+``repart explain`` show it. A successful tick or ``repart resume`` ends the backoff. After a successful
+tick, a region whose settings set a plan retention (``plan_keep_versions``, ``plan_keep_days``) has the
+moves of its old plans pruned (``repart.storage.retention``).
+
 With ``metrics_port``, ``run`` first binds a ``repart.controller.metrics.MetricsServer`` (a port that
 cannot be bound starts nothing: no sweep, no lease), and the daemon feeds its ``DaemonMetrics``: each
 sweep reads every region's applied version and oldest unapplied plan in one more query
@@ -51,7 +58,7 @@ import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
 
@@ -60,15 +67,18 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import QueuePool
 
+from repart.controller.backoff import backoff_seconds
 from repart.controller.defaults import (
     DEFAULT_INTERVAL_SECONDS,
     DEFAULT_LEASE_TTL_SECONDS,
+    DEFAULT_MAX_BACKOFF_SECONDS,
     DEFAULT_WORKERS,
     MIN_IDLE_TRANSACTION_SECONDS,
 )
 from repart.controller.logs import log_event
 from repart.controller.metrics import DaemonMetrics, Health, MetricsServer, check_metrics_port
 from repart.controller.readings import decided_imbalance, region_readings
+from repart.controller.settings import ControllerSettings
 from repart.controller.spool import SpoolOutcome, check_max_bytes, ingest_spool
 from repart.controller.tick import TickResult, tick
 from repart.errors import Conflict, InvalidInput, NotFound
@@ -81,11 +91,15 @@ from repart.storage import (
     check_revision,
     list_regions,
     read_transaction,
+    region_by_name,
     release_lease,
     run_in_transaction,
 )
+from repart.storage.backoff import clear_backoff, record_failure
 from repart.storage.engine import limit_idle_transactions
 from repart.storage.leases import RegionLease, claim_leases, region_leases
+from repart.storage.regions import RegionConfig
+from repart.storage.retention import SETTINGS_RULE, prunable_plans, prune_plans
 from repart.validation import LEASE_HOLDER, Interval, check
 
 
@@ -98,9 +112,10 @@ def default_holder() -> str:
 class DaemonConfig:
     """How often to sweep, how long a lease lasts, who holds it, how many threads tick, the spool
     directory whose snapshot files are ingested every interval (None: no spool), and the port ``run``
-    serves metrics on (None: none; 0: any free port), and the largest spool file ingested
-    (``max_snapshot_bytes``; a larger one is rejected unread). Every sweep discovers the regions created
-    since the last one. InvalidInput naming the field for a bad value."""
+    serves metrics on (None: none; 0: any free port), the largest spool file ingested
+    (``max_snapshot_bytes``; a larger one is rejected unread), and the longest wait before a region
+    whose ticks fail is ticked again (``max_backoff_seconds``, ``repart.controller.backoff``). Every
+    sweep discovers the regions created since the last one. InvalidInput naming the field for a bad value."""
 
     interval_seconds: float = DEFAULT_INTERVAL_SECONDS
     lease_ttl_seconds: float = DEFAULT_LEASE_TTL_SECONDS
@@ -109,9 +124,11 @@ class DaemonConfig:
     workers: int = DEFAULT_WORKERS
     metrics_port: int | None = None
     max_snapshot_bytes: int = MAX_SNAPSHOT_BYTES
+    max_backoff_seconds: float = DEFAULT_MAX_BACKOFF_SECONDS
 
     def __post_init__(self) -> None:
         require_number(self.interval_seconds, "interval", 0.01)
+        require_number(self.max_backoff_seconds, "max_backoff", self.interval_seconds)
         require_number(self.lease_ttl_seconds, "lease_ttl", 0.01)
         check("workers", self.workers, Interval(int, 1, 256, "both"))
         if self.lease_ttl_seconds <= self.interval_seconds:
@@ -222,10 +239,17 @@ class Daemon:
         return outcomes
 
     def run_once(self) -> list[TickResult | None]:
-        """Ingest the spool, then one tick of every region, in name order (``repart run --once``)."""
+        """Ingest the spool, then one tick of every region, in name order, each followed by its plan
+        retention (``repart run --once``)."""
         self.ingest_spool()
         regions = read_transaction(self.engine, lambda session: [r.name for r in list_regions(session)])
-        return [self.tick_region(region) for region in regions]
+        results = []
+        for region in regions:
+            result = self.tick_region(region)
+            if result is not None:
+                self._prune(region)
+            results.append(result)
+        return results
 
     def sweep(self, due: float | None = None) -> int:
         """Claim this daemon's leases and the free ones, read every region's lease, and hand every region
@@ -253,6 +277,8 @@ class Daemon:
             if token is None and lease.held_by_another(holder, now):
                 self._skipped(lease.region, "lease held by another daemon")
                 continue
+            if lease.backing_off(now):
+                continue  # logged with its retry time when its tick failed
             if due is not None:
                 self._stopping.wait(due + self.phase(lease.region) - time.monotonic())
             with self._dispatch:
@@ -261,7 +287,7 @@ class Daemon:
                 if self._overran(lease.region):
                     continue
                 due_at = time.monotonic() if due is None else due + self.phase(lease.region)
-                self._workers.submit(self._guarded_tick, lease.region, token, due_at)
+                self._workers.submit(self._guarded_tick, lease.region, token, due_at, lease.tick_failures)
                 handed += 1
         return handed
 
@@ -409,25 +435,91 @@ class Daemon:
             log_event("error", spool=str(self.config.spool), holder=self.config.holder, error=repr(error))
             self._failed("spool", error)
 
-    def _guarded_tick(self, region: str, token: int | None, due_at: float) -> None:
-        """A tick on a worker thread, due at ``due_at`` (``time.monotonic()``): a refused write or an
-        error is logged and the next sweep tries again; the region is free for the next sweep
-        afterwards."""
+    def _guarded_tick(self, region: str, token: int | None, due_at: float, failures: int = 0) -> None:
+        """A tick on a worker thread, due at ``due_at`` (``time.monotonic()``), of a region with
+        ``failures`` failed ticks in a row: a refused write is logged and the next sweep tries again; an
+        error is logged and the region backs off (``_back_off``); a success ends a backoff and prunes
+        the region's old plans when its settings ask for it (``_prune``). The region is free for the
+        next sweep afterwards."""
         started = time.monotonic()
         try:
             result = self.tick_region(region, token)
             if result is not None:
                 self._measure(result, time.monotonic() - started, started - due_at)
+                if failures:
+                    run_in_transaction(
+                        self.engine, lambda session: clear_backoff(session, region_by_name(session, region))
+                    )
+                    log_event("recovered", region=region, holder=self.config.holder, failures=failures)
+                self._prune(region)
         except Conflict as error:  # a lost lease or a status changed since the read: nothing was written
             log_event("conflict", region=region, holder=self.config.holder, reason=str(error))
             self._failed("tick", error)
         except Exception as error:  # the daemon outlives one region's failure
             log_event("error", region=region, holder=self.config.holder, error=repr(error))
             self._failed("tick", error)
+            self._back_off(region, error)
         finally:
             with self._lock:
                 self._in_flight.discard(region)
                 self._overrunning.discard(region)
+
+    def _back_off(self, region: str, error: Exception) -> None:
+        """Count a failed tick of ``region`` on its row and set when it is ticked again: after the k-th
+        failure in a row, ``min(max_backoff, interval · 2^(k-1))`` from now (``repart.controller.backoff``).
+        The record is not fenced: it is a retry time, never a decision, and the next success clears it."""
+
+        def record(session: Session) -> tuple[int, datetime]:
+            row = region_by_name(session, region)
+            failures = row.tick_failures + 1
+            wait = backoff_seconds(failures, self.config.interval_seconds, self.config.max_backoff_seconds)
+            retry_at = datetime.now(UTC) + timedelta(seconds=wait)
+            record_failure(session, row.id, f"{type(error).__name__}: {error}", retry_at)
+            return failures, retry_at
+
+        try:
+            failures, retry_at = run_in_transaction(self.engine, record)
+        except Exception as failure:  # say, the database is down: the next sweep tries the region again
+            log_event("error", region=region, holder=self.config.holder, backoff=True, error=repr(failure))
+            self._failed("backoff", failure)
+            return
+        log_event(
+            "backoff",
+            region=region,
+            holder=self.config.holder,
+            failures=failures,
+            retry_at=retry_at.isoformat(),
+        )
+
+    def _prune(self, region: str) -> None:
+        """Prune the moves of ``region``'s old plans by its retention settings (``plan_keep_versions``,
+        ``plan_keep_days``; ``repart.storage.retention``), keeping the applied version's plan. A read
+        finds them first, so a region with nothing to prune costs no write transaction. A failure is
+        logged and counted, never the tick's."""
+        now = datetime.now(UTC)
+
+        def find(session: Session) -> list[int]:
+            settings = ControllerSettings.from_config(RegionConfig.from_row(region_by_name(session, region)))
+            if settings.retention is None:
+                return []
+            return prunable_plans(session, region, settings.retention, now)
+
+        def prune(session: Session) -> list[int]:
+            settings = ControllerSettings.from_config(RegionConfig.from_row(region_by_name(session, region)))
+            if settings.retention is None:
+                return []
+            pruned = prune_plans(session, region, settings.retention, now, strict=False, rule=SETTINGS_RULE)
+            return [plan.summary["plan_id"] for plan in pruned]
+
+        try:
+            if not read_transaction(self.engine, find):
+                return
+            pruned = run_in_transaction(self.engine, prune)
+        except Exception as error:  # the plans stay as they were; the next tick tries again
+            log_event("error", region=region, holder=self.config.holder, retention=True, error=repr(error))
+            self._failed("retention", error)
+            return
+        log_event("pruned", region=region, holder=self.config.holder, plans=pruned)
 
     def _measure(self, result: TickResult, seconds: float, lag: float) -> None:
         """Feed a tick to the metrics, with the b its decision measured when it decided (see the module

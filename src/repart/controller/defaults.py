@@ -14,3 +14,7 @@ not throughput; four overlap one tick's database round trips with another's comp
 MIN_IDLE_TRANSACTION_SECONDS = 5.0
 """The least time PostgreSQL lets a daemon's transaction sit idle before ending its session (the lease's
 length when that is longer; see ``DaemonConfig.idle_transaction_seconds``)."""
+
+DEFAULT_MAX_BACKOFF_SECONDS = 600.0
+"""The longest wait before a region whose ticks keep failing is ticked again (its backoff doubles the
+interval per failure up to this; ``repart.controller.backoff``)."""

@@ -10,7 +10,9 @@ milliseconds however many regions there are (0.3 ms of CPU with 200 regions):
   ``repart_region_channels`` and ``repart_region_applied_version`` (N and number of the applied
   version) and ``repart_region_pending_plan_age_seconds`` (since the oldest plan not yet applied was
   created, computed at the scrape; 0 without one). They describe the database, so every daemon on it
-  exports them for every region, whoever holds its lease.
+  exports them for every region, whoever holds its lease. With them, ``repart_region_tick_failures``
+  (failed ticks in a row) and ``repart_region_backoff_seconds`` (until the next tick of a region
+  backing off, ``repart.controller.backoff``; 0 otherwise).
 - after each tick of this daemon: ``repart_ticks_total{action}``, ``repart_activations_total{region}``
   (ticks that activated a new version and its plan; p^(0) counts as an ``initialized`` tick), and per
   region ``repart_region_tick_duration_seconds`` and ``repart_region_schedule_lag_seconds`` of its last
@@ -146,6 +148,18 @@ _REGION_SERIES = (
         "counter",
         "Sweeps that skipped the region because its previous tick still ran.",
     ),
+    (
+        "tick_failures",
+        "repart_region_tick_failures",
+        "gauge",
+        "The region's failed ticks in a row (0: its last tick succeeded or it was resumed).",
+    ),
+    (
+        "backoff",
+        "repart_region_backoff_seconds",
+        "gauge",
+        "Seconds until the daemon ticks the region again after failed ticks; 0 when not backing off.",
+    ),
 )
 """The per-region series: (key, name, type, help)."""
 
@@ -154,7 +168,7 @@ class DaemonMetrics:
     """The daemon's registry, the per-region values, and their text exposition (see the module
     docstring); thread-safe.
 
-    The per-region series (8 per region: 1,600 lines with 200 regions) are not rendered by
+    The per-region series (10 per region: 2,000 lines with 200 regions) are not rendered by
     prometheus_client's ``generate_latest``, which validates and escapes each sample at every scrape
     (8 ms of CPU for them, up to 90 ms a scrape when the tick threads compete for the GIL): each
     region's lines are formatted when its values change, and a scrape joins them, formatting only the
@@ -235,7 +249,7 @@ class DaemonMetrics:
         now = datetime.now(UTC)
         with self._lock:
             rows = sorted(
-                (region, self._lines[region], values.reading.pending_since)
+                (region, self._lines[region], values.reading.pending_since, values.reading.retry_at)
                 for region, values in self._regions.items()
                 if values.reading is not None  # else ticked, then deleted before the next sweep read it
             )
@@ -245,10 +259,14 @@ class DaemonMetrics:
             if key == "pending_age":
                 out += [
                     f"{name}{_label(region)}{0.0 if since is None else (now - since).total_seconds()!r}"
-                    for region, _, since in rows
+                    for region, _, since, _ in rows
+                ]
+            elif key == "backoff":
+                out += [
+                    f"{name}{_label(region)}{_seconds_until(retry, now)!r}" for region, _, _, retry in rows
                 ]
             else:
-                out += [lines[key] for _, lines, _ in rows if key in lines]
+                out += [lines[key] for _, lines, _, _ in rows if key in lines]
         return "\n".join(out) + "\n"
 
 
@@ -258,9 +276,14 @@ def _label(region: str) -> str:
     return f'{{region="{escaped}"}} '
 
 
+def _seconds_until(moment: datetime | None, now: datetime) -> float:
+    """Seconds from ``now`` to ``moment``; 0 when it is None or past."""
+    return 0.0 if moment is None else max(0.0, (moment - now).total_seconds())
+
+
 def _lines(region: str, values: _RegionValues) -> dict[str, str]:
-    """The region's sample lines of every series but the pending plan's age, by series key; a value
-    not known yet has no line."""
+    """The region's sample lines of every series but the pending plan's age and the backoff, by series
+    key; a value not known yet has no line."""
     reading = values.reading
     numbers = {
         "channels": None if reading is None else reading.n_channels,
@@ -270,6 +293,7 @@ def _lines(region: str, values: _RegionValues) -> dict[str, str]:
         "lag_seconds": values.lag_seconds,
         "activations": values.activations,
         "overruns": values.overruns,
+        "tick_failures": None if reading is None else reading.tick_failures,
     }
     label = _label(region)
     lines = {

@@ -29,13 +29,16 @@ from repart.storage.tables import OPEN_PLAN_STATUSES
 @dataclass(frozen=True)
 class RegionReading:
     """A region's applied version and its N (None before the first version), when its oldest plan not
-    yet applied (pending or being applied) was created (None without one), and its mode."""
+    yet applied (pending or being applied) was created (None without one), its mode, and its failed
+    ticks in a row with the time the daemon ticks it again (its backoff; 0 and None without)."""
 
     region: str
     applied_version: int | None
     n_channels: int | None
     pending_since: datetime | None
     mode: str = "auto"
+    tick_failures: int = 0
+    retry_at: datetime | None = None
 
 
 def region_readings(session: Session) -> list[RegionReading]:
@@ -50,11 +53,19 @@ def region_readings(session: Session) -> list[RegionReading]:
         .scalar_subquery()
     )
     rows = session.execute(
-        select(region.name, region.applied_version, version.n_channels, pending_since, region.mode)
+        select(
+            region.name,
+            region.applied_version,
+            version.n_channels,
+            pending_since,
+            region.mode,
+            region.tick_failures,
+            region.retry_at,
+        )
         .outerjoin(version, and_(version.region_id == region.id, version.number == region.applied_version))
         .order_by(region.name)
     ).all()
-    return [RegionReading(name, applied, n, since, mode) for name, applied, n, since, mode in rows]
+    return [RegionReading(*row) for row in rows]
 
 
 def decided_imbalance(session: Session, region: str) -> float | None:

@@ -15,6 +15,10 @@ all optional:
 - ``split``: the parameters of a split-mode region's scheme (DESIGN §11.3), an object checked by
   ``repart.partitioning.split.params.SplitParams`` (θ, ε, spread, virtual nodes, seed); the scheme
   itself is the region's ``split_scheme``.
+- ``plan_keep_versions``, ``plan_keep_days``: plan retention (``repart.storage.retention``). The daemon
+  prunes the moves of the plans older than this many versions (an integer >= 1) or days (> 0), keeping
+  the applied version's plan and each pruned plan's summary in the audit log. Neither: nothing is
+  pruned (the default).
 
 The ``fixed`` policy runs the region's ``n_channels_initial`` channels, within its channel bounds.
 Every bad value raises ``InvalidInput`` naming ``settings.<field>`` and the accepted range (DESIGN §10,
@@ -34,6 +38,7 @@ from repart.partitioning.domain import SPLIT_SCHEMES, check_utility
 from repart.partitioning.resources import Resources
 from repart.partitioning.split.params import SplitParams
 from repart.storage.regions import RegionConfig
+from repart.storage.retention import PlanRetention
 from repart.validation import (
     FRACTION,
     NON_NEGATIVE,
@@ -56,13 +61,16 @@ SETTINGS: dict[str, tuple[Constraint, ...]] = {
     "rebalance_threshold": (POSITIVE,),
     "move_limit": (POSITIVE_INT,),
     "split": (Kind(Mapping, "an object of the split scheme's parameters"),),
+    "plan_keep_versions": (POSITIVE_INT,),
+    "plan_keep_days": (POSITIVE,),
 }
 
 
 @dataclass(frozen=True)
 class ControllerSettings:
     """What one tick of a region needs: the channel-count policy, the construction parameters and
-    algorithm, the window's counter count x and the rebalance threshold (see the module docstring)."""
+    algorithm, the window's counter count x and the rebalance threshold, and the plan retention the
+    daemon applies (None: keep every plan's moves); see the module docstring."""
 
     policy: ChannelPolicy
     params: BuildParams
@@ -70,6 +78,7 @@ class ControllerSettings:
     counters: int
     rebalance_threshold: float
     split: SplitParams | None = None
+    retention: PlanRetention | None = None
 
     @classmethod
     def from_config(cls, config: RegionConfig) -> ControllerSettings:
@@ -90,6 +99,7 @@ class ControllerSettings:
             counters=settings.get("counters", DEFAULT_COUNTERS),
             rebalance_threshold=settings.get("rebalance_threshold", DEFAULT_REBALANCE_THRESHOLD),
             split=_split(config, settings.get("split", {})),
+            retention=_retention(settings),
         )
 
 
@@ -104,6 +114,15 @@ def _split(config: RegionConfig, parameters: Mapping[str, Any]) -> SplitParams |
     except InvalidInput as problem:
         raise InvalidInput(f"settings.{problem.field}", problem.requirement) from None
     return None if config.split_scheme is None else params
+
+
+def _retention(settings: Mapping[str, Any]) -> PlanRetention | None:
+    """The plan retention of ``settings.plan_keep_versions`` and ``settings.plan_keep_days``; None
+    without either."""
+    keep_versions, keep_days = settings.get("plan_keep_versions"), settings.get("plan_keep_days")
+    if keep_versions is None and keep_days is None:
+        return None
+    return PlanRetention(keep_versions=keep_versions, older_than=keep_days)
 
 
 def _policy(config: RegionConfig, settings: Mapping[str, Any]) -> ChannelPolicy:

@@ -25,12 +25,13 @@ from typing import Any, Literal, cast
 
 from sqlalchemy import Engine
 
+from repart.controller.service import ingest_snapshot
 from repart.errors import InvalidInput, NotFound
 from repart.partitioning.documents import parse_json
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
 from repart.protocol.snapshot import Snapshot
 from repart.protocol.spool import check_spool, locked, open_regular, settle, waiting_files
-from repart.storage import ingest_snapshot, run_in_transaction
+from repart.storage import run_in_transaction
 from repart.validation import POSITIVE_INT, check
 
 

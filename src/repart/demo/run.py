@@ -30,6 +30,7 @@ from pyspark.sql import SparkSession
 from sqlalchemy import Engine
 
 from repart.controller.daemon import Daemon, DaemonConfig
+from repart.controller.service import create_region
 from repart.controller.tick import last_considered_seq, tick
 from repart.demo.exactness import InputLedger, difference
 from repart.demo.measure import BatchCounts, batch_row
@@ -41,7 +42,6 @@ from repart.sim.trades import TradeStream
 from repart.spark.session import DEFAULT_MASTER, spark_session
 from repart.storage import (
     RegionConfig,
-    create_region,
     make_engine,
     read_transaction,
     run_in_transaction,

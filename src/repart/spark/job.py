@@ -209,8 +209,9 @@ class StatefulJob:
         code's schema first (``repart db upgrade``)."""
         if self.engine is None:
             raise InvalidInput("controller", "must be a database URL to create a region, not a client")
+        from repart.controller.service import create_region
         from repart.controller.tick import tick
-        from repart.storage import RegionConfig, create_region, region_by_name, run_in_transaction, upgrade
+        from repart.storage import RegionConfig, region_by_name, run_in_transaction, upgrade
 
         upgrade(self.engine)
         if self.merge is not None:

@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # the names, for type checkers and readers; at run time __get
     from repart.storage.plans import get_plan as get_plan
     from repart.storage.plans import list_plans as list_plans
     from repart.storage.plans import set_plan_status as set_plan_status
+    from repart.storage.regions import CheckedRegion as CheckedRegion
     from repart.storage.regions import DeletedRegion as DeletedRegion
     from repart.storage.regions import RegionConfig as RegionConfig
     from repart.storage.regions import create_region as create_region
@@ -81,6 +82,7 @@ _EXPORTS = {
     "applied_version": "repart.storage.versions",
     "batch_reports": "repart.storage.events",
     "check_fence": "repart.storage.leases",
+    "CheckedRegion": "repart.storage.regions",
     "check_revision": "repart.storage.schema",
     "compare_and_set_status": "repart.storage.status",
     "create_region": "repart.storage.regions",

@@ -14,7 +14,7 @@ unique per (region, batch id), so a batch is reported once.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
@@ -120,7 +120,7 @@ def _next(session: Session, region: str) -> PlanToApply | None:
         rows = list_plans(session, region, status)
         if rows:
             row = rows[-1]
-            return PlanToApply(row.id, region, row.from_version, row.to_version, row.plan_json)
+            return PlanToApply(row.id, region, row.from_version, row.to_version, cast(str, row.plan_json))
     return None
 
 

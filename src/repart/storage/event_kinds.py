@@ -15,5 +15,6 @@ EVENT_KINDS = (
     "mode-changed",
     "plan-failed",
     "snapshot-deleted",
+    "plan-pruned",
     "region-deleted",
 )

@@ -172,11 +172,18 @@ def claim_leases(session: Session, holder: str, ttl_seconds: float, now: datetim
 
 @dataclass(frozen=True)
 class RegionLease:
-    """A region's name and who holds its lease until when (both None when nobody does)."""
+    """A region's name and who holds its lease until when (both None when nobody does), with its
+    failed ticks in a row and when it may be ticked again (0 and None when it is not backing off)."""
 
     region: str
     holder: str | None
     expires_at: datetime | None
+    tick_failures: int = 0
+    retry_at: datetime | None = None
+
+    def backing_off(self, now: datetime) -> bool:
+        """True while the region waits for its next try after failed ticks (``retry_at > now``)."""
+        return self.retry_at is not None and self.retry_at > now
 
     def held_by_another(self, holder: str, now: datetime) -> bool:
         """True while a holder other than ``holder`` has a valid lease (``expires_at > now``)."""
@@ -189,13 +196,19 @@ class RegionLease:
 
 
 def region_leases(session: Session) -> list[RegionLease]:
-    """Every region with its lease, in name order: one query."""
+    """Every region with its lease and backoff, in name order: one query."""
     rows = session.execute(
-        select(models.Region.name, models.Lease.holder, models.Lease.expires_at)
+        select(
+            models.Region.name,
+            models.Lease.holder,
+            models.Lease.expires_at,
+            models.Region.tick_failures,
+            models.Region.retry_at,
+        )
         .outerjoin(models.Lease, models.Lease.region_id == models.Region.id)
         .order_by(models.Region.name)
     ).all()
-    return [RegionLease(name, holder, expires_at) for name, holder, expires_at in rows]
+    return [RegionLease(*row) for row in rows]
 
 
 def _next_token(session: Session, region_id: int) -> int:

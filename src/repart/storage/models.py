@@ -60,6 +60,9 @@ class Region(Base):
     previous_mode: Mapped[str | None]
     split_scheme: Mapped[str | None]
     merge: Mapped[str | None]
+    tick_failures: Mapped[int]
+    retry_at: Mapped[datetime | None]
+    last_error: Mapped[str | None]
 
 
 class Snapshot(Base):
@@ -183,12 +186,13 @@ class Plan(Base):
     predicted_m: Mapped[float | None]
     explicit_moves: Mapped[int]
     slot_moves: Mapped[int]
-    plan_json: Mapped[str]
+    plan_json: Mapped[str | None]
     digest: Mapped[str]
     moved_rows: Mapped[int | None]
     moved_bytes: Mapped[int | None]
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+    pruned_at: Mapped[datetime | None]
 
     moves: Mapped[list[PlanMove]] = relationship(
         order_by="PlanMove.idx", cascade="all, delete-orphan", passive_deletes=True

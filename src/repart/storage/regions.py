@@ -1,7 +1,9 @@
 """Regions: a keyed, stateful pipeline stage and its controller configuration (DESIGN §7, §8).
 
 ``RegionConfig`` validates a configuration with the partitioning package's own checks, so a region
-that is stored can be built for; the repository functions create, read, update and delete regions by
+that is stored can be built for; its ``settings`` are the controller's, checked by
+``repart.controller.service`` (which every caller goes through), whose ``CheckedRegion`` is what
+these functions store; the repository functions create, read, update and delete regions by
 name. Every bad value raises ``InvalidInput`` naming the field (the dataclass field's name) and its
 accepted values (DESIGN §10, §12.4).
 """
@@ -114,8 +116,17 @@ class RegionConfig:
         return {**values, "settings_json": dump_object(self.settings, "settings")}
 
 
-def create_region(session: Session, name: str, config: RegionConfig) -> models.Region:
-    """Add a region; Conflict if the name is taken."""
+@dataclass(frozen=True)
+class CheckedRegion:
+    """A region's configuration that the controller accepted in full, its settings included: what the
+    functions below store. ``repart.controller.service.checked_config`` makes one."""
+
+    config: RegionConfig
+
+
+def create_region(session: Session, name: str, checked: CheckedRegion) -> models.Region:
+    """Add a region with a checked configuration; Conflict if the name is taken."""
+    config = checked.config
     check("region", name, REGION_NAME)
     if session.scalar(select(models.Region.id).where(models.Region.name == name)) is not None:
         raise Conflict(f"region {name!r} already exists")
@@ -141,19 +152,14 @@ def list_regions(session: Session) -> list[models.Region]:
     return list(session.scalars(select(models.Region).order_by(models.Region.name)))
 
 
-def update_region(session: Session, name: str, **changes: Any) -> models.Region:
-    """Change fields of a region's configuration (validated as a whole).
+def update_region(session: Session, name: str, checked: CheckedRegion) -> models.Region:
+    """Replace a region's configuration with a checked one.
 
     ``key_type`` and ``slot_bits`` cannot change once the region has snapshots or versions
     (Conflict): the stored keys and slot counts would no longer fit it.
     """
     row = region_by_name(session, name)
-    fields = [f.name for f in dataclasses.fields(RegionConfig)]
-    unknown = sorted(set(changes) - set(fields))
-    if unknown:
-        raise InvalidInput(unknown[0], f"is not a region field; accepted: {', '.join(fields)}")
-    old = RegionConfig.from_row(row)
-    new = dataclasses.replace(old, **changes)
+    old, new = RegionConfig.from_row(row), checked.config
     fixed = [f for f in _FIXED_ONCE_USED if getattr(new, f) != getattr(old, f)]
     if fixed and _has_data(session, row.id):
         raise Conflict(f"region {name!r} has snapshots or versions; {', '.join(fixed)} can no longer change")

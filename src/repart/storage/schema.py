@@ -12,6 +12,8 @@ Alembic (Alembic is imported only to upgrade or to read the scripts).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
-HEAD_REVISION = "0005"
+HEAD_REVISION = "0006"
 """The newest migration script's revision (tests check it against the scripts: ``head_revision``).
 Revisions are numbered with four digits, so their text order is their order."""
 
@@ -53,16 +55,53 @@ def upgrade(engine_or_url: Engine | str | None = None) -> str | None:
     engine = make_engine(engine_or_url) if not isinstance(engine_or_url, Engine) else engine_or_url
     try:
         config = alembic_config(engine)
-        with engine.begin() as connection:
+        with engine.connect() as connection, _foreign_keys_off(connection), connection.begin():
             before = _revision(connection)
             if before is not None and before > HEAD_REVISION:
                 raise _newer(before)
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
+            _check_foreign_keys(connection)
         return before
     finally:
         if owned:
             engine.dispose()
+
+
+@contextmanager
+def _foreign_keys_off(connection: Connection) -> Iterator[None]:
+    """On SQLite, foreign keys off while the revisions run, on again afterwards.
+
+    SQLite alters a table by copying it (Alembic's batch mode): it creates the new table, copies the
+    rows, drops the old one and renames the new one. With foreign keys on, the drop deletes the old
+    table's rows first and cascades to every table that refers to it (a region's versions, plans and
+    snapshots, a plan's moves). The pragma has no effect inside a transaction, so it is set on the
+    driver's connection before the upgrade's transaction begins; ``_check_foreign_keys`` checks the
+    result before it commits."""
+    if connection.dialect.name != "sqlite":
+        yield
+        return
+    driver = connection.connection.driver_connection
+    assert driver is not None
+    driver.execute("PRAGMA foreign_keys=OFF")
+    try:
+        yield
+    finally:
+        driver.execute("PRAGMA foreign_keys=ON")
+
+
+def _check_foreign_keys(connection: Connection) -> None:
+    """On SQLite, refuse to commit revisions that left a row referring to a missing one (they ran with
+    foreign keys off: ``_foreign_keys_off``)."""
+    if connection.dialect.name != "sqlite":
+        return
+    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+    if broken:
+        table, rowid, parent, _ = broken[0]
+        raise RuntimeError(
+            f"the schema upgrade left {len(broken)} row(s) referring to missing rows (first: {table} row "
+            f"{rowid} -> {parent}); nothing was committed"
+        )
 
 
 def head_revision() -> str:

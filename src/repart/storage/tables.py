@@ -114,6 +114,9 @@ _ONE_KEY = "(key_int IS NULL) <> (key_utf8 IS NULL)"
 # (``repart.protocol.merge``).
 # ``lease_token`` is the last fencing token issued for the region's lease (``repart.storage.leases``):
 # it only grows, also across released leases.
+# ``tick_failures`` counts the region's failed ticks in a row, ``retry_at`` is when the daemon ticks it
+# again (exponential backoff, ``repart.controller.backoff``) and ``last_error`` the last failure's
+# message; a successful tick or ``repart resume`` clears them.
 regions = Table(
     "regions",
     metadata,
@@ -145,6 +148,9 @@ regions = Table(
     Column("previous_mode", String(16)),
     Column("split_scheme", String(16)),
     Column("merge", Text),
+    Column("tick_failures", Integer, nullable=False, default=0, server_default="0"),
+    Column("retry_at", UTCDateTime),
+    Column("last_error", Text),
     CheckConstraint(_in("key_type", KEY_TYPES), name="key_type"),
     CheckConstraint("1 <= min_channels AND min_channels <= max_channels", name="channel_bounds"),
     CheckConstraint(
@@ -154,6 +160,7 @@ regions = Table(
     CheckConstraint(_in("mode", REGION_MODES), name="mode"),
     CheckConstraint(f"split_scheme IS NULL OR {_in('split_scheme', SPLIT_SCHEMES)}", name="split_scheme"),
     CheckConstraint("split_scheme IS NULL OR merge IS NOT NULL", name="split_merge"),
+    CheckConstraint("tick_failures >= 0", name="tick_failures"),
 )
 
 # One tumbling window's lossy counter and measurements (DESIGN §3); ``version`` was active.
@@ -257,6 +264,8 @@ version_explicit = Table(
 )
 
 # A migration plan between two versions of a region (DESIGN §6) and its status (DESIGN §7).
+# ``pruned_at`` is when retention (``repart.storage.retention``) deleted the plan's moves: its JSON is
+# then None and its ``plan_moves`` rows are gone; the row keeps the plan's summary.
 plans = Table(
     "plans",
     metadata,
@@ -269,17 +278,19 @@ plans = Table(
     Column("predicted_m", Float),
     Column("explicit_moves", Integer, nullable=False),
     Column("slot_moves", Integer, nullable=False),
-    Column("plan_json", Text, nullable=False),
+    Column("plan_json", Text),
     Column("digest", String(64), nullable=False),
     Column("moved_rows", BigInteger),
     Column("moved_bytes", BigInteger),
     Column("created_at", UTCDateTime, nullable=False, default=utc_now),
     Column("updated_at", UTCDateTime, nullable=False, default=utc_now, onupdate=utc_now),
+    Column("pruned_at", UTCDateTime),
     ForeignKeyConstraint(["region_id", "from_version"], ["versions.region_id", "versions.number"]),
     ForeignKeyConstraint(["region_id", "to_version"], ["versions.region_id", "versions.number"]),
     UniqueConstraint("region_id", "to_version"),
     CheckConstraint(_in("status", PLAN_STATUSES), name="status"),
     CheckConstraint("explicit_moves >= 0 AND slot_moves >= 0", name="move_counts"),
+    CheckConstraint("(plan_json IS NULL) = (pruned_at IS NOT NULL)", name="pruned"),
 )
 
 # One move of a plan: an explicit key ``(key, source, target, weight)`` or a slot range
