@@ -1,11 +1,11 @@
 """``examples/vwap.py`` reports an expected error as one line and the error's exit code: 4 on a damaged
-state store."""
+state store. The example runs as a user runs it, in its own process with its own Spark."""
 
 from __future__ import annotations
 
-import importlib.util
+import subprocess
+import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -13,37 +13,23 @@ from repart.errors import Corrupt
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "vwap.py"
 
-
-def load_example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("vwap_example", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+pytestmark = pytest.mark.spark
 
 
-class NoSpark:
-    """Stands for the Spark session: the store is opened (and found damaged) before any Spark job runs."""
-
-    stopped = False
-
-    def stop(self) -> None:
-        NoSpark.stopped = True
-
-
-def test_a_damaged_store_exits_4_with_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_damaged_store_exits_4_with_one_line(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir()
     (state / "MANIFEST").write_text('{"torn', encoding="utf-8")  # a store whose manifest is torn
-    example = load_example()
-    monkeypatch.setattr(example, "spark_session", lambda master, name: NoSpark())
     database = f"sqlite:///{tmp_path / 'repart.db'}"
-    code = example.main(["--db", database, "--state", str(state), "--batches", "1"])
-    captured = capsys.readouterr()
-    assert code == Corrupt.exit_code == 4
-    assert captured.out == ""
-    assert captured.err.startswith("error: MANIFEST: the manifest is corrupt")
-    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
-    assert NoSpark.stopped
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--db", database, "--state", str(state), "--batches", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == Corrupt.exit_code == 4
+    assert run.stdout == ""
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [line for line in errors if line.startswith("error: MANIFEST: the manifest is corrupt")]
+    assert len(errors) == 1 and "Traceback" not in run.stderr
