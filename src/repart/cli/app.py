@@ -40,7 +40,7 @@ COMMANDS = {
 app = typer.Typer(
     cls=lazy_group(COMMANDS),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     help="repart: elastic repartitioning for stateful Spark pipelines.",
 )
 
