@@ -69,7 +69,9 @@ def load_config(path: Path | None = None) -> Config:
             f"{path}:", f"does not exist (named by ${CONFIG_ENV_VAR}); create it or unset ${CONFIG_ENV_VAR}"
         ) from None
     except (OSError, UnicodeDecodeError) as problem:
-        raise InvalidInput(f"{path}:", f"cannot be read as UTF-8 text ({problem.__class__.__name__})") from None
+        raise InvalidInput(
+            f"{path}:", f"cannot be read as UTF-8 text ({problem.__class__.__name__})"
+        ) from None
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as problem:
@@ -112,7 +114,7 @@ def state_option(given: str | None) -> str:
     if configured.state is None:
         raise InvalidInput(
             "--state",
-            f"is required: give --state DIR|URL, or state = \"…\" in {configured.path or DEFAULT_FILE}",
+            f'is required: give --state DIR|URL, or state = "…" in {configured.path or DEFAULT_FILE}',
         )
     return configured.state
 

@@ -1,11 +1,11 @@
 """What the database commands share: the ``--db`` and ``--json`` options, opening the database, output.
 
 Every database command takes ``--db URL`` (default: ``$REPART_DB``, else ``db`` in the configuration
-file, ``repart.cli.config``, else ``./.repart/repart.db``) and ``--json`` (machine output on stdout and nothing else
-there). A command other than ``init`` and ``db`` refuses a database that is not at the code's schema
-revision (``repart.storage.check_revision``: run ``repart db upgrade``), with a message instead of an
-SQL error, and every other mistake in ``--db`` is one line naming it (exit code 2), never a driver
-traceback.
+file, ``repart.cli.config``, else ``./.repart/repart.db``) and ``--json`` (machine output on stdout and
+nothing else there). A command other than ``init`` and ``db`` refuses a database that is not at the
+code's schema revision (``repart.storage.check_revision``: run ``repart db upgrade``), with a message
+instead of an SQL error, and every other mistake in ``--db`` is one line naming it (exit code 2), never
+a driver traceback.
 
 The CLI imports SQLAlchemy and the storage modules here and in the commands only when a command runs,
 so ``repart --help`` does not pay for them (issue #10).
@@ -81,9 +81,7 @@ def existing_database(url: str | None) -> Iterator[Engine]:
         and not path.startswith("file:")
         and not Path(path).expanduser().exists()
     ):
-        raise InvalidInput(
-            source, f"names no database: {path} does not exist; create it with `repart init`"
-        )
+        raise InvalidInput(source, f"names no database: {path} does not exist; create it with `repart init`")
     _, engine = engine_for(url)
     try:
         with database_errors(shown):
