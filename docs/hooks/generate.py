@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import click
 import typer.main
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
@@ -126,11 +125,12 @@ def cli_reference() -> str:
         "[exit codes](exit-codes.md) page.",
         "",
     ]
-    lines += _command(root, "repart", click.Context(root, info_name="repart"), depth=2)
+    lines += _command(root, "repart", root.context_class(root, info_name="repart"), depth=2)
     return "\n".join(lines) + "\n"
 
 
-def _command(command: click.Command, path: str, context: click.Context, depth: int) -> list[str]:
+# typer carries its own copy of click: its commands, parameters and contexts are read by their attributes.
+def _command(command: Any, path: str, context: Any, depth: int) -> list[str]:
     lines = [f"{'#' * depth} `{path}`", ""]
     if command.help:
         lines += [_plain(command.help), ""]
@@ -141,30 +141,31 @@ def _command(command: click.Command, path: str, context: click.Context, depth: i
         lines += ["| argument or option | type | default | meaning |", "|---|---|---|---|"]
         lines += [_row(parameter) for parameter in options]
         lines.append("")
-    if isinstance(command, click.Group):
+    if hasattr(command, "list_commands"):
         for name in command.list_commands(context):
             sub = command.get_command(context, name)
             if sub is None or sub.hidden:
                 continue
-            sub_context = click.Context(sub, info_name=name, parent=context)
+            sub_context = sub.context_class(sub, info_name=name, parent=context)
             lines += _command(sub, f"{path} {name}", sub_context, depth + 1 if depth < 4 else depth)
     return lines
 
 
-def _row(parameter: click.Parameter) -> str:
-    if isinstance(parameter, click.Option):
+def _row(parameter: Any) -> str:
+    option = parameter.param_type_name == "option"
+    if option:
         names = ", ".join(f"`{name}`" for name in [*parameter.opts, *parameter.secondary_opts])
-        meaning = parameter.help or ""
     else:
         names = f"`{(parameter.human_readable_name or '').upper()}`"
-        meaning = getattr(parameter, "help", None) or ""
-    kind = "flag" if isinstance(parameter, click.Option) and parameter.is_flag else _type(parameter)
+    meaning = getattr(parameter, "help", None) or ""
+    kind = "flag" if option and parameter.is_flag else _type(parameter)
     default = parameter.default
     show = (
         ""
         if default is None
         or callable(default)
-        or (isinstance(parameter, click.Option) and parameter.show_default is False)
+        or (option and parameter.show_default is False)
+        or (option and parameter.is_flag and default is False)
         or default == ()
         else f"`{default}`"
     )
@@ -173,9 +174,10 @@ def _row(parameter: click.Parameter) -> str:
     return f"| {names} | {kind} | {show} | {_cell(meaning)} |"
 
 
-def _type(parameter: click.Parameter) -> str:
-    if isinstance(parameter.type, click.Choice):
-        return " \\| ".join(f"`{choice}`" for choice in parameter.type.choices)
+def _type(parameter: Any) -> str:
+    choices = getattr(parameter.type, "choices", None)
+    if choices:
+        return " \\| ".join(f"`{choice}`" for choice in choices)
     return str(parameter.type.name).lower()
 
 
