@@ -132,9 +132,10 @@ def run_demo(config: DemoConfig, on_batch: Callable[[DemoRow], None] | None = No
                 problem = difference(expected, state)
                 if problem is not None:
                     mismatches[mode].append(f"batch {seq}: {problem}")
-                row = batch_row(
-                    mode, outcome, counts, state_rows=pipeline.store.rows(), state_keys=state.num_rows
-                )
+                # The state's rows as readers see them (a channel's deltas resolved to one row per key),
+                # not the rows its files hold, which count a key again in each delta until compaction.
+                state_rows = pipeline.store.read().num_rows
+                row = batch_row(mode, outcome, counts, state_rows=state_rows, state_keys=state.num_rows)
                 rows.append(row)
                 if on_batch is not None:
                     on_batch(row)
