@@ -101,3 +101,10 @@ def test_every_package_has_an_init_and_the_typing_marker_ships() -> None:
     for package, files in data["package-data"].items():
         for name in files:
             assert (source.parent / package.replace(".", "/") / name).exists()
+
+
+def test_the_snapshot_schema_page_shows_the_schema_the_package_ships() -> None:
+    page = (ROOT / "docs" / "reference" / "snapshot-schema.md").read_text(encoding="utf-8")
+    shown = page.split("```json\n")[-1].split("```", 1)[0]
+    shipped = (ROOT / "src" / "repart" / "protocol" / "snapshot.schema.json").read_text(encoding="utf-8")
+    assert shown.strip() == shipped.strip()
