@@ -24,7 +24,7 @@ PY = ".venv/bin/python"
 # Each saved output's stem: its title and the command that produced it. Outputs of scripts that no
 # longer exist are kept as history and say so.
 RESULTS: dict[str, tuple[str, str]] = {
-    "demo-vwap": ("The demo's plot", ".venv/bin/repart demo --plot docs/results/demo-vwap.png"),
+    "demo-vwap": ("The demo", ".venv/bin/repart demo --plot docs/results/demo-vwap.png"),
     "paper-default": (
         "Gedik's experiment, paper defaults",
         ".venv/bin/repart simulate --runs 5 --json docs/results/paper-default.json "
