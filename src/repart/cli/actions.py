@@ -1,5 +1,4 @@
-"""``repart rollback|scale|resume|explain``: the operator's overrides and the last decision (DESIGN §6–§8,
-§10, §12.3).
+"""``repart rollback|scale|resume|explain``: the operator's overrides and the last decision.
 
 ``rollback`` and ``scale`` activate a new version with a pending plan from the applied version, as the
 controller's tick does, with rule ``operator``, and hold the region so that the next tick does not

@@ -8,7 +8,7 @@ instead of an SQL error, and every other mistake in ``--db`` is one line naming 
 a driver traceback.
 
 The CLI imports SQLAlchemy and the storage modules here and in the commands only when a command runs,
-so ``repart --help`` does not pay for them (issue #10).
+so ``repart --help`` does not pay for them.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def read_query(url: str | None, work: Callable[[Session], T]) -> T:
 
 def read_rows(url: str | None, work: Callable[[Connection], T]) -> T:
     """``read_query`` for ``work`` that reads Core tables (``repart.storage.tables``) on a connection:
-    the command loads no ORM (``repart status``, issue #10)."""
+    the command loads no ORM (``repart status``)."""
     from repart.storage.engine import read_connection
 
     with open_database(url) as engine:

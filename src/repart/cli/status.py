@@ -1,5 +1,4 @@
-"""``repart status``: per region, its mode, the applied version, N, the open plan and the last event
-(DESIGN §7, §8, §12.3)."""
+"""``repart status``: per region, its mode, the applied version, N, the open plan and the last event."""
 
 from __future__ import annotations
 
