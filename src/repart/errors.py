@@ -1,22 +1,20 @@
-"""Errors by what the caller should do about them (DESIGN §12.4).
+"""Errors by what the caller should do about them.
 
 Every error repart raises on purpose is a ``ReparError``. Its class says what to do next, and the CLI
-turns it into one line on stderr and the exit code ``exit_code`` (listed in README):
+turns it into one line on stderr and the exit code ``exit_code``:
 
-=============  ====  ==========================================================================
-class          exit  the caller should
-=============  ====  ==========================================================================
-InvalidInput   2     fix the named field or option and try again
-NotFound       2     name a region, version, plan or file that exists
-Conflict       3     retry later (a plan being applied, a lease held elsewhere, a write lock)
-Corrupt        4     repair or restore the damaged state or document; retrying cannot help
-Unavailable    5     check the address of a service (an object store endpoint), or retry later
-=============  ====  ==========================================================================
+| class | exit | the caller should |
+|---|---|---|
+| InvalidInput | 2 | fix the named field or option and try again |
+| NotFound | 2 | name a region, version, plan or file that exists |
+| Conflict | 3 | retry later (a plan being applied, a lease held elsewhere, a write lock) |
+| Corrupt | 4 | repair or restore the damaged state or document; retrying cannot help |
+| Unavailable | 5 | check the address of a service (an object store endpoint), or retry later |
 
 Anything else that escapes a command is a bug and shows its traceback.
 
 This module and ``repart.validation`` import nothing, so every package may use them (the one
-exception to the dependency direction of DESIGN §1, recorded in docs/DECISIONS.md).
+exception to the packages' dependency direction, recorded in docs/DECISIONS.md).
 """
 
 from __future__ import annotations

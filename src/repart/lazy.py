@@ -1,5 +1,5 @@
 """Package names loaded on first use (PEP 562), so that importing one module of a package does not load
-the rest (a responsive CLI, issue #10). A leaf module, as ``repart.errors`` is: it imports only the
+the rest (a responsive CLI). A leaf module, as ``repart.errors`` is: it imports only the
 standard library, and every package may use it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One declarative vocabulary for parameter checks (DESIGN §12.4), in the style of scikit-learn's
+"""One declarative vocabulary for parameter checks, in the style of scikit-learn's
 ``_param_validation``: a parameter's accepted values are written down as constraints, and ``check``
 compares a value with them and raises ``InvalidInput`` naming the field. Every message has the same
 shape, ``"<field> must be <constraint> [or <constraint>], got <value>"``.

@@ -91,7 +91,7 @@ def test_status_loads_no_other_command_and_its_json_no_rich(tmp_path: Path) -> N
     printed, loaded = modules_loaded_by(["status"], url)
     assert "ticks" in printed and "rich.table" in loaded
     shared = {"repart.cli", "repart.cli.app", "repart.cli.lazy_group"}  # and what every command imports:
-    shared |= {"repart.cli.database", "repart.cli.errors"}
+    shared |= {"repart.cli.database", "repart.cli.errors", "repart.cli.config"}
     assert {m for m in loaded if m.startswith("repart.cli")} == {*shared, "repart.cli.status"}
     printed, loaded = modules_loaded_by(["status", "--json"], url)
     assert '"region": "ticks"' in printed

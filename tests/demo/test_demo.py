@@ -29,6 +29,8 @@ FIELDS = [
     "version",
     "b",
     "b_hash",
+    "load",
+    "load_hash",
     "b_lb",
     "memory",
     "migrated_fraction",

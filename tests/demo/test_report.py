@@ -69,6 +69,8 @@ def row(mode: str, batch: int, b: float | None = 1.1, memory: float = 1.0) -> De
         version=batch + 1,
         b=b,
         b_hash=1.4,
+        load=1.05,
+        load_hash=1.3,
         b_lb=0.9,
         memory=memory,
         migrated_fraction=0.0 if batch == 0 else 0.19,

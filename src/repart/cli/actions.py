@@ -1,5 +1,4 @@
-"""``repart rollback|scale|resume|explain``: the operator's overrides and the last decision (DESIGN §6–§8,
-§10, §12.3).
+"""``repart rollback|scale|resume|explain``: the operator's overrides and the last decision.
 
 ``rollback`` and ``scale`` activate a new version with a pending plan from the applied version, as the
 controller's tick does, with rule ``operator``, and hold the region so that the next tick does not
@@ -31,6 +30,13 @@ from repart.cli.database import (
 )
 from repart.cli.errors import reports_bad_input
 from repart.cli.versions import print_split_keys
+
+# Where the decision's numbers are explained, under its table.
+METRICS_CAPTION = (
+    "b: relative imbalance, max/min channel load over α (at most 1: within tolerance); b_lb: the best b a "
+    "key-preserving function can reach; m: state moved over one channel's ideal share. "
+    "Explained in docs/concepts/metrics.md."
+)
 
 if TYPE_CHECKING:
     from repart.controller.actions import ActionResult
@@ -95,7 +101,7 @@ def explain(region: RegionName, db: DbOption = None, as_json: JsonOption = False
         print_json(shown)
         return
     out = console()
-    table = Table(title=f"last decision of {region}", show_header=False)
+    table = Table(title=f"last decision of {region}", show_header=False, caption=METRICS_CAPTION)
     table.add_column("field", style="bold")
     table.add_column("value")
     for field in ("kind", "rule", "message", "at", "version", "plan_id", "policy", "algorithm"):

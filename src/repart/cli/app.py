@@ -2,7 +2,7 @@
 
 The app names each command and where it lives; a command's module is imported, and its command built,
 only when the command runs or help lists it (``lazy_group``), so that ``repart status`` does not load
-the other commands' modules (issue #10).
+the other commands' modules.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ COMMANDS = {
 app = typer.Typer(
     cls=lazy_group(COMMANDS),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     help="repart: elastic repartitioning for stateful Spark pipelines.",
 )
 

@@ -1,4 +1,4 @@
-"""``repart batches list``: what a region's Spark batches reported back (DESIGN §7, §12.1).
+"""``repart batches list``: what a region's Spark batches reported back.
 
 A job reports each batch once (``ControllerClient.report_batch``): a JSON payload of what it did
 (rows, timings, checksums), tied to the plan it applied, if any.

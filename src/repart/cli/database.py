@@ -1,14 +1,14 @@
 """What the database commands share: the ``--db`` and ``--json`` options, opening the database, output.
 
-Every database command takes ``--db URL`` (default: ``$REPART_DB``, else ``./.repart/repart.db``, as
-``repart.storage.database_url`` resolves it) and ``--json`` (machine output on stdout and nothing else
-there). A command other than ``init`` and ``db`` refuses a database that is not at the code's schema
-revision (``repart.storage.check_revision``: run ``repart db upgrade``), with a message instead of an
-SQL error, and every other mistake in ``--db`` is one line naming it (exit code 2), never a driver
-traceback.
+Every database command takes ``--db URL`` (default: ``$REPART_DB``, else ``db`` in the configuration
+file, ``repart.cli.config``, else ``./.repart/repart.db``) and ``--json`` (machine output on stdout and
+nothing else there). A command other than ``init`` and ``db`` refuses a database that is not at the
+code's schema revision (``repart.storage.check_revision``: run ``repart db upgrade``), with a message
+instead of an SQL error, and every other mistake in ``--db`` is one line naming it (exit code 2), never
+a driver traceback.
 
 The CLI imports SQLAlchemy and the storage modules here and in the commands only when a command runs,
-so ``repart --help`` does not pay for them (issue #10).
+so ``repart --help`` does not pay for them.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from repart.cli.config import database_option
 from repart.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ DbOption = Annotated[
     str | None,
     typer.Option(
         "--db",
-        help="Database URL (default: $REPART_DB, else sqlite:///./.repart/repart.db).",
+        help="Database URL (default: $REPART_DB, else db in repart.toml, else sqlite:///./.repart/repart.db).",
         show_default=False,
     ),
 ]
@@ -69,6 +70,7 @@ def existing_database(url: str | None) -> Iterator[Engine]:
     when the command writes (raised from the body of the ``with`` block).
     """
     resolved = _resolved(url)
+    _, source = database_option(url)
     path = resolved.database or ""
     sqlite = resolved.get_backend_name() == "sqlite"
     shown = path if sqlite else resolved.render_as_string(hide_password=True)
@@ -79,9 +81,7 @@ def existing_database(url: str | None) -> Iterator[Engine]:
         and not path.startswith("file:")
         and not Path(path).expanduser().exists()
     ):
-        raise InvalidInput(
-            DB_OPTION, f"names no database: {path} does not exist; create it with `repart init`"
-        )
+        raise InvalidInput(source, f"names no database: {path} does not exist; create it with `repart init`")
     _, engine = engine_for(url)
     try:
         with database_errors(shown):
@@ -92,23 +92,26 @@ def existing_database(url: str | None) -> Iterator[Engine]:
 
 def engine_for(url: str | None) -> tuple[URL, Engine]:
     """The resolved URL of ``--db`` and an engine on it (for SQLite, the file's directory is created);
-    InvalidInput naming ``--db`` for text that is not a database URL."""
+    InvalidInput naming ``--db`` (or the configuration file's line) for text that is not a database URL."""
     from repart.storage.engine import make_engine
 
+    chosen, source = database_option(url)
     try:
-        return _resolved(url), make_engine(url)
+        return _resolved(url), make_engine(chosen)
     except InvalidInput as error:
-        raise InvalidInput(DB_OPTION, error.requirement) from None
+        raise InvalidInput(source, error.requirement) from None
 
 
 def _resolved(url: str | None) -> URL:
-    """``database_url(url)``, with InvalidInput naming ``--db``."""
+    """``database_url`` of the URL a command uses (``--db``, ``$REPART_DB``, the configuration file, the
+    built-in default: ``repart.cli.config``), with InvalidInput naming where it came from."""
     from repart.storage.engine import database_url
 
+    chosen, source = database_option(url)
     try:
-        return database_url(url)
+        return database_url(chosen)
     except InvalidInput as error:
-        raise InvalidInput(DB_OPTION, error.requirement) from None
+        raise InvalidInput(source, error.requirement) from None
 
 
 @contextmanager
@@ -147,7 +150,7 @@ def read_query(url: str | None, work: Callable[[Session], T]) -> T:
 
 def read_rows(url: str | None, work: Callable[[Connection], T]) -> T:
     """``read_query`` for ``work`` that reads Core tables (``repart.storage.tables``) on a connection:
-    the command loads no ORM (``repart status``, issue #10)."""
+    the command loads no ORM (``repart status``)."""
     from repart.storage.engine import read_connection
 
     with open_database(url) as engine:

@@ -19,9 +19,28 @@ if TYPE_CHECKING:
     from repart.demo.report import DemoRow
 
 _HEADER = (
-    f"{'mode':<8} {'batch':>5} {'N':>3} {'version':>7} {'b':>7} {'b_hash':>7} {'b_lb':>7} {'memory':>7} "
-    f"{'migrated':>9} {'ideal':>7} {'seconds':>8}"
+    f"{'mode':<8} {'batch':>5} {'N':>3} {'version':>7} {'b':>7} {'b_hash':>7} {'load':>6} {'l_hash':>6} "
+    f"{'b_lb':>7} {'memory':>7} {'migrated':>9} {'ideal':>7} {'seconds':>8}"
 )
+# What a newcomer needs to read the table and the plot; the metrics are explained in the documentation
+# (docs/concepts/metrics.md).
+_INTRODUCTION = """\
+The same stream of synthetic trades, growing 15 % per batch with drifting hot tickers, feeds two
+regions: 'preserve' keeps each ticker on one channel (Gedik's partitioning functions), 'split' may
+spread the hottest tickers over several channels and sums their partial state. A controller runs
+beside them and rescales or rebalances each region between batches.
+
+Each row is one batch of one mode:
+  N, version  channels the batch ran on, and the version of the partitioning function it used
+  b, b_hash   relative imbalance (max/min channel load over the tolerance 1.2; at most 1 is within
+              tolerance) of repart's function and of plain hashing on the same batch
+  load, l_hash  max/mean load: the busiest channel's rows over the average channel's (1.00 = even)
+  b_lb        the best b any function keeping each ticker on one channel could reach
+  memory      state rows per ticker (above 1 when split tickers keep partial rows)
+  migrated    share of the state the batch's plan moved; ideal: the least a change of N must move
+  seconds     the batch's time (apply, partition, update, observe, report)
+The metrics are explained in docs/concepts/metrics.md.
+"""
 
 
 def _number(value: float | None, digits: int = 3) -> str:
@@ -31,7 +50,8 @@ def _number(value: float | None, digits: int = 3) -> str:
 def _line(row: DemoRow) -> str:
     return (
         f"{row.mode:<8} {row.batch:>5} {row.N:>3} {row.version:>7} {_number(row.b):>7} "
-        f"{_number(row.b_hash):>7} {_number(row.b_lb):>7} {row.memory:>7.4f} "
+        f"{_number(row.b_hash):>7} {row.load:>6.2f} {row.load_hash:>6.2f} {_number(row.b_lb):>7} "
+        f"{row.memory:>7.4f} "
         f"{row.migrated_fraction:>9.4f} {row.ideal_fraction:>7.4f} {row.seconds:>8.2f}"
     )
 
@@ -88,15 +108,27 @@ def demo(
         f"[bold]repart demo[/]: VWAP over {batches} batches of synthetic trades, Spark {master}, "
         f"modes preserve and split ({split})"
     )
-    console.print(_HEADER)
-    result = run_demo(config, on_batch=lambda row: console.print(_line(row)))
+    console.print(_INTRODUCTION, markup=False)
+    console.print("Starting Spark and the controller…")
+    printed: list[DemoRow] = []
+
+    def print_row(row: DemoRow) -> None:
+        if not printed:  # the header after Spark's start-up, whatever the JVM printed during it
+            console.print(_HEADER)
+        printed.append(row)
+        console.print(_line(row))
+
+    result = run_demo(config, on_batch=print_row)
     with durable_output(plot) as temporary:
         plot_demo(
             [row.to_json() for row in result.rows],
             temporary,
             f"repart demo: VWAP pipeline, LCL, α = 1.2; split mode: {split}",
         )
-    console.print(f"wrote plot to {escape(str(plot))}")
+    console.print(
+        f"wrote plot to {escape(str(plot))}: per batch, both modes side by side, N (top), b of repart and "
+        "of hashing against b_lb (middle), migrated against ideal share of the state (bottom)"
+    )
     document = json.dumps(result.to_json(), indent=1)
     if json_path == STDOUT:
         sys.stdout.write(document + "\n")
@@ -104,6 +136,11 @@ def demo(
         with durable_output(json_path) as temporary:
             temporary.write_text(document)
         console.print(f"wrote {escape(str(json_path))}")
+    console.print(
+        "The check: each mode's state must hold exactly the input's totals (trades, volume, notional), "
+        "and after every batch each ticker's merged state must equal a plain Spark groupBy of all input "
+        "so far."
+    )
     for mode, totals in result.totals.items():
         verdict = "[green]equal[/]" if totals.input == totals.state else "[bold red]DIFFERENT[/]"
         console.print(f"{mode}: totals: input {totals.input}, state {totals.state}: {verdict}")

@@ -1,9 +1,9 @@
-"""Expected errors on the command line: one line on stderr and the error's exit code (DESIGN §12.4).
+"""Expected errors on the command line: one line on stderr and the error's exit code.
 
 A command raises ``ReparError``s; ``reports_bad_input`` prints ``error: <message>`` without a
 traceback and exits with the class's code: 2 for invalid input or something not found, 3 for a
-conflict (retry later), 4 for corrupt state (README lists them). Anything else is a bug and keeps its
-traceback.
+conflict (retry later), 4 for corrupt state (the documentation's exit codes page lists them).
+Anything else is a bug and keeps its traceback.
 
 An ``InvalidInput`` names the field it is about; when the running command has an option or argument
 for that field, the message names the option instead (``--channels must be …`` for

@@ -1,4 +1,4 @@
-"""``repart events list``: a region's audit log, what was decided, by which rule and why (DESIGN §7).
+"""``repart events list``: a region's audit log, what was decided, by which rule and why.
 
 Every decision of the controller and every operator action writes an event (kinds:
 ``repart.storage.EVENT_KINDS``); this command reads them back oldest first, optionally of one kind

@@ -1,4 +1,4 @@
-"""``repart init``: create the database and bring its schema to the newest revision (DESIGN §7)."""
+"""``repart init``: create the database and bring its schema to the newest revision."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A typer group whose commands are imported and built only when they are used (issue #10).
+"""A typer group whose commands are imported and built only when they are used.
 
 Typer builds the click command of every registered command before it parses a word: it imports each
 command module (and what that module imports) and reads every command function's signature. A group

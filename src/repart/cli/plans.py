@@ -1,5 +1,4 @@
-"""``repart plans list|show|report|prune``: a region's migration plans, what jobs report, and retention
-(DESIGN §6, §7).
+"""``repart plans list|show|report|prune``: a region's migration plans, what jobs report, and retention.
 
 ``report`` is what a Spark job says after applying a plan: ``applied`` (with the rows and bytes it
 moved) or ``failed``. A pending plan is taken through ``applying`` in the same transaction. Jobs retry:
@@ -120,7 +119,7 @@ def list_(
 
 def recommendation_summary(event: Event) -> dict[str, Any]:
     """A ``recommended`` event as what it recommends: the window it decided on, N, the candidate's
-    digest, predicted b and m, and its plan's moves (DESIGN §12.3)."""
+    digest, predicted b and m, and its plan's moves."""
     from repart.storage.jsontext import load_object
 
     data = load_object(event.data_json)

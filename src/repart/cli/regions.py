@@ -1,4 +1,4 @@
-"""``repart region create|list|show|update|delete``: regions and their configuration (DESIGN §7, §8).
+"""``repart region create|list|show|update|delete``: regions and their configuration.
 
 The options map onto ``repart.storage.RegionConfig``, which validates them; an error names the option
 and the accepted values, and nothing is written.
@@ -51,7 +51,7 @@ SplitOption = Annotated[
     str | None,
     typer.Option(
         "--split",
-        help="Split mode (DESIGN §11.3): spread keys too hot for one channel by pkg, dchoices, wchoices, "
+        help="Split mode: spread keys too hot for one channel by pkg, dchoices, wchoices, "
         "rr, fish or dkg (needs --merge); on update, none goes back to one channel per key.",
         show_default=False,
     ),
@@ -267,7 +267,7 @@ def update(
     as_json: JsonOption = False,
 ) -> None:
     """Change the given settings of a region (key type and slot bits only while it has no data), or its
-    mode (DESIGN §12.3: every change of mode is an event)."""
+    mode (every change of mode is an event)."""
     from repart.controller.service import update_region
 
     changes = _options(

@@ -1,4 +1,4 @@
-"""``repart run``: the controller daemon (DESIGN §8)."""
+"""``repart run``: the controller daemon."""
 
 from __future__ import annotations
 

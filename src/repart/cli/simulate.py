@@ -190,8 +190,16 @@ def _split_cells(record: Record) -> tuple[str, str]:
     return (f"{float(record['memory']):.6f}", f"{float(record['split_keys']):g}")
 
 
+# Where the table's numbers are explained, under the table.
+METRICS_CAPTION = (
+    "b: relative imbalance, max/min channel load over α (b_s, b_c, b_n per resource); b_lb: the best b a "
+    "key-preserving function can reach; m: state moved over one channel's ideal share. "
+    "Explained in docs/concepts/metrics.md."
+)
+
+
 def results_table(records: list[Record], config: ExperimentConfig, every: int) -> Table:
-    table = Table(title=_title(config))
+    table = Table(title=_title(config), caption=METRICS_CAPTION)
     split = bool(config.split)
     columns = ["algorithm", "N", "b", "b_s", "b_c", "b_n", "b_lb", "m"]
     columns += ["memory", "split keys"] if split else []

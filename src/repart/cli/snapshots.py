@@ -1,4 +1,4 @@
-"""``repart snapshot ingest``: store snapshot documents that Spark jobs wrote (DESIGN §3, §8).
+"""``repart snapshot ingest``: store snapshot documents that Spark jobs wrote.
 
 Each file holds one snapshot JSON document (``repart/protocol/snapshot.schema.json``) and is ingested
 in its own transaction: all of it or none of it. A rejected file does not stop the others; the

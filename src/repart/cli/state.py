@@ -27,6 +27,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from repart.cli.config import state_option
 from repart.cli.database import JsonOption, console, print_json
 from repart.cli.errors import reports_bad_input
 from repart.errors import Corrupt, InvalidInput
@@ -34,8 +35,13 @@ from repart.errors import Corrupt, InvalidInput
 state_app = typer.Typer(no_args_is_help=True, help="Inspect and maintain a job's keyed state store.")
 
 StateOption = Annotated[
-    str,
-    typer.Option("--state", help="The state store: a directory, or a file://, s3://, gs:// or az:// URL."),
+    str | None,
+    typer.Option(
+        "--state",
+        help="The state store: a directory, or a file://, s3://, gs:// or az:// URL "
+        "(default: state in repart.toml).",
+        show_default=False,
+    ),
 ]
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(s|m|h|d)")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -43,8 +49,9 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 @state_app.command()
 @reports_bad_input
-def verify(state: StateOption, as_json: JsonOption = False) -> None:
+def verify(state: StateOption = None, as_json: JsonOption = False) -> None:
     """Check every file of the store's newest generation (rows, checksum); exit 4 on damage."""
+    state = state_option(state)
     from repart.state.store import StateStore
 
     try:
@@ -75,7 +82,7 @@ def verify(state: StateOption, as_json: JsonOption = False) -> None:
 @state_app.command()
 @reports_bad_input
 def compact(
-    state: StateOption,
+    state: StateOption = None,
     max_filtered_share: Annotated[
         float,
         typer.Option(
@@ -100,6 +107,7 @@ def compact(
     as_json: JsonOption = False,
 ) -> None:
     """Fold deltas and rewrite scattered files of the channels that are due, as one more generation."""
+    state = state_option(state)
     from repart.state.compact import CompactionPolicy
     from repart.state.store import StateStore
 
@@ -133,7 +141,7 @@ def compact(
 @state_app.command()
 @reports_bad_input
 def vacuum(
-    state: StateOption,
+    state: StateOption = None,
     retain: Annotated[
         str,
         typer.Option(
@@ -144,6 +152,7 @@ def vacuum(
     as_json: JsonOption = False,
 ) -> None:
     """Delete the objects no recent generation lists, once older than --retain."""
+    state = state_option(state)
     from repart.state.store import StateStore
 
     result = StateStore.open(state).vacuum(parse_duration(retain, "retain"))
@@ -163,8 +172,9 @@ def vacuum(
 
 @state_app.command()
 @reports_bad_input
-def upgrade(state: StateOption, as_json: JsonOption = False) -> None:
+def upgrade(state: StateOption = None, as_json: JsonOption = False) -> None:
     """Convert a store of format 1 or 2 to format 3 (one verified commit; no data is copied)."""
+    state = state_option(state)
     from repart.state.store import StateStore
 
     store = StateStore.open(state)

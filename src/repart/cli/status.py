@@ -1,5 +1,5 @@
 """``repart status``: per region, its mode, the applied version, N, the open plan, the last event and
-its backoff after failed ticks (DESIGN §7, §8, §12.3)."""
+its backoff after failed ticks."""
 
 from __future__ import annotations
 

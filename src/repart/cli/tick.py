@@ -1,4 +1,4 @@
-"""``repart tick``: one controller iteration per region, for cron users (DESIGN §8)."""
+"""``repart tick``: one controller iteration per region, for cron users."""
 
 from __future__ import annotations
 

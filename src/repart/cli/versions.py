@@ -1,4 +1,4 @@
-"""``repart versions list|show|diff``: a region's stored partition functions (DESIGN §2, §6, §7).
+"""``repart versions list|show|diff``: a region's stored partition functions.
 
 ``diff`` shows the migration plan between two versions with the numbers ``plans show`` gives for the
 same migration (``migration_between``): the stored plan when there is one.
@@ -40,7 +40,7 @@ SHOWN_MOVES = 20
 
 def version_dict(row: Version, function: StoredFunction) -> dict[str, Any]:
     """A version's metadata as a JSON object; a split function's split keys with their candidates and
-    weights (DESIGN §11.3)."""
+    weights."""
     from repart.partitioning.split.function import SplitFunction, home_function
 
     home = home_function(function)

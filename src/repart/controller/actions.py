@@ -1,24 +1,24 @@
-"""Operator actions on a region: roll back, scale, and explain the last decision (DESIGN §6–§8, §10).
+"""Operator actions on a region: roll back, scale, and explain the last decision.
 
 The controller's loop (``repart.controller.tick``) decides on its own; these are the operator's
 overrides and the audit view, built from the same pieces (settings, window merge, ``build``,
 ``plan_migration``, ``repart.storage.activate``):
 
-- ``rollback``: DESIGN §6 — rolling back to version v creates a *new* version with v's content (the
+- ``rollback``: rolling back to version v creates a *new* version with v's content (the
   same canonical JSON, so the same digest) and a plan from the currently *applied* version to it;
   older versions stay as they are. The event is ``rollback``, rule ``operator``.
-- ``scale``: the Plan and Activate steps of DESIGN §8 with N chosen by the operator: the next function
+- ``scale``: the tick's plan and activate steps with N chosen by the operator: the next function
   is built from the applied version with the region's algorithm and parameters on the latest merged
   window (without snapshots: the consistent hash alone on N, as p^(0) is). The event is ``scaled``,
   rule ``operator``.
-- ``explain``: the newest decision event of the audit log (DESIGN §7) with its numbers.
+- ``explain``: the newest decision event of the audit log with its numbers.
 
-Both actions run as a tick does (DESIGN §12.2): they read in one read-only transaction, build and plan
+Both actions run as a tick does: they read in one read-only transaction, build and plan
 outside any transaction, and write version, plan, event and the hold in one short write transaction
 that compares and sets the region's status, so a build never holds SQLite's write lock and a change
 made in between (a tick's activation, a job applying a plan) is a ``Conflict``. Every refusal (an
 unknown version, N outside the region's bounds, a plan being applied, nothing to do) raises a
-``ReparError`` (DESIGN §12.4: ``InvalidInput`` naming the parameter, ``NotFound`` or ``Conflict``) and
+``ReparError`` (``InvalidInput`` naming the parameter, ``NotFound`` or ``Conflict``) and
 writes nothing.
 Event data follows tick's conventions: ``n_before``, ``n_next``, ``b_before``, ``predicted_b``,
 ``predicted_m``, ``plan_m``, ``algorithm``, ``candidates`` and ``window_seqs``, plus
@@ -131,17 +131,17 @@ class _Context:
 def rollback(
     engine: Engine, region: str, to_version: int, *, reason: str | None = None, now: datetime | None = None
 ) -> ActionResult:
-    """Activate a new version with version ``to_version``'s function and a plan to it (DESIGN §6).
+    """Activate a new version with version ``to_version``'s function and a plan to it.
 
     The plan goes from the applied version and is weighed by the latest merged window when there are
-    snapshots. The region is then held (DESIGN §12.3) with the operator's ``reason``, so that the next
+    snapshots. The region is then held with the operator's ``reason``, so that the next
     tick does not undo the rollback; ``repart resume`` returns it to its mode. ``now``
     (timezone-aware; default: the current time) is the events' time. Raises
     NotFound naming the existing versions for an unknown version, ``InvalidInput("to_version")``
     when the version's function is the applied one, Conflict while a plan is being applied or when the
     region changed between the read and the write; nothing is written then. As a tick does, it reads in
     one read-only transaction, plans outside any, and writes in one short write transaction that
-    compares and sets the region's status (DESIGN §12.2).
+    compares and sets the region's status.
     """
     moment = aware_now(now)
     context = read_transaction(engine, lambda session: _read(session, region))
@@ -151,7 +151,7 @@ def rollback(
 def scale(
     engine: Engine, region: str, n_channels: int, *, reason: str | None = None, now: datetime | None = None
 ) -> ActionResult:
-    """Activate the next function on ``n_channels`` channels with a plan to it (DESIGN §8, Plan/Activate).
+    """Activate the next function on ``n_channels`` channels with a plan to it (Plan/Activate).
 
     Built from the applied version with the region's algorithm and parameters on the latest merged
     window; without snapshots, the consistent hash alone on N with the applied function's consistent
@@ -166,14 +166,14 @@ def scale(
 
 
 def explain(session: Session, region: str) -> dict[str, Any]:
-    """Why the region runs what it runs: its newest decision event as a JSON object (DESIGN §7, §8).
+    """Why the region runs what it runs: its newest decision event as a JSON object.
 
     The event is the newest of kind ``activated``, ``no-change``, ``rollback``, ``scaled`` or
     ``initialized``. Besides its kind, rule, message, time and full ``data``, the numbers tick records
     are lifted out: the policy and its numbers, N before and next, b before (and the threshold), the
     predicted b and m, the plan's m, for ``auto`` every candidate algorithm's predicted b, m and
     objective, and in split mode b_lb, memory, D-Choices' d and the head: each split key with its
-    candidates and weights (DESIGN §11.3). ``backoff`` is the region's failed ticks in a row, when the
+    candidates and weights. ``backoff`` is the region's failed ticks in a row, when the
     daemon ticks it again and the last failure (``repart.controller.backoff``), or None. NotFound when
     the region has no such event yet (naming its last failure when its ticks fail).
     """
@@ -338,7 +338,7 @@ def _read(session: Session, region: str) -> _Context:
 
 
 def _predictions(context: _Context, target: StoredFunction) -> dict[str, Any]:
-    """N before and next and, with a window, b before and b and m of ``target`` (DESIGN §4; with a split
+    """N before and next and, with a window, b before and b and m of ``target`` (with a split
     function on either side, m is the migration plan's, consolidations included)."""
     numbers: dict[str, Any] = {"n_before": context.applied.n_channels, "n_next": target.n_channels}
     if context.estimate is None:

@@ -1,4 +1,4 @@
-"""Building the next version of a region (DESIGN §5, §11.3): Gedik's build for a key-preserving
+"""Building the next version of a region: Gedik's build for a key-preserving
 region and a split function by the region's scheme in split mode.
 The tick (``repart.controller.tick``) and the operator's actions (``repart.controller.actions``) build
 through here."""
@@ -32,7 +32,7 @@ def build_next(
 ) -> Built:
     """The next version from ``current`` on the merged window: Gedik's build for a key-preserving
     region (from ``current``'s home, so that leaving split mode consolidates every split key), or a
-    split function by the region's scheme (DESIGN §11.3)."""
+    split function by the region's scheme."""
     if settings.split is None:
         result = build(home_function(current), estimate, n_channels, settings.params, settings.algorithm)
         stored = result.report.to_json_dict()

@@ -1,4 +1,4 @@
-"""The long-running controller: a sweep of every region each interval, ticks under leases (DESIGN §8).
+"""The long-running controller: a sweep of every region each interval, ticks under leases.
 
 ``Daemon`` runs a sweep every interval on its own thread (never two at once; sweeps that fall due while one
 still runs are coalesced into the next and counted). A sweep renews every lease this daemon holds and
@@ -13,7 +13,7 @@ while the tick runs; the count keeps growing in ``overruns`` and in the metrics)
 the sweep claimed is ticked under that lease's token; a region created after the claim first takes its
 lease (``acquire_lease``). So two daemons on one database do not act on the same region at the same
 time: the other daemon skips the region until the lease expires (its holder stopped renewing it), then
-takes it over with a new fencing token. The tick presents the token with its write (DESIGN §12.2), so a
+takes it over with a new fencing token. The tick presents the token with its write, so a
 daemon that was paused past its lease (SIGSTOP, swap) cannot write when it resumes: its tick ends in a
 ``Conflict``, logged as ``conflict``, and the next sweep starts from the database's state again. With a
 spool directory configured, an APScheduler job ingests the snapshot files waiting there on the same

@@ -1,5 +1,5 @@
 """The daemon's defaults, in a module without imports, so that ``repart run --help`` shows them without
-loading the daemon (issue #10: a responsive CLI)."""
+loading the daemon (a responsive CLI)."""
 
 DEFAULT_INTERVAL_SECONDS = 10.0
 """Seconds between two sweeps, so between two ticks of a region."""

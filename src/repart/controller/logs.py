@@ -1,4 +1,4 @@
-"""The daemon's log: one JSON object per line, whoever logs (structured logs, DESIGN §8).
+"""The daemon's log: one JSON object per line, whoever logs (structured logs).
 
 The daemon's own lines are written by ``log_event`` as ``{"event": kind, "at": ISO-8601 UTC, …fields}``
 and pass through unchanged. Everything else that reaches the handler ``json_logging`` installs — a

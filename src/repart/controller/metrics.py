@@ -112,7 +112,7 @@ _REGION_SERIES = (
         "mode",
         "repart_region_mode",
         "gauge",
-        "1 for the region's mode (auto, recommend or hold: DESIGN §12.3), 0 for the other two.",
+        "1 for the region's mode (auto, recommend or hold), 0 for the other two.",
     ),
     ("channels", "repart_region_channels", "gauge", "Channels of the region's applied version."),
     ("applied_version", "repart_region_applied_version", "gauge", "Number of the region's applied version."),

@@ -1,4 +1,4 @@
-"""The controller's *analyze* step: how many channels, and whether to rebalance (DESIGN §8).
+"""The controller's *analyze* step: how many channels, and whether to rebalance.
 
 Gedik §4.5 places these decisions in the adaptivity loop (measure, analyze, plan, activate): the
 analysis decides whether the number of channels must change, and planning then builds the next
@@ -16,8 +16,8 @@ Policies:
   and the target is its ceiling clamped to ``[min_channels, max_channels]``; hysteresis and a
   cooldown keep the count from flapping.
 
-``needs_rebalance`` is the independent trigger of DESIGN §8: rebalance when the relative imbalance
-``b`` of the current function on the current frequencies (DESIGN §4, Gedik Eq. 11) exceeds a threshold.
+``needs_rebalance`` is the independent trigger: rebalance when the relative imbalance
+``b`` of the current function on the current frequencies (Gedik Eq. 11) exceeds a threshold.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class RebalanceDecision:
 
 @dataclass(frozen=True)
 class WindowLoad:
-    """Channel measurements over windows of known total wall-clock length (DESIGN §3, §8 "Measure").
+    """Channel measurements over windows of known total wall-clock length.
 
     ``channels`` holds one ``ChannelMeasurement`` per channel and window (several windows may be
     pooled: their tuples and busy seconds add); ``window_seconds`` is the wall-clock length they were
@@ -125,7 +125,7 @@ class WindowLoad:
 
 
 class ChannelPolicy(Protocol):
-    """A channel-count policy (DESIGN §8 "Analyze")."""
+    """A channel-count policy."""
 
     def decide(
         self, load: WindowLoad | None, current: int, now: datetime, last_change_at: datetime | None
@@ -171,7 +171,7 @@ class FixedPolicy:
 
 @dataclass(frozen=True)
 class TargetUtilizationPolicy:
-    """DS2-style sizing to a target utilization ``u`` of every channel (DESIGN §8 "Analyze").
+    """DS2-style sizing to a target utilization ``u`` of every channel.
 
     With ``rate_one = Σ busy tuples / Σ busy seconds`` (the tuples per busy second of the channels that
     were busy at all) and ``rate_in = Σ tuples / window_seconds``, the raw demand is
@@ -282,9 +282,9 @@ class TargetUtilizationPolicy:
 
 
 def needs_rebalance(b_current: float, threshold: float) -> RebalanceDecision:
-    """Rebalance when ``b_current > threshold`` (DESIGN §8 "Analyze", Gedik §4.5).
+    """Rebalance when ``b_current > threshold`` (Gedik §4.5).
 
-    ``b_current`` is the relative load imbalance ``b`` (DESIGN §4, Gedik Eq. 11) of the current
+    ``b_current`` is the relative load imbalance ``b`` (Gedik Eq. 11) of the current
     partitioning function on the current frequency estimate; ``b <= 1`` means every resource is within
     its tolerance α, so a threshold of 1 rebalances exactly when a tolerance is exceeded. b is infinite
     when a channel carries no load (r = max/min), which always exceeds the threshold; the numbers then

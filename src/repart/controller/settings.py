@@ -1,4 +1,4 @@
-"""A region's stored configuration as the objects one controller tick works with (DESIGN §7, §8).
+"""A region's stored configuration as the objects one controller tick works with.
 
 A region row holds the construction parameters (resource code, α, σ, utility, algorithm, tail-aware)
 as columns and the controller's own parameters as the JSON object ``settings``. The accepted settings,
@@ -12,7 +12,7 @@ all optional:
 - ``rebalance_threshold``: rebalance when b of the applied function exceeds it, > 0, default 1.0
   (b <= 1 means every resource is within its tolerance α).
 - ``move_limit``: readj's move limit c (Gedik Algorithm 4), an integer >= 1, default 5.
-- ``split``: the parameters of a split-mode region's scheme (DESIGN §11.3), an object checked by
+- ``split``: the parameters of a split-mode region's scheme, an object checked by
   ``repart.partitioning.split.params.SplitParams`` (θ, ε, spread, virtual nodes, seed); the scheme
   itself is the region's ``split_scheme``.
 - ``plan_keep_versions``, ``plan_keep_days``: plan retention (``repart.storage.retention``). The daemon
@@ -21,8 +21,8 @@ all optional:
   pruned (the default).
 
 The ``fixed`` policy runs the region's ``n_channels_initial`` channels, within its channel bounds.
-Every bad value raises ``InvalidInput`` naming ``settings.<field>`` and the accepted range (DESIGN §10,
-§12.4); ``SETTINGS`` writes the accepted values down.
+Every bad value raises ``InvalidInput`` naming ``settings.<field>`` and the accepted range;
+``SETTINGS`` writes the accepted values down.
 """
 
 from __future__ import annotations

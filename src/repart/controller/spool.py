@@ -1,4 +1,4 @@
-"""Ingesting snapshot files, one at a time or a whole spool directory (DESIGN §8 step 1, §10).
+"""Ingesting snapshot files, one at a time or a whole spool directory (the controller's first step: measure).
 
 ``ingest_file`` parses and stores one file in its own transaction: all of it or none of it.
 ``ingest_spool`` takes the files waiting in a spool directory (``repart.protocol.spool``: naming,

@@ -1,4 +1,4 @@
-"""One controller iteration for one region, as a fenced reconcile loop (DESIGN §8, §12.2, Gedik §4.5).
+"""One controller iteration for one region, as a fenced reconcile loop (Gedik §4.5).
 
 Gedik §4.5 closes the adaptivity loop around the partitioning function: measure the key frequencies,
 analyze whether the number of channels or the balance must change, plan the next function, and
@@ -8,19 +8,19 @@ reconcile loop does:
 1. **Read** (``observe``, one read-only transaction: never the write lock). First the status check:
    one small query reads the region row, whose status columns (``repart.storage.status``) say which
    version is applied and which window seq was last decided on, together with the newest snapshot's
-   seq, and the region's mode (DESIGN §12.3). A region in ``hold`` is ``held``; one without versions
+   seq, and the region's mode. A region in ``hold`` is ``held``; one without versions
    is initialized; one with no snapshot newer than the one last considered is ``idle``, and one with
    a plan being applied is ``blocked``: none of them loads the window. Otherwise the applied function
-   and the last ``x - 1`` snapshots (the sliding window, DESIGN §3) are loaded.
+   and the last ``x - 1`` snapshots (the sliding window) are loaded.
 2. **Decide** (``decide``, a pure function of what was read and the ``now`` passed in):
    initialize with p^(0) (the consistent hash alone on ``n_channels_initial`` channels); or
    **analyze** with the channel-count policy and, independently, the rebalance trigger (b of the
-   applied function on the merged window against the region's threshold, DESIGN §4, Gedik Eq. 11):
+   applied function on the merged window against the region's threshold, Gedik Eq. 11):
    neither fires, or the build reproduces the applied function: ``unchanged`` (a ``no-change`` event);
    else **plan**: the next function built from the applied version with the region's algorithm and
-   parameters, and the migration plan to it (DESIGN §6): ``activated``, or in ``recommend`` mode
+   parameters, and the migration plan to it: ``activated``, or in ``recommend`` mode
    ``recommended`` (the same candidate and plan, recorded as an event and not activated). In split
-   mode (DESIGN §11.3) the build is a split function by the region's scheme and b spreads the split
+   mode the build is a split function by the region's scheme and b spreads the split
    keys by their weights; a region whose applied function is of the other kind (it entered or left
    split mode) rebuilds whatever b is (rule ``split-mode``).
 3. **Persist** (``persist``, one short write transaction; nothing is computed in it): with a lease,
@@ -174,7 +174,7 @@ def tick(
     cooldown is measured to and the time of what is written. ``fence`` is the caller's lease of the
     region (a daemon's); without one (``repart tick``) the compare-and-set on the region's status alone
     guards the write. Raises NotFound for an unknown region, InvalidInput naming the field for a region
-    configuration the controller cannot act on (DESIGN §10), and Conflict when the lease is lost or
+    configuration the controller cannot act on, and Conflict when the lease is lost or
     the status changed between the read and the write; nothing is written then.
     """
     moment = aware_now(now)
@@ -305,7 +305,7 @@ def decide(observation: Observation, now: datetime) -> Verdict:
 
 
 def _recommendation(verdict: Verdict) -> Verdict:
-    """What ``activated`` would have done, recorded instead as a ``recommended`` event (DESIGN §12.3):
+    """What ``activated`` would have done, recorded instead as a ``recommended`` event:
     the candidate's N, digest, predicted b and m, and its plan's move counts and m; nothing is activated."""
     version, plan, event = verdict.version, verdict.plan, verdict.event
     if version is None or plan is None or event is None:
@@ -355,7 +355,7 @@ def _analyze(
     window: tuple[Snapshot, ...],
     now: datetime,
 ) -> Verdict:
-    """Analyze and plan on a new window (steps 3 and 4 of DESIGN §8)."""
+    """Analyze and plan on a new window (the tick's analyze and plan steps)."""
     n_applied = current.n_channels
     estimate = merge_snapshots(window)
     newest = window[-1].seq
@@ -456,7 +456,7 @@ def _load(window: tuple[Snapshot, ...]) -> WindowLoad | None:
 
 def _mode_change(current: StoredFunction, settings: ControllerSettings) -> RebalanceDecision | None:
     """A rebuild whatever b is when the applied function's kind differs from the region's: a region that
-    entered split mode (DESIGN §11.3) splits its hot keys, one that left it consolidates them."""
+    entered split mode splits its hot keys, one that left it consolidates them."""
     split = isinstance(current, SplitFunction)
     if split == (settings.split is not None):
         return None

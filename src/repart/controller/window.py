@@ -1,7 +1,7 @@
-"""The sliding frequency estimate: the merge of the last ``x - 1`` tumbling snapshots (DESIGN §3).
+"""The sliding frequency estimate: the merge of the last ``x - 1`` tumbling snapshots.
 
 Gedik §4.1.2 ("Handling changes", Fig. 2) emulates a sliding window of ``W`` tuples with ``x`` lossy
-counters over tumbling windows; the controller's *measure* step (DESIGN §8, Gedik §4.5) realizes it
+counters over tumbling windows; the controller's *measure* step (Gedik §4.5) realizes it
 by merging the snapshots of the last ``x - 1`` closed tumbling windows that the Spark job emitted.
 
 The merge is the rule of ``LossyCounter.merge``, applied as a left fold in ``seq`` order, so merging
@@ -30,7 +30,7 @@ def window_size(x: int) -> int:
 
 
 def merge_snapshots(snapshots: Sequence[Snapshot]) -> FrequencyEstimate:
-    """The merged estimate of ``snapshots`` (DESIGN §3: the sliding estimate), in any order.
+    """The merged estimate of ``snapshots`` (the sliding estimate), in any order.
 
     Requirements (``InvalidInput("snapshots")`` otherwise): at least one snapshot; the same
     ``region``, ``key_type`` and ``slot_bits``; distinct ``seq``; and, sorted by

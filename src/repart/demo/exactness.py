@@ -3,7 +3,7 @@
 repart's state goes through routing, partial rows per channel, migrations with consolidations and
 ``read_merged``; the reference is what a Spark user would write without repart: the union of every
 batch so far, ``groupBy(ticker)`` with a count and two sums. Both must agree on every ticker and
-every column (issue #11's "Exactness" target), in both modes.
+every column (the demo's exactness check), in both modes.
 """
 
 from __future__ import annotations

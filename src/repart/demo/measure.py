@@ -1,10 +1,14 @@
-"""The demo's per-batch figures, on the batch's exact ticker counts (DESIGN §4, §11.3).
+"""The demo's per-batch figures, on the batch's exact ticker counts (docs: concepts/metrics.md).
 
 - ``b``: Gedik's relative imbalance (Eq. 11, LCL, α = 1.2) of the version the batch was routed with.
   A split function's split keys count on their candidates by their weights and every other key on
   its home (b on merged keys, ``split_imbalance``, as the controller and ``repart simulate --split``
   compute it); a key-preserving function is a split function without split keys.
 - ``b_hash``: b of plain hashing at the same N (``slot mod N``, the key hash's top 16 bits modulo N).
+- ``load``: max/mean load, the busiest channel's rows over the mean channel's (every one of the N
+  channels counted, an empty one as 0), on the rows each channel's task received; ``load_hash``: the
+  same for plain hashing at the same N, on the batch's exact ticker counts. Unlike b, both are finite
+  when a channel is empty.
 - ``b_lb``: the lower bound no key-preserving function can beat at this N (``metrics.lower_bound``):
   the channel that holds the hottest ticker carries at least its load.
 - ``memory``: the state's rows per ticker, the average number of channels a ticker's state is on
@@ -19,6 +23,7 @@ An infinite ratio (a channel with no load) is None, JSON's null.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -81,8 +86,24 @@ def batch_row(
         b=json_number(split_imbalance(outcome.function, estimate, PARAMS)),
         b_hash=json_number(split_imbalance(hashing, estimate, PARAMS)),
         b_lb=json_number(lower_bound(PARAMS.resources, counts.counts / estimate.total, n, PARAMS.alpha)),
+        load=max_over_mean(
+            np.bincount(
+                [update.channel for update in outcome.updates],
+                weights=[update.input_rows for update in outcome.updates],
+                minlength=n,
+            )
+        ),
+        load_hash=max_over_mean(
+            np.bincount(hashing.lookup_many(counts.keys), weights=counts.counts, minlength=n)
+        ),
         memory=state_rows / state_keys,
         migrated_fraction=moved / outcome.state_rows_before if outcome.state_rows_before else 0.0,
         ideal_fraction=abs(n - before) / max(n, before),
         seconds=outcome.seconds,
     )
+
+
+def max_over_mean(loads: npt.NDArray[np.number[Any]]) -> float:
+    """The busiest channel's load over the mean channel's (1.0 is perfect balance; 0 loads give 1.0)."""
+    mean = float(np.mean(loads))
+    return float(np.max(loads)) / mean if mean > 0 else 1.0

@@ -2,7 +2,7 @@
 
 ``DemoResult.to_json`` is the document ``repart demo --json`` writes::
 
-    {"batches": [{"mode", "batch", "N", "version", "b", "b_hash", "b_lb", "memory",
+    {"batches": [{"mode", "batch", "N", "version", "b", "b_hash", "load", "load_hash", "b_lb", "memory",
                   "migrated_fraction", "ideal_fraction", "seconds"}, ...],
      "totals": {mode: {"input", "state", "equal"}}}
 
@@ -26,6 +26,8 @@ class DemoRow:
     version: int
     b: float | None
     b_hash: float | None
+    load: float
+    load_hash: float
     b_lb: float | None
     memory: float
     migrated_fraction: float

@@ -3,7 +3,7 @@
 Everything runs in one process on the embedded defaults: a SQLite database in the work directory,
 Spark ``local[2]``, and the controller's daemon on a background scheduler ticking every half second.
 The same stream of trades feeds two regions, batch by batch in one Spark session: ``trades-preserve``
-(key-preserving, Gedik's functions) and ``trades-split`` (split mode, DESIGN §11.3: D-Choices unless
+(key-preserving, Gedik's functions) and ``trades-split`` (split mode: D-Choices unless
 ``DemoConfig.split`` names another scheme; the state merges by summing, ``vwap.MERGE``), each with its
 own state store. Both start on 4 channels under the ``target-utilization`` policy; the trade rate
 grows 15 % per batch and the hot tickers drift, so the controller scales out and rebalances while each
@@ -49,6 +49,18 @@ from repart.storage import (
 )
 from repart.storage.client import SqlControllerClient
 from repart.validation import Interval, Options, check
+
+#: The log4j2 configuration of the demo's Spark: errors only (Spark's default logs its start-up warnings).
+LOG4J2_CONFIGURATION = Path(__file__).with_name("log4j2.properties")
+
+
+def quiet_logging() -> dict[str, str]:
+    """Spark settings that make the driver's JVM (and local executors, which run in it) log errors
+    only, through ``LOG4J2_CONFIGURATION``. They take effect when this call starts the JVM; a session
+    that is already running keeps its logging."""
+    option = f"-Dlog4j2.configurationFile={LOG4J2_CONFIGURATION.as_uri()}"
+    return {"spark.driver.extraJavaOptions": option, "spark.executor.extraJavaOptions": option}
+
 
 #: The two modes, in the order each batch runs them, and their regions.
 MODES = ("preserve", "split")
@@ -100,7 +112,7 @@ def run_demo(config: DemoConfig, on_batch: Callable[[DemoRow], None] | None = No
     """Run the demo (see the module docstring); ``on_batch`` sees every row as it is measured."""
     workdir = _fresh_workdir(config.workdir)
     engine = _controller(workdir, config)
-    spark = spark_session(config.master, "repart-demo")
+    spark = spark_session(config.master, "repart-demo", config=quiet_logging())
     pipelines = _pipelines(spark, engine, workdir, config)
     ledger = InputLedger(spark)
     mismatches: dict[str, list[str]] = {mode: [] for mode in MODES}
@@ -120,9 +132,10 @@ def run_demo(config: DemoConfig, on_batch: Callable[[DemoRow], None] | None = No
                 problem = difference(expected, state)
                 if problem is not None:
                     mismatches[mode].append(f"batch {seq}: {problem}")
-                row = batch_row(
-                    mode, outcome, counts, state_rows=pipeline.store.rows(), state_keys=state.num_rows
-                )
+                # The state's rows as readers see them (a channel's deltas resolved to one row per key),
+                # not the rows its files hold, which count a key again in each delta until compaction.
+                state_rows = pipeline.store.read().num_rows
+                row = batch_row(mode, outcome, counts, state_rows=state_rows, state_keys=state.num_rows)
                 rows.append(row)
                 if on_batch is not None:
                     on_batch(row)

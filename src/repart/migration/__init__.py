@@ -1,5 +1,4 @@
-"""Migration plans between partition-function versions: moves, consolidations, predicted cost, reverse
-(DESIGN §6, §11.3)."""
+"""Migration plans between partition-function versions: moves, consolidations, predicted cost, reverse."""
 
 from repart.migration.consolidation import Consolidation, SplitKey
 from repart.migration.plan import FORMAT_VERSION, SLOT_MOVE_COLUMNS, ExplicitMove, MigrationPlan

@@ -1,6 +1,6 @@
 """Split keys in a migration plan: where their partial state is before and after, and consolidations.
 
-A key that the source function ``a`` or the target function ``b`` splits (DESIGN §11.3) has its state
+A key that the source function ``a`` or the target function ``b`` splits has its state
 on several channels: one partial per candidate. A plan does not name it among its explicit moves or
 pinned keys but as a ``SplitKey``: its candidates and routing shares in ``a`` and in ``b`` (a function
 that does not split the key gives its one channel, share 1.0) and its predicted state β_s(f(key)).

@@ -1,8 +1,8 @@
-"""A migration plan between two partition functions: moves, apply semantics, canonical JSON (DESIGN §6).
+"""A migration plan between two partition functions: moves, apply semantics, canonical JSON.
 
 When the active function of a region changes from ``a`` to ``b`` (same key type and slot bits, channel
 counts ``N_a`` and ``N_b``), every key ``d`` with ``a(d) ≠ b(d)`` must take its state to ``b(d)``. The
-plan lists them in two forms (with split functions, DESIGN §11.3, ``a(d)`` is the home of ``d``):
+plan lists them in two forms (with split functions, ``a(d)`` is the home of ``d``):
 
 - **explicit moves** ``(key, source, target, weight)``: the keys of ``E_a ∪ E_b`` (the explicit maps)
   whose channel differs, with ``weight`` the key's predicted state β_s(f(key)) (Gedik Eq. 1);

@@ -1,4 +1,4 @@
-"""Construction of the migration plan from one partition function to another (DESIGN §6, §11.3).
+"""Construction of the migration plan from one partition function to another.
 
 ``plan_migration(a, b, estimate)`` compares the explicit maps and the routing tables ``T'`` of ``a``
 and ``b`` and, given a frequency estimate, predicts the state that moves. The same call serves any
@@ -45,7 +45,7 @@ from repart.partitioning.split.function import SplitEntry, SplitFunction, Stored
 from repart.partitioning.tail import untracked_slot_loads
 
 FloatArray = npt.NDArray[np.float64]
-#: A version's function: key-preserving, or split (DESIGN §11.3).
+#: A version's function: key-preserving, or split.
 
 DEFAULT_RESOURCES = Resources.parse("LCL")
 
@@ -56,7 +56,7 @@ def plan_migration(
     estimate: FrequencyEstimate | None = None,
     resources: Resources = DEFAULT_RESOURCES,
 ) -> MigrationPlan:
-    """The plan that takes the state of a region from function ``a`` to function ``b`` (DESIGN §6).
+    """The plan that takes the state of a region from function ``a`` to function ``b``.
 
     ``a`` and ``b`` (each a ``PartitionFunction`` or a ``SplitFunction``) must share their key type (or
     have no explicit or split keys) and their slot bits; their channel counts may differ. ``estimate``

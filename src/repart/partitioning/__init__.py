@@ -1,9 +1,9 @@
-"""Partition functions and how they are built (Gedik; DESIGN §1–§5). No I/O, no Spark, no database.
+"""Partition functions and how they are built (Gedik). No I/O, no Spark, no database.
 
 The names most programs need are re-exported here.
 
 The names load their module on first use (PEP 562), so that importing one module of the package
-does not load the rest (a responsive CLI, issue #10).
+does not load the rest (a responsive CLI).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Slot tables: the consistent hash H_c of a partition function (DESIGN §2, Gedik §4.1.1).
+"""Slot tables: the consistent hash H_c of a partition function (Gedik §4.1.1).
 
 A slot table ``T[0..2^S)`` maps every slot to a channel in ``[0, N)``; a key that the explicit map does
 not hold goes to ``T[slot(key)]``. The table is derived deterministically from ``(N, ConsistentSpec, S)``
@@ -95,7 +95,7 @@ def check_n_channels(n_channels: object) -> int:
 
 @dataclass(frozen=True)
 class ConsistentSpec:
-    """How the slot table is derived: the method and its parameters (DESIGN §2).
+    """How the slot table is derived: the method and its parameters.
 
     ``replicas`` is the number of virtual nodes per channel (``ring`` only); ``seed`` is the MurmurHash3
     seed of ``ring`` and the mixing seed of ``jump``. Both are part of the serialized function whatever

@@ -1,9 +1,9 @@
-"""Checks for parsed JSON documents, and the canonical JSON they are written as (DESIGN §2, §10).
+"""Checks for parsed JSON documents, and the canonical JSON they are written as.
 
 Partition functions (``repart.partitioning.function``), migration plans (``repart.migration.plan``) and
 the documents of the storage layer (snapshots, settings, reports) are read from JSON and checked field
-by field with these helpers, written over the parameter-check vocabulary of ``repart.validation``
-(DESIGN §12.4). Each returns the checked value or raises ``InvalidInput`` whose ``field`` is the name
+by field with these helpers, written over the parameter-check vocabulary of ``repart.validation``.
+Each returns the checked value or raises ``InvalidInput`` whose ``field`` is the name
 the caller gives (``window.seq``, ``explicit_moves[3]``). A document read back from storage that fails
 a check is ``InvalidInput`` here too; the storage layer decides whether that makes it ``Corrupt``.
 
@@ -147,7 +147,7 @@ def require_number(
 
 
 def require_key(value: object, name: str, key_type: KeyType | None = None) -> Key:
-    """``value`` as a plain str or int if it is a key (DESIGN §2), of ``key_type`` when one is given.
+    """``value`` as a plain str or int if it is a key, of ``key_type`` when one is given.
 
     A key is a str with a UTF-8 encoding (no lone surrogates) or an int in the signed 64-bit range.
     """

@@ -1,8 +1,7 @@
-"""The domain of a partition function's parameters, without numpy (DESIGN §2, §3).
+"""The domain of a partition function's parameters, without numpy.
 
 Key types and their ranges, slot bits, the consistent-hash methods, the channel bound, the resource
-codes, the ranges of α and σ, the utility names (Gedik §3.1, §4.1.3, §4.3) and the split schemes
-(DESIGN §11.3). Modules that
+codes, the ranges of α and σ, the utility names (Gedik §3.1, §4.1.3, §4.3) and the split schemes. Modules that
 only validate or describe a function (the storage layer, the documents, the CLI) import them from
 here, so that answering ``repart status`` does not load numpy; ``hashing`` and ``consistent`` build on
 them.
@@ -31,7 +30,7 @@ METHODS: tuple[ConsistentMethod, ...] = get_args(ConsistentMethod)
 DEFAULT_METHOD: ConsistentMethod = "jump"
 MAX_CHANNELS = 65_536
 UTILITY_NAMES: tuple[UtilityName, ...] = get_args(UtilityName)
-#: The rules split mode picks a hot key's candidate channels by (DESIGN §11.3), one per seed paper.
+#: The rules split mode picks a hot key's candidate channels by, one per seed paper.
 SPLIT_SCHEMES: tuple[SplitScheme, ...] = get_args(SplitScheme)
 #: Resource codes (Gedik §3.1): β of state and computation, C, L or Q; communication is always L.
 RESOURCE_CODES = ("CCL", "CLL", "CQL", "LCL", "LLL", "LQL", "QCL", "QLL", "QQL")

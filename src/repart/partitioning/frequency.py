@@ -1,4 +1,4 @@
-"""Key frequencies: the estimate the construction algorithms read (DESIGN §3).
+"""Key frequencies: the estimate the construction algorithms read.
 
 ``FrequencyEstimate`` is what a window of the stream tells the controller: the keys a lossy counter
 retained with their counts, the window's tuple count ``n``, the counter's error bound ``epsilon``, an
@@ -241,7 +241,7 @@ def _union_sorted(
 
 
 class LossyCounter:
-    """Manku & Motwani's lossy counting, updated in numpy batches and mergeable (DESIGN §3).
+    """Manku & Motwani's lossy counting, updated in numpy batches and mergeable.
 
     Lossy counting (G. S. Manku and R. Motwani, "Approximate frequency counts over data streams",
     VLDB 2002; Gedik §4.1.2, "Lossy counting") splits the stream into buckets of ``w = ceil(1/epsilon)``
@@ -580,7 +580,7 @@ class SlidingWindow:
     """A sliding window of about ``window`` tuples emulated with tumbling lossy counters.
 
     Gedik §4.1.2 ("Handling changes", Fig. 2) follows the recent stream with ``x`` lossy counters
-    over tumbling windows instead of a true sliding-window algorithm; DESIGN §3 realizes it with
+    over tumbling windows instead of a true sliding-window algorithm; repart realizes it with
     mergeable counters. Each tumbling window holds ``ceil(window / (x - 1))`` tuples (exactly
     ``window / (x - 1)`` when ``x - 1`` divides ``window``); its counter is filled while the window is
     open and kept once it closes. The estimate is the merge of the last ``x - 1`` closed counters, so

@@ -1,4 +1,4 @@
-"""The partition function: explicit map plus slot table, lookup, canonical JSON (DESIGN §2).
+"""The partition function: explicit map plus slot table, lookup, canonical JSON.
 
 Gedik's partitioning function is the hash pair ``p = ⟨H_p, H_c⟩`` (§4.1.1): an explicit hash ``H_p``
 for the tracked (hot) keys and a consistent hash ``H_c`` for the rest, looked up as in Algorithm 1.
@@ -73,7 +73,7 @@ HASH_ALGORITHM = "xxh64"
 _DOCUMENT_FIELDS = ("N", "consistent", "explicit", "format", "hash", "key_type", "slot_overrides")
 _HASH_FIELDS = ("algorithm", "seed", "slot_bits")
 _CONSISTENT_FIELDS = ("method", "replicas", "seed")
-# A key in a JSON document: a str, or an int in the signed 64-bit range (DESIGN §2).
+# A key in a JSON document: a str, or an int in the signed 64-bit range.
 _KEY = (STRING, INT64_KEY)
 
 
@@ -83,7 +83,7 @@ def _empty_mapping() -> Mapping[Any, int]:
 
 @dataclass(frozen=True)
 class PartitionFunction:
-    """``p = ⟨E, T'⟩`` for ``n_channels`` channels (DESIGN §2; Gedik §4.1.1, Algorithm 1).
+    """``p = ⟨E, T'⟩`` for ``n_channels`` channels (Gedik §4.1.1, Algorithm 1).
 
     ``explicit`` maps keys of one type to channels; ``slot_overrides`` maps slots to channels.
     ``key_type`` is inferred from the explicit keys when it is not given, and stays None only while
@@ -165,7 +165,7 @@ class PartitionFunction:
         return self._lookup_ints(np.array(keys, dtype=np.int64), slots)
 
     def to_json(self) -> str:
-        """The canonical JSON of DESIGN §2: sorted keys, no whitespace, lists sorted by slot and key."""
+        """The canonical JSON: sorted keys, no whitespace, lists sorted by slot and key."""
         return self._canonical_json
 
     @cached_property

@@ -1,4 +1,4 @@
-"""Key → canonical bytes → 64-bit hash → slot (DESIGN §2).
+"""Key → canonical bytes → 64-bit hash → slot.
 
 A key is a ``str`` (hashed as its UTF-8 bytes) or an ``int`` in the signed 64-bit range (hashed as
 8 bytes, little-endian, two's complement). The key hash is ``XXH64(bytes, seed=42)`` as an unsigned

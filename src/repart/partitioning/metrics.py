@@ -1,4 +1,4 @@
-"""Evaluation metrics of a partition function on true frequencies (Gedik §3, Eq. 1–12; DESIGN §4).
+"""Evaluation metrics of a partition function on true frequencies (Gedik §3, Eq. 1–12).
 
 Loads L_k(i) per channel (Eq. 1, 3, 5), the max/min ratios r_k (Eq. 2, 4, 6), the relative imbalances
 b_k = r_k/α and their geometric mean b over the non-constant resources (Eq. 11, §4.4), the migration
@@ -89,7 +89,7 @@ def relative_migration(
 
 
 def lower_bound(resources: Resources, frequencies: FloatArray, n_channels: int, alpha: float) -> float:
-    """b_lb: per resource r_k ≥ max(1, h·(N−1)/(T−h)), h the largest item load and T the total (DESIGN §4).
+    """b_lb: per resource r_k ≥ max(1, h·(N−1)/(T−h)), h the largest item load and T the total.
 
     The channel holding the heaviest item carries at least h, and the lightest of the other N − 1
     channels at most (T − h)/(N − 1). b_lb is the geometric mean over the non-constant resources of

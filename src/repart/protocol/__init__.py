@@ -1,4 +1,4 @@
-"""The contract between jobs and the controller (DESIGN §12.1).
+"""The contract between jobs and the controller.
 
 - ``snapshot``: the snapshot document (``Snapshot.from_document`` / ``to_document``) and its JSON Schema;
 - ``counter_items``: the document's ``items`` (lossy-counter entries), parsed and held as columns;

@@ -1,8 +1,7 @@
-"""The ``ControllerClient`` port: everything a job asks of the controller and tells it (DESIGN §12.1).
+"""The ``ControllerClient`` port: everything a job asks of the controller and tells it.
 
 A job (``repart.spark``, the VWAP pipeline) talks to the controller only through this port; the SQL
-implementation is ``repart.storage.client.SqlControllerClient``. A batch goes through it as follows
-(DESIGN §9):
+implementation is ``repart.storage.client.SqlControllerClient``. A batch goes through it as follows:
 
 1. ``applied_function(region)``: the version the region's state is laid out by (NotFound before the
    controller's first tick), and ``region_merge(region)``: how its partial state merges (split mode);
@@ -44,7 +43,7 @@ class AppliedFunction(NamedTuple):
 @dataclass(frozen=True)
 class PlanToApply:
     """A stored plan of ``region`` from version ``from_version`` to ``to_version``; ``plan_json`` is the
-    plan's canonical JSON document (``repart.migration.MigrationPlan.from_json`` reads it, DESIGN §6)."""
+    plan's canonical JSON document (``repart.migration.MigrationPlan.from_json`` reads it)."""
 
     plan_id: int
     region: str

@@ -1,6 +1,6 @@
-"""A snapshot's ``items``: lossy-counter entries held as columns, parsed and checked (DESIGN §3, §12.1).
+"""A snapshot's ``items``: lossy-counter entries held as columns, parsed and checked.
 
-A large window has millions of items (issue #10: a 1M-item snapshot is ingested in under 10 s and
+A large window has millions of items (a 1M-item snapshot is ingested in under 10 s and
 1 GB). ``CounterItems`` holds them as three columns, the keys in one tuple and counts and deltas in
 int64 arrays (16 bytes an item beside the key), instead of an object per entry; it is a read-only
 sequence of ``CounterEntry`` built on access, so code that iterates a snapshot's items is unchanged,

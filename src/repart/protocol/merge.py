@@ -1,4 +1,4 @@
-"""The merge of a split key's partial state rows (DESIGN §11.3): what a split-mode region declares.
+"""The merge of a split key's partial state rows: what a split-mode region declares.
 
 A region in split mode keeps a hot key's state as one partial row per channel the key was routed to;
 reading the state, or consolidating a key's partials into one channel, merges those rows. The region

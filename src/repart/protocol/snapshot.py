@@ -1,4 +1,4 @@
-"""The snapshot document: what a job emits per tumbling window, parsed and written (DESIGN §3, §12.1).
+"""The snapshot document: what a job emits per tumbling window, parsed and written.
 
 A snapshot document (JSON Schema: ``snapshot.schema.json`` next to this module)::
 
@@ -80,7 +80,7 @@ class ChannelMeasurement:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A snapshot (DESIGN §3). One read by ``from_document`` is validated; one built in code (as
+    """A snapshot. One read by ``from_document`` is validated; one built in code (as
     ``observe`` builds it) is validated by ``checked`` before it leaves the job: the constructor only
     holds the fields.
 

@@ -1,4 +1,4 @@
-"""The spool directory: snapshot files a job leaves for the controller (DESIGN §8 step 1, §12.1).
+"""The spool directory: snapshot files a job leaves for the controller (the controller's first step: measure).
 
 A job writes each snapshot document as ``<region>-<seq, 20 digits>.json`` (``write_snapshot``) with
 the durable writer, so a file appears whole: the temporary names start with ``.`` and are never read.

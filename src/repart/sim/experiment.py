@@ -7,7 +7,7 @@ Zipf workload and feeds it to a sliding window of x = 3 lossy counters (Fig. 2),
 windows of half the stream each, with ε = ``epsilon_ratio`` · δ(N^(t+1)) (Manku–Motwani's ε = s/10).
 Construction sees only the window's estimate (and its per-slot tuple counts); evaluation uses the true
 frequencies of all |D| keys: b, b_k (Eq. 11), m (Eq. 12) against the same algorithm's previous
-function, and the lower bound b_lb (DESIGN §4).
+function, and the lower bound b_lb.
 
 Split variants (``split``, ``repart simulate --split SCHEME``) run beside them on the same windows,
 as ``split-<scheme>`` records with two more fields, ``memory`` and ``split_keys`` (``repart.sim.split``).

@@ -1,4 +1,4 @@
-"""Split functions in the adaptation experiment (``repart simulate --split SCHEME``, DESIGN §11.3).
+"""Split functions in the adaptation experiment (``repart simulate --split SCHEME``).
 
 A split variant steps through N = 1 … ``channels`` like the key-preserving algorithms, on the same
 windows: each step builds the next split function from the previous one (``build_split`` with the

@@ -106,7 +106,7 @@ class KeyStream:
         return float(self.counts.max()) / self.messages
 
 
-# --- parameter checks (DESIGN §12.4) -----------------------------------------------------------------
+# --- parameter checks -----------------------------------------------------------------
 
 WORKLOAD = Options(WORKLOADS)
 SOURCE_MODE = Options(SOURCE_MODES)

@@ -34,9 +34,9 @@ adds the channels' counts up and keeps the keys above the batch's bound: the sam
 passes, with no Spark job of its own.
 
 Why not a frequent-items sketch (``approx_top_k_accumulate``, DataSketches) beside the slot pass, as
-issue #12 suggested: the sketch's Misra–Gries updates cost more per row than the key pass's filter
+the first plan suggested: the sketch's Misra–Gries updates cost more per row than the key pass's filter
 and small hash aggregation, its items carry an error, and it needs a sketch size tied to ε. Measured in
-docs/DECISIONS.md, "observe in the JVM (issue #12)".
+docs/DECISIONS.md, "observe in the JVM".
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""|D|, the number of distinct keys, from the slot aggregation of ``observe`` (DESIGN §3, §9).
+"""|D|, the number of distinct keys, from the slot aggregation of ``observe``.
 
 The slots of ``observe``'s histogram are HyperLogLog's registers (Flajolet et al., 2007): the top ``S``
 bits of ``xxhash64(key)`` pick the slot, as they pick the register, and the register's value is the

@@ -1,4 +1,4 @@
-"""Routing constants as single folded array constants (DESIGN §9).
+"""Routing constants as single folded array constants.
 
 ``route`` and its split part hold their lookup tables (the routing table, the exception groups, the
 split keys' alias tables) as constants of the query plan. Each is written as one JSON

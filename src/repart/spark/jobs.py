@@ -1,4 +1,4 @@
-"""Applying the controller's next plan to a job's state store (DESIGN §6, §9, §12.1).
+"""Applying the controller's next plan to a job's state store.
 
 A job routes with the region's **applied** version (the layout its state is in), applies the plan the
 controller left for it before it writes state, and reports the plan's outcome through the
@@ -7,7 +7,7 @@ controller left for it before it writes state, and reports the plan's outcome th
 commits, so a job that crashed after that commit but before its report finds the plan already applied
 in the store and only reports it.
 
-In split mode (DESIGN §11.3) a plan may consolidate split keys' partial state: the job passes the
+In split mode a plan may consolidate split keys' partial state: the job passes the
 region's merge (its ``MergeSpec`` or merge function) through to the store, which merges the partials
 that meet on a key's home.
 """

@@ -1,4 +1,4 @@
-"""The key column of a DataFrame and its hash and slot as JVM expressions (DESIGN §2).
+"""The key column of a DataFrame and its hash and slot as JVM expressions.
 
 repart hashes a key as ``XXH64(bytes, seed=42)``: a ``str`` as its UTF-8 bytes, an ``int`` as 8 bytes
 little-endian. Spark SQL's ``xxhash64`` computes exactly that for ``string`` and ``bigint`` columns

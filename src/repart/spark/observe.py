@@ -1,8 +1,8 @@
-"""``observe``: a snapshot of one Spark batch's key frequencies, computed in the JVM (DESIGN §3, §9).
+"""``observe``: a snapshot of one Spark batch's key frequencies, computed in the JVM.
 
 No row of the batch leaves the JVM and nothing runs in Python workers. The JVM projects every row to
 ``(key, hash)``: the key as repart hashes it and ``xxhash64`` of it (``repart.spark.keys``, equal to
-repart's XXH64, DESIGN §2). Two passes over that projection (``repart.spark.batch_counts``) count
+repart's XXH64). Two passes over that projection (``repart.spark.batch_counts``) count
 exactly what the snapshot holds:
 
 1. the **slot pass**: every slot's tuple count (the histogram), its HyperLogLog register and the rows

@@ -1,6 +1,6 @@
-"""Routing rows to channels inside the JVM: ``route`` and ``partition`` (DESIGN §2, §9).
+"""Routing rows to channels inside the JVM: ``route`` and ``partition``.
 
-``route`` adds the channel ``p(key) = E[key] if key in E else T'[slot(key)]`` (DESIGN §2) of every row
+``route`` adds the channel ``p(key) = E[key] if key in E else T'[slot(key)]`` of every row
 as a column built from Spark SQL expressions only, so no row ever crosses into Python. The hash and the
 slot ``xxhash64(key) >> (64 - S)`` come from ``repart.spark.keys``; the lookup is three constants:
 
@@ -38,7 +38,7 @@ folding (the optimizer rule ConvertToLocalRelation), which parses the constants 
 ``repart.spark.session.spark_session`` sets ``spark.sql.execution.arrow.localRelationThreshold=0`` so
 such DataFrames are RDD-backed; data read from files or streams is never a LocalRelation.
 
-A ``SplitFunction`` (DESIGN §11.3) routes through the same lookup with its home function: each split
+A ``SplitFunction`` routes through the same lookup with its home function: each split
 key is a routing exception of its slot whose "channel" is a negative code naming the key's alias table,
 and a row with a negative code picks among the key's candidates by a hash of the row
 (``repart.spark.split_route``). A function without split keys routes exactly as its home.
@@ -78,8 +78,8 @@ def route(
     """``df`` with an int column ``channel_col`` holding ``version``'s channel of each row.
 
     The channel is computed by JVM-native expressions (no Python UDF; see the module docstring), so a
-    row's channel equals ``version.lookup(key)`` (DESIGN §2) for a ``PartitionFunction``, and
-    ``version.lookup(key, xxhash64(*row_cols))`` for a ``SplitFunction`` (DESIGN §11.3): the row hash
+    row's channel equals ``version.lookup(key)`` for a ``PartitionFunction``, and
+    ``version.lookup(key, xxhash64(*row_cols))`` for a ``SplitFunction``: the row hash
     is Spark's ``xxhash64`` of ``row_cols`` (default: every column of ``df`` but ``key_col``, which is
     the same in all of a split key's rows; the key column alone if it is the only one), so the same
     rows route the same in every run and retry; rows that are equal in every hashed column go to one
@@ -116,7 +116,7 @@ def partition(
     channel_col: str = DEFAULT_CHANNEL_COL,
     row_cols: Sequence[str] | None = None,
 ) -> DataFrame:
-    """``route(df, ...)`` shuffled so that Spark partition i holds exactly the rows of channel i (DESIGN §9).
+    """``route(df, ...)`` shuffled so that Spark partition i holds exactly the rows of channel i.
 
     The result has ``version.n_channels`` partitions, empty ones included, and keeps the
     ``channel_col`` column: the code that consumes a partition (the keyed state store, a sink writing

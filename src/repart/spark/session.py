@@ -1,4 +1,4 @@
-"""SparkSession for repart's jobs: local mode by default, any master by configuration (DESIGN §9)."""
+"""SparkSession for repart's jobs: local mode by default, any master by configuration."""
 
 from __future__ import annotations
 

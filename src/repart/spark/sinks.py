@@ -1,4 +1,4 @@
-"""Where ``observe`` delivers a batch's snapshot: the controller or its spool (DESIGN §3, §8, §12.1).
+"""Where ``observe`` delivers a batch's snapshot: the controller or its spool.
 
 A sink takes a ``Snapshot`` (``repart.protocol.snapshot``), checks it as a document would be checked
 (``Snapshot.checked``: a snapshot built in code is not validated by its constructor), and returns a

@@ -1,4 +1,4 @@
-"""The rows of split keys pick their candidate in the JVM (DESIGN §11.3).
+"""The rows of split keys pick their candidate in the JVM.
 
 ``repart.spark.route`` looks a key up in its split function's home function, in which every split key
 is a routing exception whose "channel" is a negative *code* (``AliasLayout``). A row with a negative

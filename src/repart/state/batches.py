@@ -1,4 +1,4 @@
-"""Batch identity in the state store: which batch a generation absorbed (DESIGN §9, exactly once).
+"""Batch identity in the state store: which batch a generation absorbed (exactly once).
 
 A job names each batch with an id of its own choosing that grows from batch to batch (the VWAP
 pipeline uses its window's seq). The generation that folds a batch into the state records the id and

@@ -1,4 +1,4 @@
-"""Order-independent checksums of keyed state (DESIGN §9: "verifies row counts and a checksum").
+"""Order-independent checksums of keyed state ("verifies row counts and a checksum").
 
 Every row gets a 64-bit hash of its key and of every state column; a table's checksum is the sum of
 its row hashes modulo 2^64. A sum does not depend on the order of the rows, so the checksum of a
@@ -6,7 +6,7 @@ channel is the sum of the checksums of its files, and a migration that moves row
 another moves exactly their row hashes: ``after = before − out + in`` per channel, the total
 unchanged.
 
-- The key hash is the routing hash of DESIGN §2 (``repart.partitioning.hashing``), so the same pass
+- The key hash is the routing hash (``repart.partitioning.hashing``), so the same pass
   also yields each row's slot.
 - A fixed-width column (integers, floats, booleans, dates, timestamps) is hashed by its bit pattern
   through the 64-bit finalizer of MurmurHash3, fully vectorized; a string or binary column by the
@@ -64,7 +64,7 @@ def mix64(values: U64) -> U64:
 
 
 def key_hashes(keys: pa.ChunkedArray | pa.Array, key_type: KeyType) -> U64:
-    """The routing hashes (DESIGN §2) of a key column without nulls, vectorized for either key type."""
+    """The routing hashes of a key column without nulls, vectorized for either key type."""
     if key_type == "int":
         return hash_int64_array(keys.to_numpy().astype(np.int64, copy=False))
     return hash_bytes_array(keys)

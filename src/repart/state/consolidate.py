@@ -1,4 +1,4 @@
-"""Consolidating split keys' partial state while a plan is applied (DESIGN §11.3).
+"""Consolidating split keys' partial state while a plan is applied.
 
 A plan's consolidation ``(key, source, target)`` says that the key's partial row on ``source`` (a
 channel outside its candidates in ``b``) must be merged into its home in ``b``, ``target``. For every

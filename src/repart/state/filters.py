@@ -1,4 +1,4 @@
-"""Slot filters: the slots of a state file that its generation entry no longer owns (DESIGN §9).
+"""Slot filters: the slots of a state file that its generation entry no longer owns.
 
 A migration that takes a few slots away from a file does not rewrite the file: the next generation
 lists the same file with a **slot filter**, the slots whose rows left (in the spirit of Delta Lake's

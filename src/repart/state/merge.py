@@ -1,4 +1,4 @@
-"""Merging partial state rows into one row per key (DESIGN §11.3).
+"""Merging partial state rows into one row per key.
 
 In split mode a hot key's state is one *partial* row on each channel its rows were routed to.
 Reading the state (``StateStore.read_merged``), and later consolidating a key's partials into its
@@ -10,7 +10,7 @@ partials of a count merge by their sum), which
 
 This module takes the spec by its shape (an object with a ``columns`` mapping, ``MergeColumns``)
 rather than importing ``repart.protocol``: the state store depends on ``partitioning`` and
-``migration`` only (DESIGN §1). ``merged`` checks what a user's function returns: the input's schema,
+``migration`` only. ``merged`` checks what a user's function returns: the input's schema,
 and exactly one row for every key of its input.
 """
 

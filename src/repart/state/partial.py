@@ -1,4 +1,4 @@
-"""Reading part of a state file: only the row groups that may hold given slots (DESIGN §9).
+"""Reading part of a state file: only the row groups that may hold given slots.
 
 A migration that moves a few slots out of a file needs those slots' rows alone. A state file is
 sorted by slot and written in row groups of ``ROW_GROUP_ROWS`` rows (``repart.state.files``), and

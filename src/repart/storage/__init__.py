@@ -1,15 +1,15 @@
-"""Storage: the controller's SQL database (DESIGN §7).
+"""Storage: the controller's SQL database.
 
 SQLAlchemy 2.0 typed models (``models``), Alembic migrations (``migrations``, run by ``upgrade``),
 engine setup with retried transactions (``engine``), and repository functions that take a ``Session``
 and leave committing to the caller (``run_in_transaction`` is the usual way to get one). Snapshots
-(parsed by ``repart.protocol``) are ingested by ``snapshots`` (DESIGN §3); every bad input raises
+(parsed by ``repart.protocol``) are ingested by ``snapshots``; every bad input raises
 ``repart.errors.InvalidInput`` naming the field, a clash with the stored state ``Conflict``, and
-either leaves the database unchanged (DESIGN §10, §12.4).
+either leaves the database unchanged.
 
 The names below load their module on first use (PEP 562), so that a command which needs only the
 models and a query does not import the migration planner, numpy or Alembic: ``repart status`` and
-``repart --help`` stay fast (issue #10).
+``repart --help`` stay fast.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Activation: a new version, its plan and the event that explains them, in one transaction (DESIGN §7, §8).
+"""Activation: a new version, its plan and the event that explains them, in one transaction.
 
 ``activate`` is the unit of work of the controller's Activate step. It checks everything first (the
 function is canonical and matches its digest and fits the region; the plan, a
 ``repart.migration.MigrationPlan``, goes from the applied version's function to the new one), then
-writes inside a SAVEPOINT: the region's status compared and set (DESIGN §12.2,
-``repart.storage.status``), pending plans superseded (their versions abandoned), the version with its
+writes inside a SAVEPOINT: the region's status compared and set
+(``repart.storage.status``), pending plans superseded (their versions abandoned), the version with its
 explicit entries, the plan with its moves, and the event. Any failure leaves none of it behind, even if
 the caller goes on to commit its transaction.
 """
@@ -190,7 +190,7 @@ def activate(
     return Activation(number, version_row.id, plan_id, event_row.id, superseded)
 
 
-#: The algorithm of a split version: the scheme that chose its split keys' candidates (DESIGN §11.3).
+#: The algorithm of a split version: the scheme that chose its split keys' candidates.
 SPLIT_ALGORITHMS = Options(tuple(f"split-{scheme}" for scheme in SPLIT_SCHEMES))
 
 

@@ -1,4 +1,4 @@
-"""``SqlControllerClient``: the ``ControllerClient`` port over the controller's database (DESIGN §12.1).
+"""``SqlControllerClient``: the ``ControllerClient`` port over the controller's database.
 
 Each call is one short transaction (``run_in_transaction``). The plan life cycle is the storage
 layer's (``repart.storage.plans``): a claim moves the plan ``pending → applying`` under a row lock, so a
@@ -115,7 +115,7 @@ class SqlControllerClient:
 
 def _next(session: Session, region: str) -> PlanToApply | None:
     """One plan being applied (a job died applying it) or else the pending one (there is at most
-    one, DESIGN §8)."""
+    one)."""
     for status in ("applying", "pending"):
         rows = list_plans(session, region, status)
         if rows:

@@ -1,4 +1,4 @@
-"""Engine setup, read and write transactions, retries (DESIGN §7, §12.2).
+"""Engine setup, read and write transactions, retries.
 
 ``make_engine`` resolves the database URL (argument, then ``REPART_DB``, then the embedded SQLite file
 ``./.repart/repart.db``) and configures SQLite for a controller shared with Spark jobs: WAL journal
@@ -274,7 +274,7 @@ def read_connection(
 ) -> T:
     """Run ``work(connection)``, which reads with SQLAlchemy Core (``repart.storage.tables``), in one
     read-only transaction, retried as ``read_transaction`` is. Neither it nor ``work`` loads the ORM:
-    a command that only shows rows, ``repart status``, starts faster (issue #10)."""
+    a command that only shows rows, ``repart status``, starts faster."""
     reader = read_only(engine)
     return _retried(lambda: _on_connection(reader, work), attempts, backoff, max_backoff)
 

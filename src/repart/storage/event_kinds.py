@@ -1,4 +1,4 @@
-"""The kinds of audit events repart writes (DESIGN §7), in a module of their own with no imports, so that
+"""The kinds of audit events repart writes, in a module of their own with no imports, so that
 ``repart events list --help`` names them without loading the database layer."""
 
 # Every event kind repart writes (a test checks the kinds written in the source against it): the

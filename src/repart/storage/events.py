@@ -1,4 +1,4 @@
-"""The audit log and batch reports (DESIGN §7, §8).
+"""The audit log and batch reports.
 
 An event records what the controller decided, by which rule and with which numbers: ``kind`` (e.g.
 ``activate``, ``rebalance-skipped``), ``rule`` (the policy or trigger that fired), a human-readable

@@ -1,4 +1,4 @@
-"""Keys in table columns: an int key in ``key_int``, a str key as UTF-8 bytes in ``key_utf8`` (DESIGN §2).
+"""Keys in table columns: an int key in ``key_int``, a str key as UTF-8 bytes in ``key_utf8``.
 
 Two columns keep both key types exact: BIGINT holds the whole signed 64-bit range, and bytes hold any
 str (PostgreSQL text cannot hold NUL characters, which are valid keys).

@@ -1,4 +1,4 @@
-"""Leases with fencing tokens: one active controller per region, and only it may write (DESIGN §7, §8, §12.2).
+"""Leases with fencing tokens: one active controller per region, and only it may write.
 
 A lease row names the holder of a region until ``expires_at`` and carries a fencing token: an integer
 that grows every time the lease goes to a new holder (``regions.lease_token`` counts the tokens issued,

@@ -1,4 +1,4 @@
-"""Region modes: what the controller's tick may do with a region (DESIGN §12.3).
+"""Region modes: what the controller's tick may do with a region.
 
 ``auto``: the tick acts. ``recommend``: it decides as in ``auto`` and records what it would activate
 (a ``recommended`` event with the candidate's predicted b and m and its plan's move counts) but activates

@@ -2,7 +2,7 @@
 plan and the newest event, in three queries however many regions and however long their history.
 
 It reads the Core tables (``repart.storage.tables``) on a connection and returns their rows: the
-command then loads neither SQLAlchemy's ORM nor the mapped classes, over a quarter of its start (issue #10).
+command then loads neither SQLAlchemy's ORM nor the mapped classes, over a quarter of its start.
 A row has the columns of its table as attributes, as the mapped objects do.
 """
 

@@ -1,16 +1,16 @@
-"""Plans: migrations between two versions, their moves and their status (DESIGN §6, §7).
+"""Plans: migrations between two versions, their moves and their status.
 
 A plan is a ``repart.migration.MigrationPlan``: storage keeps its canonical JSON and digest in ``plans``
 and its moves, explicit ``(key, source, target, weight)`` and slot ``(first_slot, last_slot, source,
 target)``, as ``plan_moves`` rows, so a job can read the moves of its channels (a split plan's
-consolidations, DESIGN §11.3, are read from its JSON). A plan's status moves
+consolidations, are read from its JSON). A plan's status moves
 
     pending → applying → applied | failed,    pending → superseded
 
-(a new plan supersedes a pending one that no job has started, DESIGN §8). When a plan is applied its
+(a new plan supersedes a pending one that no job has started). When a plan is applied its
 target version becomes ``applied`` and the previously applied version ``superseded``; when it fails or
 is superseded its target version is ``abandoned``; an applied plan's target becomes the region's
-``applied_version`` (its status, DESIGN §12.2). Illegal changes raise Conflict naming both states.
+``applied_version`` (its status). Illegal changes raise Conflict naming both states.
 """
 
 from __future__ import annotations

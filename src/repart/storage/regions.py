@@ -1,11 +1,11 @@
-"""Regions: a keyed, stateful pipeline stage and its controller configuration (DESIGN §7, §8).
+"""Regions: a keyed, stateful pipeline stage and its controller configuration.
 
 ``RegionConfig`` validates a configuration with the partitioning package's own checks, so a region
 that is stored can be built for; its ``settings`` are the controller's, checked by
 ``repart.controller.service`` (which every caller goes through), whose ``CheckedRegion`` is what
 these functions store; the repository functions create, read, update and delete regions by
 name. Every bad value raises ``InvalidInput`` naming the field (the dataclass field's name) and its
-accepted values (DESIGN §10, §12.4).
+accepted values.
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ _FIXED_ONCE_USED = ("key_type", "slot_bits")
 class RegionConfig:
     """A region's configuration; defaults are Gedik's (resource code LCL, α = 1.2, σ = 0.1, U^APM).
 
-    ``policy`` is the channel-count policy of DESIGN §8 and ``settings`` its parameters (a JSON
+    ``policy`` is the channel-count policy and ``settings`` its parameters (a JSON
     object). ``utility`` is normalised (``apm`` → ``APM``). ``split_scheme`` (one of ``SPLIT_SCHEMES``)
-    puts the region in split mode (DESIGN §11.3), which needs ``merge`` (``repart.protocol.merge``;
+    puts the region in split mode, which needs ``merge`` (``repart.protocol.merge``;
     stored as its canonical text); the scheme's parameters are the ``split`` object of ``settings``.
     """
 

@@ -1,4 +1,4 @@
-"""Schema management: Alembic configured in code, scripts located through the package (DESIGN §7).
+"""Schema management: Alembic configured in code, scripts located through the package.
 
 ``upgrade`` brings a database to the newest revision (``repart init`` and ``repart db upgrade`` call
 it); it is idempotent. The scripts live in ``repart/storage/migrations``, found relative to this module,

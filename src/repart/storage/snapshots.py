@@ -1,4 +1,4 @@
-"""Snapshots in the controller's database: ingest and load (DESIGN §3, §7).
+"""Snapshots in the controller's database: ingest and load.
 
 The document itself (``Snapshot``, ``Snapshot.from_document``) is ``repart.protocol.snapshot``'s.
 ``ingest_snapshot`` checks a parsed snapshot against its region (known region, same key type and slot

@@ -1,4 +1,4 @@
-"""A region's reconcile status, stored on its row and changed only by compare-and-set (DESIGN §12.2).
+"""A region's reconcile status, stored on its row and changed only by compare-and-set.
 
 The controller reads the status with the region row, decides, and writes its decision only if the
 status is still the one it read: ``compare_and_set_status`` is one ``UPDATE regions … WHERE id = ?
@@ -6,7 +6,7 @@ AND applied_version IS ? AND latest_version IS ? AND considered_seq IS ? AND mod
 decide atomically (PostgreSQL re-checks the WHERE clause on the newest row after waiting for a
 concurrent writer; SQLite runs one writer at a time). Losing it is a ``Conflict`` and changes
 nothing. ``last_change_at`` changes only together with ``latest_version`` (an activation), so it is
-covered by that comparison. The region's mode (DESIGN §12.3) is part of the status: an operator who holds
+covered by that comparison. The region's mode is part of the status: an operator who holds
 the region between a tick's read and its write makes the tick's write a Conflict.
 """
 

@@ -1,15 +1,15 @@
-"""The controller's database schema as SQLAlchemy Core tables (DESIGN §7), defined once.
+"""The controller's database schema as SQLAlchemy Core tables, defined once.
 
 One table per record the controller keeps: regions (configuration), snapshots with their retained
-items, sparse per-slot counts and per-channel measurements (DESIGN §3), versions with their explicit
-entries, plans with their moves (DESIGN §6), batch reports from Spark jobs, the audit log of events, and
+items, sparse per-slot counts and per-channel measurements, versions with their explicit
+entries, plans with their moves, batch reports from Spark jobs, the audit log of events, and
 leases. Keys are stored so they round-trip exactly: an int key in ``key_int`` (BIGINT), a str key as
 its UTF-8 bytes in ``key_utf8`` (PostgreSQL text cannot hold NUL characters, which are valid keys).
 Timestamps are timezone-aware UTC on the way in and out, whatever the backend.
 
 The ORM classes of ``repart.storage.models`` are mapped onto these tables. They are Core tables so
 that a read which needs no objects, ``repart status`` (``repart.storage.overview``), can query them
-without loading SQLAlchemy's ORM or mapping the classes (issue #10). The schema is owned by the Alembic
+without loading SQLAlchemy's ORM or mapping the classes. The schema is owned by the Alembic
 revisions in ``repart.storage.migrations``; a test checks that this metadata and the migrated schema
 agree.
 """
@@ -96,20 +96,20 @@ def _in(column: str, values: tuple[str, ...]) -> str:
 
 _ONE_KEY = "(key_int IS NULL) <> (key_utf8 IS NULL)"
 
-# A keyed, stateful stage of a pipeline and its controller configuration (DESIGN §8).
+# A keyed, stateful stage of a pipeline and its controller configuration.
 #
 # ``settings_json`` holds the channel-count policy's parameters (target utilization, cooldown,
 # hysteresis, rebalance threshold) as a JSON object.
 #
-# The reconcile status (DESIGN §12.2) lives on the row, so that a tick reads it with one small query
+# The reconcile status lives on the row, so that a tick reads it with one small query
 # and persists its decision with a compare-and-set: ``applied_version`` (the number of the version
 # with status ``applied``), ``latest_version`` (the newest version's number), ``considered_seq``
 # (the newest window seq a decision considered) and ``last_change_at`` (when a version changing N
 # was activated: the channel-count policy's cooldown). All are None before the first version.
-# ``mode`` is what the tick may do (DESIGN §12.3): ``auto`` act, ``recommend`` record what it would
+# ``mode`` is what the tick may do: ``auto`` act, ``recommend`` record what it would
 # do without activating it, ``hold`` nothing; ``mode_reason`` says why, ``previous_mode`` is the mode
 # ``resume`` returns to. The mode is part of the status a tick compares and sets.
-# ``split_scheme`` puts the region in split mode (DESIGN §11.3: None keeps every key on one
+# ``split_scheme`` puts the region in split mode (None keeps every key on one
 # channel) and ``merge`` is the merge of a split key's partial state it requires
 # (``repart.protocol.merge``).
 # ``lease_token`` is the last fencing token issued for the region's lease (``repart.storage.leases``):
@@ -163,7 +163,7 @@ regions = Table(
     CheckConstraint("tick_failures >= 0", name="tick_failures"),
 )
 
-# One tumbling window's lossy counter and measurements (DESIGN §3); ``version`` was active.
+# One tumbling window's lossy counter and measurements; ``version`` was active.
 #
 # ``batch`` is the id of the job's batch the window observed (None when the document has none),
 # unique per region: a job that submits a batch's snapshot again after a crash finds it there
@@ -263,7 +263,7 @@ version_explicit = Table(
     CheckConstraint("channel >= 0", name="channel"),
 )
 
-# A migration plan between two versions of a region (DESIGN §6) and its status (DESIGN §7).
+# A migration plan between two versions of a region and its status.
 # ``pruned_at`` is when retention (``repart.storage.retention``) deleted the plan's moves: its JSON is
 # then None and its ``plan_moves`` rows are gone; the row keeps the plan's summary.
 plans = Table(
@@ -295,7 +295,7 @@ plans = Table(
 
 # One move of a plan: an explicit key ``(key, source, target, weight)`` or a slot range
 # ``(first_slot..last_slot, source, target)``, in the plan JSON's order. A split plan's
-# consolidations (DESIGN §11.3) are in its JSON only.
+# consolidations are in its JSON only.
 plan_moves = Table(
     "plan_moves",
     metadata,
@@ -346,7 +346,7 @@ events = Table(
 )
 
 # The lease of the one controller allowed to act on a region until ``expires_at``; ``token`` is its
-# fencing token, which a write checks (DESIGN §12.2).
+# fencing token, which a write checks.
 leases = Table(
     "leases",
     metadata,

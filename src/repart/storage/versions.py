@@ -1,4 +1,4 @@
-"""Versions: the stored partition functions of a region and their status (DESIGN §2, §7).
+"""Versions: the stored partition functions of a region and their status.
 
 A version is immutable once written (the ORM refuses content changes, see ``models``); only its status
 moves, along ``planned → applied → superseded`` or ``planned → abandoned``. ``applied`` marks the

@@ -1,4 +1,4 @@
-"""One interface for every construction algorithm (DESIGN §5).
+"""One interface for every construction algorithm.
 
 ``build(previous, estimate, n_channels, params, algorithm)`` returns the next partition function and a
 ``BuildReport``: δ, the explicit-map size, the number of slot overrides, ρ and γ of the final mapping

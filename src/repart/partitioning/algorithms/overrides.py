@@ -1,4 +1,4 @@
-"""Slot overrides for tail-aware builds (repart's extension beyond Gedik, DESIGN §2 and §5).
+"""Slot overrides for tail-aware builds (repart's extension beyond Gedik).
 
 After the explicit map is built (against the untracked load spread evenly over the channels, see
 ``builder``), the hashed tail itself is rebalanced by moving slots, on the full predicted loads:

@@ -1,4 +1,4 @@
-"""A split key's candidate in O(1): Walker's alias method on integer masses (DESIGN §11.3).
+"""A split key's candidate in O(1): Walker's alias method on integer masses.
 
 A split key with d candidates and weights w gets D = 2^⌈log₂ d⌉ buckets of ``BUCKET_SPAN`` = C = 2^32 units
 each. Its candidates' integer masses are

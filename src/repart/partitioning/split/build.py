@@ -1,4 +1,4 @@
-"""Build a split function from a window's frequencies (DESIGN §11.3).
+"""Build a split function from a window's frequencies.
 
 ``build_split(previous, estimate, N, split=SplitParams(...))`` decides, in this order:
 

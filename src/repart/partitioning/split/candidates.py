@@ -1,4 +1,4 @@
-"""Which channels a split key may use: each scheme's candidate rule, for a batch (DESIGN §11.3).
+"""Which channels a split key may use: each scheme's candidate rule, for a batch.
 
 A split key's candidates start with its home (the home function's channel) and are distinct channels
 in [0, N). How many a head key gets (``choice_counts``) and which (``candidate_lists``):

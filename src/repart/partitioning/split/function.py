@@ -1,4 +1,4 @@
-"""The split function: a Gedik function for every key's home plus a split table for the head (DESIGN §11.3).
+"""The split function: a Gedik function for every key's home plus a split table for the head.
 
 A key-preserving function (``PartitionFunction``) cannot balance better than b_lb once the hottest
 key carries more than 1/N of the load. A split function keeps such a function as the *home* of every

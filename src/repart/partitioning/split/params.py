@@ -1,4 +1,4 @@
-"""A split region's scheme and its parameters (DESIGN §11.3), checked field by field.
+"""A split region's scheme and its parameters, checked field by field.
 
 ``SplitParams`` names the grouping scheme whose rule picks a split key's candidate channels (one of
 ``SPLIT_SCHEMES``) and that rule's parameters. Every field is checked on construction and a bad

@@ -1,4 +1,4 @@
-"""Key-splitting stream groupings of the PKG family (DESIGN §11.1), as compiled stream routers.
+"""Key-splitting stream groupings of the PKG family, as compiled stream routers.
 
 ``make_grouping(scheme, workers, sources, seed=…, **params)`` builds any of them; every grouping's
 ``route(key_hashes, sources)`` returns the worker of each tuple and keeps per-source state across calls.

@@ -1,6 +1,6 @@
 """What every grouping shares: construction checks, the ``route`` contract and per-source loads.
 
-A grouping routes a stream of keys, tuple by tuple, from S sources to n workers (DESIGN §11.1). Each
+A grouping routes a stream of keys, tuple by tuple, from S sources to n workers. Each
 source keeps its own state — the loads it has sent (PKG's local load estimation), heavy-hitter
 summaries, key tables — so feeding a stream in chunks gives exactly the result of feeding it at once:
 ``route`` only ever appends to that state.
@@ -26,7 +26,7 @@ FloatArray = npt.NDArray[np.float64]
 MAX_WORKERS = 2**31 - 1  # the hash family maps 32 bits onto the workers
 
 
-# The groupings' parameter checks, by the vocabulary of ``repart.validation`` (DESIGN §12.4).
+# The groupings' parameter checks, by the vocabulary of ``repart.validation``.
 
 
 def check_count(name: str, value: object, minimum: int = 1, maximum: int | None = None) -> int:

@@ -2,7 +2,7 @@
 
 The papers assume "d independent hash functions H_1 … H_d : K → [n]" (PKG §5, D-Choices §III-B) and
 leave the family open; Storm uses Murmur3 with seeds 13 and 17, the D-Choices simulator seeds that are
-consecutive primes. repart routes on the key's XXH64 hash (DESIGN §2), so the j-th function is
+consecutive primes. repart routes on the key's XXH64 hash, so the j-th function is
 ``H_j(k) = ⌊(mix64(h(k) XOR seed_j) >> 32) · n / 2^32⌋`` with ``mix64`` the SplitMix64 finaliser (a
 bijection of 64-bit integers with full avalanche) and ``seed_j = mix64(seed + j·φ)`` (φ = 2^64/golden
 ratio): one grouping seed gives every H_j, and H_1 … H_d are prefix-nested (a larger d only adds

@@ -1,1 +1,1 @@
-"""Alembic environment and revisions of the controller's schema (DESIGN §7)."""
+"""Alembic environment and revisions of the controller's schema."""

@@ -1,1 +1,1 @@
-"""Alembic revisions, oldest first; each file is one step of the schema (DESIGN §7)."""
+"""Alembic revisions, oldest first; each file is one step of the schema."""

@@ -1,4 +1,4 @@
-"""Initial schema: regions, snapshots, versions, plans, batch reports, events, leases (DESIGN §7).
+"""Initial schema: regions, snapshots, versions, plans, batch reports, events, leases.
 
 Revision ID: 0001
 Revises: (none)

@@ -1,4 +1,4 @@
-"""Region status on the region row and fencing tokens on leases (DESIGN §12.2).
+"""Region status on the region row and fencing tokens on leases.
 
 The controller's tick reads a region's status with one small query and persists a decision with a
 compare-and-set on it, so the status moves from the events and versions it was recomputed from to

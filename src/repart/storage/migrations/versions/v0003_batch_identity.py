@@ -1,4 +1,4 @@
-"""Batch identity: exactly-once snapshots and batch reports (DESIGN §9, §12.1).
+"""Batch identity: exactly-once snapshots and batch reports.
 
 ``snapshots.batch`` records the id of the job's batch a snapshot observed, unique per region (several
 NULLs allowed: snapshots from spool files carry none), so a job that submits a batch's snapshot again

@@ -1,4 +1,4 @@
-"""Region modes (DESIGN §12.3): ``auto``, ``recommend`` or ``hold``, with the reason and the mode to resume.
+"""Region modes: ``auto``, ``recommend`` or ``hold``, with the reason and the mode to resume.
 
 ``regions.mode`` is what the controller's tick may do with the region: act (``auto``), record what it
 would do without activating it (``recommend``), or nothing (``hold``). ``mode_reason`` says why the

@@ -1,4 +1,4 @@
-"""Split mode (DESIGN §11.3): a region's split scheme and the merge of its partial state.
+"""Split mode: a region's split scheme and the merge of its partial state.
 
 ``regions.split_scheme`` (None: every key keeps one channel, as before) names the rule that picks a hot
 key's candidate channels; ``regions.merge`` is the merge of a split key's partial state rows the
