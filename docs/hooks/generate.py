@@ -86,6 +86,7 @@ RESULTS: dict[str, tuple[str, str]] = {
         "benchmarks/state_churn.py, removed with the format-2 store",
     ),
     "tick": ("One controller tick", f"{PY} benchmarks/tick.py"),
+    "plan-retention": ("The database's size per plan, before and after retention", f"{PY} benchmarks/plan_retention.py"),
     "daemon": (
         "The controller daemon under load",
         f"{PY} benchmarks/daemon.py --backend sqlite --regions 200; "
