@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from repart.controller.actions import scale
+from repart.controller.actions import explain, scale
 from repart.controller.settings import ControllerSettings
 from repart.controller.tick import (
     Observation,
@@ -57,6 +57,11 @@ from tests.factories import (
 )
 
 
+# zipf_snapshot's windows are one minute: the job's batches, whose busy time the policy measures
+# against the minute (its utilization is demand · u / N).
+MINUTE_BATCHES = {"batch_interval_seconds": 60.0, "utilization_band": [0.3, 0.8]}
+
+
 def test_first_tick_initializes_and_a_tick_without_snapshots_is_idle(engine: Engine) -> None:
     add_zipf_region(engine, n_channels_initial=3)
     first = tick(engine, REGION)
@@ -78,7 +83,7 @@ def test_more_load_activates_the_policys_channel_count_with_a_pending_plan(engin
         policy="target-utilization",
         max_channels=8,
         algorithm="redist",
-        settings={"target_utilization": 0.5, "rebalance_threshold": 50.0},
+        settings=MINUTE_BATCHES | {"target_utilization": 0.5, "rebalance_threshold": 50.0},
     )
     assert tick(engine, REGION).action == "initialized"
     ingest(engine, *(zipf_snapshot(seq, n_channels=2, demand=3.6) for seq in (1, 2, 3)))
@@ -194,24 +199,28 @@ def test_auto_records_all_three_candidates(engine: Engine) -> None:
     assert_plans_route_like_functions(engine)
 
 
-def test_cooldown_keeps_the_channel_count_after_a_change(engine: Engine) -> None:
+def test_a_scale_down_waits_for_its_delay_in_batches_and_the_event_names_the_rule(engine: Engine) -> None:
     add_zipf_region(
         engine,
         policy="target-utilization",
+        n_channels_initial=8,
         max_channels=8,
         algorithm="consistent",
-        settings={"target_utilization": 0.5, "cooldown_seconds": 3600, "rebalance_threshold": 50.0},
+        settings=MINUTE_BATCHES
+        | {"target_utilization": 0.5, "rebalance_threshold": 50.0, "scale_down_delay": 2},
     )
     tick(engine, REGION)
-    ingest(engine, zipf_snapshot(1, n_channels=2, demand=3.6))
-    assert tick(engine, REGION).n_channels == 4
-    ingest(engine, zipf_snapshot(2, n_channels=4, demand=6.5))
-
-    result = tick(engine, REGION)
-    assert result.action == "unchanged"
-    assert "cooldown" in result.reason
-    later = tick(engine, REGION, now=datetime.now(UTC) + timedelta(hours=2))
-    assert later.action == "idle"
+    ingest(engine, zipf_snapshot(1, n_channels=8, demand=1.5))  # utilization 0.09, below the band
+    held = tick(engine, REGION)
+    assert (held.action, held.n_channels) == ("unchanged", 8)
+    assert "scale-down delay" in held.reason
+    data = load_object(events(engine)[0].data_json)
+    assert data["held_by"] == "scale-down-delay" and data["policy_numbers"]["batches_below_band"] == 1
+    with Session(engine) as session:
+        assert explain(session, REGION)["held_by"] == "scale-down-delay"
+    ingest(engine, zipf_snapshot(2, n_channels=8, demand=1.5))
+    scaled = tick(engine, REGION)
+    assert (scaled.action, scaled.n_channels) == ("activated", 4)  # at most half the channels go
 
 
 def test_settings_are_checked_by_name() -> None:
@@ -259,7 +268,7 @@ def test_the_status_is_kept_on_the_region_row(engine: Engine) -> None:
         policy="target-utilization",
         max_channels=8,
         algorithm="redist",
-        settings={"target_utilization": 0.5, "rebalance_threshold": 50.0, "cooldown_seconds": 3600},
+        settings=MINUTE_BATCHES | {"target_utilization": 0.5, "rebalance_threshold": 50.0},
     )
     assert RegionStatus.of(region_row(engine)) == RegionStatus()
     start = datetime(2026, 2, 1, tzinfo=UTC)
@@ -271,8 +280,8 @@ def test_the_status_is_kept_on_the_region_row(engine: Engine) -> None:
     assert RegionStatus.of(region_row(engine)) == RegionStatus(1, 2, 1, start + timedelta(minutes=1))
     assert versions(engine)[1].created_at == start + timedelta(minutes=1)
     ingest(engine, zipf_snapshot(2, n_channels=2, demand=2.0))
-    cooled = tick(engine, REGION, now=start + timedelta(minutes=2))
-    assert cooled.action == "unchanged" and "cooldown" in cooled.reason  # measured from last_change_at
+    kept = tick(engine, REGION, now=start + timedelta(minutes=2))
+    assert kept.action == "unchanged" and "inside the band" in kept.reason
     assert RegionStatus.of(region_row(engine)) == RegionStatus(1, 2, 2, start + timedelta(minutes=1))
     plan_id = changed.plan_id
     assert plan_id is not None

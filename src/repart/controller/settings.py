@@ -1,4 +1,4 @@
-"""A region's stored configuration as the objects one controller tick works with (DESIGN §7, §8).
+"""A region's stored configuration as the objects one controller tick works with.
 
 A region row holds the construction parameters (resource code, α, σ, utility, algorithm, tail-aware)
 as columns and the controller's own parameters as the JSON object ``settings``. The accepted settings,
@@ -6,9 +6,26 @@ all optional:
 
 - ``counters``: x, the number of lossy counters of the sliding window (Gedik §4.1.2, Fig. 2); the
   estimate merges the last ``x - 1`` snapshots. An integer >= 2, default 3.
-- ``target_utilization``: u of the ``target-utilization`` policy, in (0, 1], default 0.8.
-- ``cooldown_seconds``: the least time between two channel-count changes, >= 0, default 0.
-- ``hysteresis``: the relative demand change ignored by ``target-utilization``, >= 0, default 0.
+- The ``target-utilization`` policy's (``repart.controller.policy.TargetUtilizationPolicy``; defaults
+  measured on the traces of ``benchmarks/policy_traces.py``):
+
+  - ``target_utilization``: u, the busiest channel's busy share of the batch budget to size for, in
+    (0, 1], default 0.7.
+  - ``utilization_band``: ``[low, high]`` with ``0 <= low <= target_utilization <= high``: no change
+    while the utilization is inside it; default ``[0.45, 0.9]``.
+  - ``batch_interval_seconds``: the time budget of one batch (a trigger interval), > 0; absent, the
+    budget a batch reports, else the time measured between batches.
+  - ``catch_up_seconds``: the time to catch up on a reported backlog in, > 0; default five budgets.
+  - ``stabilization_batches``: batches after a change of N that are not used, an integer >= 0,
+    default 0.
+  - ``scale_down_delay``: batches in a row below the band before a scale-down, an integer >= 1,
+    default 3.
+  - ``max_scale_down_factor``: the largest share of the channels one scale-down removes, in (0, 1),
+    default 0.5.
+  - ``reversal_batches`` and ``reversal_margin``: a step is not reversed within that many batches
+    (an integer >= 0, default 3) unless the band is broken by the margin (>= 0, default 0.1).
+  - ``effectiveness_threshold``: the share of the promised capacity a scale-up must deliver before
+    further scale-ups, in [0, 1], default 0.1.
 - ``rebalance_threshold``: rebalance when b of the applied function exceeds it, > 0, default 1.0
   (b <= 1 means every resource is within its tolerance α).
 - ``move_limit``: readj's move limit c (Gedik Algorithm 4), an integer >= 1, default 5.
@@ -17,8 +34,8 @@ all optional:
   itself is the region's ``split_scheme``.
 
 The ``fixed`` policy runs the region's ``n_channels_initial`` channels, within its channel bounds.
-Every bad value raises ``InvalidInput`` naming ``settings.<field>`` and the accepted range (DESIGN §10,
-§12.4); ``SETTINGS`` writes the accepted values down.
+Every bad value raises ``InvalidInput`` naming ``settings.<field>`` and the accepted range;
+``SETTINGS`` writes the accepted values down.
 """
 
 from __future__ import annotations
@@ -27,7 +44,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from repart.controller.policy import ChannelPolicy, FixedPolicy, TargetUtilizationPolicy
+from repart.controller.policy import (
+    DEFAULT_TARGET_UTILIZATION,
+    ChannelPolicy,
+    FixedPolicy,
+    TargetUtilizationPolicy,
+)
 from repart.errors import InvalidInput
 from repart.partitioning.algorithms.problem import DEFAULT_MOVE_LIMIT, BuildParams
 from repart.partitioning.domain import SPLIT_SCHEMES, check_utility
@@ -37,22 +59,31 @@ from repart.storage.regions import RegionConfig
 from repart.validation import (
     FRACTION,
     NON_NEGATIVE,
+    NON_NEGATIVE_INT,
     POSITIVE,
     POSITIVE_INT,
+    PROBABILITY,
     Constraint,
     Interval,
     Kind,
     check_all,
+    check_each,
 )
 
 DEFAULT_COUNTERS = 3
-DEFAULT_TARGET_UTILIZATION = 0.8
 DEFAULT_REBALANCE_THRESHOLD = 1.0
 SETTINGS: dict[str, tuple[Constraint, ...]] = {
     "counters": (Interval(int, 2, None),),
     "target_utilization": (FRACTION,),
-    "cooldown_seconds": (NON_NEGATIVE,),
-    "hysteresis": (NON_NEGATIVE,),
+    "utilization_band": (Kind(list, "a list [low, high] of two numbers"),),
+    "batch_interval_seconds": (POSITIVE,),
+    "catch_up_seconds": (POSITIVE,),
+    "stabilization_batches": (NON_NEGATIVE_INT,),
+    "scale_down_delay": (POSITIVE_INT,),
+    "max_scale_down_factor": (Interval(float, 0, 1, closed="neither"),),
+    "reversal_batches": (NON_NEGATIVE_INT,),
+    "reversal_margin": (NON_NEGATIVE,),
+    "effectiveness_threshold": (PROBABILITY,),
     "rebalance_threshold": (POSITIVE,),
     "move_limit": (POSITIVE_INT,),
     "split": (Kind(Mapping, "an object of the split scheme's parameters"),),
@@ -116,10 +147,41 @@ def _policy(config: RegionConfig, settings: Mapping[str, Any]) -> ChannelPolicy:
 
 
 def _target_utilization(config: RegionConfig, settings: Mapping[str, Any]) -> TargetUtilizationPolicy:
-    return TargetUtilizationPolicy(
-        target_utilization=settings.get("target_utilization", DEFAULT_TARGET_UTILIZATION),
-        min_channels=config.min_channels,
-        max_channels=config.max_channels,
-        cooldown_seconds=settings.get("cooldown_seconds", 0.0),
-        hysteresis=settings.get("hysteresis", 0.0),
-    )
+    chosen = {name: settings[name] for name in _POLICY_SETTINGS if name in settings}
+    if "utilization_band" in chosen:
+        chosen["utilization_band"] = _band(chosen["utilization_band"])
+    try:
+        return TargetUtilizationPolicy(
+            target_utilization=settings.get("target_utilization", DEFAULT_TARGET_UTILIZATION),
+            min_channels=config.min_channels,
+            max_channels=config.max_channels,
+            **chosen,
+        )
+    except InvalidInput as problem:
+        if problem.field in SETTINGS:
+            raise InvalidInput(f"settings.{problem.field}", problem.requirement) from None
+        raise
+
+
+_POLICY_SETTINGS = (
+    "utilization_band",
+    "batch_interval_seconds",
+    "catch_up_seconds",
+    "stabilization_batches",
+    "scale_down_delay",
+    "max_scale_down_factor",
+    "reversal_batches",
+    "reversal_margin",
+    "effectiveness_threshold",
+)
+
+
+def _band(value: list[Any]) -> tuple[float, float]:
+    """``settings.utilization_band`` as ``(low, high)``: two numbers >= 0 (whether they hold the target
+    is the policy's check)."""
+    band = check_each("settings.utilization_band", value, NON_NEGATIVE)
+    if len(band) != 2:
+        raise InvalidInput(
+            "settings.utilization_band", f"must be a list [low, high] of two numbers, got {len(band)}"
+        )
+    return float(band[0]), float(band[1])

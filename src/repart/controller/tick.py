@@ -48,8 +48,9 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from repart.controller.build import build_next
-from repart.controller.policy import Decision, RebalanceDecision, WindowLoad, needs_rebalance
+from repart.controller.policy import Decision, RebalanceDecision, needs_rebalance
 from repart.controller.settings import ControllerSettings
+from repart.controller.signal import BatchLoad
 from repart.controller.window import merge_snapshots, window_size
 from repart.errors import InvalidInput
 from repart.migration import MigrationPlan, plan_migration
@@ -58,7 +59,7 @@ from repart.partitioning.documents import json_number
 from repart.partitioning.domain import ConsistentMethod
 from repart.partitioning.split.build import split_imbalance
 from repart.partitioning.split.function import SplitFunction, StoredFunction, load_function
-from repart.protocol.snapshot import Snapshot
+from repart.protocol.snapshot import ChannelMeasurement, Snapshot
 from repart.storage import (
     Fence,
     NewEvent,
@@ -75,6 +76,7 @@ from repart.storage import (
     region_by_name,
     run_in_transaction,
 )
+from repart.storage.snapshots import stored_progress
 
 TickAction = Literal["initialized", "idle", "unchanged", "activated", "recommended", "blocked", "held"]
 
@@ -120,8 +122,9 @@ class Observation:
     ``newest_seq`` the newest snapshot's seq (None without snapshots); ``applied_n_channels`` N of the
     applied version (None before the first); ``mode_reason`` why the region is in its mode.
     ``applying_plan`` (a plan being applied), and
-    ``applied_function`` and ``window`` (the sliding window's snapshots, oldest first) are read only
-    when a decision on a new window is due (``awaits_decision``); they are None, None and empty
+    ``applied_function``, ``window`` (the sliding window's snapshots, oldest first) and ``history``
+    (the newest batches' loads the channel-count policy reads, oldest first) are read only when a
+    decision on a new window is due (``awaits_decision``); they are None, None, empty and empty
     otherwise.
     """
 
@@ -135,6 +138,7 @@ class Observation:
     applying_plan: int | None = None
     applied_function: StoredFunction | None = None
     window: tuple[Snapshot, ...] = ()
+    history: tuple[BatchLoad, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -262,6 +266,43 @@ def observe(session: Session, region: str) -> Observation:
         observation,
         applied_function=load_function(cast(str, function_json)),
         window=tuple(window),
+        history=batch_history(session, row.id, settings.policy.history_batches, applied_n_channels),
+    )
+
+
+def batch_history(session: Session, region_id: int, count: int, applied_n: int) -> tuple[BatchLoad, ...]:
+    """The loads of the region's newest ``count`` batches (snapshots), oldest first: each with the N of
+    the version it reports it ran with (``applied_n`` when it names none), its channels and its
+    progress; items and slots are not read."""
+    if count == 0:
+        return ()
+    snapshot, version, channel = models.Snapshot, models.Version, models.SnapshotChannel
+    rows = session.execute(
+        select(snapshot, version.n_channels)
+        .outerjoin(version, (version.region_id == snapshot.region_id) & (version.number == snapshot.version))
+        .where(snapshot.region_id == region_id)
+        .order_by(snapshot.seq.desc())
+        .limit(count)
+    ).all()
+    ids = [row.id for row, _ in rows]
+    measured: dict[int, list[ChannelMeasurement]] = {}
+    for snapshot_id, number, tuples, busy, state in session.execute(
+        select(
+            channel.snapshot_id, channel.channel, channel.tuples, channel.busy_seconds, channel.state_bytes
+        )
+        .where(channel.snapshot_id.in_(ids))
+        .order_by(channel.snapshot_id, channel.channel)
+    ):
+        measured.setdefault(snapshot_id, []).append(ChannelMeasurement(number, tuples, busy, state))
+    return tuple(
+        BatchLoad(
+            seq=row.seq,
+            n_channels=applied_n if n is None else n,
+            channels=tuple(measured.get(row.id, ())),
+            progress=stored_progress(row),
+            ingested_at=row.ingested_at,
+        )
+        for row, n in reversed(rows)
     )
 
 
@@ -298,7 +339,7 @@ def decide(observation: Observation, now: datetime) -> Verdict:
     current, window = observation.applied_function, observation.window
     if current is None or not window:
         raise TypeError("an observation with a decision due must hold the applied function and the window")
-    verdict = _analyze(observation.settings, status, current, window, now)
+    verdict = _analyze(observation.settings, status, current, window, observation.history)
     if status.mode == "recommend" and verdict.action == "activated":
         return _recommendation(verdict)
     return verdict
@@ -353,9 +394,10 @@ def _analyze(
     status: RegionStatus,
     current: StoredFunction,
     window: tuple[Snapshot, ...],
-    now: datetime,
+    history: tuple[BatchLoad, ...],
 ) -> Verdict:
-    """Analyze and plan on a new window (steps 3 and 4 of DESIGN §8)."""
+    """Analyze and plan on a new window: the channel-count policy on the batch history, the rebalance
+    trigger on the merged window, then the build and its plan."""
     n_applied = current.n_channels
     estimate = merge_snapshots(window)
     newest = window[-1].seq
@@ -363,12 +405,13 @@ def _analyze(
     if not estimate.keys or estimate.total == 0:
         message = "the window holds no keys to build from"
         return _unchanged(n_applied, "empty-window", message, base, newest)
-    decision = settings.policy.decide(_load(window), n_applied, now, status.last_change_at)
+    decision = settings.policy.decide(history, n_applied)
     b_before = split_imbalance(current, estimate, settings.params)
     rebalance = _mode_change(current, settings) or needs_rebalance(b_before, settings.rebalance_threshold)
     base |= {
         "policy": decision.rule,
         "policy_numbers": decision.numbers,
+        "held_by": decision.held_by,
         "n_before": n_applied,
         "n_next": decision.n_channels,
         "b_before": json_number(b_before),
@@ -445,13 +488,6 @@ def persist(
         at=now,
     )
     return Persisted(activation.version_number, activation.plan_id, activation.superseded_plans)
-
-
-def _load(window: tuple[Snapshot, ...]) -> WindowLoad | None:
-    """The pooled channel measurements of the window, or None when no snapshot carries any."""
-    if not any(snapshot.channels for snapshot in window):
-        return None
-    return WindowLoad.from_snapshots(window)
 
 
 def _mode_change(current: StoredFunction, settings: ControllerSettings) -> RebalanceDecision | None:

@@ -178,6 +178,11 @@ snapshots = Table(
     Column("ingested_at", UTCDateTime, nullable=False, default=utc_now),
     Column("source", Text),
     Column("batch", BigInteger),
+    # The batch's progress as the job reported it (``repart.protocol.snapshot.BatchProgress``).
+    Column("interval_seconds", Float),
+    Column("input_rows_per_second", Float),
+    Column("processed_rows_per_second", Float),
+    Column("backlog_rows", BigInteger),
     UniqueConstraint("region_id", "seq"),
     Index("ix_snapshots_region_id_batch", "region_id", "batch", unique=True),
     CheckConstraint("window_start < window_end", name="window_order"),
