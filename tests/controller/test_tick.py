@@ -56,7 +56,6 @@ from tests.factories import (
     zipf_snapshot,
 )
 
-
 # zipf_snapshot's windows are one minute: the job's batches, whose busy time the policy measures
 # against the minute (its utilization is demand · u / N).
 MINUTE_BATCHES = {"batch_interval_seconds": 60.0, "utilization_band": [0.3, 0.8]}

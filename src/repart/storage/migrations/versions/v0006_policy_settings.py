@@ -24,6 +24,7 @@ Revises: 0005
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import statistics
@@ -82,7 +83,7 @@ def _batch_seconds(connection: sa.Connection, region_id: int) -> float:
         {"id": region_id, "count": INGEST_GAPS + 1},
     ).scalars()
     moments = sorted(_moment(value) for value in times)
-    gaps = [later - earlier for earlier, later in zip(moments, moments[1:], strict=False)]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(moments)]
     gaps = [gap for gap in gaps if gap > 0]
     return statistics.median(gaps) if gaps else DAEMON_INTERVAL_SECONDS
 
