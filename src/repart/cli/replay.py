@@ -116,7 +116,8 @@ def _windows(path: Path | None, trace: str | None, seed: int) -> list[Snapshot]:
         try:
             snapshots.append(Snapshot.from_document(document))
         except InvalidInput as problem:
-            raise InvalidInput(f"WINDOWS[{index}].{problem.field}", problem.requirement) from None
+            inside = "" if problem.field == "the snapshot" else f".{problem.field}"  # the whole document
+            raise InvalidInput(f"WINDOWS[{index}]{inside}", problem.requirement) from None
     return snapshots
 
 
