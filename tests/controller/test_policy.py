@@ -120,12 +120,13 @@ def test_a_recent_scale_down_is_not_reversed_unless_the_band_is_broken_by_the_ma
     assert policy(reversal_batches=3).decide(later, 3).n_channels == 5  # ceil(3 * 0.95 / 0.7)
 
 
-def test_a_recent_scale_up_is_not_reversed_by_a_dip_within_the_margin() -> None:
-    history = run(1, 4, [0.95]) + run(2, 6, [0.4])
-    held = policy(scale_down_delay=1, reversal_batches=3).decide(history, 6)
-    assert (held.n_channels, held.held_by) == (6, "reversal")
-    deep = run(1, 4, [0.95]) + run(2, 6, [0.2])
-    assert policy(scale_down_delay=1, reversal_batches=3).decide(deep, 6).n_channels == 3  # max factor
+def test_a_recent_scale_up_is_never_reversed_within_the_reversal_batches() -> None:
+    for dip in (0.4, 0.05):  # within the margin or far below it
+        history = run(1, 4, [0.95]) + run(2, 6, [dip] * 3)
+        held = policy(scale_down_delay=1, reversal_batches=3).decide(history, 6)
+        assert (held.n_channels, held.held_by) == (6, "reversal")
+    later = run(1, 4, [0.95]) + run(2, 6, [0.2] * 4)
+    assert policy(scale_down_delay=1, reversal_batches=3).decide(later, 6).n_channels == 3  # max factor
 
 
 def test_stabilization_ignores_the_first_batches_after_a_change() -> None:

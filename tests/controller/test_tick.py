@@ -448,3 +448,39 @@ def test_the_tick_reads_while_another_connection_holds_the_write_lock(tmp_path: 
             holder.close()
     finally:
         engine.dispose()
+
+
+def test_a_rebalance_over_the_migration_budget_is_a_recorded_no_change(engine: Engine) -> None:
+    add_zipf_region(engine, n_channels_initial=4, algorithm="redist", settings={"migration_budget": 0.1})
+    tick(engine, REGION)
+    window = zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3)
+    ingest(engine, window)
+    result = tick(engine, REGION)
+    assert (result.action, result.n_channels) == ("unchanged", 4)
+    event = events(engine)[0]
+    data = load_object(event.data_json)
+    assert (event.kind, event.rule) == ("no-change", "migration-budget")
+    assert data["moved_share"] == pytest.approx(data["plan_m"] / 4) and data["moved_share"] > 0.1
+    assert "over the budget 0.1" in event.message
+    assert data["moved_rows"] == round(data["moved_share"] * window.distinct_estimate)
+    assert data["moved_bytes"] == round(data["moved_share"] * 4 * 1000)  # 1000 state bytes per channel
+    assert len(versions(engine)) == 1 and not plans(engine)
+
+
+def test_a_rebalance_whose_gain_does_not_pay_for_its_move_is_a_recorded_no_change(engine: Engine) -> None:
+    add_zipf_region(engine, n_channels_initial=4, algorithm="redist")
+    tick(engine, REGION)
+    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3))
+    first = tick(engine, REGION)
+    assert first.action == "activated"  # from p(0): b 4.35 -> about 1, worth moving a quarter
+    assert first.plan_id is not None
+    for status in ("applying", "applied"):
+        run_in_transaction(engine, lambda session, s=status: set_plan_status(session, first.plan_id, s))
+    ingest(engine, zipf_snapshot(2, n_channels=4, demand=4, exponent=1.6))
+    result = tick(engine, REGION)
+    assert result.action == "unchanged"
+    event = events(engine)[0]
+    data = load_object(event.data_json)
+    assert event.rule == "rebalance-gain"
+    assert data["predicted_b"] * (1 + data["predicted_m"]) >= data["b_before"] > data["threshold"]
+    assert len(versions(engine)) == 2

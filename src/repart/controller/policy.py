@@ -161,7 +161,9 @@ class TargetUtilizationPolicy:
        bottleneck outside the channels), which holds every further scale-up until N changes again.
     6. Below the band, scale down only after ``scale_down_delay`` batches in a row below it
        (``scale-down-delay``), to the ceiling of the largest demand among them, removing at most
-       ``max_scale_down_factor`` of the channels in one step; ``reversal`` as above, mirrored.
+       ``max_scale_down_factor`` of the channels in one step; never within ``reversal_batches`` of a
+       scale-up (``reversal``), whatever the margin: too many channels for a few batches costs
+       channels, too few costs the budget.
 
     Stabilization, the delay and the reversal window are counted in batches (one snapshot per batch),
     never in wall-clock seconds. The count is monotone in the demand: a smaller ``u`` never yields
@@ -348,15 +350,10 @@ class TargetUtilizationPolicy:
             reason = f"{signal} is below the band, but the largest recent demand {demand:.3g} needs {current}"
             return _result(current, current, "target-utilization", reason, numbers, held)
         recent = since_change is not None and since_change <= self.reversal_batches
-        if (
-            recent
-            and previous_n is not None
-            and previous_n < current
-            and pressure >= low - self.reversal_margin
-        ):
+        if recent and previous_n is not None and previous_n < current:
             message = (
-                f"reversal: {previous_n} -> {current} was {since_change} batch(es) ago, and {signal} is "
-                f"not below the band by the margin {self.reversal_margin:g} (target would be {target})"
+                f"reversal: {previous_n} -> {current} was {since_change} batch(es) ago, within "
+                f"{self.reversal_batches} (target would be {target})"
             )
             return _held(current, "reversal", message, numbers)
         reason = f"{signal} is below the band for {len(below)} batches"

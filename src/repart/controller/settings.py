@@ -28,6 +28,9 @@ all optional:
     further scale-ups, in [0, 1], default 0.1.
 - ``rebalance_threshold``: rebalance when b of the applied function exceeds it, > 0, default 1.0
   (b <= 1 means every resource is within its tolerance α).
+- ``migration_budget``: the largest share of the state one rebalance at unchanged N may move, in
+  (0, 1], default 0.5; a rebalance over it, or one whose predicted b and m do not beat keeping the
+  applied function under b·(1 + m) (Gedik Eq. 13), is a recorded ``no-change`` with its reason.
 - ``move_limit``: readj's move limit c (Gedik Algorithm 4), an integer >= 1, default 5.
 - ``split``: the parameters of a split-mode region's scheme (DESIGN §11.3), an object checked by
   ``repart.partitioning.split.params.SplitParams`` (θ, ε, spread, virtual nodes, seed); the scheme
@@ -72,6 +75,7 @@ from repart.validation import (
 
 DEFAULT_COUNTERS = 3
 DEFAULT_REBALANCE_THRESHOLD = 1.0
+DEFAULT_MIGRATION_BUDGET = 0.5
 SETTINGS: dict[str, tuple[Constraint, ...]] = {
     "counters": (Interval(int, 2, None),),
     "target_utilization": (FRACTION,),
@@ -85,6 +89,7 @@ SETTINGS: dict[str, tuple[Constraint, ...]] = {
     "reversal_margin": (NON_NEGATIVE,),
     "effectiveness_threshold": (PROBABILITY,),
     "rebalance_threshold": (POSITIVE,),
+    "migration_budget": (FRACTION,),
     "move_limit": (POSITIVE_INT,),
     "split": (Kind(Mapping, "an object of the split scheme's parameters"),),
 }
@@ -101,6 +106,7 @@ class ControllerSettings:
     counters: int
     rebalance_threshold: float
     split: SplitParams | None = None
+    migration_budget: float = DEFAULT_MIGRATION_BUDGET
 
     @classmethod
     def from_config(cls, config: RegionConfig) -> ControllerSettings:
@@ -121,6 +127,7 @@ class ControllerSettings:
             counters=settings.get("counters", DEFAULT_COUNTERS),
             rebalance_threshold=settings.get("rebalance_threshold", DEFAULT_REBALANCE_THRESHOLD),
             split=_split(config, settings.get("split", {})),
+            migration_budget=settings.get("migration_budget", DEFAULT_MIGRATION_BUDGET),
         )
 
 

@@ -430,6 +430,12 @@ def _analyze(
     plan = plan_migration(current, function, estimate, settings.params.resources)
     reason = _reason(decision, rebalance)
     data = base | built.event_data | {"plan_m": None if plan.m is None else json_number(plan.m)}
+    data |= moved_state(plan.m, function.n_channels, window[-1])
+    if not decision.changed and rebalance.rule == "imbalance-threshold":
+        held = _rebalance_held(data, b_before, settings.migration_budget)
+        if held is not None:
+            rule, message = held
+            return _unchanged(n_applied, rule, f"{_reason(decision, rebalance)}; {message}", data, newest)
     version = NewVersion(
         function.to_json(),
         function.digest,
@@ -447,6 +453,39 @@ def _analyze(
         plan=plan,
         considered_seq=newest,
     )
+
+
+def moved_state(m: float | None, n_channels: int, newest: Snapshot) -> dict[str, Any]:
+    """The state a plan moves, in the paper's unit and in the job's: the share ``m / N`` of the state
+    (m is the moved state over the mean state per channel, Gedik Eq. 10), and that share of the newest
+    window's keys (``moved_rows``: one state row per key) and of its channels' state bytes
+    (``moved_bytes``; None when the window reports none)."""
+    if m is None:
+        return {"moved_share": None, "moved_rows": None, "moved_bytes": None}
+    share = min(1.0, m / n_channels)
+    state_bytes = sum(measured.state_bytes for measured in newest.channels or ())
+    return {
+        "moved_share": share,
+        "moved_rows": round(share * newest.distinct_estimate),
+        "moved_bytes": round(share * state_bytes) if state_bytes else None,
+    }
+
+
+def _rebalance_held(data: dict[str, Any], b_before: float, budget: float) -> tuple[str, str] | None:
+    """Why a rebalance at unchanged N is not worth it, or None when it is: it moves more of the state
+    than the region's ``migration_budget`` (rule ``migration-budget``), or its predicted b and m do not
+    beat keeping the applied function under the objective b·(1 + m) (Gedik Eq. 13; keeping costs b
+    and moves nothing: rule ``rebalance-gain``)."""
+    share, b_after, m = data.get("moved_share"), data.get("predicted_b"), data.get("predicted_m")
+    if isinstance(share, float) and share > budget:
+        return "migration-budget", f"it would move {share:.3g} of the state, over the budget {budget:g}"
+    if isinstance(b_after, int | float) and isinstance(m, int | float) and b_after * (1 + m) >= b_before:
+        return (
+            "rebalance-gain",
+            f"its predicted b = {b_after:.4g} at m = {m:.3g} does not pay for the move "
+            f"(b·(1 + m) = {b_after * (1 + m):.4g} >= b = {b_before:.4g} now)",
+        )
+    return None
 
 
 def _unchanged(n_channels: int, rule: str, message: str, data: dict[str, Any], newest: int) -> Verdict:
