@@ -22,8 +22,9 @@ all optional:
     default 3.
   - ``max_scale_down_factor``: the largest share of the channels one scale-down removes, in (0, 1),
     default 0.5.
-  - ``reversal_batches`` and ``reversal_margin``: a step is not reversed within that many batches
-    (an integer >= 0, default 3) unless the band is broken by the margin (>= 0, default 0.1).
+  - ``reversal_batches`` and ``reversal_margin``: a scale-up is never reversed within that many
+    batches (an integer >= 0, default 3); a scale-down only when the utilization is above the band
+    by the margin (>= 0, default 0.1).
   - ``effectiveness_threshold``: the share of the promised capacity a scale-up must deliver before
     further scale-ups, in [0, 1], default 0.1.
 - ``rebalance_threshold``: rebalance when b of the applied function exceeds it, > 0, default 1.0
