@@ -174,8 +174,8 @@ def tick(
 ) -> TickResult:
     """Run one read → decide → persist iteration for ``region`` (see the module docstring).
 
-    ``now`` (timezone-aware; default: the current time) is the time the channel-count policy's
-    cooldown is measured to and the time of what is written. ``fence`` is the caller's lease of the
+    ``now`` (timezone-aware; default: the current time) is the time of what is written (the
+    channel-count policy counts batches, not seconds). ``fence`` is the caller's lease of the
     region (a daemon's); without one (``repart tick``) the compare-and-set on the region's status alone
     guards the write. Raises NotFound for an unknown region, InvalidInput naming the field for a region
     configuration the controller cannot act on (DESIGN §10), and Conflict when the lease is lost or
