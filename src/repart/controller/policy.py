@@ -231,7 +231,8 @@ class TargetUtilizationPolicy:
         previous_n = None if since_change is None else history[-len(run) - 1].n_channels
         skipped = 0 if since_change is None else self.stabilization_batches
         signals = batch_signals(history, self.batch_interval_seconds)
-        stable = [signal for signal in signals if signal.load.seq in {load.seq for load in run[skipped:]}]
+        used = {load.seq for load in run[skipped:]}
+        stable = [signal for signal in signals if signal.load.seq in used]
         if since_change is not None:
             numbers["batches_since_change"] = since_change
         if not stable:
