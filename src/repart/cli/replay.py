@@ -35,7 +35,7 @@ def replay(
     windows: Annotated[
         Path | None,
         typer.Argument(
-            help="A JSON list of snapshot documents (`repart snapshot export` writes one).",
+            help="A JSON list of snapshot documents (`repart snapshot export REGION --out FILE` writes one).",
             show_default=False,
         ),
     ] = None,
@@ -55,7 +55,8 @@ def replay(
         list[str] | None,
         typer.Option(
             "--set",
-            help="Candidate setting KEY=VALUE, repeatable (as `repart region update --set`).",
+            help="Candidate setting KEY=VALUE, repeatable "
+            "(as `repart region update REGION --set KEY=VALUE`).",
             show_default=False,
         ),
     ] = None,
