@@ -20,7 +20,8 @@ band on 90 % of batches, channel-batches at most 1.3x the oracle's.
 
 Scale steps on key sets of 100 to 10^6 keys (``scale_steps``): a Zipf(0.8) window of 20 rows per
 key, counted by a lossy counter (epsilon 1e-4) with exact slot counts, and the controller's build
-(``repart.controller.build.build_next``, the default algorithm) from consistent hashing on 4 channels
+for a scale step (``repart.controller.steps.build_step``: the default algorithm, or the candidate
+within 1.5x the ideal share of the window's keys) from consistent hashing on 4 channels
 to 5 and to 3; the moved share of the keys over the ideal ``|dN| / max(N, N')`` (target <= 1.5) and
 the predicted b after the step against the region's threshold.
 
@@ -43,9 +44,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from repart.controller.build import build_next
 from repart.controller.policy import DEFAULT_BAND
 from repart.controller.settings import ControllerSettings
+from repart.controller.steps import build_step
 from repart.controller.window import merge_snapshots
 from repart.partitioning import initial_function
 from repart.partitioning.frequency import LossyCounter
@@ -209,7 +210,7 @@ def scale_steps(seed: int) -> list[dict[str, Any]]:
         before = current.lookup_many(all_keys)
         for n_next in (START_CHANNELS + 1, START_CHANNELS - 1):
             started = time.perf_counter()
-            built = build_next(current, estimate, n_next, settings)
+            built = build_step(current, estimate, n_next, settings)
             seconds = time.perf_counter() - started
             moved = before != built.function.lookup_many(all_keys)
             ideal = abs(n_next - START_CHANNELS) / max(n_next, START_CHANNELS)

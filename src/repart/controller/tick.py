@@ -47,10 +47,10 @@ from typing import Any, Literal, cast
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from repart.controller.build import build_next
 from repart.controller.policy import Decision, RebalanceDecision, needs_rebalance
 from repart.controller.settings import ControllerSettings
 from repart.controller.signal import BatchLoad
+from repart.controller.steps import build_step
 from repart.controller.window import merge_snapshots, window_size
 from repart.errors import InvalidInput
 from repart.migration import MigrationPlan, plan_migration
@@ -419,7 +419,7 @@ def _analyze(
     }
     if not decision.changed and not rebalance.rebalance:
         return _unchanged(n_applied, decision.rule, _reason(decision, rebalance), base, newest)
-    built = build_next(current, estimate, decision.n_channels, settings)
+    built = build_step(current, estimate, decision.n_channels, settings)
     function = built.function
     if function.digest == current.digest:
         message = (
