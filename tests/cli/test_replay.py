@@ -115,6 +115,8 @@ def test_a_bad_window_is_named_by_its_index_and_field(recorded: str, tmp_path: P
         ("utilization_band=[0.75, 0.9]", "utilization_band"),  # does not contain the target 0.7
         ("batch_interval_seconds=0", "batch_interval_seconds"),
         ("batch_interval_seconds=-60", "batch_interval_seconds"),
+        ("migration_budget=0", "migration_budget"),
+        ("migration_budget=1.5", "migration_budget"),
     ],
 )
 def test_bad_candidate_settings_exit_2_and_write_nothing(
