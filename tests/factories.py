@@ -163,8 +163,9 @@ def zipf_snapshot(
     stream seeded by ``seq``, counted by ``LossyCounter`` (ε = 0.001), with its exact slot counts and
     the measurements of ``n_channels`` channels.
 
-    The channels' busy time is chosen so that the target-utilization policy at ``u`` computes a raw
-    demand of ``demand`` channels: demand = rate_in / (u · rate_one) = Σ busy / (u · window seconds).
+    The channels' busy time is chosen so that the target-utilization policy at ``u``, with the window's
+    minute as the batch budget (``batch_interval_seconds=60``), computes a demand of ``demand``
+    channels: each channel is busy ``demand · u · 60 / N`` seconds, so demand = N · utilization / u.
     """
     busy = demand * u * WINDOW.total_seconds() / n_channels
     per_channel = np.full(n_channels, length // n_channels)

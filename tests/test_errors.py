@@ -30,9 +30,9 @@ def test_exit_codes_are_the_documented_ones() -> None:
 
 
 def test_invalid_input_names_its_field_and_requirement() -> None:
-    error = InvalidInput("settings.cooldown_seconds", "must be a number in [0, inf), got -1")
-    assert str(error) == "settings.cooldown_seconds must be a number in [0, inf), got -1"
-    assert error.field == "settings.cooldown_seconds"
+    error = InvalidInput("settings.reversal_margin", "must be a number in [0, inf), got -1")
+    assert str(error) == "settings.reversal_margin must be a number in [0, inf), got -1"
+    assert error.field == "settings.reversal_margin"
     assert error.requirement == "must be a number in [0, inf), got -1"
 
 

@@ -23,11 +23,15 @@ def test_settings_are_stored_merged_and_used(db_url: str) -> None:
         "--set",
         "target_utilization=0.7",
         "--set",
-        "cooldown_seconds=60",
+        "batch_interval_seconds=60",
     )
-    assert created["settings"] == {"target_utilization": 0.7, "cooldown_seconds": 60}
-    updated = repart_json(db_url, "region", "update", "tu", "--set", "hysteresis=0.1")
-    assert updated["settings"] == {"target_utilization": 0.7, "cooldown_seconds": 60, "hysteresis": 0.1}
+    assert created["settings"] == {"target_utilization": 0.7, "batch_interval_seconds": 60}
+    updated = repart_json(db_url, "region", "update", "tu", "--set", "utilization_band=[0.5, 0.9]")
+    assert updated["settings"] == {
+        "target_utilization": 0.7,
+        "batch_interval_seconds": 60,
+        "utilization_band": [0.5, 0.9],
+    }
 
 
 @pytest.mark.parametrize(
@@ -37,6 +41,11 @@ def test_settings_are_stored_merged_and_used(db_url: str) -> None:
         ("target_utilization=2", "target_utilization"),
         ("counters=1", "counters"),
         ("nokey", "KEY=VALUE"),
+        ("utilization_band=[0.85, 0.95]", "--set utilization_band"),
+        ("utilization_band=[0.5]", "--set utilization_band"),
+        ("batch_interval_seconds=0", "--set batch_interval_seconds"),
+        ("batch_interval_seconds=-30", "--set batch_interval_seconds"),
+        ("max_scale_down_factor=1", "--set max_scale_down_factor"),
     ],
 )
 def test_bad_settings_exit_2_and_change_nothing(db_url: str, setting: str, field: str) -> None:

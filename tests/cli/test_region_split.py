@@ -25,9 +25,9 @@ def test_a_split_region_stores_its_scheme_canonical_merge_and_parameters(db_url:
     )
     assert (created["split_scheme"], created["merge"]) == ("dchoices", "pv=sum,volume=sum")
     assert created["settings"] == {"split": {"theta": 0.02}}
-    updated = repart_json(db_url, "region", "update", "vwap", "--split", "pkg", "--set", "hysteresis=0.1")
+    updated = repart_json(db_url, "region", "update", "vwap", "--split", "pkg", "--set", "scale_down_delay=5")
     assert (updated["split_scheme"], updated["merge"]) == ("pkg", "pv=sum,volume=sum")
-    assert updated["settings"] == {"split": {"theta": 0.02}, "hysteresis": 0.1}
+    assert updated["settings"] == {"split": {"theta": 0.02}, "scale_down_delay": 5}
     preserve = repart_json(db_url, "region", "update", "vwap", "--split", "none")
     assert preserve["split_scheme"] is None and preserve["merge"] == "pv=sum,volume=sum"
     plain = repart_json(db_url, "region", "create", "plain", "--key-type", "int")

@@ -109,7 +109,7 @@ def test_rollback_refusals_name_the_parameter_and_write_nothing(engine: Engine) 
     assert row_counts(engine) == before
 
     ingest(engine, zipf_snapshot(2, n_channels=4, demand=4, exponent=1.6))
-    plan_id = tick(engine, REGION).plan_id
+    plan_id = scale(engine, REGION, 6).plan_id
     assert plan_id is not None
     run_in_transaction(engine, lambda session: set_plan_status(session, plan_id, "applying"))
     applying = row_counts(engine)
@@ -219,14 +219,14 @@ def test_an_action_on_a_region_that_changed_since_its_read_writes_nothing(
     rebalanced_and_applied(engine)
     real_plan = plan_migration
 
-    def plan_while_a_tick_activates(*args: Any, **kwargs: Any) -> Any:
+    def plan_while_a_rollback_activates(*args: Any, **kwargs: Any) -> Any:
         monkeypatch.setattr(actions, "plan_migration", real_plan)
-        ingest(engine, zipf_snapshot(2, n_channels=4, demand=8, exponent=1.3))
-        assert tick(engine, REGION).action == "activated"
+        assert rollback(engine, REGION, 1).version == 3
         return real_plan(*args, **kwargs)
 
-    monkeypatch.setattr(actions, "plan_migration", plan_while_a_tick_activates)
+    monkeypatch.setattr(actions, "plan_migration", plan_while_a_rollback_activates)
     with pytest.raises(Conflict, match="changed since its status was read"):
         scale(engine, REGION, 6)
-    assert [v.number for v in versions(engine)] == [1, 2, 3]  # the tick's version 3, nothing of scale
-    assert events(engine)[0].kind == "activated"
+    assert [v.number for v in versions(engine)] == [1, 2, 3]  # the rollback's version 3, nothing of scale
+    assert "rollback" in [event.kind for event in events(engine)]
+    assert "scaled" not in [event.kind for event in events(engine)]

@@ -1,4 +1,4 @@
-"""The channel-count policies and the rebalance trigger (DESIGN §8 "Analyze"), against hand-computed cases."""
+"""The channel-count policies and the rebalance trigger (pure functions, hand-computed oracles)."""
 
 from __future__ import annotations
 
@@ -11,146 +11,171 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repart.controller.policy import (
-    FixedPolicy,
-    TargetUtilizationPolicy,
-    WindowLoad,
-    needs_rebalance,
-)
+from repart.controller.policy import FixedPolicy, TargetUtilizationPolicy, needs_rebalance
+from repart.controller.signal import BatchLoad, batch_signals
 from repart.errors import InvalidInput
-from repart.protocol.snapshot import ChannelMeasurement
-from tests.factories import small_snapshot, window_times
+from repart.protocol.snapshot import BatchProgress, ChannelMeasurement
 
-NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def load(*channels: tuple[int, float], seconds: float = 1.0) -> WindowLoad:
-    """A load with one (tuples, busy_seconds) pair per channel over ``seconds`` of wall-clock time."""
-    return WindowLoad(
-        tuple(ChannelMeasurement(i, tuples, busy, 0) for i, (tuples, busy) in enumerate(channels)), seconds
-    )
+def batch(
+    seq: int,
+    n: int,
+    busy: list[float],
+    *,
+    tuples: int = 1000,
+    progress: BatchProgress | None = None,
+    at: datetime | None = None,
+) -> BatchLoad:
+    """Batch ``seq`` at ``n`` channels: channel i busy ``busy[i]`` seconds with ``tuples`` tuples each."""
+    channels = tuple(ChannelMeasurement(i, tuples, seconds, 0) for i, seconds in enumerate(busy))
+    return BatchLoad(seq, n, channels, progress, at)
+
+
+def run(start: int, n: int, utilizations: list[float], budget: float = 10.0) -> list[BatchLoad]:
+    """Batches from ``start`` at ``n`` balanced channels whose busy time is ``u · budget``."""
+    return [batch(start + i, n, [u * budget] * n) for i, u in enumerate(utilizations)]
 
 
 def policy(**changes: Any) -> TargetUtilizationPolicy:
-    settings_ = {"target_utilization": 0.8, "min_channels": 1, "max_channels": 16, **changes}
-    return TargetUtilizationPolicy(**settings_)
+    values = {
+        "target_utilization": 0.7,
+        "min_channels": 1,
+        "max_channels": 32,
+        "utilization_band": (0.45, 0.9),
+        "batch_interval_seconds": 10.0,
+        **changes,
+    }
+    return TargetUtilizationPolicy(**values)
 
 
-# Four channels, each 1000 tuples and 0.5 busy seconds in a 1 s window: one channel sustains
-# 4000 / 2 = 2000 tuples/s, the input is 4000 tuples/s, so at u = 0.8 the demand is 4000 / 1600 = 2.5.
-FOUR = load(*[(1000, 0.5)] * 4)
+def test_utilization_is_the_busiest_channel_over_the_budget() -> None:
+    # Busiest channel 6 s of a 10 s budget: u = 0.6, inside [0.45, 0.9]; demand 4 * 0.6 / 0.7 = 3.43.
+    decision = policy().decide([batch(1, 4, [6.0, 3.0, 3.0, 3.0])], 4)
+    assert (decision.n_channels, decision.changed, decision.held_by) == (4, False, None)
+    assert decision.numbers["utilization"] == pytest.approx(0.6)
+    assert decision.numbers["demand"] == pytest.approx(4 * 0.6 / 0.7)
 
 
-def test_target_utilization_hand_computed_case() -> None:
-    decision = policy().decide(FOUR, 4, NOW, None)
-    assert (decision.n_channels, decision.changed, decision.rule) == (3, True, "target-utilization")
-    assert decision.numbers["rate_one"] == 2000.0
-    assert decision.numbers["rate_in"] == 4000.0
-    assert decision.numbers["demand"] == 2.5
-    assert decision.numbers["target"] == 3
-    assert decision.reason.startswith("4 -> 3 channels")
+def test_above_the_band_scales_up_to_the_demand() -> None:
+    # u = 0.95: demand 4 * 0.95 / 0.7 = 5.43 -> 6 channels.
+    decision = policy().decide([batch(1, 4, [9.5, 1.0, 1.0, 1.0])], 4)
+    assert (decision.n_channels, decision.changed, decision.held_by) == (6, True, None)
+    assert decision.rule == "target-utilization"
 
 
-def test_rates_use_only_busy_channels_for_rate_one() -> None:
-    # Channel 2 reports tuples but no busy time: it counts for the input rate (3000/s over 2 s is
-    # 1500/s) but not for the rate one channel sustains (2000 tuples / 1 s busy = 2000/s).
-    decision = policy(target_utilization=0.5).decide(
-        load((1000, 0.5), (1000, 0.5), (1000, 0.0), seconds=2.0), 3, NOW, None
-    )
-    assert decision.numbers["rate_one"] == 2000.0
-    assert decision.numbers["rate_in"] == 1500.0
-    assert decision.numbers["demand"] == 1.5
-    assert decision.n_channels == 2
+def test_inside_the_band_the_band_holds_a_change_the_demand_asks_for() -> None:
+    decision = policy().decide(run(1, 4, [0.5]), 4)  # demand 2.86 -> 3, but 0.5 is inside the band
+    assert (decision.n_channels, decision.held_by) == (4, "band")
+    assert "inside the band" in decision.reason
 
 
-def test_integer_demand_is_not_rounded_up_by_float_error() -> None:
-    # demand = (3000 / 1) / (0.3 * 3000 / 0.9) = 3 exactly, 3.0000000000000004 in floating point.
-    decision = policy(target_utilization=0.3).decide(load((3000, 0.9)), 5, NOW, None)
-    assert decision.numbers["demand"] > 3
-    assert decision.n_channels == 3
+def test_budget_is_declared_then_reported_then_measured_between_batches() -> None:
+    reported = BatchProgress(interval_seconds=20.0)
+    loads = [
+        batch(1, 2, [5.0, 5.0], at=T0),
+        batch(2, 2, [5.0, 5.0], at=T0 + timedelta(seconds=8)),
+        batch(3, 2, [5.0, 5.0], progress=reported, at=T0 + timedelta(seconds=9)),
+    ]
+    measured = batch_signals(loads, None)
+    assert [(s.load.seq, s.budget_seconds, s.budget_source) for s in measured] == [
+        (2, 8.0, "measured"),
+        (3, 20.0, "reported"),
+    ]
+    declared = batch_signals(loads, 50.0)
+    assert [(s.budget_seconds, s.budget_source) for s in declared] == [(50.0, "declared")] * 3
+    assert declared[0].utilization == pytest.approx(0.1)
 
 
-def test_target_is_clamped_to_the_bounds() -> None:
-    heavy = load(*[(1000, 1.0)] * 4)  # rate_one 1000/s, rate_in 4000/s: demand 5 at u = 0.8
-    assert policy(max_channels=4).decide(heavy, 4, NOW, None).n_channels == 4
-    assert policy(max_channels=4).decide(heavy, 4, NOW, None).changed is False
-    light = load((10, 1.0), seconds=10.0)  # rate_one 10/s, rate_in 1/s: demand 0.125
-    assert policy(min_channels=3).decide(light, 4, NOW, None).n_channels == 3
+def test_no_budget_or_no_busy_time_holds_with_no_signal() -> None:
+    no_budget = policy(batch_interval_seconds=None).decide([batch(1, 2, [9.0, 9.0])], 2)
+    idle = policy().decide([batch(1, 2, [0.0, 0.0])], 2)
+    nothing = policy().decide([], 2)
+    for decision in (no_budget, idle, nothing):
+        assert (decision.n_channels, decision.held_by) == (2, "no-signal")
 
 
-def test_current_outside_the_bounds_moves_to_the_nearest_bound_despite_cooldown() -> None:
-    tight = policy(min_channels=2, max_channels=5, cooldown_seconds=600)
-    decision = tight.decide(None, 8, NOW, NOW)
-    assert (decision.n_channels, decision.changed, decision.rule) == (5, True, "bounds")
-    assert tight.decide(None, 1, NOW, NOW).n_channels == 2
+def test_scale_down_waits_for_the_delay_then_sizes_for_the_busiest_of_those_batches() -> None:
+    history = run(1, 8, [0.7, 0.3, 0.2])
+    held = policy(scale_down_delay=3).decide(history, 8)
+    assert (held.n_channels, held.held_by, held.numbers["batches_below_band"]) == (8, "scale-down-delay", 2)
+    history = run(1, 8, [0.3, 0.4, 0.2])
+    decision = policy(scale_down_delay=3).decide(history, 8)
+    assert (decision.n_channels, decision.held_by) == (5, None)  # ceil(8 * 0.4 / 0.7) = ceil(4.57)
 
 
-def test_hysteresis_keeps_small_changes_and_follows_large_ones() -> None:
-    # demand 2.5 versus 3 current channels: |2.5 - 3| / 3 = 1/6.
-    assert policy(hysteresis=0.2).decide(FOUR, 3, NOW, None).changed is False
-    # Target 3 from 4 current: |2.5 - 4| / 4 = 0.375.
-    kept = policy(hysteresis=0.4).decide(FOUR, 4, NOW, None)
-    assert (kept.n_channels, kept.changed) == (4, False)
-    assert kept.numbers["relative_change"] == 0.375
-    assert "hysteresis" in kept.reason
-    moved = policy(hysteresis=0.3).decide(FOUR, 4, NOW, None)
-    assert (moved.n_channels, moved.changed) == (3, True)
-    # The boundary itself keeps: |demand - current| <= hysteresis * current.
-    assert policy(hysteresis=0.375).decide(FOUR, 4, NOW, None).changed is False
+def test_a_scale_down_removes_at_most_the_max_factor() -> None:
+    decision = policy(scale_down_delay=1, max_scale_down_factor=0.25).decide(run(1, 12, [0.1]), 12)
+    assert (decision.n_channels, decision.held_by) == (9, "max-scale-down-factor")  # ceil(12 * 0.75)
 
 
-def test_cooldown_blocks_a_change_until_it_has_passed() -> None:
-    cooling = policy(cooldown_seconds=300)
-    blocked = cooling.decide(FOUR, 4, NOW, NOW - timedelta(seconds=299))
-    assert (blocked.n_channels, blocked.changed) == (4, False)
-    assert blocked.numbers["seconds_since_change"] == 299
-    assert "cooldown" in blocked.reason and "target would be 3" in blocked.reason
-    assert cooling.decide(FOUR, 4, NOW, NOW - timedelta(seconds=300)).n_channels == 3
-    assert cooling.decide(FOUR, 4, NOW, None).n_channels == 3
+def test_a_recent_scale_down_is_not_reversed_unless_the_band_is_broken_by_the_margin() -> None:
+    history = run(1, 4, [0.3, 0.3, 0.3]) + run(4, 3, [0.95])  # 4 -> 3 one batch ago
+    held = policy(reversal_batches=3, reversal_margin=0.1).decide(history, 3)
+    assert (held.n_channels, held.held_by) == (3, "reversal")
+    broken = run(1, 4, [0.3, 0.3, 0.3]) + run(4, 3, [1.05])
+    assert policy(reversal_batches=3, reversal_margin=0.1).decide(broken, 3).n_channels == 5
+    later = run(1, 4, [0.3]) + run(2, 3, [0.8, 0.8, 0.8, 0.95])  # four batches ago: not recent
+    assert policy(reversal_batches=3).decide(later, 3).n_channels == 5  # ceil(3 * 0.95 / 0.7)
 
 
-@pytest.mark.parametrize(
-    "measured",
-    [None, load(), load((0, 0.0), (0, 0.0)), load((500, 0.0)), load((0, 1.0))],
-    ids=["no-load", "no-channels", "idle", "no-busy-time", "busy-without-tuples"],
-)
-def test_no_usable_measurement_keeps_the_current_count(measured: WindowLoad | None) -> None:
-    decision = policy().decide(measured, 4, NOW, None)
-    assert (decision.n_channels, decision.changed) == (4, False)
-    assert decision.reason.startswith("keep 4 channels: no ")
+def test_a_recent_scale_up_is_never_reversed_within_the_reversal_batches() -> None:
+    for dip in (0.4, 0.05):  # within the margin or far below it
+        history = run(1, 4, [0.95]) + run(2, 6, [dip] * 3)
+        held = policy(scale_down_delay=1, reversal_batches=3).decide(history, 6)
+        assert (held.n_channels, held.held_by) == (6, "reversal")
+    later = run(1, 4, [0.95]) + run(2, 6, [0.2] * 4)
+    assert policy(scale_down_delay=1, reversal_batches=3).decide(later, 6).n_channels == 3  # max factor
 
 
-def test_unchanged_target_keeps() -> None:
-    decision = policy().decide(FOUR, 3, NOW, None)
-    assert (decision.n_channels, decision.changed) == (3, False)
-    assert "gives target 3 in [1, 16]" in decision.reason
+def test_stabilization_ignores_the_first_batches_after_a_change() -> None:
+    history = run(1, 2, [0.95]) + run(2, 4, [0.99])
+    held = policy(stabilization_batches=1).decide(history, 4)
+    assert (held.n_channels, held.held_by) == (4, "stabilization")
+    waiting = policy(stabilization_batches=0).decide(run(1, 2, [0.95]), 4)  # no batch at 4 yet
+    assert (waiting.n_channels, waiting.held_by) == (4, "stabilization")
+    assert policy(stabilization_batches=1).decide(history + run(3, 4, [0.99]), 4).n_channels == 6
 
 
-def test_load_from_snapshot_uses_the_window_length() -> None:
-    start, _ = window_times(1)
-    snapshot = small_snapshot(
-        window_end=start + timedelta(seconds=10),
-        tuples=5000,
-        slots=None,
-        channels=(ChannelMeasurement(0, 3000, 3.0, 1), ChannelMeasurement(1, 2000, 2.0, 1)),
-    )
-    single = WindowLoad.from_snapshot(snapshot)
-    assert (single.tuples, single.busy_seconds, single.window_seconds) == (5000, 5.0, 10.0)
-    # rate_one 1000/s, rate_in 500/s, u = 0.5: demand 1.
-    assert policy(target_utilization=0.5).decide(single, 2, NOW, None).n_channels == 1
-    pooled = WindowLoad.from_snapshots([snapshot, snapshot])
-    assert (pooled.tuples, len(pooled.channels), pooled.window_seconds) == (10000, 4, 20.0)
-    with pytest.raises(InvalidInput, match="snapshots") as excinfo:
-        WindowLoad.from_snapshots([])
-    assert excinfo.value.field == "snapshots"
+def test_an_ineffective_scale_up_holds_further_scale_ups() -> None:
+    # 2 -> 4 channels, but the same 2000 tuples still take 9.5 s on the busiest channel: capacity
+    # stayed 2000 / 9.5 rows/s where 4 channels promised twice that.
+    before = [batch(1, 2, [9.5, 9.5])]
+    flat = [batch(2, 4, [9.5, 9.5, 9.5, 9.5], tuples=500)]
+    held = policy().decide(before + flat, 4)
+    assert (held.n_channels, held.held_by) == (4, "effectiveness")
+    assert held.numbers["capacity_gained"] == pytest.approx(0.0)
+    assert held.numbers["capacity_promised"] == pytest.approx(2000 / 9.5)
+    assert "fewer cores than channels" in held.reason
+    grew = [batch(2, 4, [9.5, 9.5, 9.5, 9.5], tuples=1000)]  # twice the rows in the same time
+    assert policy().decide(before + grew, 4).n_channels == 6
+
+
+def test_a_backlog_is_caught_up_within_the_catch_up_time() -> None:
+    # u = 0.6 alone is inside the band. 4 channels process 4000 rows in 6 s: 666.7 rows/s. With
+    # 4400 rows waiting to catch up within 20 s the demand is 4 * (400 + 220) / (0.7 * 666.7) = 5.31,
+    # its pressure 5.31 * 0.7 / 4 = 0.93, above the band.
+    waiting = BatchProgress(backlog_rows=4400)
+    decision = policy(catch_up_seconds=20.0).decide([batch(1, 4, [6.0] * 4, progress=waiting)], 4)
+    assert decision.n_channels == 6
+    assert decision.numbers["pressure"] == pytest.approx(0.93)
+    assert decision.numbers["demand"] == pytest.approx(4 * 620 / (0.7 * 4000 / 6))
+
+
+def test_current_outside_the_bounds_moves_to_the_nearest_bound() -> None:
+    decision = policy(min_channels=2, max_channels=6).decide(run(1, 9, [0.7]), 9)
+    assert (decision.n_channels, decision.rule) == (6, "bounds")
+    at_max = policy(max_channels=4).decide(run(1, 4, [0.99]), 4)
+    assert (at_max.n_channels, at_max.held_by) == (4, "bounds")
 
 
 def test_fixed_policy_always_returns_its_count() -> None:
     fixed = FixedPolicy(6, min_channels=2, max_channels=8)
-    decision = fixed.decide(FOUR, 4, NOW, NOW)
+    decision = fixed.decide(run(1, 4, [0.9]), 4)
     assert (decision.n_channels, decision.changed, decision.rule) == (6, True, "fixed")
-    assert fixed.decide(None, 6, NOW, None).changed is False
-    assert FixedPolicy(3).decide(None, 3, NOW, None).n_channels == 3
+    assert fixed.decide([], 6).changed is False
+    assert FixedPolicy(3).decide([], 3).n_channels == 3
 
 
 @pytest.mark.parametrize(
@@ -163,19 +188,24 @@ def test_fixed_policy_always_returns_its_count() -> None:
         (lambda: policy(min_channels=0), "min_channels"),
         (lambda: policy(min_channels=4, max_channels=3), "max_channels"),
         (lambda: policy(max_channels=True), "max_channels"),
-        (lambda: policy(cooldown_seconds=-1), "cooldown_seconds"),
-        (lambda: policy(hysteresis=-0.1), "hysteresis"),
-        (lambda: policy(hysteresis=math.inf), "hysteresis"),
-        (lambda: policy().decide(None, 0, NOW, None), "current"),
+        (lambda: policy(utilization_band=(0.8, 0.9)), "utilization_band"),
+        (lambda: policy(utilization_band=(0.2, 0.6)), "utilization_band"),
+        (lambda: policy(batch_interval_seconds=0), "batch_interval_seconds"),
+        (lambda: policy(batch_interval_seconds=-5.0), "batch_interval_seconds"),
+        (lambda: policy(catch_up_seconds=0), "catch_up_seconds"),
+        (lambda: policy(stabilization_batches=-1), "stabilization_batches"),
+        (lambda: policy(scale_down_delay=0), "scale_down_delay"),
+        (lambda: policy(max_scale_down_factor=1.0), "max_scale_down_factor"),
+        (lambda: policy(reversal_batches=1.5), "reversal_batches"),
+        (lambda: policy(reversal_margin=-0.1), "reversal_margin"),
+        (lambda: policy(effectiveness_threshold=1.1), "effectiveness_threshold"),
+        (lambda: policy().decide([], 0), "current"),
         (lambda: FixedPolicy(0), "channels"),
         (lambda: FixedPolicy(9, max_channels=8), "channels"),
         (lambda: FixedPolicy(1, min_channels=2), "channels"),
         (lambda: FixedPolicy(3, min_channels=0), "min_channels"),
         (lambda: FixedPolicy(3, min_channels=4, max_channels=2), "max_channels"),
-        (lambda: FixedPolicy(3).decide(None, -1, NOW, None), "current"),
-        (lambda: load((1, 1.0), seconds=0), "window_seconds"),
-        (lambda: load((-1, 1.0)), "channels[0].tuples"),
-        (lambda: load((1, -1.0)), "channels[0].busy_seconds"),
+        (lambda: FixedPolicy(3).decide([], -1), "current"),
         (lambda: needs_rebalance(1.0, 0), "threshold"),
         (lambda: needs_rebalance(-1.0, 1.0), "b_current"),
         (lambda: needs_rebalance(math.nan, 1.0), "b_current"),
@@ -199,44 +229,41 @@ def test_needs_rebalance_compares_b_with_the_threshold() -> None:
     assert needs_rebalance(0.9, 1.1).rebalance is False
 
 
-channel_loads = st.lists(
-    st.tuples(st.integers(0, 10**6), st.floats(0.0, 100.0, allow_nan=False)), min_size=0, max_size=8
-)
-
-
 @settings(max_examples=300, deadline=None)
 @given(
-    channels=channel_loads,
-    seconds=st.floats(0.01, 1000.0),
-    u=st.floats(0.01, 1.0),
-    smaller=st.floats(0.01, 1.0),
+    utilizations=st.lists(st.floats(0.0, 3.0), min_size=1, max_size=8),
+    runs=st.lists(st.integers(1, 12), min_size=1, max_size=3),
+    u=st.floats(0.3, 0.8),
+    smaller=st.floats(0.3, 0.8),
     low=st.integers(1, 8),
     span=st.integers(0, 16),
-    current=st.integers(1, 40),
-    hysteresis=st.floats(0.0, 1.0),
-    cooldown=st.floats(0.0, 100.0),
-    since=st.none() | st.floats(0.0, 200.0),
+    delay=st.integers(1, 4),
+    reversal=st.integers(0, 4),
 )
-def test_decision_is_bounded_and_monotone_in_utilization(
-    channels: list[tuple[int, float]],
-    seconds: float,
+def test_decision_is_bounded_and_monotone_in_the_target(
+    utilizations: list[float],
+    runs: list[int],
     u: float,
     smaller: float,
     low: int,
     span: int,
-    current: int,
-    hysteresis: float,
-    cooldown: float,
-    since: float | None,
+    delay: int,
+    reversal: int,
 ) -> None:
-    measured = load(*channels, seconds=seconds)
-    last = None if since is None else NOW - timedelta(seconds=since)
-    common = {"min_channels": low, "max_channels": low + span, "cooldown_seconds": cooldown}
-    at_u = policy(target_utilization=u, hysteresis=hysteresis, **common).decide(measured, current, NOW, last)
-    lower_u = min(u, smaller)
-    at_lower = policy(target_utilization=lower_u, hysteresis=hysteresis, **common).decide(
-        measured, current, NOW, last
-    )
+    history = []
+    for index, value in enumerate(utilizations):
+        n = runs[min(index * len(runs) // len(utilizations), len(runs) - 1)]
+        history.append(batch(index, n, [value * 10.0] * n))
+    current = history[-1].n_channels
+    common = {
+        "min_channels": low,
+        "max_channels": low + span,
+        "utilization_band": (0.25, 0.9),
+        "scale_down_delay": delay,
+        "reversal_batches": reversal,
+    }
+    at_u = policy(target_utilization=u, **common).decide(history, current)
+    at_lower = policy(target_utilization=min(u, smaller), **common).decide(history, current)
     assert low <= at_u.n_channels <= low + span
     assert at_u.changed == (at_u.n_channels != current)
     assert at_lower.n_channels >= at_u.n_channels

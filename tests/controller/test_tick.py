@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from repart.controller.actions import scale
+from repart.controller.actions import explain, scale
 from repart.controller.settings import ControllerSettings
 from repart.controller.tick import (
     Observation,
@@ -56,6 +56,10 @@ from tests.factories import (
     zipf_snapshot,
 )
 
+# zipf_snapshot's windows are one minute: the job's batches, whose busy time the policy measures
+# against the minute (its utilization is demand · u / N).
+MINUTE_BATCHES = {"batch_interval_seconds": 60.0, "utilization_band": [0.3, 0.8]}
+
 
 def test_first_tick_initializes_and_a_tick_without_snapshots_is_idle(engine: Engine) -> None:
     add_zipf_region(engine, n_channels_initial=3)
@@ -78,7 +82,7 @@ def test_more_load_activates_the_policys_channel_count_with_a_pending_plan(engin
         policy="target-utilization",
         max_channels=8,
         algorithm="redist",
-        settings={"target_utilization": 0.5, "rebalance_threshold": 50.0},
+        settings=MINUTE_BATCHES | {"target_utilization": 0.5, "rebalance_threshold": 50.0},
     )
     assert tick(engine, REGION).action == "initialized"
     ingest(engine, *(zipf_snapshot(seq, n_channels=2, demand=3.6) for seq in (1, 2, 3)))
@@ -194,24 +198,28 @@ def test_auto_records_all_three_candidates(engine: Engine) -> None:
     assert_plans_route_like_functions(engine)
 
 
-def test_cooldown_keeps_the_channel_count_after_a_change(engine: Engine) -> None:
+def test_a_scale_down_waits_for_its_delay_in_batches_and_the_event_names_the_rule(engine: Engine) -> None:
     add_zipf_region(
         engine,
         policy="target-utilization",
+        n_channels_initial=8,
         max_channels=8,
         algorithm="consistent",
-        settings={"target_utilization": 0.5, "cooldown_seconds": 3600, "rebalance_threshold": 50.0},
+        settings=MINUTE_BATCHES
+        | {"target_utilization": 0.5, "rebalance_threshold": 50.0, "scale_down_delay": 2},
     )
     tick(engine, REGION)
-    ingest(engine, zipf_snapshot(1, n_channels=2, demand=3.6))
-    assert tick(engine, REGION).n_channels == 4
-    ingest(engine, zipf_snapshot(2, n_channels=4, demand=6.5))
-
-    result = tick(engine, REGION)
-    assert result.action == "unchanged"
-    assert "cooldown" in result.reason
-    later = tick(engine, REGION, now=datetime.now(UTC) + timedelta(hours=2))
-    assert later.action == "idle"
+    ingest(engine, zipf_snapshot(1, n_channels=8, demand=1.5))  # utilization 0.09, below the band
+    held = tick(engine, REGION)
+    assert (held.action, held.n_channels) == ("unchanged", 8)
+    assert "scale-down delay" in held.reason
+    data = load_object(events(engine)[0].data_json)
+    assert data["held_by"] == "scale-down-delay" and data["policy_numbers"]["batches_below_band"] == 1
+    with Session(engine) as session:
+        assert explain(session, REGION)["held_by"] == "scale-down-delay"
+    ingest(engine, zipf_snapshot(2, n_channels=8, demand=1.5))
+    scaled = tick(engine, REGION)
+    assert (scaled.action, scaled.n_channels) == ("activated", 4)  # at most half the channels go
 
 
 def test_settings_are_checked_by_name() -> None:
@@ -259,7 +267,7 @@ def test_the_status_is_kept_on_the_region_row(engine: Engine) -> None:
         policy="target-utilization",
         max_channels=8,
         algorithm="redist",
-        settings={"target_utilization": 0.5, "rebalance_threshold": 50.0, "cooldown_seconds": 3600},
+        settings=MINUTE_BATCHES | {"target_utilization": 0.5, "rebalance_threshold": 50.0},
     )
     assert RegionStatus.of(region_row(engine)) == RegionStatus()
     start = datetime(2026, 2, 1, tzinfo=UTC)
@@ -271,8 +279,8 @@ def test_the_status_is_kept_on_the_region_row(engine: Engine) -> None:
     assert RegionStatus.of(region_row(engine)) == RegionStatus(1, 2, 1, start + timedelta(minutes=1))
     assert versions(engine)[1].created_at == start + timedelta(minutes=1)
     ingest(engine, zipf_snapshot(2, n_channels=2, demand=2.0))
-    cooled = tick(engine, REGION, now=start + timedelta(minutes=2))
-    assert cooled.action == "unchanged" and "cooldown" in cooled.reason  # measured from last_change_at
+    kept = tick(engine, REGION, now=start + timedelta(minutes=2))
+    assert kept.action == "unchanged" and "inside the band" in kept.reason
     assert RegionStatus.of(region_row(engine)) == RegionStatus(1, 2, 2, start + timedelta(minutes=1))
     plan_id = changed.plan_id
     assert plan_id is not None
@@ -440,3 +448,39 @@ def test_the_tick_reads_while_another_connection_holds_the_write_lock(tmp_path: 
             holder.close()
     finally:
         engine.dispose()
+
+
+def test_a_rebalance_over_the_migration_budget_is_a_recorded_no_change(engine: Engine) -> None:
+    add_zipf_region(engine, n_channels_initial=4, algorithm="redist", settings={"migration_budget": 0.1})
+    tick(engine, REGION)
+    window = zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3)
+    ingest(engine, window)
+    result = tick(engine, REGION)
+    assert (result.action, result.n_channels) == ("unchanged", 4)
+    event = events(engine)[0]
+    data = load_object(event.data_json)
+    assert (event.kind, event.rule) == ("no-change", "migration-budget")
+    assert data["moved_share"] == pytest.approx(data["plan_m"] / 4) and data["moved_share"] > 0.1
+    assert "over the budget 0.1" in event.message
+    assert data["moved_rows"] == round(data["moved_share"] * window.distinct_estimate)
+    assert data["moved_bytes"] == round(data["moved_share"] * 4 * 1000)  # 1000 state bytes per channel
+    assert len(versions(engine)) == 1 and not plans(engine)
+
+
+def test_a_rebalance_whose_gain_does_not_pay_for_its_move_is_a_recorded_no_change(engine: Engine) -> None:
+    add_zipf_region(engine, n_channels_initial=4, algorithm="redist")
+    tick(engine, REGION)
+    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3))
+    first = tick(engine, REGION)
+    assert first.action == "activated"  # from p(0): b 4.35 -> about 1, worth moving a quarter
+    assert first.plan_id is not None
+    for status in ("applying", "applied"):
+        run_in_transaction(engine, lambda session, s=status: set_plan_status(session, first.plan_id, s))
+    ingest(engine, zipf_snapshot(2, n_channels=4, demand=4, exponent=1.6))
+    result = tick(engine, REGION)
+    assert result.action == "unchanged"
+    event = events(engine)[0]
+    data = load_object(event.data_json)
+    assert event.rule == "rebalance-gain"
+    assert data["predicted_b"] * (1 + data["predicted_m"]) >= data["b_before"] > data["threshold"]
+    assert len(versions(engine)) == 2

@@ -18,7 +18,9 @@ from repart.protocol.counter_items import _checked_items, _well_formed_items
 from repart.protocol.snapshot import (
     CHANNEL_FIELDS,
     OPTIONAL_FIELDS,
+    PROGRESS_FIELDS,
     REQUIRED_FIELDS,
+    BatchProgress,
     ChannelMeasurement,
     CounterEntry,
     Snapshot,
@@ -65,6 +67,16 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             lambda ids: tuple(ChannelMeasurement(i, 10 * i, 0.5 * i, 1000 + i) for i in sorted(ids))
         )
     )
+    progress = draw(
+        st.none()
+        | st.builds(
+            BatchProgress,
+            interval_seconds=st.none() | st.floats(1e-3, 1e6),
+            input_rows_per_second=st.none() | st.floats(0, 1e9),
+            processed_rows_per_second=st.none() | st.floats(0, 1e9),
+            backlog_rows=st.integers(0, 10**12),
+        )
+    )
     start = draw(MOMENTS)
     return Snapshot(
         region=draw(st.from_regex(r"[a-z0-9][a-z0-9._-]{0,20}", fullmatch=True)),
@@ -81,6 +93,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         version=draw(st.none() | st.integers(1, 2**63 - 1)),
         channels=channels,
         batch=draw(st.none() | st.integers(0, 2**63 - 1)),
+        progress=progress,
     )
 
 
@@ -94,7 +107,7 @@ def test_a_document_reads_back_as_the_snapshot_it_was_written_from(snapshot: Sna
 def test_optional_fields_are_written_only_when_set() -> None:
     bare = small_snapshot(slots=None, channels=None)
     assert set(bare.to_document()) == set(REQUIRED_FIELDS)
-    full = small_snapshot(version=3, batch=17)
+    full = small_snapshot(version=3, batch=17, progress=BatchProgress(10.0, 5.0, 6.0, 0))
     assert set(full.to_document()) == set(REQUIRED_FIELDS) | set(OPTIONAL_FIELDS)
 
 
@@ -153,6 +166,8 @@ def test_json_schema_lists_the_fields_the_parser_accepts() -> None:
     assert schema["additionalProperties"] is False
     window = schema["properties"]["window"]
     assert set(window["required"]) == set(window["properties"]) == {"seq", "start", "end"}
+    progress = schema["properties"]["progress"]
+    assert set(progress["properties"]) == set(PROGRESS_FIELDS)
     channel = schema["properties"]["channels"]["items"]
     assert set(channel["required"]) == set(channel["properties"]) == set(CHANNEL_FIELDS)
     assert schema["properties"]["format"]["const"] == 1
@@ -215,3 +230,28 @@ def test_the_bulk_slot_checks_accept_exactly_what_the_row_checks_accept(rows: li
         assert bulk is None
     else:
         assert bulk == checked
+
+
+@pytest.mark.parametrize(
+    ("progress", "field"),
+    [
+        ({"interval_seconds": 0}, "progress.interval_seconds"),
+        ({"interval_seconds": -1.5}, "progress.interval_seconds"),
+        ({"input_rows_per_second": -1}, "progress.input_rows_per_second"),
+        ({"processed_rows_per_second": "fast"}, "progress.processed_rows_per_second"),
+        ({"backlog_rows": 1.5}, "progress.backlog_rows"),
+        ({"lag": 3}, "progress"),
+        ([1, 2], "progress"),
+    ],
+)
+def test_bad_progress_is_refused_naming_the_field(progress: Any, field: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        Snapshot.from_document(snapshot_document(progress=progress))
+    assert caught.value.field == field
+
+
+def test_progress_reads_back_with_only_the_reported_fields() -> None:
+    document = snapshot_document(progress={"interval_seconds": 60, "backlog_rows": 12})
+    snapshot = Snapshot.from_document(document)
+    assert snapshot.progress == BatchProgress(interval_seconds=60.0, backlog_rows=12)
+    assert snapshot.to_document()["progress"] == {"interval_seconds": 60.0, "backlog_rows": 12}

@@ -123,7 +123,7 @@ def region_db(tmp_path: Path) -> Iterator[str]:
         channels=3,
         min_channels=2,
         max_channels=6,
-        settings={"target_utilization": 0.5, "cooldown_seconds": 0},
+        settings={"target_utilization": 0.5},
     )
     assert job.engine is not None
     job.engine.dispose()

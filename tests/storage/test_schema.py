@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from types import NoneType
@@ -280,5 +281,62 @@ def test_upgrading_a_database_with_data_keeps_every_row(empty_url: str) -> None:
         upgrade(engine)
         assert {table: count for table, count in row_counts(engine).items() if count} == before
         assert before == {"regions": 1, "versions": 1}
+    finally:
+        engine.dispose()
+
+
+def test_revision_0007_maps_cooldown_and_hysteresis_onto_the_batch_settings(empty_url: str) -> None:
+    engine = make_engine(empty_url)
+    try:
+        config = alembic_config(engine)
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "0005")
+        t0 = datetime(2026, 1, 1, tzinfo=UTC)
+        settings = [
+            '{"target_utilization": 0.5, "cooldown_seconds": 61, "hysteresis": 0.2, "counters": 4}',
+            '{"hysteresis": 0.1}',
+            '{"cooldown_seconds": 25, "hysteresis": 0}',
+            '{"rebalance_threshold": 2.0}',
+        ]
+        with engine.begin() as connection:
+            for region_id, text_settings in enumerate(settings, start=1):
+                connection.execute(
+                    text(
+                        "INSERT INTO regions (id, name, key_type, n_channels_initial, resources, alpha, "
+                        "sigma, algorithm, utility, policy, min_channels, max_channels, tail_aware, "
+                        "slot_bits, consistent_method, settings_json, created_at, updated_at, mode, "
+                        "lease_token) VALUES (:id, :name, 'str', 2, 'LCL', 1.2, 0.1, 'auto', 'APM', "
+                        "'target-utilization', 1, 8, false, 4, 'jump', :settings, :t, :t, 'auto', 0)"
+                    ),
+                    {"id": region_id, "name": f"r{region_id}", "settings": text_settings, "t": t0},
+                )
+            for seq in range(4):  # region 1's snapshots were ingested 30 s apart
+                moment = t0 + timedelta(seconds=30 * seq)
+                connection.execute(
+                    text(
+                        "INSERT INTO snapshots (region_id, seq, window_start, window_end, tuples, "
+                        "distinct_estimate, epsilon, key_type, slot_bits, ingested_at) VALUES (1, :seq, "
+                        ":start, :end, 0, 0, 0.0, 'str', 4, :at)"
+                    ),
+                    {"seq": seq, "start": moment, "end": moment + timedelta(seconds=1), "at": moment},
+                )
+        upgrade(engine)
+        with Session(engine) as session:
+            mapped = {
+                row.name: row.settings_json for row in session.scalars(select(Region).order_by(Region.id))
+            }
+        assert json.loads(mapped["r1"]) == {
+            "target_utilization": 0.5,
+            "utilization_band": [0.4, 0.6],
+            "stabilization_batches": 3,  # ceil(61 / 30)
+            "counters": 4,
+        }
+        assert json.loads(mapped["r2"]) == {
+            "target_utilization": 0.8,
+            "utilization_band": [pytest.approx(0.72), pytest.approx(0.88)],
+        }
+        assert json.loads(mapped["r3"]) == {"stabilization_batches": 3}  # no snapshots: ceil(25 / 10)
+        assert json.loads(mapped["r4"]) == {"rebalance_threshold": 2.0}
     finally:
         engine.dispose()

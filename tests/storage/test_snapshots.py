@@ -79,6 +79,22 @@ def test_optional_parts_may_be_missing(engine: Engine) -> None:
     assert estimate.slot_counts is None and estimate.slot_bits == 16
 
 
+@pytest.mark.parametrize(
+    "progress",
+    [
+        {"interval_seconds": 30.0, "input_rows_per_second": 12.5, "processed_rows_per_second": 40.0},
+        {"backlog_rows": 9_000_000_000},
+    ],
+)
+def test_a_batchs_progress_is_stored_and_read_back(engine: Engine, progress: dict[str, Any]) -> None:
+    add_region(engine)
+    doc = snapshot_document(progress=progress)
+    _ingest(engine, doc)
+    snapshot = run_in_transaction(engine, lambda s: get_snapshot(s, "trades", 1))
+    assert snapshot == Snapshot.from_document(doc)
+    assert snapshot.to_document()["progress"] == progress
+
+
 def test_lossy_counter_output_is_accepted_even_with_delta_above_count(engine: Engine) -> None:
     add_region(engine, key_type="int")
     rng = np.random.default_rng(7)

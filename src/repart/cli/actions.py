@@ -104,7 +104,7 @@ def explain(region: RegionName, db: DbOption = None, as_json: JsonOption = False
     table = Table(title=f"last decision of {region}", show_header=False, caption=METRICS_CAPTION)
     table.add_column("field", style="bold")
     table.add_column("value")
-    for field in ("kind", "rule", "message", "at", "version", "plan_id", "policy", "algorithm"):
+    for field in ("kind", "rule", "message", "at", "version", "plan_id", "policy", "held_by", "algorithm"):
         table.add_row(field, Text("-" if shown[field] is None else str(shown[field])))
     for field in ("n_before", "n_next", "b_before", "threshold", "predicted_b", "predicted_m", "plan_m"):
         table.add_row(field, _cell(shown[field]))

@@ -19,6 +19,7 @@ COMMANDS = {
     "demo": "repart.cli.demo:demo",
     "simulate": "repart.cli.simulate:simulate",
     "simulate-grouping": "repart.cli.simulate_grouping:simulate_grouping",
+    "replay": "repart.cli.replay:replay",
     "init": "repart.cli.init:init",
     "db": "repart.cli.schema:db_app",
     "status": "repart.cli.status:status",

@@ -69,9 +69,11 @@ Settings = Annotated[
     list[str] | None,
     typer.Option(
         "--set",
-        help="Controller setting KEY=VALUE, repeatable: target_utilization, cooldown_seconds, hysteresis, "
+        help="Controller setting KEY=VALUE, repeatable: target_utilization, utilization_band=[low,high], "
+        "batch_interval_seconds, catch_up_seconds, stabilization_batches, scale_down_delay, "
+        "max_scale_down_factor, reversal_batches, reversal_margin, effectiveness_threshold, "
         "rebalance_threshold, counters, move_limit; split.<parameter> for the split scheme's "
-        "(split.theta, …).",
+        "(split.theta, …). See docs/policy.md.",
         show_default=False,
     ),
 ]

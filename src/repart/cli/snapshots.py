@@ -31,6 +31,7 @@ from repart.cli.database import (
     timestamp,
 )
 from repart.cli.errors import reports_bad_input
+from repart.cli.snapshot_export import export
 from repart.errors import InvalidInput
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
 
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
     from repart.controller.spool import IngestOutcome
     from repart.storage import SnapshotSummary
 
-snapshot_app = typer.Typer(no_args_is_help=True, help="Ingest, list and delete window snapshots.")
+snapshot_app = typer.Typer(no_args_is_help=True, help="Ingest, list, export and delete window snapshots.")
+snapshot_app.command("export")(export)
 
 RegionName = Annotated[str, typer.Argument(help="Region name.")]
 

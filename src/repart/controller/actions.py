@@ -198,6 +198,7 @@ def explain(session: Session, region: str) -> dict[str, Any]:
     lifted = (
         "policy",
         "policy_numbers",
+        "held_by",
         "n_before",
         "n_next",
         "b_before",

@@ -2,40 +2,39 @@
 
 Gedik §4.5 places these decisions in the adaptivity loop (measure, analyze, plan, activate): the
 analysis decides whether the number of channels must change, and planning then builds the next
-partitioning function. Everything here is pure: a policy reads a window's channel measurements
-(``WindowLoad``, from storage's snapshots) and returns a ``Decision`` carrying the new channel count,
-the rule that decided it, a human-readable reason and the numbers it was computed from, which is what
-the controller records as an audit event.
+partitioning function. Everything here is pure: a policy reads the newest batches' measurements
+(``repart.controller.signal.BatchLoad``) and returns a ``Decision`` carrying the new channel count, the
+rule that decided it, the rule that held a change back (``held_by``), a human-readable reason and the
+numbers it was computed from, which is what the controller records as an audit event.
 
 Policies:
 
 - ``FixedPolicy``: always the configured channel count.
-- ``TargetUtilizationPolicy``: DS2-style sizing from the channels' busy time. One channel sustains
-  ``rate_one = Σ tuples / Σ busy_seconds`` (over the channels that were busy), the input arrives at
-  ``rate_in = Σ tuples / window_seconds``; the *raw demand* is ``rate_in / (u · rate_one)`` channels
-  and the target is its ceiling clamped to ``[min_channels, max_channels]``; hysteresis and a
-  cooldown keep the count from flapping.
+- ``TargetUtilizationPolicy``: the busiest channel's busy time against the time the job has per batch,
+  sized to a target utilization inside a band, with stabilization, a scale-down delay, a maximum
+  scale-down factor, no quick reversals and scaling-effectiveness detection, all counted in batches.
 
-``needs_rebalance`` is the independent trigger: rebalance when the relative imbalance
-``b`` of the current function on the current frequencies (Gedik Eq. 11) exceeds a threshold.
+``needs_rebalance`` is the independent trigger: rebalance when the relative imbalance ``b`` of the
+current function on the current frequencies (Gedik Eq. 11) exceeds a threshold.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Protocol
 
+from repart.controller.signal import BatchLoad, BatchSignal, batch_signals
 from repart.errors import InvalidInput
-from repart.protocol.snapshot import ChannelMeasurement, Snapshot
 from repart.validation import (
     FRACTION,
     NON_NEGATIVE,
     NON_NEGATIVE_INT,
     POSITIVE,
     POSITIVE_INT,
+    PROBABILITY,
     Interval,
     check,
 )
@@ -44,6 +43,17 @@ from repart.validation import (
 # floating-point rounding (e.g. 3.0000000000000004) does not ask for one channel more.
 _CEIL_SLACK = 1e-9
 
+DEFAULT_TARGET_UTILIZATION = 0.7
+DEFAULT_BAND = (0.45, 0.9)
+DEFAULT_STABILIZATION_BATCHES = 0
+DEFAULT_SCALE_DOWN_DELAY = 3
+DEFAULT_MAX_SCALE_DOWN_FACTOR = 0.5
+DEFAULT_REVERSAL_BATCHES = 3
+DEFAULT_REVERSAL_MARGIN = 0.1
+DEFAULT_EFFECTIVENESS_THRESHOLD = 0.1
+CATCH_UP_BUDGETS = 5.0
+"""Without a declared catch-up time, a backlog is to be caught up within this many batch budgets."""
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -51,7 +61,10 @@ class Decision:
 
     ``n_channels`` is the count to run with next, ``changed`` whether it differs from the current
     count, ``rule`` the policy (``"fixed"``, ``"target-utilization"``) or bound that decided it,
-    ``reason`` one sentence for people, and ``numbers`` the inputs and intermediate values.
+    ``reason`` one sentence for people, ``numbers`` the inputs and intermediate values, and
+    ``held_by`` the rule that held a change back or limited it (``band``, ``stabilization``,
+    ``scale-down-delay``, ``reversal``, ``effectiveness``, ``max-scale-down-factor``, ``bounds``,
+    ``no-signal``; None when nothing did).
     """
 
     n_channels: int
@@ -59,6 +72,7 @@ class Decision:
     rule: str
     reason: str
     numbers: dict[str, float] = field(default_factory=dict)
+    held_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -71,66 +85,17 @@ class RebalanceDecision:
     numbers: dict[str, float | None] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class WindowLoad:
-    """Channel measurements over windows of known total wall-clock length.
-
-    ``channels`` holds one ``ChannelMeasurement`` per channel and window (several windows may be
-    pooled: their tuples and busy seconds add); ``window_seconds`` is the wall-clock length they were
-    measured over, the sum of the windows' lengths.
-    """
-
-    channels: tuple[ChannelMeasurement, ...]
-    window_seconds: float
-
-    def __post_init__(self) -> None:
-        check("window_seconds", self.window_seconds, POSITIVE)
-        for index, measured in enumerate(self.channels):
-            check(f"channels[{index}].tuples", measured.tuples, NON_NEGATIVE_INT)
-            check(f"channels[{index}].busy_seconds", measured.busy_seconds, NON_NEGATIVE)
-
-    @classmethod
-    def from_snapshot(cls, snapshot: Snapshot) -> WindowLoad:
-        """The load of one snapshot's window: its channels over ``window_end - window_start``."""
-        return cls.from_snapshots((snapshot,))
-
-    @classmethod
-    def from_snapshots(cls, snapshots: Iterable[Snapshot]) -> WindowLoad:
-        """The pooled load of several windows: all their channel measurements over their total length.
-
-        ``InvalidInput("snapshots")`` when ``snapshots`` is empty.
-        """
-        chosen = list(snapshots)
-        if not chosen:
-            raise InvalidInput("snapshots", "must hold at least one snapshot, got none")
-        return cls(
-            channels=tuple(measured for snapshot in chosen for measured in snapshot.channels or ()),
-            window_seconds=sum((s.window_end - s.window_start).total_seconds() for s in chosen),
-        )
-
-    @property
-    def tuples(self) -> int:
-        """Σ tuples over all channels."""
-        return sum(measured.tuples for measured in self.channels)
-
-    @property
-    def busy_seconds(self) -> float:
-        """Σ busy seconds over all channels."""
-        return math.fsum(measured.busy_seconds for measured in self.channels)
-
-    @property
-    def busy_tuples(self) -> int:
-        """Σ tuples over the channels that were busy (busy_seconds > 0)."""
-        return sum(measured.tuples for measured in self.channels if measured.busy_seconds > 0)
-
-
 class ChannelPolicy(Protocol):
-    """A channel-count policy."""
+    """A channel-count policy (the *analyze* step)."""
 
-    def decide(
-        self, load: WindowLoad | None, current: int, now: datetime, last_change_at: datetime | None
-    ) -> Decision:
-        """The channel count to run with next, given the last window's load and the current count."""
+    @property
+    def history_batches(self) -> int:
+        """How many of the newest batches ``decide`` looks at."""
+        ...
+
+    def decide(self, history: Sequence[BatchLoad], current: int) -> Decision:
+        """The channel count to run with next, given the newest batches (oldest first) and the current
+        count."""
         ...
 
 
@@ -153,9 +118,12 @@ class FixedPolicy:
             _check_bounds(low, self.max_channels)
         check("channels", self.channels, Interval(int, low, self.max_channels))  # in [min, max]
 
-    def decide(
-        self, load: WindowLoad | None, current: int, now: datetime, last_change_at: datetime | None
-    ) -> Decision:
+    @property
+    def history_batches(self) -> int:
+        """None needed: the fixed policy reads no batch."""
+        return 0
+
+    def decide(self, history: Sequence[BatchLoad], current: int) -> Decision:
         """``channels``, whatever the load; ``changed`` when it differs from ``current``."""
         check("current", current, POSITIVE_INT)
         changed = self.channels != current
@@ -171,114 +139,250 @@ class FixedPolicy:
 
 @dataclass(frozen=True)
 class TargetUtilizationPolicy:
-    """DS2-style sizing to a target utilization ``u`` of every channel.
+    """Sizing to a target utilization of the busiest channel, in the job's time, without flapping.
 
-    With ``rate_one = Σ busy tuples / Σ busy seconds`` (the tuples per busy second of the channels that
-    were busy at all) and ``rate_in = Σ tuples / window_seconds``, the raw demand is
-    ``demand = rate_in / (u · rate_one)`` channels and the target ``clamp(ceil(demand), min, max)``.
-    ``decide`` then applies, in this order:
+    The signal of each batch is ``repart.controller.signal.BatchSignal``: the busiest channel's busy
+    seconds over the batch's budget, and the demand ``N · (rate_in + backlog / catch_up) / (u ·
+    capacity)`` channels (DS2's sizing on the channel that decides, plus catching up on a backlog
+    within ``catch_up_seconds``, by default five budgets). Its *pressure* ``demand · u / N`` is the
+    utilization itself when there is no backlog. ``decide`` applies, in this order, and the first rule
+    that holds the count back is named in ``Decision.held_by``:
 
-    1. Bounds: a current count outside ``[min_channels, max_channels]`` is moved to the nearest bound
-       at once (bounds override measurements, hysteresis and cooldown).
-    2. No measurement (no load, no channels, no busy time, or no tuples on busy channels): keep.
-    3. Target equal to the current count: keep.
-    4. Hysteresis: keep while ``|demand - current| <= hysteresis · current``, i.e. while the raw demand
-       is within ``hysteresis`` (a fraction: 0.1 = 10 %) of the current count; 0 disables it.
-    5. Cooldown: keep while ``now - last_change_at < cooldown_seconds``.
-    6. Otherwise move to the target.
+    1. ``bounds``: a current count outside ``[min_channels, max_channels]`` moves to the nearest bound.
+    2. ``no-signal``: no batch with busy time, tuples and a budget: keep.
+    3. ``stabilization``: the first ``stabilization_batches`` batches after a change of N took effect
+       are not used (they carry the migration); with none left, keep.
+    4. ``band``: with the newest batch's pressure inside ``utilization_band``, keep.
+    5. Above the band, scale up to ``ceil(demand)`` (at least one more channel), unless
+       ``reversal``: the last step was a scale-down less than ``reversal_batches`` batches ago and the
+       pressure is not above the band by ``reversal_margin``; or ``effectiveness``: the last step
+       was a scale-up that raised the measured capacity by less than ``effectiveness_threshold`` of
+       the rise it promised (``capacity · (N1/N0 - 1)``: a cluster with fewer cores than channels, a
+       bottleneck outside the channels), which holds every further scale-up until N changes again.
+    6. Below the band, scale down only after ``scale_down_delay`` batches in a row below it
+       (``scale-down-delay``), to the ceiling of the largest demand among them, removing at most
+       ``max_scale_down_factor`` of the channels in one step; never within ``reversal_batches`` of a
+       scale-up (``reversal``), whatever the margin: too many channels for a few batches costs
+       channels, too few costs the budget.
 
-    The count is monotone in the demand: a smaller ``u`` never yields fewer channels.
+    Stabilization, the delay and the reversal window are counted in batches (one snapshot per batch),
+    never in wall-clock seconds. The count is monotone in the demand: a smaller ``u`` never yields
+    fewer channels on a scale-up.
     """
 
     target_utilization: float
     min_channels: int
     max_channels: int
-    cooldown_seconds: float = 0.0
-    hysteresis: float = 0.0
+    utilization_band: tuple[float, float] = DEFAULT_BAND
+    batch_interval_seconds: float | None = None
+    catch_up_seconds: float | None = None
+    stabilization_batches: int = DEFAULT_STABILIZATION_BATCHES
+    scale_down_delay: int = DEFAULT_SCALE_DOWN_DELAY
+    max_scale_down_factor: float = DEFAULT_MAX_SCALE_DOWN_FACTOR
+    reversal_batches: int = DEFAULT_REVERSAL_BATCHES
+    reversal_margin: float = DEFAULT_REVERSAL_MARGIN
+    effectiveness_threshold: float = DEFAULT_EFFECTIVENESS_THRESHOLD
 
     def __post_init__(self) -> None:
-        check("target_utilization", self.target_utilization, FRACTION)
+        target = check("target_utilization", self.target_utilization, FRACTION)
         _check_bounds(self.min_channels, self.max_channels)
-        check("cooldown_seconds", self.cooldown_seconds, NON_NEGATIVE)
-        check("hysteresis", self.hysteresis, NON_NEGATIVE)
+        low, high = self.utilization_band
+        if not (0 <= low <= target <= high):
+            raise InvalidInput(
+                "utilization_band",
+                f"must be [low, high] with 0 <= low <= target_utilization {target:g} <= high, "
+                f"got [{low:g}, {high:g}]",
+            )
+        if self.batch_interval_seconds is not None:
+            check("batch_interval_seconds", self.batch_interval_seconds, POSITIVE)
+        if self.catch_up_seconds is not None:
+            check("catch_up_seconds", self.catch_up_seconds, POSITIVE)
+        check("stabilization_batches", self.stabilization_batches, NON_NEGATIVE_INT)
+        check("scale_down_delay", self.scale_down_delay, POSITIVE_INT)
+        check("max_scale_down_factor", self.max_scale_down_factor, Interval(float, 0, 1, closed="neither"))
+        check("reversal_batches", self.reversal_batches, NON_NEGATIVE_INT)
+        check("reversal_margin", self.reversal_margin, NON_NEGATIVE)
+        check("effectiveness_threshold", self.effectiveness_threshold, PROBABILITY)
 
-    def decide(
-        self, load: WindowLoad | None, current: int, now: datetime, last_change_at: datetime | None
-    ) -> Decision:
+    @property
+    def history_batches(self) -> int:
+        """Enough batches to see the stabilized run at the current N, the delay or the reversal window,
+        and the batch before the last change (for the effectiveness check)."""
+        return self.stabilization_batches + max(self.scale_down_delay, self.reversal_batches) + 2
+
+    def decide(self, history: Sequence[BatchLoad], current: int) -> Decision:
         """The next channel count (see the class docstring for the rules and their order)."""
         check("current", current, POSITIVE_INT)
+        low, high = self.utilization_band
         numbers: dict[str, float] = {
             "current": current,
             "target_utilization": self.target_utilization,
+            "band_low": low,
+            "band_high": high,
             "min_channels": self.min_channels,
             "max_channels": self.max_channels,
         }
         clamped = min(max(current, self.min_channels), self.max_channels)
         if clamped != current:
-            return self._result(
-                clamped,
-                current,
-                "bounds",
-                f"{current} channels is outside [{self.min_channels}, {self.max_channels}]",
-                numbers,
-            )
-        if load is None or not load.channels:
-            return self._result(current, current, "target-utilization", "no channel measurements", numbers)
-        busy, busy_tuples = load.busy_seconds, load.busy_tuples
-        numbers |= {
-            "tuples": load.tuples,
-            "busy_seconds": busy,
-            "busy_tuples": busy_tuples,
-            "window_seconds": load.window_seconds,
-        }
-        if busy <= 0 or busy_tuples == 0:
-            return self._result(
-                current, current, "target-utilization", "no busy time with tuples measured", numbers
-            )
-        rate_one = busy_tuples / busy
-        rate_in = load.tuples / load.window_seconds
-        demand = rate_in / (self.target_utilization * rate_one)
-        needed = math.ceil(demand - _CEIL_SLACK * max(1.0, demand))
-        target = min(max(needed, self.min_channels), self.max_channels)
-        numbers |= {"rate_one": rate_one, "rate_in": rate_in, "demand": demand, "target": target}
-        rule = "target-utilization"
-        if target == current:
             bounds = f"[{self.min_channels}, {self.max_channels}]"
-            reason = f"demand {demand:.3g} gives target {target} in {bounds}"
-            return self._result(current, current, rule, reason, numbers)
-        change = abs(demand - current) / current
-        numbers["relative_change"] = change
-        if change <= self.hysteresis:
-            return self._result(
-                current,
-                current,
-                rule,
-                f"demand {demand:.3g} is within hysteresis {self.hysteresis:g} of {current} channels",
-                numbers,
-            )
-        if last_change_at is not None:
-            since = (now - last_change_at).total_seconds()
-            numbers["seconds_since_change"] = since
-            if since < self.cooldown_seconds:
-                return self._result(
-                    current,
-                    current,
-                    rule,
-                    f"cooldown: last change {since:g} s ago, {self.cooldown_seconds:g} s required "
-                    f"(target would be {target})",
-                    numbers,
+            return _result(clamped, current, "bounds", f"{current} channels is outside {bounds}", numbers)
+        run = _run_at(history, current)
+        since_change = None if len(run) == len(history) else len(run)
+        previous_n = None if since_change is None else history[-len(run) - 1].n_channels
+        skipped = 0 if since_change is None else self.stabilization_batches
+        signals = batch_signals(history, self.batch_interval_seconds)
+        used = {load.seq for load in run[skipped:]}
+        stable = [signal for signal in signals if signal.load.seq in used]
+        if since_change is not None:
+            numbers["batches_since_change"] = since_change
+        if not stable:
+            if history and not run[skipped:]:
+                message = (
+                    f"stabilization: {len(run)} batch(es) ran at {current} channels since the change, "
+                    f"the first {self.stabilization_batches} are not used"
                 )
-        return self._result(
-            target, current, rule, f"demand {demand:.3g} channels at u = {self.target_utilization:g}", numbers
-        )
+                return _held(current, "stabilization", message, numbers)
+            return _held(
+                current, "no-signal", "no batch measured busy time with tuples and a budget", numbers
+            )
+        newest = stable[-1]
+        catch_up = self.catch_up_seconds or CATCH_UP_BUDGETS * newest.budget_seconds
+        demand = newest.demand(self.target_utilization, catch_up)
+        pressure = newest.pressure(self.target_utilization, catch_up)
+        numbers |= {
+            "utilization": newest.utilization,
+            "pressure": pressure,
+            "demand": demand,
+            "budget_seconds": newest.budget_seconds,
+            "capacity": newest.capacity,
+            "rate_in": newest.rate_in,
+            "backlog_rows": newest.backlog_rows,
+            "catch_up_seconds": catch_up,
+        }
+        budget = f"{newest.budget_seconds:g} s budget ({newest.budget_source})"
+        signal = f"utilization {newest.utilization:.3g} of a {budget}"
+        if newest.backlog_rows:
+            signal += f", {newest.backlog_rows} rows waiting (pressure {pressure:.3g})"
+        if pressure > high:
+            return self._scale_up(
+                current, demand, pressure, signal, since_change, previous_n, signals, stable, numbers
+            )
+        if pressure < low:
+            return self._scale_down(
+                current, pressure, signal, since_change, previous_n, stable, catch_up, numbers
+            )
+        held = "band" if _ceil(demand) != current else None
+        reason = f"{signal} is inside the band [{low:g}, {high:g}]"
+        return _result(current, current, "target-utilization", reason, numbers, held)
 
-    @staticmethod
-    def _result(n: int, current: int, rule: str, reason: str, numbers: dict[str, float]) -> Decision:
-        if n == current:
-            reason = f"keep {current} channels: {reason}"
-        else:
-            reason = f"{current} -> {n} channels: {reason}"
-        return Decision(n, n != current, rule, reason, numbers)
+    def _scale_up(
+        self,
+        current: int,
+        demand: float,
+        pressure: float,
+        signal: str,
+        since_change: int | None,
+        previous_n: int | None,
+        signals: Sequence[BatchSignal],
+        stable: Sequence[BatchSignal],
+        numbers: dict[str, float],
+    ) -> Decision:
+        high = self.utilization_band[1]
+        target = min(max(current + 1, _ceil(demand)), self.max_channels)
+        if target == current:
+            return _held(current, "bounds", f"{signal} is above the band, at max_channels {current}", numbers)
+        recent = since_change is not None and since_change <= self.reversal_batches
+        if (
+            recent
+            and previous_n is not None
+            and previous_n > current
+            and pressure <= high + self.reversal_margin
+        ):
+            message = (
+                f"reversal: {previous_n} -> {current} was {since_change} batch(es) ago, and {signal} is "
+                f"not above the band by the margin {self.reversal_margin:g} (target would be {target})"
+            )
+            return _held(current, "reversal", message, numbers)
+        if previous_n is not None and previous_n < current:
+            before = [
+                s for s in signals if s.load.n_channels == previous_n and s.load.seq < stable[0].load.seq
+            ]
+            if before:
+                gained = math.fsum(s.capacity for s in stable) / len(stable) - before[-1].capacity
+                promised = before[-1].capacity * (current / previous_n - 1)
+                numbers |= {"capacity_gained": gained, "capacity_promised": promised}
+                if gained < self.effectiveness_threshold * promised:
+                    message = (
+                        f"effectiveness: the scale-up {previous_n} -> {current} raised the capacity by "
+                        f"{gained:.4g} rows/s, under {self.effectiveness_threshold:g} of the "
+                        f"{promised:.4g} rows/s it promised (fewer cores than channels, or a bottleneck "
+                        f"outside the channels?); further scale-ups are held (target would be {target})"
+                    )
+                    return _held(current, "effectiveness", message, numbers)
+        return _result(target, current, "target-utilization", f"{signal} is above the band", numbers)
+
+    def _scale_down(
+        self,
+        current: int,
+        pressure: float,
+        signal: str,
+        since_change: int | None,
+        previous_n: int | None,
+        stable: Sequence[BatchSignal],
+        catch_up: float,
+        numbers: dict[str, float],
+    ) -> Decision:
+        low = self.utilization_band[0]
+        u = self.target_utilization
+        below = list(itertools.takewhile(lambda s: s.pressure(u, catch_up) < low, reversed(stable)))
+        numbers["batches_below_band"] = len(below)
+        if len(below) < self.scale_down_delay:
+            message = (
+                f"scale-down delay: {signal} is below the band for {len(below)} of the "
+                f"{self.scale_down_delay} batches in a row required"
+            )
+            return _held(current, "scale-down-delay", message, numbers)
+        demand = max(s.demand(u, catch_up) for s in below[: self.scale_down_delay])
+        floor = _ceil(current * (1 - self.max_scale_down_factor))
+        target = max(_ceil(demand), floor, self.min_channels)
+        numbers |= {"scale_down_demand": demand, "scale_down_floor": floor}
+        if target >= current:
+            held = "bounds" if current == self.min_channels else None
+            reason = f"{signal} is below the band, but the largest recent demand {demand:.3g} needs {current}"
+            return _result(current, current, "target-utilization", reason, numbers, held)
+        recent = since_change is not None and since_change <= self.reversal_batches
+        if recent and previous_n is not None and previous_n < current:
+            message = (
+                f"reversal: {previous_n} -> {current} was {since_change} batch(es) ago, within "
+                f"{self.reversal_batches} (target would be {target})"
+            )
+            return _held(current, "reversal", message, numbers)
+        reason = f"{signal} is below the band for {len(below)} batches"
+        if target == floor and _ceil(demand) < floor:
+            reason += f"; at most {self.max_scale_down_factor:g} of the channels go in one step"
+            return _result(target, current, "target-utilization", reason, numbers, "max-scale-down-factor")
+        return _result(target, current, "target-utilization", reason, numbers)
+
+
+def _run_at(history: Sequence[BatchLoad], current: int) -> list[BatchLoad]:
+    """The newest batches of ``history`` that ran at ``current`` channels, oldest first."""
+    run = list(itertools.takewhile(lambda load: load.n_channels == current, reversed(history)))
+    return run[::-1]
+
+
+def _ceil(demand: float) -> int:
+    return math.ceil(demand - _CEIL_SLACK * max(1.0, demand))
+
+
+def _held(current: int, rule: str, message: str, numbers: dict[str, float]) -> Decision:
+    return _result(current, current, "target-utilization", message, numbers, rule)
+
+
+def _result(
+    n: int, current: int, rule: str, reason: str, numbers: dict[str, float], held_by: str | None = None
+) -> Decision:
+    what = f"keep {current} channels" if n == current else f"{current} -> {n} channels"
+    return Decision(n, n != current, rule, f"{what}: {reason}", numbers, held_by)
 
 
 def needs_rebalance(b_current: float, threshold: float) -> RebalanceDecision:

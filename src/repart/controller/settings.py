@@ -6,11 +6,32 @@ all optional:
 
 - ``counters``: x, the number of lossy counters of the sliding window (Gedik §4.1.2, Fig. 2); the
   estimate merges the last ``x - 1`` snapshots. An integer >= 2, default 3.
-- ``target_utilization``: u of the ``target-utilization`` policy, in (0, 1], default 0.8.
-- ``cooldown_seconds``: the least time between two channel-count changes, >= 0, default 0.
-- ``hysteresis``: the relative demand change ignored by ``target-utilization``, >= 0, default 0.
+- The ``target-utilization`` policy's (``repart.controller.policy.TargetUtilizationPolicy``; defaults
+  measured on the traces of ``benchmarks/policy_traces.py``):
+
+  - ``target_utilization``: u, the busiest channel's busy share of the batch budget to size for, in
+    (0, 1], default 0.7.
+  - ``utilization_band``: ``[low, high]`` with ``0 <= low <= target_utilization <= high``: no change
+    while the utilization is inside it; default ``[0.45, 0.9]``.
+  - ``batch_interval_seconds``: the time budget of one batch (a trigger interval), > 0; absent, the
+    budget a batch reports, else the time measured between batches.
+  - ``catch_up_seconds``: the time to catch up on a reported backlog in, > 0; default five budgets.
+  - ``stabilization_batches``: batches after a change of N that are not used, an integer >= 0,
+    default 0.
+  - ``scale_down_delay``: batches in a row below the band before a scale-down, an integer >= 1,
+    default 3.
+  - ``max_scale_down_factor``: the largest share of the channels one scale-down removes, in (0, 1),
+    default 0.5.
+  - ``reversal_batches`` and ``reversal_margin``: a scale-up is never reversed within that many
+    batches (an integer >= 0, default 3); a scale-down only when the utilization is above the band
+    by the margin (>= 0, default 0.1).
+  - ``effectiveness_threshold``: the share of the promised capacity a scale-up must deliver before
+    further scale-ups, in [0, 1], default 0.1.
 - ``rebalance_threshold``: rebalance when b of the applied function exceeds it, > 0, default 1.0
   (b <= 1 means every resource is within its tolerance α).
+- ``migration_budget``: the largest share of the state one rebalance at unchanged N may move, in
+  (0, 1], default 0.5; a rebalance over it, or one whose predicted b and m do not beat keeping the
+  applied function under b·(1 + m) (Gedik Eq. 13), is a recorded ``no-change`` with its reason.
 - ``move_limit``: readj's move limit c (Gedik Algorithm 4), an integer >= 1, default 5.
 - ``split``: the parameters of a split-mode region's scheme, an object checked by
   ``repart.partitioning.split.params.SplitParams`` (θ, ε, spread, virtual nodes, seed); the scheme
@@ -31,7 +52,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from repart.controller.policy import ChannelPolicy, FixedPolicy, TargetUtilizationPolicy
+from repart.controller.policy import (
+    DEFAULT_TARGET_UTILIZATION,
+    ChannelPolicy,
+    FixedPolicy,
+    TargetUtilizationPolicy,
+)
 from repart.errors import InvalidInput
 from repart.partitioning.algorithms.problem import DEFAULT_MOVE_LIMIT, BuildParams
 from repart.partitioning.domain import SPLIT_SCHEMES, check_utility
@@ -42,23 +68,34 @@ from repart.storage.retention import PlanRetention
 from repart.validation import (
     FRACTION,
     NON_NEGATIVE,
+    NON_NEGATIVE_INT,
     POSITIVE,
     POSITIVE_INT,
+    PROBABILITY,
     Constraint,
     Interval,
     Kind,
     check_all,
+    check_each,
 )
 
 DEFAULT_COUNTERS = 3
-DEFAULT_TARGET_UTILIZATION = 0.8
 DEFAULT_REBALANCE_THRESHOLD = 1.0
+DEFAULT_MIGRATION_BUDGET = 0.5
 SETTINGS: dict[str, tuple[Constraint, ...]] = {
     "counters": (Interval(int, 2, None),),
     "target_utilization": (FRACTION,),
-    "cooldown_seconds": (NON_NEGATIVE,),
-    "hysteresis": (NON_NEGATIVE,),
+    "utilization_band": (Kind(list, "a list [low, high] of two numbers"),),
+    "batch_interval_seconds": (POSITIVE,),
+    "catch_up_seconds": (POSITIVE,),
+    "stabilization_batches": (NON_NEGATIVE_INT,),
+    "scale_down_delay": (POSITIVE_INT,),
+    "max_scale_down_factor": (Interval(float, 0, 1, closed="neither"),),
+    "reversal_batches": (NON_NEGATIVE_INT,),
+    "reversal_margin": (NON_NEGATIVE,),
+    "effectiveness_threshold": (PROBABILITY,),
     "rebalance_threshold": (POSITIVE,),
+    "migration_budget": (FRACTION,),
     "move_limit": (POSITIVE_INT,),
     "split": (Kind(Mapping, "an object of the split scheme's parameters"),),
     "plan_keep_versions": (POSITIVE_INT,),
@@ -69,8 +106,8 @@ SETTINGS: dict[str, tuple[Constraint, ...]] = {
 @dataclass(frozen=True)
 class ControllerSettings:
     """What one tick of a region needs: the channel-count policy, the construction parameters and
-    algorithm, the window's counter count x and the rebalance threshold, and the plan retention the
-    daemon applies (None: keep every plan's moves); see the module docstring."""
+    algorithm, the window's counter count x, the rebalance threshold and the migration budget, and the
+    plan retention the daemon applies (None: keep every plan's moves); see the module docstring."""
 
     policy: ChannelPolicy
     params: BuildParams
@@ -79,6 +116,7 @@ class ControllerSettings:
     rebalance_threshold: float
     split: SplitParams | None = None
     retention: PlanRetention | None = None
+    migration_budget: float = DEFAULT_MIGRATION_BUDGET
 
     @classmethod
     def from_config(cls, config: RegionConfig) -> ControllerSettings:
@@ -100,6 +138,7 @@ class ControllerSettings:
             rebalance_threshold=settings.get("rebalance_threshold", DEFAULT_REBALANCE_THRESHOLD),
             split=_split(config, settings.get("split", {})),
             retention=_retention(settings),
+            migration_budget=settings.get("migration_budget", DEFAULT_MIGRATION_BUDGET),
         )
 
 
@@ -135,10 +174,41 @@ def _policy(config: RegionConfig, settings: Mapping[str, Any]) -> ChannelPolicy:
 
 
 def _target_utilization(config: RegionConfig, settings: Mapping[str, Any]) -> TargetUtilizationPolicy:
-    return TargetUtilizationPolicy(
-        target_utilization=settings.get("target_utilization", DEFAULT_TARGET_UTILIZATION),
-        min_channels=config.min_channels,
-        max_channels=config.max_channels,
-        cooldown_seconds=settings.get("cooldown_seconds", 0.0),
-        hysteresis=settings.get("hysteresis", 0.0),
-    )
+    chosen = {name: settings[name] for name in _POLICY_SETTINGS if name in settings}
+    if "utilization_band" in chosen:
+        chosen["utilization_band"] = _band(chosen["utilization_band"])
+    try:
+        return TargetUtilizationPolicy(
+            target_utilization=settings.get("target_utilization", DEFAULT_TARGET_UTILIZATION),
+            min_channels=config.min_channels,
+            max_channels=config.max_channels,
+            **chosen,
+        )
+    except InvalidInput as problem:
+        if problem.field in SETTINGS:
+            raise InvalidInput(f"settings.{problem.field}", problem.requirement) from None
+        raise
+
+
+_POLICY_SETTINGS = (
+    "utilization_band",
+    "batch_interval_seconds",
+    "catch_up_seconds",
+    "stabilization_batches",
+    "scale_down_delay",
+    "max_scale_down_factor",
+    "reversal_batches",
+    "reversal_margin",
+    "effectiveness_threshold",
+)
+
+
+def _band(value: list[Any]) -> tuple[float, float]:
+    """``settings.utilization_band`` as ``(low, high)``: two numbers >= 0 (whether they hold the target
+    is the policy's check)."""
+    band = check_each("settings.utilization_band", value, NON_NEGATIVE)
+    if len(band) != 2:
+        raise InvalidInput(
+            "settings.utilization_band", f"must be a list [low, high] of two numbers, got {len(band)}"
+        )
+    return float(band[0]), float(band[1])

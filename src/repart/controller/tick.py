@@ -47,9 +47,10 @@ from typing import Any, Literal, cast
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from repart.controller.build import build_next
-from repart.controller.policy import Decision, RebalanceDecision, WindowLoad, needs_rebalance
+from repart.controller.policy import Decision, RebalanceDecision, needs_rebalance
 from repart.controller.settings import ControllerSettings
+from repart.controller.signal import BatchLoad
+from repart.controller.steps import build_step
 from repart.controller.window import merge_snapshots, window_size
 from repart.errors import InvalidInput
 from repart.migration import MigrationPlan, plan_migration
@@ -58,7 +59,7 @@ from repart.partitioning.documents import json_number
 from repart.partitioning.domain import ConsistentMethod
 from repart.partitioning.split.build import split_imbalance
 from repart.partitioning.split.function import SplitFunction, StoredFunction, load_function
-from repart.protocol.snapshot import Snapshot
+from repart.protocol.snapshot import ChannelMeasurement, Snapshot
 from repart.storage import (
     Fence,
     NewEvent,
@@ -75,6 +76,7 @@ from repart.storage import (
     region_by_name,
     run_in_transaction,
 )
+from repart.storage.snapshots import stored_progress
 
 TickAction = Literal["initialized", "idle", "unchanged", "activated", "recommended", "blocked", "held"]
 
@@ -120,8 +122,9 @@ class Observation:
     ``newest_seq`` the newest snapshot's seq (None without snapshots); ``applied_n_channels`` N of the
     applied version (None before the first); ``mode_reason`` why the region is in its mode.
     ``applying_plan`` (a plan being applied), and
-    ``applied_function`` and ``window`` (the sliding window's snapshots, oldest first) are read only
-    when a decision on a new window is due (``awaits_decision``); they are None, None and empty
+    ``applied_function``, ``window`` (the sliding window's snapshots, oldest first) and ``history``
+    (the newest batches' loads the channel-count policy reads, oldest first) are read only when a
+    decision on a new window is due (``awaits_decision``); they are None, None, empty and empty
     otherwise.
     """
 
@@ -135,6 +138,7 @@ class Observation:
     applying_plan: int | None = None
     applied_function: StoredFunction | None = None
     window: tuple[Snapshot, ...] = ()
+    history: tuple[BatchLoad, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -170,8 +174,8 @@ def tick(
 ) -> TickResult:
     """Run one read → decide → persist iteration for ``region`` (see the module docstring).
 
-    ``now`` (timezone-aware; default: the current time) is the time the channel-count policy's
-    cooldown is measured to and the time of what is written. ``fence`` is the caller's lease of the
+    ``now`` (timezone-aware; default: the current time) is the time of what is written (the
+    channel-count policy counts batches, not seconds). ``fence`` is the caller's lease of the
     region (a daemon's); without one (``repart tick``) the compare-and-set on the region's status alone
     guards the write. Raises NotFound for an unknown region, InvalidInput naming the field for a region
     configuration the controller cannot act on, and Conflict when the lease is lost or
@@ -262,6 +266,43 @@ def observe(session: Session, region: str) -> Observation:
         observation,
         applied_function=load_function(cast(str, function_json)),
         window=tuple(window),
+        history=batch_history(session, row.id, settings.policy.history_batches, applied_n_channels),
+    )
+
+
+def batch_history(session: Session, region_id: int, count: int, applied_n: int) -> tuple[BatchLoad, ...]:
+    """The loads of the region's newest ``count`` batches (snapshots), oldest first: each with the N of
+    the version it reports it ran with (``applied_n`` when it names none), its channels and its
+    progress; items and slots are not read."""
+    if count == 0:
+        return ()
+    snapshot, version, channel = models.Snapshot, models.Version, models.SnapshotChannel
+    rows = session.execute(
+        select(snapshot, version.n_channels)
+        .outerjoin(version, (version.region_id == snapshot.region_id) & (version.number == snapshot.version))
+        .where(snapshot.region_id == region_id)
+        .order_by(snapshot.seq.desc())
+        .limit(count)
+    ).all()
+    ids = [row.id for row, _ in rows]
+    measured: dict[int, list[ChannelMeasurement]] = {}
+    for snapshot_id, number, tuples, busy, state in session.execute(
+        select(
+            channel.snapshot_id, channel.channel, channel.tuples, channel.busy_seconds, channel.state_bytes
+        )
+        .where(channel.snapshot_id.in_(ids))
+        .order_by(channel.snapshot_id, channel.channel)
+    ):
+        measured.setdefault(snapshot_id, []).append(ChannelMeasurement(number, tuples, busy, state))
+    return tuple(
+        BatchLoad(
+            seq=row.seq,
+            n_channels=applied_n if n is None else n,
+            channels=tuple(measured.get(row.id, ())),
+            progress=stored_progress(row),
+            ingested_at=row.ingested_at,
+        )
+        for row, n in reversed(rows)
     )
 
 
@@ -298,7 +339,7 @@ def decide(observation: Observation, now: datetime) -> Verdict:
     current, window = observation.applied_function, observation.window
     if current is None or not window:
         raise TypeError("an observation with a decision due must hold the applied function and the window")
-    verdict = _analyze(observation.settings, status, current, window, now)
+    verdict = _analyze(observation.settings, status, current, window, observation.history)
     if status.mode == "recommend" and verdict.action == "activated":
         return _recommendation(verdict)
     return verdict
@@ -353,9 +394,10 @@ def _analyze(
     status: RegionStatus,
     current: StoredFunction,
     window: tuple[Snapshot, ...],
-    now: datetime,
+    history: tuple[BatchLoad, ...],
 ) -> Verdict:
-    """Analyze and plan on a new window (the tick's analyze and plan steps)."""
+    """Analyze and plan on a new window: the channel-count policy on the batch history, the rebalance
+    trigger on the merged window, then the build and its plan."""
     n_applied = current.n_channels
     estimate = merge_snapshots(window)
     newest = window[-1].seq
@@ -363,12 +405,13 @@ def _analyze(
     if not estimate.keys or estimate.total == 0:
         message = "the window holds no keys to build from"
         return _unchanged(n_applied, "empty-window", message, base, newest)
-    decision = settings.policy.decide(_load(window), n_applied, now, status.last_change_at)
+    decision = settings.policy.decide(history, n_applied)
     b_before = split_imbalance(current, estimate, settings.params)
     rebalance = _mode_change(current, settings) or needs_rebalance(b_before, settings.rebalance_threshold)
     base |= {
         "policy": decision.rule,
         "policy_numbers": decision.numbers,
+        "held_by": decision.held_by,
         "n_before": n_applied,
         "n_next": decision.n_channels,
         "b_before": json_number(b_before),
@@ -376,7 +419,7 @@ def _analyze(
     }
     if not decision.changed and not rebalance.rebalance:
         return _unchanged(n_applied, decision.rule, _reason(decision, rebalance), base, newest)
-    built = build_next(current, estimate, decision.n_channels, settings)
+    built = build_step(current, estimate, decision.n_channels, settings)
     function = built.function
     if function.digest == current.digest:
         message = (
@@ -387,6 +430,12 @@ def _analyze(
     plan = plan_migration(current, function, estimate, settings.params.resources)
     reason = _reason(decision, rebalance)
     data = base | built.event_data | {"plan_m": None if plan.m is None else json_number(plan.m)}
+    data |= moved_state(plan.m, function.n_channels, window[-1])
+    if not decision.changed and rebalance.rule == "imbalance-threshold":
+        held = _rebalance_held(data, b_before, settings.migration_budget)
+        if held is not None:
+            rule, message = held
+            return _unchanged(n_applied, rule, f"{_reason(decision, rebalance)}; {message}", data, newest)
     version = NewVersion(
         function.to_json(),
         function.digest,
@@ -404,6 +453,39 @@ def _analyze(
         plan=plan,
         considered_seq=newest,
     )
+
+
+def moved_state(m: float | None, n_channels: int, newest: Snapshot) -> dict[str, Any]:
+    """The state a plan moves, in the paper's unit and in the job's: the share ``m / N`` of the state
+    (m is the moved state over the mean state per channel, Gedik Eq. 10), and that share of the newest
+    window's keys (``moved_rows``: one state row per key) and of its channels' state bytes
+    (``moved_bytes``; None when the window reports none)."""
+    if m is None:
+        return {"moved_share": None, "moved_rows": None, "moved_bytes": None}
+    share = min(1.0, m / n_channels)
+    state_bytes = sum(measured.state_bytes for measured in newest.channels or ())
+    return {
+        "moved_share": share,
+        "moved_rows": round(share * newest.distinct_estimate),
+        "moved_bytes": round(share * state_bytes) if state_bytes else None,
+    }
+
+
+def _rebalance_held(data: dict[str, Any], b_before: float, budget: float) -> tuple[str, str] | None:
+    """Why a rebalance at unchanged N is not worth it, or None when it is: it moves more of the state
+    than the region's ``migration_budget`` (rule ``migration-budget``), or its predicted b and m do not
+    beat keeping the applied function under the objective b·(1 + m) (Gedik Eq. 13; keeping costs b
+    and moves nothing: rule ``rebalance-gain``)."""
+    share, b_after, m = data.get("moved_share"), data.get("predicted_b"), data.get("predicted_m")
+    if isinstance(share, float) and share > budget:
+        return "migration-budget", f"it would move {share:.3g} of the state, over the budget {budget:g}"
+    if isinstance(b_after, int | float) and isinstance(m, int | float) and b_after * (1 + m) >= b_before:
+        return (
+            "rebalance-gain",
+            f"its predicted b = {b_after:.4g} at m = {m:.3g} does not pay for the move "
+            f"(b·(1 + m) = {b_after * (1 + m):.4g} >= b = {b_before:.4g} now)",
+        )
+    return None
 
 
 def _unchanged(n_channels: int, rule: str, message: str, data: dict[str, Any], newest: int) -> Verdict:
@@ -445,13 +527,6 @@ def persist(
         at=now,
     )
     return Persisted(activation.version_number, activation.plan_id, activation.superseded_plans)
-
-
-def _load(window: tuple[Snapshot, ...]) -> WindowLoad | None:
-    """The pooled channel measurements of the window, or None when no snapshot carries any."""
-    if not any(snapshot.channels for snapshot in window):
-        return None
-    return WindowLoad.from_snapshots(window)
 
 
 def _mode_change(current: StoredFunction, settings: ControllerSettings) -> RebalanceDecision | None:

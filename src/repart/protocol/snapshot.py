@@ -8,8 +8,17 @@ A snapshot document (JSON Schema: ``snapshot.schema.json`` next to this module):
      "slots": [[slot, count], ...],            (optional, sparse: slots with a count)
      "version": int,                           (optional: the version active during the window)
      "batch": int,                             (optional: the job's id of the batch it observed)
-     "channels": [{"channel": int, "tuples": int, "busy_seconds": float, "state_bytes": int}, ...]}
+     "channels": [{"channel": int, "tuples": int, "busy_seconds": float, "state_bytes": int}, ...],
                                                (optional)
+     "progress": {"interval_seconds": float, "input_rows_per_second": float,
+                  "processed_rows_per_second": float, "backlog_rows": int}}
+                                               (optional, each field optional: the batch's progress)
+
+``progress`` is what the job knows of its own time (a Structured Streaming query's progress reports
+these): ``interval_seconds`` the time the job had for this batch (its trigger interval, or the time
+since the previous batch started), ``input_rows_per_second`` the rate rows arrived at,
+``processed_rows_per_second`` the rate the batch processed them at, and ``backlog_rows`` the rows
+still waiting when the batch ended. The channel-count policy measures utilization against that time.
 
 This module (with ``repart.protocol.counter_items`` for the ``items`` field, which it holds as
 columns) is the only place that parses or builds the document: ``Snapshot.from_document`` checks
@@ -49,7 +58,7 @@ from repart.partitioning.domain import INT64_MAX, KeyType, check_slot_bits
 from repart.partitioning.frequency import FrequencyEstimate, bucket_width
 from repart.protocol.counter_items import CounterEntry as CounterEntry
 from repart.protocol.counter_items import CounterItems, parse_items
-from repart.validation import REGION_NAME, check
+from repart.validation import POSITIVE, REGION_NAME, check
 
 FORMAT_VERSION = 1
 REQUIRED_FIELDS = (
@@ -63,9 +72,10 @@ REQUIRED_FIELDS = (
     "items",
     "slot_bits",
 )
-OPTIONAL_FIELDS = ("slots", "version", "batch", "channels")
+OPTIONAL_FIELDS = ("slots", "version", "batch", "channels", "progress")
 WINDOW_FIELDS = ("seq", "start", "end")
 CHANNEL_FIELDS = ("channel", "tuples", "busy_seconds", "state_bytes")
+PROGRESS_FIELDS = ("interval_seconds", "input_rows_per_second", "processed_rows_per_second", "backlog_rows")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +86,21 @@ class ChannelMeasurement:
     tuples: int
     busy_seconds: float
     state_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchProgress:
+    """What the job reported of the batch's progress (see the module docstring); None where it did
+    not report a field."""
+
+    interval_seconds: float | None = None
+    input_rows_per_second: float | None = None
+    processed_rows_per_second: float | None = None
+    backlog_rows: int | None = None
+
+    def to_document(self) -> dict[str, Any]:
+        """The reported fields as the document's ``progress`` object."""
+        return {name: getattr(self, name) for name in PROGRESS_FIELDS if getattr(self, name) is not None}
 
 
 @dataclass(frozen=True)
@@ -103,6 +128,7 @@ class Snapshot:
     version: int | None = None
     channels: tuple[ChannelMeasurement, ...] | None = None
     batch: int | None = None
+    progress: BatchProgress | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "items", CounterItems.of(self.items))
@@ -170,6 +196,8 @@ class Snapshot:
                 }
                 for measured in self.channels
             ]
+        if self.progress is not None:
+            document["progress"] = self.progress.to_document()
         return document
 
     def to_estimate(self) -> FrequencyEstimate:
@@ -224,6 +252,24 @@ def _parse(document: Mapping[str, Any]) -> Snapshot:
         version=None if version is None else require_int(version, "version", 1),
         channels=None if doc.get("channels") in (None, []) else channel_measurements(doc["channels"]),
         batch=None if batch is None else require_int(batch, "batch"),
+        progress=None if doc.get("progress") in (None, {}) else batch_progress(doc["progress"]),
+    )
+
+
+def batch_progress(value: object) -> BatchProgress:
+    """The ``progress`` field: ``interval_seconds`` > 0, the two rates >= 0 and ``backlog_rows`` an
+    integer >= 0, each optional (InvalidInput naming ``progress.<field>`` otherwise)."""
+    row = require_object(value, "progress", (), PROGRESS_FIELDS)
+    interval, rate_in, rate_done, backlog = (row.get(name) for name in PROGRESS_FIELDS)
+    return BatchProgress(
+        interval_seconds=None if interval is None else check("progress.interval_seconds", interval, POSITIVE),
+        input_rows_per_second=None
+        if rate_in is None
+        else require_number(rate_in, "progress.input_rows_per_second"),
+        processed_rows_per_second=None
+        if rate_done is None
+        else require_number(rate_done, "progress.processed_rows_per_second"),
+        backlog_rows=None if backlog is None else require_int(backlog, "progress.backlog_rows"),
     )
 
 

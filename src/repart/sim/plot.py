@@ -1,5 +1,6 @@
 """Plots: simulation records (b and m against N per algorithm, cf. Gedik Fig. 6), the demo's batches and
-the stream-grouping experiment (imbalance and memory against n per scheme).
+the stream-grouping experiment (imbalance and memory against n per scheme), and a policy replay (N and
+utilization over time).
 
 matplotlib is imported on first use, not with this module: the CLI imports it and must start fast.
 """
@@ -10,10 +11,13 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from repart.errors import InvalidInput
 from repart.sim.experiment import Record, select
+
+if TYPE_CHECKING:
+    from repart.sim.replay import Replay
 
 
 def _pyplot() -> ModuleType:
@@ -196,3 +200,28 @@ def _finite(value: object) -> float:
         return math.nan
     number = float(value)  # type: ignore[arg-type]
     return number if math.isfinite(number) else math.nan
+
+
+def plot_replay(result: Replay, path: Path, title: str) -> None:
+    """A replay's batches: the channel count N run with (and the oracle's), and the busiest channel's
+    utilization of the budget, one panel each."""
+    plt = _pyplot()
+    seqs = [batch.seq for batch in result.batches]
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(9.0, 6.5), sharex=True)
+    top.step(seqs, [batch.n_channels for batch in result.batches], where="post", label="N (replayed)")
+    top.step(
+        seqs, [batch.oracle_channels for batch in result.batches], where="post", alpha=0.5, label="oracle N"
+    )
+    top.set_ylabel("channels")
+    top.legend(fontsize=8)
+    bottom.plot(seqs, [batch.utilization for batch in result.batches], marker=".", label="utilization")
+    bottom.axhline(1.0, color="red", linewidth=0.8, label="budget")
+    bottom.set_ylabel("busiest channel / budget")
+    bottom.set_xlabel("window seq")
+    bottom.legend(fontsize=8)
+    for axis in (top, bottom):
+        axis.grid(True, alpha=0.3)
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110, format="png")
+    plt.close(figure)

@@ -84,6 +84,10 @@ class Snapshot(Base):
     ingested_at: Mapped[datetime]
     source: Mapped[str | None]
     batch: Mapped[int | None]
+    interval_seconds: Mapped[float | None]
+    input_rows_per_second: Mapped[float | None]
+    processed_rows_per_second: Mapped[float | None]
+    backlog_rows: Mapped[int | None]
 
     items: Mapped[list[SnapshotItem]] = relationship(
         order_by="SnapshotItem.idx", cascade="all, delete-orphan", passive_deletes=True

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from repart.errors import Conflict, InvalidInput, NotFound
 from repart.partitioning.domain import KeyType
 from repart.protocol.counter_items import CounterItems
-from repart.protocol.snapshot import ChannelMeasurement, Snapshot
+from repart.protocol.snapshot import PROGRESS_FIELDS, BatchProgress, ChannelMeasurement, Snapshot
 from repart.storage import models
 from repart.storage.events import NewEvent, record_event
 from repart.storage.jsontext import load_object
@@ -103,6 +103,7 @@ def ingest_snapshot(session: Session, snapshot: Snapshot, *, source: str | None 
                 version=snapshot.version,
                 batch=snapshot.batch,
                 source=source,
+                **(snapshot.progress.to_document() if snapshot.progress else {}),
             )
             session.add(row)
             session.flush()
@@ -301,7 +302,14 @@ def _from_row(
         version=row.version,
         channels=tuple(ChannelMeasurement(*values) for values in channels) or None,
         batch=row.batch,
+        progress=stored_progress(row),
     )
+
+
+def stored_progress(row: models.Snapshot) -> BatchProgress | None:
+    """The batch's progress as stored (None when the job reported none)."""
+    progress = BatchProgress(*(getattr(row, name) for name in PROGRESS_FIELDS))
+    return None if progress == BatchProgress() else progress
 
 
 @dataclass(frozen=True)

@@ -98,14 +98,14 @@ _ONE_KEY = "(key_int IS NULL) <> (key_utf8 IS NULL)"
 
 # A keyed, stateful stage of a pipeline and its controller configuration.
 #
-# ``settings_json`` holds the channel-count policy's parameters (target utilization, cooldown,
-# hysteresis, rebalance threshold) as a JSON object.
+# ``settings_json`` holds the channel-count policy's parameters (target utilization, band, batch
+# interval, stabilization, rebalance threshold, ...) as a JSON object.
 #
 # The reconcile status lives on the row, so that a tick reads it with one small query
 # and persists its decision with a compare-and-set: ``applied_version`` (the number of the version
 # with status ``applied``), ``latest_version`` (the newest version's number), ``considered_seq``
 # (the newest window seq a decision considered) and ``last_change_at`` (when a version changing N
-# was activated: the channel-count policy's cooldown). All are None before the first version.
+# was activated). All are None before the first version.
 # ``mode`` is what the tick may do: ``auto`` act, ``recommend`` record what it would
 # do without activating it, ``hold`` nothing; ``mode_reason`` says why, ``previous_mode`` is the mode
 # ``resume`` returns to. The mode is part of the status a tick compares and sets.
@@ -185,6 +185,11 @@ snapshots = Table(
     Column("ingested_at", UTCDateTime, nullable=False, default=utc_now),
     Column("source", Text),
     Column("batch", BigInteger),
+    # The batch's progress as the job reported it (``repart.protocol.snapshot.BatchProgress``).
+    Column("interval_seconds", Float),
+    Column("input_rows_per_second", Float),
+    Column("processed_rows_per_second", Float),
+    Column("backlog_rows", BigInteger),
     UniqueConstraint("region_id", "seq"),
     Index("ix_snapshots_region_id_batch", "region_id", "batch", unique=True),
     CheckConstraint("window_start < window_end", name="window_order"),

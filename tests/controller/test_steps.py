@@ -1,0 +1,38 @@
+"""Scale steps within 1.5 times the ideal moved share (against independently routed keys)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from repart.controller.settings import ControllerSettings
+from repart.controller.steps import STEP_SLACK, build_step, ideal_share, moved_key_share
+from repart.controller.window import merge_snapshots
+from repart.partitioning import initial_function
+from repart.sim.traces import TRACE_SLOT_BITS, TraceSpec, trace_snapshots
+from repart.storage import RegionConfig
+
+
+def test_ideal_share_is_the_consistent_hashing_share() -> None:
+    assert ideal_share(4, 5) == pytest.approx(0.2)
+    assert ideal_share(4, 3) == pytest.approx(0.25)
+    assert ideal_share(6, 6) == 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("n_next", [3, 5, 6])
+def test_a_step_on_a_small_key_set_moves_at_most_the_bound(seed: int, n_next: int) -> None:
+    [snapshot] = trace_snapshots(TraceSpec(1, rows=2_000, keys=100, zipf_exponent=0.8, seed=seed))
+    estimate = merge_snapshots([snapshot])
+    config = RegionConfig(key_type="int", n_channels_initial=4, slot_bits=TRACE_SLOT_BITS)
+    settings = ControllerSettings.from_config(config)
+    current = initial_function(4, "int", TRACE_SLOT_BITS)
+    built = build_step(current, estimate, n_next, settings)
+    keys = list(estimate.keys)
+    moved = np.mean([current.lookup(key) != built.function.lookup(key) for key in keys])
+    assert built.function.n_channels == n_next
+    assert moved == pytest.approx(moved_key_share(current, built.function, keys))
+    assert moved <= STEP_SLACK * ideal_share(4, n_next) + 1e-12
+    step = built.event_data["step"]
+    assert step["moved_key_share"] == pytest.approx(moved)
+    assert step["limit"] == pytest.approx(STEP_SLACK * ideal_share(4, n_next))
