@@ -86,7 +86,14 @@ RESULTS: dict[str, tuple[str, str]] = {
         "benchmarks/state_churn.py, removed with the format-2 store",
     ),
     "tick": ("One controller tick", f"{PY} benchmarks/tick.py"),
-    "plan-retention": ("The database's size per plan, before and after retention", f"{PY} benchmarks/plan_retention.py"),
+    "policy-traces": (
+        "The channel-count policy on daily, weekly and bursty traces",
+        f"{PY} benchmarks/policy_traces.py --json FILE",
+    ),
+    "plan-retention": (
+        "The database's size per plan, before and after retention",
+        f"{PY} benchmarks/plan_retention.py",
+    ),
     "daemon": (
         "The controller daemon under load",
         f"{PY} benchmarks/daemon.py --backend sqlite --regions 200; "
@@ -195,7 +202,9 @@ def benchmarks_page() -> str:
     stems = sorted({path.name.split(".", 1)[0] for path in RESULTS_DIR.iterdir() if path.is_file()})
     unknown = [stem for stem in stems if stem not in RESULTS]
     if unknown:
-        raise PluginError(f"docs/results/ holds outputs without a command in docs/hooks/generate.py: {unknown}")
+        raise PluginError(
+            f"docs/results/ holds outputs without a command in docs/hooks/generate.py: {unknown}"
+        )
     lines = [
         "# Benchmarks",
         "",
