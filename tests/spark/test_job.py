@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import runpy
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from repart.controller.actions import scale
 from repart.errors import InvalidInput
 from repart.spark import StatefulJob
 from repart.storage import batch_reports, make_engine, models, read_transaction
+from repart.storage.snapshots import latest_snapshots
 
 SCHEMA = "k string, trades long, volume long, low long, high long"
 MERGE = "trades=count,volume=sum(qty),low=min(price),high=max(price)"
@@ -80,8 +82,12 @@ def test_a_batch_job_keeps_the_state_a_group_by_gives_once_per_batch_id(
 ) -> None:
     job = new_job(tmp_path, tick=True)
     frames = [trades(seed) for seed in range(3)]
+    calls = []  # (monotonic time before the call, after it)
     for batch_id, frame in enumerate(frames):
-        result = job.process(spark.createDataFrame(frame), batch_id)
+        batch = spark.createDataFrame(frame)
+        before = time.monotonic()
+        result = job.process(batch, batch_id)
+        calls.append((before, time.monotonic()))
         assert result.sequence == batch_id and result.input_rows == len(frame)
     job.process(spark.createDataFrame(frames[2]), 2)  # a retry of the last batch adds nothing
     assert state_of(job.state()) == oracle(frames)
@@ -90,6 +96,20 @@ def test_a_batch_job_keeps_the_state_a_group_by_gives_once_per_batch_id(
         lambda session: [report.batch for report in batch_reports(session, "trades")],
     )
     assert reported == [0, 1, 2]
+    # Each snapshot after the first carries the time since the previous batch started: the previous
+    # call's length at least (less the moment before its clock read), at most the time from the
+    # previous call's start to this call's end.
+    engine = job.engine
+    assert engine is not None
+    snapshots = read_transaction(engine, lambda session: latest_snapshots(session, "trades", 3))
+    assert [snapshot.seq for snapshot in snapshots] == [0, 1, 2] and snapshots[0].progress is None
+    for index in (1, 2):
+        progress = snapshots[index].progress
+        assert progress is not None and progress.input_rows_per_second is None
+        (previous_start, previous_end), (_, end) = calls[index - 1], calls[index]
+        interval = progress.interval_seconds
+        assert interval is not None
+        assert previous_end - previous_start - 0.01 <= interval <= end - previous_start
 
 
 def test_a_batch_run_again_after_its_commit_leaves_the_pending_plan_to_the_next_batch(
@@ -160,6 +180,34 @@ def test_a_streaming_query_restarts_exactly_and_a_new_checkpoint_continues(
     assert second != first
     assert state_of(job.state()) == oracle(frames)
     assert report_count(f"sqlite:///{tmp_path}/repart.db") == job.store.last_batch.batch_id + 1  # type: ignore[union-attr]
+
+
+def test_a_streaming_batch_reports_the_query_s_rates_of_its_previous_micro_batch(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    job = new_job(tmp_path)
+    for number in range(3):
+        _drop(trades(40 + number, 800), tmp_path / "in" / f"{number}.json")
+    stream = spark.readStream.schema("k string, qty long, price long").option("maxFilesPerTrigger", 1)
+    query = (
+        stream.json(str(tmp_path / "in")).writeStream.foreachBatch(job.foreach_batch)
+        .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start()
+    )  # fmt: skip
+    query.awaitTermination()
+    assert query.exception() is None
+    recent = query.recentProgress
+    engine = job.engine
+    assert engine is not None and [progress["batchId"] for progress in recent] == [0, 1, 2]
+    snapshots = read_transaction(engine, lambda session: latest_snapshots(session, "trades", 3))
+    assert snapshots[0].progress is None  # the query's first batch: nothing measured before it
+    for snapshot, previous in zip(snapshots[1:], recent, strict=False):
+        assert snapshot.progress is not None
+        for field, name in (
+            ("input_rows_per_second", "inputRowsPerSecond"),
+            ("processed_rows_per_second", "processedRowsPerSecond"),
+        ):
+            reported = getattr(snapshot.progress, field)
+            assert reported == pytest.approx(previous[name]) if previous[name] > 0 else reported is None
 
 
 def test_a_batch_id_going_back_within_a_query_is_refused(spark: SparkSession, tmp_path: Path) -> None:

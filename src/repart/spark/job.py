@@ -27,6 +27,7 @@ object-store layer (so it needs no Hadoop connector for ``s3://``, ``gs://`` or 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from collections.abc import Iterator, Mapping
@@ -45,6 +46,7 @@ from repart.partitioning.domain import MAX_SLOT_BITS, KeyType
 from repart.partitioning.split.function import SplitFunction, StoredFunction
 from repart.protocol.client import ControllerClient
 from repart.protocol.merge import MergeSpec
+from repart.protocol.snapshot import BatchProgress
 from repart.spark.batch_counts import REGISTER_COLUMN, SLOT_COLUMN
 from repart.spark.jobs import apply_next_plan
 from repart.spark.keys import key_column
@@ -66,6 +68,8 @@ __all__ = ["BatchResult", "StatefulJob"]
 #: length w, so a batch run again after a crash submits the same window.
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 _QUERY_ID_PROPERTY = "sql.streaming.queryId"  # set by Spark on the thread that runs foreachBatch
+#: A streaming query's input and processing rates (rows per second), None where Spark has measured none.
+Rates = tuple[float | None, float | None]
 
 
 @dataclass(frozen=True)
@@ -185,6 +189,7 @@ class StatefulJob:
         self._store: StateStore | None = None
         self._applied: tuple[int, StoredFunction] | None = None
         self._vacuumed_at: float | None = None
+        self._last_started: float | None = None
 
     # --- the controller ------------------------------------------------------------------------------
 
@@ -289,8 +294,19 @@ class StatefulJob:
     def process(self, df: DataFrame, batch_id: int, *, query_id: str | None = None) -> BatchResult:
         """Apply, partition, update, observe and report one batch (module docstring), exactly once under
         ``batch_id`` (an integer ≥ 0 that grows from batch to batch) or, for a streaming query, under
-        ``(query_id, batch_id)``. The result's ``steps`` say where the batch's time went."""
+        ``(query_id, batch_id)``. The result's ``steps`` say where the batch's time went.
+
+        The batch's snapshot carries the time since the job's previous batch started as its
+        ``progress.interval_seconds`` (the controller's budget per batch when the region declares
+        none), and under ``foreach_batch`` the query's input and processing rates."""
+        return self._process(df, batch_id, query_id, None)
+
+    def _process(
+        self, df: DataFrame, batch_id: int, query_id: str | None, rates: Rates | None
+    ) -> BatchResult:
         watch = _Stopwatch()
+        started, previous = time.monotonic(), self._last_started
+        self._last_started = started
         number = check("batch_id", batch_id, NON_NEGATIVE_INT)
         query = None if query_id is None else QueryBatch.checked(query_id, number)
         self._check_frame(df)
@@ -343,6 +359,7 @@ class StatefulJob:
             "version": version,
             "channels": self._measurements(store, updates, function.n_channels),
             "batch": sequence,
+            "progress": _progress(None if previous is None else started - previous, rates),
         }
         # The update's tasks counted the batch as they folded it; a batch absorbed before a crash ran
         # no task, so its snapshot (submitted again, a no-op if it was) takes observe's own passes.
@@ -399,7 +416,7 @@ class StatefulJob:
             raise InvalidInput(
                 "foreach_batch", "must be called by a streaming query's foreachBatch; call process instead"
             )
-        self.process(df, batch_id, query_id=query_id)
+        self._process(df, batch_id, query_id, _query_rates(df.sparkSession, query_id))
 
     def state(self) -> DataFrame:
         """The state at the store's newest generation as a Spark DataFrame, one row per key: read by one
@@ -535,6 +552,33 @@ class _ChannelReader:
         for batch in batches:
             for channel in batch.column(0).to_pylist():
                 yield from self.store.read_channel(int(channel)).to_batches()
+
+
+def _query_rates(spark: SparkSession, query_id: str) -> Rates:
+    """The input and processing rates (rows per second) of the running query's last finished
+    micro-batch (``StreamingQuery.lastProgress``); None for a rate Spark has not measured yet."""
+    query = spark.streams.get(query_id)
+    progress = None if query is None else query.lastProgress
+    if progress is None:
+        return None, None
+    return _rate(progress["inputRowsPerSecond"]), _rate(progress["processedRowsPerSecond"])
+
+
+def _rate(value: object) -> float | None:
+    """A measured rate: a finite number > 0 (Spark reports 0 or NaN before it has one)."""
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) and value > 0 else None
+
+
+def _progress(interval: float | None, rates: Rates | None) -> BatchProgress | None:
+    """The snapshot's ``progress``: the interval since the previous batch started, and the rates."""
+    input_rate, processed_rate = rates or (None, None)
+    if interval is None and input_rate is None and processed_rate is None:
+        return None
+    return BatchProgress(
+        interval_seconds=interval if interval is not None and interval > 0 else None,
+        input_rows_per_second=input_rate,
+        processed_rows_per_second=processed_rate,
+    )
 
 
 def _arrow_schema(schema: object) -> pa.Schema:

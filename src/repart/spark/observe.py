@@ -36,8 +36,10 @@ from repart.partitioning.documents import require_int
 from repart.partitioning.domain import DEFAULT_SLOT_BITS, KeyType, check_slot_bits
 from repart.protocol.counter_items import CounterItems
 from repart.protocol.snapshot import (
+    BatchProgress,
     ChannelMeasurement,
     Snapshot,
+    batch_progress,
     channel_measurements,
     check_region_name,
 )
@@ -112,6 +114,7 @@ def observe(
     version: int | None = None,
     channels: Sequence[dict[str, Any]] | None = None,
     batch: int | None = None,
+    progress: BatchProgress | None = None,
 ) -> Observation:
     """Count the keys of ``df[key_col]`` and write the batch's snapshot for ``region`` to ``sink``.
 
@@ -122,9 +125,10 @@ def observe(
     without its error. It also holds the exact tuple count of every non-empty slot of ``slot_bits``
     bits, a HyperLogLog estimate of the distinct keys over those slots as ``distinct_estimate``, and
     ``version``, ``channels`` (per-channel measurements: dicts with channel, tuples, busy_seconds,
-    state_bytes) and ``batch`` (the job's id of the batch, so that a batch run again after a crash is
-    ingested once) as given. It holds everything ``Snapshot.from_document`` requires of a document
-    (its document parses back to it), so the sink writes it as it is.
+    state_bytes), ``batch`` (the job's id of the batch, so that a batch run again after a crash is
+    ingested once) and ``progress`` (what the job knows of its time: the interval between its batches,
+    its input and processing rates) as given. It holds everything ``Snapshot.from_document`` requires
+    of a document (its document parses back to it), so the sink writes it as it is.
 
     Rows whose key is null are not counted: not in ``tuples``, items or slots. Their number is
     returned as ``Observation.null_keys``; ``repart.spark.route`` sends them to channel 0.
@@ -138,7 +142,9 @@ def observe(
     """
     began = time.perf_counter()
     key = key_column(df, key_col)
-    fields = _snapshot_fields(region, window, epsilon, key.key_type, slot_bits, version, channels, batch)
+    fields = _snapshot_fields(
+        region, window, epsilon, key.key_type, slot_bits, version, channels, batch, progress
+    )
     projected = df.select(key.value.alias("key"), key.hash.alias("hash"))
     slots = count_slots(projected, slot_bits)
     keys = count_hot_keys(projected, slots, fields.keywords["epsilon"], slot_bits)
@@ -157,12 +163,15 @@ def observe_counted(
     version: int | None = None,
     channels: Sequence[dict[str, Any]] | None = None,
     batch: int | None = None,
+    progress: BatchProgress | None = None,
 ) -> Observation:
     """``observe`` for counts that a read of the batch made already: a job's update counts the slots and
     keys of the rows it folds (``repart.spark.stateful.update_state``), so the snapshot costs no
     Spark job of its own. Its fields and checks are ``observe``'s; ``key_type`` is the key column's."""
     began = time.perf_counter()
-    fields = _snapshot_fields(region, window, epsilon, key_type, slot_bits, version, channels, batch)
+    fields = _snapshot_fields(
+        region, window, epsilon, key_type, slot_bits, version, channels, batch, progress
+    )
     slots, keys = counts
     return _emitted(fields(slots, keys), slots.null_keys, sink, began)
 
@@ -176,6 +185,7 @@ def _snapshot_fields(
     version: int | None,
     channels: Sequence[dict[str, Any]] | None,
     batch: int | None,
+    progress: BatchProgress | None,
 ) -> partial[Snapshot]:
     """``_snapshot`` with every field but the counts, each checked (InvalidInput naming it)."""
     epsilon = check("epsilon", epsilon, EPSILON)
@@ -192,6 +202,7 @@ def _snapshot_fields(
         version=None if version is None else require_int(version, "version", 1),
         channels=None if not channels else channel_measurements(list(channels)),
         batch=None if batch is None else require_int(batch, "batch"),
+        progress=None if progress is None else batch_progress(progress.to_document()),
     )
 
 
@@ -218,9 +229,10 @@ def _snapshot(
     version: int | None,
     channels: tuple[ChannelMeasurement, ...] | None,
     batch: int | None,
+    progress: BatchProgress | None,
 ) -> Snapshot:
-    """The snapshot of the two passes' counts in ``window``; ``version``, ``channels`` and ``batch``
-    only when given."""
+    """The snapshot of the two passes' counts in ``window``; ``version``, ``channels``, ``batch`` and
+    ``progress`` only when given."""
     items = CounterItems(tuple(keys.keys), keys.counts, np.zeros(len(keys.keys), dtype=np.int64))
     distinct = estimate_distinct(slots.registers, slot_bits)
     return Snapshot(
@@ -240,4 +252,5 @@ def _snapshot(
         version=version,
         channels=channels,
         batch=batch,
+        progress=progress,
     )
