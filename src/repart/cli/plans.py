@@ -26,6 +26,7 @@ from repart.cli.database import (
 from repart.cli.errors import reports_bad_input
 from repart.cli.versions import plan_dict, print_plan
 from repart.errors import Conflict, NotFound
+from repart.storage.views import plan_summary
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -43,25 +44,6 @@ class Outcome(StrEnum):
 
     applied = "applied"
     failed = "failed"
-
-
-def plan_summary(row: Plan) -> dict[str, Any]:
-    """A plan's metadata as a JSON object."""
-    return {
-        "id": row.id,
-        "from_version": row.from_version,
-        "to_version": row.to_version,
-        "status": row.status,
-        "predicted_m": row.predicted_m,
-        "predicted_cost": row.predicted_cost,
-        "explicit_moves": row.explicit_moves,
-        "slot_moves": row.slot_moves,
-        "moved_rows": row.moved_rows,
-        "moved_bytes": row.moved_bytes,
-        "digest": row.digest,
-        "created_at": timestamp(row.created_at),
-        "updated_at": timestamp(row.updated_at),
-    }
 
 
 def plan_of_region(session: Session, region: str, plan_id: int) -> Plan:
