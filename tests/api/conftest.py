@@ -14,9 +14,11 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from repart.api.server import ApiServer
+from repart.controller.tick import tick
 from repart.storage import models
 from repart.storage.engine import run_in_transaction
 from repart.storage.tokens import create_token
+from tests.factories import REGION, add_zipf_region, ingest, zipf_snapshot
 
 
 @pytest.fixture
@@ -63,3 +65,23 @@ def dump(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
             ]
             for table in models.Base.metadata.sorted_tables
         }
+
+
+def zipf_region(engine: Engine) -> None:
+    """Region ``REGION`` whose target-utilization policy scales it from 2 channels under more load."""
+    add_zipf_region(
+        engine,
+        policy="target-utilization",
+        max_channels=8,
+        algorithm="redist",
+        settings={"target_utilization": 0.5, "rebalance_threshold": 50.0},
+    )
+
+
+def with_pending_plan(engine: Engine) -> int:
+    """Region ``REGION`` (``zipf_region``) ticked to version 2 with its plan pending; the plan's id."""
+    assert tick(engine, REGION).action == "initialized"
+    ingest(engine, *(zipf_snapshot(seq, n_channels=2, demand=3.6) for seq in (1, 2, 3)))
+    result = tick(engine, REGION)
+    assert result.action == "activated" and result.plan_id is not None
+    return result.plan_id

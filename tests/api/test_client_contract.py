@@ -16,12 +16,10 @@ from repart.protocol.client import ControllerClient
 from repart.protocol.http_client import HttpControllerClient
 from repart.storage.client import SqlControllerClient
 from repart.storage.versions import version_function
-from tests.api.conftest import new_token
+from tests.api.conftest import new_token, with_pending_plan, zipf_region
 from tests.factories import (
     REGION,
-    add_zipf_region,
     events,
-    ingest,
     plans,
     row_counts,
     versions,
@@ -32,38 +30,15 @@ from tests.factories import (
 @pytest.fixture(params=["sql", "http"])
 def client(request: pytest.FixtureRequest, engine: Engine) -> Iterator[ControllerClient]:
     """The client under test, for a job of region ``REGION``."""
+    zipf_region(engine)
     if request.param == "sql":
         yield SqlControllerClient(engine)
         return
-    region(engine)
     server = request.getfixturevalue("api")
     yield HttpControllerClient(server.url, new_token(engine, f"job:{REGION}"), attempts=2)
 
 
-def region(engine: Engine) -> None:
-    """Region ``REGION`` (made by the fixture for the HTTP client, whose token names it)."""
-    if not row_counts(engine)["regions"]:
-        add_zipf_region(
-            engine,
-            policy="target-utilization",
-            max_channels=8,
-            algorithm="redist",
-            settings={"target_utilization": 0.5, "rebalance_threshold": 50.0},
-        )
-
-
-def with_pending_plan(engine: Engine) -> int:
-    """Region ``REGION`` ticked to version 2 with its plan pending; the plan's id."""
-    region(engine)
-    assert tick(engine, REGION).action == "initialized"
-    ingest(engine, *(zipf_snapshot(seq, n_channels=2, demand=3.6) for seq in (1, 2, 3)))
-    result = tick(engine, REGION)
-    assert result.action == "activated" and result.plan_id is not None
-    return result.plan_id
-
-
 def test_applied_function_is_the_stored_one(engine: Engine, client: ControllerClient) -> None:
-    region(engine)
     with pytest.raises(NotFound):
         client.applied_function(REGION)
     tick(engine, REGION)
