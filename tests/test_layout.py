@@ -1,6 +1,6 @@
 """The package layout keeps DESIGN §1's dependency direction: a module that imports against it fails here.
 
-``cli → {controller, demo} → {migration, storage, protocol} → partitioning``; ``spark → {partitioning,
+``cli → api → controller``, ``cli → {controller, demo} → {migration, storage, protocol} → partitioning``; ``spark → {partitioning,
 migration, protocol, state}``; ``state → {partitioning, migration}``; ``sim → {partitioning,
 migration}``; ``partitioning`` imports nothing of repart's. Three refinements are recorded in
 docs/DECISIONS.md: ``sim`` prices split migrations with ``repart.migration``;
@@ -41,7 +41,8 @@ ALLOWED: dict[str, set[str]] = {
     "spark": {"partitioning", "migration", "protocol", "state"},
     "sim": {"partitioning", "migration"},
     "demo": {"partitioning", "migration", "protocol", "storage", "controller", "state", "spark", "sim"},
-    "cli": {"partitioning", "migration", "protocol", "storage", "controller", "state", "sim", "demo"},
+    "api": {"partitioning", "migration", "protocol", "storage", "controller"},
+    "cli": {"partitioning", "migration", "protocol", "storage", "controller", "state", "sim", "demo", "api"},
     "errors": set(),
     "validation": set(),
     "lazy": set(),

@@ -35,6 +35,7 @@ COMMANDS = {
     "state": "repart.cli.state:state_app",
     "events": "repart.cli.events:events_app",
     "batches": "repart.cli.batches:batches_app",
+    "token": "repart.cli.tokens:token_app",
 }
 
 app = typer.Typer(

@@ -66,6 +66,7 @@ from repart.controller.defaults import (
     DEFAULT_WORKERS,
     MIN_IDLE_TRANSACTION_SECONDS,
 )
+from repart.controller.listen import LOOPBACK
 from repart.controller.logs import log_event
 from repart.controller.metrics import DaemonMetrics, Health, MetricsServer, check_metrics_port
 from repart.controller.readings import decided_imbalance, region_readings
@@ -98,8 +99,9 @@ def default_holder() -> str:
 class DaemonConfig:
     """How often to sweep, how long a lease lasts, who holds it, how many threads tick, the spool
     directory whose snapshot files are ingested every interval (None: no spool), and the port ``run``
-    serves metrics on (None: none; 0: any free port), and the largest spool file ingested
-    (``max_snapshot_bytes``; a larger one is rejected unread). Every sweep discovers the regions created
+    serves metrics on (None: none; 0: any free port) and its host (``metrics_host``: loopback unless
+    given), and the largest spool file ingested (``max_snapshot_bytes``; a larger one is rejected
+    unread). Every sweep discovers the regions created
     since the last one. InvalidInput naming the field for a bad value."""
 
     interval_seconds: float = DEFAULT_INTERVAL_SECONDS
@@ -109,6 +111,7 @@ class DaemonConfig:
     workers: int = DEFAULT_WORKERS
     metrics_port: int | None = None
     max_snapshot_bytes: int = MAX_SNAPSHOT_BYTES
+    metrics_host: str = LOOPBACK
 
     def __post_init__(self) -> None:
         require_number(self.interval_seconds, "interval", 0.01)
@@ -460,7 +463,7 @@ def run(engine: Engine, config: DaemonConfig, stop: threading.Event | None = Non
     server: MetricsServer | None = None
     if config.metrics_port is not None:
         metrics = DaemonMetrics()
-        server = MetricsServer(config.metrics_port, metrics)
+        server = MetricsServer(config.metrics_port, metrics, host=config.metrics_host)
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
         log_event("stopping", holder=config.holder, signal=signal.Signals(signum).name)
@@ -472,7 +475,13 @@ def run(engine: Engine, config: DaemonConfig, stop: threading.Event | None = Non
         try:
             if server is not None:
                 server.serve(daemon.health)
-                log_event("metrics", holder=config.holder, port=server.port, paths=["/metrics", "/healthz"])
+                log_event(
+                    "metrics",
+                    holder=config.holder,
+                    host=config.metrics_host,
+                    port=server.port,
+                    paths=["/metrics", "/healthz"],
+                )
             daemon.start()
             stop.wait()
         finally:
