@@ -42,7 +42,8 @@ _ERRORS = {
     "403": "The token's scope does not cover the call (field: token).",
     "404": "No such region or plan.",
     "409": "The call clashes with the stored state; retry later.",
-    "413": f"The body is over its limit: {SMALL_BODY_BYTES} bytes, a snapshot {MAX_SNAPSHOT_BYTES} by default.",
+    "413": f"The body is over its limit: {SMALL_BODY_BYTES} bytes, a snapshot's "
+    f"{MAX_SNAPSHOT_BYTES} by default.",
     "422": "A field is missing, unknown or outside what is accepted (field: its name).",
 }
 
