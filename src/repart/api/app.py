@@ -11,6 +11,7 @@ A call goes through three steps:
    without a valid token gets 401, one whose token's scope does not cover it 403 (a job token of
    another region, a plan of another region, a read token on a job call). A refused call writes one
    ``access-refused`` event (no region: the controller's own audit log) naming why, and nothing else.
+   A granted call writes its token's last use once it succeeded, at most once a minute.
 2. **The body**, read within its limit (``MAX_SNAPSHOT_BYTES`` for a snapshot, ``SMALL_BODY_BYTES``
    for the others) and checked field by field: malformed JSON, unknown or missing fields and ids of
    another region are refused before anything is written.
@@ -55,7 +56,7 @@ from repart.storage.plans import list_plans
 from repart.storage.tokens import Grant, Refused, authenticate, record_use
 from repart.storage.versions import list_versions, version_function
 from repart.storage.views import event_dict, plan_summary, region_status, version_dict
-from repart.validation import Options, check
+from repart.validation import NON_NEGATIVE_INT, Options, check
 
 T = TypeVar("T")
 Access = Literal["job", "read"]
@@ -165,6 +166,7 @@ async def _submit_snapshot(api: Api, request: Request, region: str | None) -> di
 
 async def _report_batch(api: Api, request: Request, region: str | None) -> dict[str, Any]:
     given = fields(await read_json(request, SMALL_BODY_BYTES), ("batch_id", "payload"), ("plan_id",))
+    batch_id = check("batch_id", given["batch_id"], NON_NEGATIVE_INT)
     payload = json_object("payload", given["payload"])
     plan_id = given["plan_id"]
     named = _named(region)
@@ -172,7 +174,7 @@ async def _report_batch(api: Api, request: Request, region: str | None) -> dict[
     def work() -> int:
         if plan_id is not None:
             read_transaction(api.engine, lambda session: _check_plan_of(session, named, plan_id))
-        return api.client.report_batch(named, given["batch_id"], payload, plan_id)
+        return api.client.report_batch(named, batch_id, payload, plan_id)
 
     return {"report_id": await api.run(work)}
 
@@ -325,7 +327,10 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "batch already reported keeps its first report, whose id is returned.",
         _obj({"report_id": _INT}),
         _report_batch,
-        body=_obj({"batch_id": _INT, "payload": _OBJECT, "plan_id": _NULLABLE_INT}, ("batch_id", "payload")),
+        body=_obj(
+            {"batch_id": {"type": "integer", "minimum": 0}, "payload": _OBJECT, "plan_id": _NULLABLE_INT},
+            ("batch_id", "payload"),
+        ),
     ),
     Endpoint(
         "GET",
