@@ -10,7 +10,7 @@ import sys
 from importlib.resources import files
 from typing import Any
 
-from repart import __version__
+import repart
 from repart.api.app import ENDPOINTS, Endpoint
 from repart.api.bodies import SMALL_BODY_BYTES
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
@@ -60,7 +60,7 @@ def document() -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {
             "title": "repart controller API",
-            "version": __version__,
+            "version": repart.__version__,
             "description": "The ControllerClient port for jobs and read-only views of the controller. "
             "Every call takes a bearer token (repart token create).",
         },
