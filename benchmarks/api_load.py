@@ -12,8 +12,9 @@ region, each report a batch once a second, first against the API (Starlette on u
 transaction, the batch recorded through ``SqlControllerClient`` in another. Reported: p50 and p99 of
 the call on each, and their ratios.
 
-Load (``--duration`` seconds): the daemon (interval ``--interval``, ``--workers`` tick threads) and the
-API run in this process, as ``repart run --api-port`` runs them; one asynchronous client process (asyncio
+Load (``--duration`` seconds): the daemon (interval ``--interval``, ``--workers`` tick threads) runs in
+this process and the API in one of its own (``repart serve``), so that the ticks and the calls do not
+share one interpreter's lock; one asynchronous client process (asyncio
 streams, one keep-alive connection per job client) runs ``--clients`` job clients, each of which, once a
 second (at its own phase), reports batch k and submits batch k's snapshot (``--items`` items, window k).
 Then 50 slow connections are opened to the health server and 50 to the API (each sent half a request
@@ -32,12 +33,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import multiprocessing
 import os
+import signal
 import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -353,6 +358,17 @@ def compare(engine: Engine, tokens: dict[str, str], seconds: float) -> dict[str,
     return report
 
 
+def serve_api(url: str) -> tuple[subprocess.Popen[str], str]:
+    """``repart serve`` on the database at ``url``, on a free loopback port: its process and URL."""
+    command = [str(Path(sys.executable).with_name("repart")), "serve", "--db", url, "--api-port", "0"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    for line in process.stderr:
+        if '"event": "api"' in line:
+            return process, str(json.loads(line)["url"])
+    raise RuntimeError(f"repart serve did not start (exit {process.wait()})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--regions", type=int, default=200, help="regions, one job client each")
@@ -366,7 +382,11 @@ def main() -> None:
     regions = [f"region-{i:04d}" for i in range(args.regions)]
     report: dict[str, Any] = {"regions": args.regions, "duration_s": args.duration, "items": args.items}
 
-    with tempfile.TemporaryDirectory() as directory, database("postgresql", Path(directory)) as url:
+    with (
+        contextlib.ExitStack() as stack,
+        tempfile.TemporaryDirectory() as directory,
+        database("postgresql", Path(directory)) as url,
+    ):
         engine = make_engine(url)
         tokens = setup(engine, regions)
         report["load_before"] = os.getloadavg()
@@ -374,7 +394,8 @@ def main() -> None:
 
         metrics = DaemonMetrics()
         metrics_server = MetricsServer(0, metrics)
-        api = ApiServer(make_engine(url), 0)
+        api, api_url = serve_api(url)
+        stack.callback(api.kill)  # stopped by SIGTERM below; killed if the run fails first
         recorder = Recorder()
         daemon = Daemon(
             engine,
@@ -385,16 +406,16 @@ def main() -> None:
             metrics=metrics,
         )
         metrics_server.serve(daemon.health)
-        api.serve()
         origin = time.monotonic()
         daemon.start()
-        results = load(api.port, tokens, args.duration, args.items, 0, True)
+        results = load(int(api_url.rsplit(":", 1)[1]), tokens, args.duration, args.items, 0, True)
         health_s, api_s = timed_beside_slow_clients(
-            metrics_server.port, api.url, tokens[regions[0]], regions[0]
+            metrics_server.port, api_url, tokens[regions[0]], regions[0]
         )
         ran = time.monotonic() - origin
         daemon.stop()
-        api.close()
+        api.send_signal(signal.SIGTERM)
+        api.communicate(timeout=60)
         metrics_server.close()
         report["load_after"] = os.getloadavg()
         lost, doubled = integrity(engine, results)

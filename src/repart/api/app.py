@@ -62,7 +62,7 @@ T = TypeVar("T")
 Access = Literal["job", "read"]
 API_SOURCE = "repart api"
 """The ``source`` recorded with every snapshot the API ingests."""
-DEFAULT_WORKERS = 8
+DEFAULT_WORKERS = 12
 """Calls that may use the database at once (the default PostgreSQL pool holds 15 connections)."""
 
 

@@ -24,6 +24,7 @@ COMMANDS = {
     "status": "repart.cli.status:status",
     "tick": "repart.cli.tick:tick",
     "run": "repart.cli.run:run",
+    "serve": "repart.cli.serve:serve",
     "rollback": "repart.cli.actions:rollback",
     "scale": "repart.cli.actions:scale",
     "resume": "repart.cli.actions:resume",
