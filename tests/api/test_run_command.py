@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,3 +106,22 @@ def test_the_client_retries_until_the_api_answers(engine: Engine) -> None:
         starter.join()
         for server in servers:
             server.close()
+
+
+def test_repart_serve_serves_the_api_until_sigterm(engine: Engine, db_url: str) -> None:
+    add_region(engine, "trades")
+    token = new_token(engine, "read")
+    command = [str(Path(sys.executable).with_name("repart")), "serve", "--db", db_url, "--api-port", "0"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        url = next(json.loads(line)["url"] for line in process.stderr if '"event": "api"' in line)
+        request = urllib.request.Request(f"{url}/v1/regions", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert [row["region"] for row in json.loads(answer.read())] == ["trades"]
+        process.send_signal(signal.SIGTERM)
+        _, rest = process.communicate(timeout=30)
+        assert process.returncode == 0, rest
+    finally:
+        if process.poll() is None:
+            process.kill()
