@@ -283,6 +283,7 @@ def _lines(region: str, values: _RegionValues) -> dict[str, str]:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # socketserver's 5 drops the connects beyond it, which retry after 1 s
     metrics: DaemonMetrics
     health: Callable[[], Health]
 
