@@ -1,9 +1,10 @@
 """The package layout keeps DESIGN §1's dependency direction: a module that imports against it fails here.
 
-``cli → {controller, demo} → {migration, storage, protocol} → partitioning``; ``spark → {partitioning,
-migration, protocol, state}``; ``state → {partitioning, migration}``; ``sim → {partitioning,
-migration}``; ``partitioning`` imports nothing of repart's. Three refinements are recorded in
-docs/DECISIONS.md: ``sim`` prices split migrations with ``repart.migration``;
+``cli → api → controller``; ``cli → {controller, demo} → {migration, storage, protocol} →
+partitioning``; ``spark → {partitioning, migration, protocol, state}``; ``state → {partitioning,
+migration}``; ``sim → {partitioning, migration}``; ``partitioning`` imports nothing of repart's.
+Three refinements are recorded in docs/DECISIONS.md: ``sim`` prices split migrations with
+``repart.migration``;
 ``repart.errors``, ``repart.validation`` and ``repart.lazy`` are leaf modules every package may import,
 and the state store writes its manifest with ``repart.protocol.files``' durable writer (a module that
 imports nothing of repart's). Only ``spark`` and ``demo`` import pyspark: the controller never needs a JVM.
@@ -41,7 +42,8 @@ ALLOWED: dict[str, set[str]] = {
     "spark": {"partitioning", "migration", "protocol", "state"},
     "sim": {"partitioning", "migration"},
     "demo": {"partitioning", "migration", "protocol", "storage", "controller", "state", "spark", "sim"},
-    "cli": {"partitioning", "migration", "protocol", "storage", "controller", "state", "sim", "demo"},
+    "api": {"partitioning", "migration", "protocol", "storage", "controller"},
+    "cli": {"partitioning", "migration", "protocol", "storage", "controller", "state", "sim", "demo", "api"},
     "errors": set(),
     "validation": set(),
     "lazy": set(),

@@ -25,6 +25,7 @@ COMMANDS = {
     "status": "repart.cli.status:status",
     "tick": "repart.cli.tick:tick",
     "run": "repart.cli.run:run",
+    "serve": "repart.cli.serve:serve",
     "rollback": "repart.cli.actions:rollback",
     "scale": "repart.cli.actions:scale",
     "resume": "repart.cli.actions:resume",
@@ -36,6 +37,7 @@ COMMANDS = {
     "state": "repart.cli.state:state_app",
     "events": "repart.cli.events:events_app",
     "batches": "repart.cli.batches:batches_app",
+    "token": "repart.cli.tokens:token_app",
 }
 
 app = typer.Typer(

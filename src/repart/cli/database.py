@@ -17,7 +17,6 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -25,6 +24,7 @@ import typer
 
 from repart.cli.config import database_option
 from repart.errors import InvalidInput
+from repart.storage.views import timestamp as timestamp
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -167,11 +167,6 @@ def console() -> Console:
 def print_json(value: Any) -> None:
     """Print ``value`` as strict JSON on stdout."""
     typer.echo(json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False))
-
-
-def timestamp(value: datetime | None) -> str | None:
-    """An aware timestamp as ISO-8601 text, None as None."""
-    return None if value is None else value.isoformat()
 
 
 def number(value: float | None, digits: int = 4) -> str:

@@ -8,35 +8,22 @@ and from a time on.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
-from repart.cli.database import DbOption, JsonOption, console, print_json, read_query, timestamp
+from repart.cli.database import DbOption, JsonOption, console, print_json, read_query
 from repart.cli.errors import reports_bad_input
 from repart.errors import InvalidInput
 from repart.storage.event_kinds import EVENT_KINDS
+from repart.storage.views import event_dict
 
 if TYPE_CHECKING:
-    from repart.storage.models import Event
+    pass
 
 events_app = typer.Typer(no_args_is_help=True, help="Read a region's audit log.")
-
-
-def event_dict(row: Event) -> dict[str, Any]:
-    """An event as a JSON object, its ``data`` parsed."""
-    from repart.storage.jsontext import load_object
-
-    return {
-        "id": row.id,
-        "kind": row.kind,
-        "rule": row.rule,
-        "message": row.message,
-        "created_at": timestamp(row.at),
-        "data": load_object(row.data_json),
-    }
 
 
 def aware_timestamp(field: str, text: str) -> datetime:

@@ -26,6 +26,8 @@ from repart.cli.database import (
 )
 from repart.cli.errors import reports_bad_input
 from repart.cli.versions import plan_dict, print_plan
+from repart.errors import NotFound
+from repart.storage.views import plan_summary
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -47,24 +49,15 @@ class Outcome(StrEnum):
     failed = "failed"
 
 
-def plan_summary(row: Plan) -> dict[str, Any]:
-    """A plan's metadata as a JSON object."""
-    return {
-        "id": row.id,
-        "from_version": row.from_version,
-        "to_version": row.to_version,
-        "status": row.status,
-        "predicted_m": row.predicted_m,
-        "predicted_cost": row.predicted_cost,
-        "explicit_moves": row.explicit_moves,
-        "slot_moves": row.slot_moves,
-        "moved_rows": row.moved_rows,
-        "moved_bytes": row.moved_bytes,
-        "digest": row.digest,
-        "created_at": timestamp(row.created_at),
-        "updated_at": timestamp(row.updated_at),
-        "pruned_at": timestamp(row.pruned_at),
-    }
+def plan_of_region(session: Session, region: str, plan_id: int) -> Plan:
+    """Plan ``plan_id``, which must belong to ``region`` (NotFound otherwise)."""
+    from repart.storage import get_plan, region_by_name
+
+    region_id = region_by_name(session, region).id
+    row = get_plan(session, plan_id)
+    if row.region_id != region_id:
+        raise NotFound(f"plan {plan_id} is not a plan of region {region!r}")
+    return row
 
 
 @plans_app.command("list")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,8 +17,12 @@ from repart.controller.defaults import (
     DEFAULT_MAX_BACKOFF_SECONDS,
     DEFAULT_WORKERS,
 )
+from repart.controller.listen import LOOPBACK
 from repart.errors import InvalidInput
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 
 @reports_bad_input
@@ -55,6 +60,23 @@ def run(
             show_default=False,
         ),
     ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option(
+            help="Address the metrics server listens on (default: loopback only; 0.0.0.0: every interface)."
+        ),
+    ] = LOOPBACK,
+    api_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve the HTTP API for jobs and tools on http://HOST:PORT/v1/... with bearer tokens "
+            "(repart token create; 0: any free port, logged at start). Put TLS in a reverse proxy.",
+            show_default=False,
+        ),
+    ] = None,
+    api_host: Annotated[
+        str, typer.Option(help="Address the HTTP API listens on (default: loopback only).")
+    ] = LOOPBACK,
     max_snapshot_bytes: Annotated[
         int,
         typer.Option(
@@ -89,17 +111,36 @@ def run(
         spool=spool,
         workers=workers,
         metrics_port=metrics_port,
+        metrics_host=metrics_host,
         max_snapshot_bytes=max_snapshot_bytes,
         max_backoff_seconds=max_backoff,
     )
-    if once and metrics_port is not None:
-        raise InvalidInput(
-            "metrics_port", "cannot be combined with --once: metrics are served while the daemon runs"
-        )
+    for name, value in (("metrics_port", metrics_port), ("api_port", api_port)):
+        if once and value is not None:
+            raise InvalidInput(name, "cannot be combined with --once: servers run while the daemon runs")
     with json_logging(sys.stderr), open_database(db) as engine:
         if once:
             results = Daemon(engine, config).run_once()
             if as_json:
                 print_json([None if r is None else {"region": r.region, "action": r.action} for r in results])
             return
-        run_daemon(engine, config)
+        if api_port is None:
+            run_daemon(engine, config)
+            return
+        with open_database(db) as api_engine:
+            serve_api(api_engine, api_port, api_host, max_snapshot_bytes, lambda: run_daemon(engine, config))
+
+
+def serve_api(engine: Engine, port: int, host: str, max_snapshot_bytes: int, run: Callable[[], None]) -> None:
+    """Serve the HTTP API on ``host``:``port`` (its own engine, so its calls never wait for the tick
+    threads' connections) while ``run`` runs; the port is bound before ``run`` starts."""
+    from repart.api.server import ApiServer
+    from repart.controller.logs import log_event
+
+    server = ApiServer(engine, port, host=host, max_snapshot_bytes=max_snapshot_bytes)
+    try:
+        server.serve()
+        log_event("api", url=server.url, paths=["/v1/..."])
+        run()
+    finally:
+        server.close()

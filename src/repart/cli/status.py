@@ -7,43 +7,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from repart.cli.database import DbOption, JsonOption, console, print_json, read_rows, timestamp
+from repart.cli.database import DbOption, JsonOption, console, print_json, read_rows
 from repart.cli.errors import reports_bad_input
+from repart.storage.views import region_status
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
-
-    from repart.storage.overview import RegionOverview
-
-
-def region_status(overview: RegionOverview) -> dict[str, Any]:
-    """The status of one region as a JSON object."""
-    region, plan, event = overview.region, overview.open_plan, overview.last_event
-    return {
-        "region": region.name,
-        "mode": region.mode,
-        "mode_reason": region.mode_reason,
-        "applied_version": region.applied_version,
-        "N": region.n_channels_initial if overview.n_channels is None else overview.n_channels,
-        "pending_plan": None
-        if plan is None
-        else {
-            "id": plan.id,
-            "from_version": plan.from_version,
-            "to_version": plan.to_version,
-            "status": plan.status,
-        },
-        "last_event": None
-        if event is None
-        else {"at": timestamp(event.at), "kind": event.kind, "rule": event.rule, "message": event.message},
-        "backoff": None
-        if region.tick_failures == 0
-        else {
-            "tick_failures": region.tick_failures,
-            "retry_at": timestamp(region.retry_at),
-            "last_error": region.last_error,
-        },
-    }
 
 
 @reports_bad_input

@@ -20,47 +20,20 @@ from repart.cli.database import (
     number,
     print_json,
     read_query,
-    timestamp,
 )
 from repart.cli.errors import reports_bad_input
+from repart.storage.views import version_dict
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from repart.migration import MigrationPlan
-    from repart.partitioning.split.function import StoredFunction
-    from repart.storage.models import Version
 
 versions_app = typer.Typer(no_args_is_help=True, help="List, show and compare partition-function versions.")
 
 RegionName = Annotated[str, typer.Argument(help="Region name.")]
 VersionNumber = Annotated[int, typer.Argument(help="Version number (1, 2, …).")]
 SHOWN_MOVES = 20
-
-
-def version_dict(row: Version, function: StoredFunction) -> dict[str, Any]:
-    """A version's metadata as a JSON object; a split function's split keys with their candidates and
-    weights."""
-    from repart.partitioning.split.function import SplitFunction, home_function
-
-    home = home_function(function)
-    split = function.split if isinstance(function, SplitFunction) else {}
-    return {
-        "version": row.number,
-        "N": row.n_channels,
-        "status": row.status,
-        "digest": row.digest,
-        "algorithm": row.algorithm,
-        "kind": "split" if isinstance(function, SplitFunction) else "preserve",
-        "explicit_size": len(home.explicit),
-        "slot_overrides": len(home.slot_overrides),
-        "split_keys": [
-            {"key": key, "candidates": list(entry.candidates), "weights": list(entry.weights)}
-            for key, entry in split.items()
-        ],
-        "parent": row.parent_number,
-        "created_at": timestamp(row.created_at),
-    }
 
 
 def plan_dict(plan: MigrationPlan) -> dict[str, Any]:

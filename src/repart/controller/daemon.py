@@ -75,6 +75,7 @@ from repart.controller.defaults import (
     DEFAULT_WORKERS,
     MIN_IDLE_TRANSACTION_SECONDS,
 )
+from repart.controller.listen import LOOPBACK
 from repart.controller.logs import log_event
 from repart.controller.metrics import DaemonMetrics, Health, MetricsServer, check_metrics_port
 from repart.controller.readings import decided_imbalance, region_readings
@@ -112,10 +113,11 @@ def default_holder() -> str:
 class DaemonConfig:
     """How often to sweep, how long a lease lasts, who holds it, how many threads tick, the spool
     directory whose snapshot files are ingested every interval (None: no spool), and the port ``run``
-    serves metrics on (None: none; 0: any free port), the largest spool file ingested
-    (``max_snapshot_bytes``; a larger one is rejected unread), and the longest wait before a region
-    whose ticks fail is ticked again (``max_backoff_seconds``, ``repart.controller.backoff``). Every
-    sweep discovers the regions created since the last one. InvalidInput naming the field for a bad value."""
+    serves metrics on (None: none; 0: any free port) and its host (``metrics_host``: loopback unless
+    given), the largest spool file ingested (``max_snapshot_bytes``; a larger one is rejected unread),
+    and the longest wait before a region whose ticks fail is ticked again (``max_backoff_seconds``,
+    ``repart.controller.backoff``). Every sweep discovers the regions created since the last one.
+    InvalidInput naming the field for a bad value."""
 
     interval_seconds: float = DEFAULT_INTERVAL_SECONDS
     lease_ttl_seconds: float = DEFAULT_LEASE_TTL_SECONDS
@@ -125,6 +127,7 @@ class DaemonConfig:
     metrics_port: int | None = None
     max_snapshot_bytes: int = MAX_SNAPSHOT_BYTES
     max_backoff_seconds: float = DEFAULT_MAX_BACKOFF_SECONDS
+    metrics_host: str = LOOPBACK
 
     def __post_init__(self) -> None:
         require_number(self.interval_seconds, "interval", 0.01)
@@ -552,7 +555,7 @@ def run(engine: Engine, config: DaemonConfig, stop: threading.Event | None = Non
     server: MetricsServer | None = None
     if config.metrics_port is not None:
         metrics = DaemonMetrics()
-        server = MetricsServer(config.metrics_port, metrics)
+        server = MetricsServer(config.metrics_port, metrics, host=config.metrics_host)
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
         log_event("stopping", holder=config.holder, signal=signal.Signals(signum).name)
@@ -564,7 +567,13 @@ def run(engine: Engine, config: DaemonConfig, stop: threading.Event | None = Non
         try:
             if server is not None:
                 server.serve(daemon.health)
-                log_event("metrics", holder=config.holder, port=server.port, paths=["/metrics", "/healthz"])
+                log_event(
+                    "metrics",
+                    holder=config.holder,
+                    host=config.metrics_host,
+                    port=server.port,
+                    paths=["/metrics", "/healthz"],
+                )
             daemon.start()
             stop.wait()
         finally:

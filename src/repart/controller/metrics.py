@@ -27,15 +27,17 @@ milliseconds however many regions there are (0.3 ms of CPU with 200 regions):
   ``/proc``, each giving up the GIL to the tick threads, and that doubled the time a scrape takes under
   load; a node or container exporter reports the process's CPU and memory.
 
-The server (``http.server.HTTPServer`` on a daemon thread, one request at a time: a scrape takes about
-a millisecond, and a client that stalls is cut off after ``REQUEST_TIMEOUT`` seconds) answers
-``GET /metrics`` with the text exposition format and ``GET /healthz`` with 200 and a small JSON object
-while the daemon's ``Health`` says it is healthy, 503 otherwise. The port is bound when the server is
-made, before the daemon starts, so a port that cannot be bound starts nothing: ``InvalidInput`` naming
-``metrics_port``, as for a port outside [0, 65535] (0: any free port, the one bound is
-``MetricsServer.port``). A port in use is bad input (exit 2), not a ``Conflict``: the fix is another
-port, not a retry. Requests are not logged: the daemon's log is JSON only, and a scrape every few
-seconds is not an event.
+The server (``http.server.ThreadingHTTPServer``: a thread per connection, one request per connection)
+answers ``GET /metrics`` with the text exposition format and ``GET /healthz`` with 200 and a small JSON
+object while the daemon's ``Health`` says it is healthy, 503 otherwise. A connection has
+``REQUEST_DEADLINE`` seconds in all to send its request and read the answer, however slowly it
+trickles bytes, and is then cut off; slow clients each hold only their own thread, so a liveness probe
+is answered while they wait. It listens on loopback unless ``host`` says otherwise
+(``repart run --metrics-host``): a Prometheus server on another machine needs the host's address, or
+a proxy. The port is bound when the server is made, before the daemon starts, so a port that cannot be
+bound starts nothing: ``InvalidInput`` naming ``metrics_port``, as for a port outside [0, 65535] (0:
+any free port, the one bound is ``MetricsServer.port``). Requests are not logged: the daemon's log is
+JSON only, and a scrape every few seconds is not an event.
 
 A scrape competes with the tick threads for the GIL: it needs it at each of its I/O steps (accept,
 read, write), and tick threads that build functions hold it in turns of the interpreter's switch
@@ -48,33 +50,29 @@ microseconds each.
 
 from __future__ import annotations
 
-import errno
+import contextlib
 import json
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Any, SupportsInt, cast, get_args
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, get_args
 from urllib.parse import urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter
 from prometheus_client.exposition import generate_latest
 
+from repart.controller.listen import LOOPBACK, bound_socket, check_port
 from repart.controller.logs import log_event
 from repart.controller.readings import RegionReading
 from repart.controller.tick import TickAction, TickResult
-from repart.errors import InvalidInput
 from repart.storage.tables import REGION_MODES
-from repart.validation import Interval, shown
 
-METRICS_HOST = ""
-"""Every interface, as Prometheus exporters listen."""
-
-PORTS = Interval(int, 0, 65535)
-REQUEST_TIMEOUT = 5.0
-"""Seconds a client may take to send its request or read the answer."""
+REQUEST_DEADLINE = 5.0
+"""Seconds a connection has in all to send its request and read the answer."""
 SWITCH_INTERVAL = 0.001
 """The interpreter's thread switch interval while the server serves (Python's default: 0.005 s)."""
 
@@ -82,9 +80,7 @@ SWITCH_INTERVAL = 0.001
 def check_metrics_port(port: object) -> int:
     """``port`` if it is an integer in [0, 65535] (0: any free port); InvalidInput naming
     ``metrics_port`` otherwise."""
-    if not PORTS.accepts(port):
-        raise InvalidInput("metrics_port", f"must be {PORTS} (0: any free port), got {shown(port)}")
-    return int(cast(SupportsInt, port))
+    return check_port("metrics_port", port)
 
 
 @dataclass(frozen=True)
@@ -309,7 +305,9 @@ def _lines(region: str, values: _RegionValues) -> dict[str, str]:
     return lines
 
 
-class _Server(HTTPServer):
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # socketserver's 5 drops the connects beyond it, which retry after 1 s
     metrics: DaemonMetrics
     health: Callable[[], Health]
 
@@ -321,7 +319,24 @@ class _Server(HTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
-    timeout = REQUEST_TIMEOUT
+    timeout = REQUEST_DEADLINE
+
+    def setup(self) -> None:
+        """Start the connection's deadline: when it passes, the socket is shut down, which ends any
+        read or write the handler is blocked in."""
+        super().setup()
+        self._deadline = threading.Timer(REQUEST_DEADLINE, self._cut_off)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+    def _cut_off(self) -> None:
+        with contextlib.suppress(OSError):  # already closed
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def finish(self) -> None:
+        self._deadline.cancel()
+        with contextlib.suppress(OSError):  # the connection was cut off
+            super().finish()
 
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
@@ -346,15 +361,17 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class MetricsServer:
-    """``/metrics`` and ``/healthz`` on ``port`` (see the module docstring): bound when made, serving
-    from ``serve`` until ``close``."""
+    """``/metrics`` and ``/healthz`` on ``host``:``port`` (see the module docstring): bound when made,
+    serving from ``serve`` until ``close``."""
 
-    def __init__(self, port: int, metrics: DaemonMetrics) -> None:
-        wanted = check_metrics_port(port)
-        try:
-            self._server = _Server((METRICS_HOST, wanted), _Handler)
-        except OSError as error:
-            raise InvalidInput("metrics_port", _unbindable(wanted, error)) from None
+    def __init__(self, port: int, metrics: DaemonMetrics, *, host: str = LOOPBACK) -> None:
+        listening = bound_socket(host, port, field="metrics_port")
+        self._server = _Server(listening.getsockname()[:2], _Handler, bind_and_activate=False)
+        self._server.socket.close()
+        self._server.socket = listening
+        self._server.address_family = listening.family
+        self._server.server_address = listening.getsockname()
+        self._server.server_activate()
         self._server.metrics = metrics
         self._thread: threading.Thread | None = None
         self._switch_interval = sys.getswitchinterval()
@@ -379,11 +396,3 @@ class MetricsServer:
             self._thread.join()
             sys.setswitchinterval(self._switch_interval)
         self._server.server_close()
-
-
-def _unbindable(port: int, error: OSError) -> str:
-    if error.errno == errno.EADDRINUSE:
-        return f"must be a free port on this host; {port} is in use ({error.strerror})"
-    if error.errno == errno.EACCES:
-        return f"must be a port this process may bind; {port} needs privileges ({error.strerror})"
-    return f"must be a port this host can listen on; binding {port} failed ({error.strerror})"

@@ -247,6 +247,20 @@ class Event(Base):
     data_json: Mapped[str]
 
 
+class ApiToken(Base):
+    """A bearer token of the HTTP API, by its secret's hash (``tables.api_tokens``)."""
+
+    __table__ = tables.api_tokens
+
+    id: Mapped[int]
+    secret_sha256: Mapped[str]
+    scope: Mapped[str]
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime | None]
+    last_used_at: Mapped[datetime | None]
+    revoked_at: Mapped[datetime | None]
+
+
 class Lease(Base):
     """The lease of the one controller allowed to act on a region (``tables.leases``)."""
 

@@ -361,3 +361,18 @@ leases = Table(
     Column("acquired_at", UTCDateTime, nullable=False),
     Column("expires_at", UTCDateTime, nullable=False),
 )
+
+# A bearer token of the HTTP API (``repart.storage.tokens``): only the SHA-256 of its secret is kept,
+# with its scope (``job:REGION``, ``read`` or ``operator``), its expiry (None: never), when it was last
+# used (to the minute) and when it was revoked (None: valid).
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("secret_sha256", String(64), nullable=False),
+    Column("scope", String(200), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False, default=utc_now),
+    Column("expires_at", UTCDateTime),
+    Column("last_used_at", UTCDateTime),
+    Column("revoked_at", UTCDateTime),
+)

@@ -1,0 +1,73 @@
+"""A request's JSON body, read within a size limit and checked field by field.
+
+Every refusal is ``InvalidInput`` naming the field (``body`` for the body as a whole), so that the API
+answers it with a 4xx whose JSON names the field; ``TooLarge`` for a body over its limit (413).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.requests import Request
+
+from repart.errors import InvalidInput
+from repart.validation import shown
+
+SMALL_BODY_BYTES = 2**20
+"""The largest body of every call but a snapshot's: 1 MiB (a plan's outcome, a batch's report)."""
+
+
+class TooLarge(InvalidInput):
+    """A body over its route's limit (answered 413)."""
+
+
+async def read_json(request: Request, limit: int) -> dict[str, Any]:
+    """The request's body as a JSON object of at most ``limit`` bytes: a body declared larger
+    (``Content-Length``) is refused before it is read, one that turns out larger as soon as it does."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise TooLarge("body", f"must be at most {limit} bytes, got Content-Length {declared}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge("body", f"must be at most {limit} bytes, got more")
+        chunks.append(chunk)
+    try:
+        value = json.loads(b"".join(chunks))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InvalidInput("body", f"must be a JSON object, got malformed JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise InvalidInput("body", f"must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def fields(
+    body: Mapping[str, Any], required: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """``body``'s fields, if it has every ``required`` one and no field outside ``required`` and
+    ``optional`` (missing optional fields are None); InvalidInput naming the first field that is not."""
+    for name in body:
+        if name not in required and name not in optional:
+            accepted = ", ".join((*required, *optional))
+            raise InvalidInput(name, f"is not a field of this call; the fields are {accepted}")
+    for name in required:
+        if name not in body:
+            raise InvalidInput(name, "is required")
+    return {name: body.get(name) for name in (*required, *optional)}
+
+
+def optional_text(name: str, value: object) -> str | None:
+    """``value`` if it is None or a string; InvalidInput naming ``name`` otherwise."""
+    if value is not None and not isinstance(value, str):
+        raise InvalidInput(name, f"must be a string or null, got {shown(value)}")
+    return value
+
+
+def json_object(name: str, value: object) -> dict[str, Any]:
+    """``value`` if it is a JSON object; InvalidInput naming ``name`` otherwise."""
+    if not isinstance(value, dict):
+        raise InvalidInput(name, f"must be a JSON object, got {shown(value)}")
+    return value

@@ -1,0 +1,112 @@
+"""Bad input to the job calls: a 4xx whose JSON names the field, and nothing written (a dump of every
+table before and after is the oracle), except the audit row of a plan reported with another region's
+token, which is a refused call."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from sqlalchemy import Engine
+
+from repart.api.bodies import SMALL_BODY_BYTES
+from repart.api.server import ApiServer
+from tests.api.conftest import call, dump, new_token, with_pending_plan, zipf_region
+from tests.factories import REGION, add_region, counted_snapshot, zipf_snapshot
+
+BATCHES = f"/v1/regions/{REGION}/batches"
+SNAPSHOTS = f"/v1/regions/{REGION}/snapshots"
+
+
+@pytest.fixture
+def job(engine: Engine) -> str:
+    """A job token of ``REGION``, which has plan 1 pending, beside region ``other`` with a plan of its own."""
+    zipf_region(engine)
+    with_pending_plan(engine)
+    add_region(engine, "other", "int", n_channels_initial=2, slot_bits=10, policy="target-utilization")
+    from repart.controller.tick import tick
+
+    tick(engine, "other")
+    return new_token(engine, f"job:{REGION}")
+
+
+def other_plan(engine: Engine) -> int:
+    """The id of a plan of region ``other`` (ticked to a pending plan here)."""
+    from repart.controller.tick import tick
+    from tests.factories import ingest
+
+    windows = [replace(zipf_snapshot(seq, n_channels=2, demand=3.6), region="other") for seq in (1, 2, 3)]
+    ingest(engine, *windows)
+    result = tick(engine, "other")
+    assert result.plan_id is not None
+    return result.plan_id
+
+
+CASES = {
+    "oversized": (BATCHES, b"{" + b" " * (SMALL_BODY_BYTES + 1) + b"}", 413, "body"),
+    "malformed": (BATCHES, b'{"batch_id": 1,', 400, "body"),
+    "not an object": (BATCHES, b"[1, 2]", 400, "body"),
+    "unknown field": (BATCHES, {"batch_id": 1, "payload": {}, "rows": 3}, 422, "rows"),
+    "missing field": (BATCHES, {"batch_id": 1}, 422, "payload"),
+    "negative batch": (BATCHES, {"batch_id": -1, "payload": {}}, 422, "batch_id"),
+    "batch id not an integer": (BATCHES, {"batch_id": "7", "payload": {}}, 422, "batch_id"),
+    "moved rows negative": (
+        "/v1/plans/1/outcome",
+        {"outcome": "applied", "moved_rows": -2},
+        422,
+        "moved_rows",
+    ),
+    "payload not an object": (BATCHES, {"batch_id": 1, "payload": [1]}, 422, "payload"),
+    "plan of another region": (BATCHES, {"batch_id": 1, "payload": {}, "plan_id": "OTHER"}, 422, "plan_id"),
+    "outcome unknown field": ("/v1/plans/1/outcome", {"outcome": "applied", "rows": 1}, 422, "rows"),
+    "outcome value": ("/v1/plans/1/outcome", {"outcome": "done"}, 422, "outcome"),
+    "snapshot of another region": (SNAPSHOTS, "OTHER-SNAPSHOT", 422, "region"),
+    "snapshot unknown field": (SNAPSHOTS, "EXTRA-FIELD", 422, "the snapshot"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_refused_naming_the_field_and_writes_nothing(
+    engine: Engine, api: ApiServer, job: str, case: str
+) -> None:
+    path, body, status, field = CASES[case]
+    if body == "OTHER-SNAPSHOT":
+        body = counted_snapshot("other", 9, [1, 2, 3], key_type="int", slot_bits=10).to_document()
+    elif body == "EXTRA-FIELD":
+        body = {**zipf_snapshot(9, n_channels=2, demand=1.0).to_document(), "surprise": 1}
+    elif isinstance(body, dict) and body.get("plan_id") == "OTHER":
+        body = {**body, "plan_id": other_plan(engine)}
+    before = dump(engine)
+    answer_status, answer = call(api, "POST", path, job, body, {"Content-Type": "application/json"})
+    assert (answer_status, answer["field"]) == (status, field), answer
+    assert answer["message"].startswith(f"{field} ")
+    if case == "snapshot unknown field":
+        assert "surprise" in answer["message"]
+    assert dump(engine) == before
+
+
+def test_a_plan_reported_with_another_regions_token_is_refused(
+    engine: Engine, api: ApiServer, job: str
+) -> None:
+    plan = other_plan(engine)
+    before = dump(engine)
+    status, answer = call(api, "POST", f"/v1/plans/{plan}/outcome", job, {"outcome": "applied"})
+    assert (status, answer["error"], answer["field"]) == (403, "forbidden", "token")
+    after = dump(engine)
+    assert [row[3] for row in after.pop("events")[len(before["events"]) :]] == ["access-refused"]
+    before.pop("events")
+    assert after == before
+
+
+def test_an_unknown_plan_is_not_found_naming_plan_id(engine: Engine, api: ApiServer, job: str) -> None:
+    before = dump(engine)
+    status, answer = call(api, "POST", "/v1/plans/999/outcome", job, {"outcome": "applied"})
+    assert (status, answer["error"], answer["field"]) == (404, "not-found", "plan_id")
+    assert dump(engine) == before
+
+
+def test_an_unknown_path_answers_json(api: ApiServer, job: str) -> None:
+    status, answer = call(api, "GET", "/v1/nothing", job)
+    assert (status, answer["error"]) == (404, "not-found")
+    assert json.dumps(answer)
