@@ -86,6 +86,11 @@ RESULTS: dict[str, tuple[str, str]] = {
         "benchmarks/state_churn.py, removed with the format-2 store",
     ),
     "tick": ("One controller tick", f"{PY} benchmarks/tick.py"),
+    "api-load": ("The HTTP API under 200 job clients", f"{PY} benchmarks/api_load.py --json FILE"),
+    "api-load-run1": (
+        "The HTTP API under 200 job clients (first run: the API inside the daemon's process)",
+        f"{PY} benchmarks/api_load.py --json FILE",
+    ),
     "policy-traces": (
         "The channel-count policy on daily, weekly and bursty traces",
         f"{PY} benchmarks/policy_traces.py --json FILE",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import typer.main
@@ -18,6 +19,7 @@ from tests.cli.helpers import repart
 
 EXAMPLE = re.compile(r"`(repart [^`]+)`|e\.g\. '([^']+)'|\((\d{4}-\d\d-\d\dT[^)]+)\)")
 REGION = "vwap"
+FILE = "FILE"  # stands for a file in the test's temporary directory
 
 
 def help_examples() -> Iterator[tuple[str, str]]:
@@ -57,10 +59,25 @@ RUNS = {
     ("repart plans show", "repart plans list REGION"): ["plans", "list", REGION],
     ("repart plans report", "repart plans list REGION"): ["plans", "list", REGION],
     ("repart events list", "2026-01-01T00:00Z"): ["events", "list", REGION, "--since", "2026-01-01T00:00Z"],
+    ("repart replay", "repart region update REGION --set KEY=VALUE"): [
+        "region",
+        "update",
+        REGION,
+        "--set",
+        "counters=4",
+    ],
+    ("repart replay", "repart snapshot export REGION --out FILE"): [
+        "snapshot",
+        "export",
+        REGION,
+        "--out",
+        FILE,
+    ],
+    ("repart snapshot export", "repart replay"): ["replay", "--help"],  # named, not an example to run
 }
 
 
-def test_every_example_in_the_help_runs(db_url: str) -> None:
+def test_every_example_in_the_help_runs(db_url: str, tmp_path: Path) -> None:
     found = set(help_examples())
     assert found == set(RUNS)
     created = repart(
@@ -73,7 +90,7 @@ def test_every_example_in_the_help_runs(db_url: str) -> None:
     for example, arguments in RUNS.items():
         if arguments is None:
             continue
-        result = repart(db_url, *arguments)
+        result = repart(db_url, *(str(tmp_path / "file") if part == FILE else part for part in arguments))
         assert result.exit_code == 0, (example, result.output)
         if arguments[0] == "resume":  # resume needs a held region: hold it again for the next
             assert repart(db_url, "scale", REGION, "--channels", "3").exit_code == 0

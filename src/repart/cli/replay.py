@@ -1,5 +1,5 @@
 """``repart replay``: a region's recorded windows, or a synthetic trace, through the controller with
-candidate settings, to tune the region offline (``repart.sim.replay``).
+candidate settings, to tune the region offline (``repart.controller.replay``).
 
 The windows come from a file that ``repart snapshot export REGION`` wrote (a JSON list of snapshot
 documents) or from a synthetic trace (``--trace``, ``repart.sim.traces``). The region is the one named
@@ -23,8 +23,8 @@ from repart.cli.errors import reports_bad_input
 from repart.errors import InvalidInput
 
 if TYPE_CHECKING:
+    from repart.controller.replay import Replay
     from repart.protocol.snapshot import Snapshot
-    from repart.sim.replay import Replay
     from repart.storage import RegionConfig
 
 TRACES = ("weekly-drift", "bursty")
@@ -71,7 +71,7 @@ def replay(
 ) -> None:
     """Replay recorded windows or a synthetic trace through the controller with candidate settings:
     N over time, changes, b, moved share and time over budget."""
-    from repart.sim.replay import replay as run_replay
+    from repart.controller.replay import replay as run_replay
 
     snapshots = _windows(windows, trace, seed)
     config = _config(snapshots, region, db, settings, channels, max_channels)
@@ -83,7 +83,7 @@ def replay(
     if plot is not None:
         from repart.sim.plot import plot_replay
 
-        plot_replay(result, plot, title=f"replay of {snapshots[0].region}")
+        plot_replay(result.batches, plot, title=f"replay of {snapshots[0].region}")
     if as_json:
         print_json(result.to_json())
         return

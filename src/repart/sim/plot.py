@@ -11,13 +11,23 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from repart.errors import InvalidInput
 from repart.sim.experiment import Record, select
 
-if TYPE_CHECKING:
-    from repart.sim.replay import Replay
+
+class PlottedBatch(Protocol):
+    """What ``plot_replay`` draws of a replayed batch (``repart.controller.replay.ReplayedBatch``)."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def n_channels(self) -> int: ...
+    @property
+    def oracle_channels(self) -> int: ...
+    @property
+    def utilization(self) -> float: ...
 
 
 def _pyplot() -> ModuleType:
@@ -202,19 +212,17 @@ def _finite(value: object) -> float:
     return number if math.isfinite(number) else math.nan
 
 
-def plot_replay(result: Replay, path: Path, title: str) -> None:
+def plot_replay(batches: Sequence[PlottedBatch], path: Path, title: str) -> None:
     """A replay's batches: the channel count N run with (and the oracle's), and the busiest channel's
     utilization of the budget, one panel each."""
     plt = _pyplot()
-    seqs = [batch.seq for batch in result.batches]
+    seqs = [batch.seq for batch in batches]
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(9.0, 6.5), sharex=True)
-    top.step(seqs, [batch.n_channels for batch in result.batches], where="post", label="N (replayed)")
-    top.step(
-        seqs, [batch.oracle_channels for batch in result.batches], where="post", alpha=0.5, label="oracle N"
-    )
+    top.step(seqs, [batch.n_channels for batch in batches], where="post", label="N (replayed)")
+    top.step(seqs, [batch.oracle_channels for batch in batches], where="post", alpha=0.5, label="oracle N")
     top.set_ylabel("channels")
     top.legend(fontsize=8)
-    bottom.plot(seqs, [batch.utilization for batch in result.batches], marker=".", label="utilization")
+    bottom.plot(seqs, [batch.utilization for batch in batches], marker=".", label="utilization")
     bottom.axhline(1.0, color="red", linewidth=0.8, label="budget")
     bottom.set_ylabel("busiest channel / budget")
     bottom.set_xlabel("window seq")

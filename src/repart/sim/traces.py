@@ -3,7 +3,7 @@
 A trace is what a job would have reported, batch after batch: a sequence of ``Snapshot`` windows, one
 per batch, each with exact key counts (``epsilon = 0``), the batch's budget as its reported
 ``progress.interval_seconds``, and one channel's measurement (every tuple on channel 0, busy
-``cost_seconds_per_row`` seconds per tuple). ``repart.sim.replay`` replays a trace through the
+``cost_seconds_per_row`` seconds per tuple). ``repart.controller.replay`` replays a trace through the
 controller, predicting the busy time of the channel counts the controller chooses from these.
 
 The rows of batch ``t`` are ``rows · drift^(t / (batches - 1)) · weekly(t) · daily(t) · burst(t)``:

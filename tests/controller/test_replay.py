@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from repart.controller.replay import MODEL, ReplayedBatch, channel_rows, replay, summarize
 from repart.errors import InvalidInput
 from repart.partitioning import ConsistentSpec, initial_function
 from repart.protocol.snapshot import BatchProgress
-from repart.sim.replay import MODEL, ReplayedBatch, channel_rows, replay, summarize
 from repart.sim.traces import TRACE_SLOT_BITS, TraceSpec, trace_snapshots
 from repart.storage import RegionConfig
 

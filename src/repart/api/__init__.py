@@ -1,0 +1,1 @@
+"""The controller's HTTP API for jobs and operators (``repart serve``, ``repart run --api-port``)."""
