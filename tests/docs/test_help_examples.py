@@ -54,7 +54,7 @@ RUNS = {
     ("repart scale", "repart resume REGION"): ["resume", REGION],
     ("repart rollback", "repart resume REGION"): ["resume", REGION],
     ("repart run", "repart resume REGION"): ["resume", REGION],
-    ("repart status", "repart resume"): ["resume", REGION],
+    ("repart status", "repart resume REGION"): ["resume", REGION],
     ("repart snapshot delete", "repart snapshot list REGION"): ["snapshot", "list", REGION],
     ("repart plans show", "repart plans list REGION"): ["plans", "list", REGION],
     ("repart plans report", "repart plans list REGION"): ["plans", "list", REGION],

@@ -22,7 +22,7 @@ def status(
     as_json: JsonOption = False,
 ) -> None:
     """Show each region's mode (and why), applied version, N, pending plan, last event and backoff
-    (failed ticks in a row and when the daemon ticks the region again; `repart resume` ends it)."""
+    (failed ticks in a row and when the daemon ticks the region again; `repart resume REGION` ends it)."""
 
     from repart.storage.overview import region_overviews
 

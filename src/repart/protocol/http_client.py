@@ -56,7 +56,9 @@ class HttpControllerClient:
                 "url", f"must be an http:// or https:// URL of the controller's API, got {url!r}"
             )
         if not token:
-            raise InvalidInput("token", "must be a token of scope job:REGION (`repart token create`)")
+            raise InvalidInput(
+                "token", "must be a token of scope job:REGION (`repart token create --scope job:REGION`)"
+            )
         if attempts < 1:
             raise InvalidInput("attempts", f"must be at least 1, got {attempts}")
         self.url = url.rstrip("/")
