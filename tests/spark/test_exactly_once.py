@@ -14,9 +14,12 @@ when the named step is done):
 
 Before every batch the test scales the region, so every batch starts with a pending plan and its apply
 step moves state. The 20 trials run in two lanes (two regions, each with its own database and state
-store) side by side. Each child starts its own Spark (local[2]) when it makes the batch's DataFrame; a
-JVM class-data archive, made once by a child that exits normally (``-XX:ArchiveClassesAtExit``) and
-kept between test sessions, cuts every later child's JVM start-up several-fold.
+store) side by side: lane 0's jobs reach the controller through SQL (``SqlControllerClient``), lane 1's
+through the HTTP API (``HttpControllerClient`` against the API served on loopback, with a job token),
+so both clients of the port pass the same trials. Each child starts its own Spark (local[2]) when it
+makes the batch's DataFrame; a JVM class-data archive, made once by a child that exits normally
+(``-XX:ArchiveClassesAtExit``) and kept between test sessions, cuts every later child's JVM start-up
+several-fold.
 """
 
 from __future__ import annotations
@@ -33,12 +36,14 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from repart.api.server import ApiServer
 from repart.controller.actions import scale
 from repart.controller.tick import tick
 from repart.demo.vwap import SUMS, input_totals, totals
 from repart.sim.trades import TradeStream
 from repart.state.store import StateStore
-from repart.storage import make_engine, models, upgrade
+from repart.storage import make_engine, models, run_in_transaction, upgrade
+from repart.storage.tokens import create_token
 from tests.factories import add_region
 from tests.spark.children import class_data_archive
 
@@ -58,6 +63,7 @@ import repart.state.store as store_module
 from repart.sim.trades import TradeStream
 from repart.spark.session import spark_session
 from repart.storage import make_engine
+from repart.protocol.http_client import HttpControllerClient
 from repart.storage.client import SqlControllerClient
 
 step = os.environ.get("REPART_KILL_AT")
@@ -86,9 +92,13 @@ job_module.update_state = killing_after("update-committed", job_module.update_st
 job_module.observe = killing_after("observe-submitted", job_module.observe)
 job_module.observe_counted = killing_after("observe-submitted", job_module.observe_counted)
 SqlControllerClient.report_batch = killing_after("report-recorded", SqlControllerClient.report_batch)
+HttpControllerClient.report_batch = killing_after("report-recorded", HttpControllerClient.report_batch)
 
-db, state, region, seq = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-client = SqlControllerClient(make_engine(db))
+controller, state, region, seq = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+if controller.startswith("http://"):
+    client = HttpControllerClient(controller, os.environ["REPART_TOKEN"])
+else:
+    client = SqlControllerClient(make_engine(controller))
 pipeline = vwap.VwapPipeline(LazySpark(), client, region, state, channel_rate=500.0, slot_groups=4)
 outcome = pipeline.run_batch(seq, TradeStream(**{STREAM!r}).batch(seq))
 print(json.dumps({{"seq": seq, "N": outcome.n_channels, "plan": outcome.plan_id}}), flush=True)
@@ -98,7 +108,7 @@ print(json.dumps({{"seq": seq, "N": outcome.n_channels, "plan": outcome.plan_id}
 class Lane:
     """One region with its own database and state store, run batch after batch by child processes."""
 
-    def __init__(self, root: Path, number: int, java_options: str) -> None:
+    def __init__(self, root: Path, number: int, java_options: str, *, over_http: bool) -> None:
         self.region = f"lane{number}"
         self.db = f"sqlite:///{root / f'{self.region}.db'}"
         self.state = root / f"{self.region}-state"
@@ -107,14 +117,24 @@ class Lane:
         upgrade(self.engine)
         add_region(self.engine, self.region, n_channels_initial=4, max_channels=8)
         tick(self.engine, self.region)
+        self.api: ApiServer | None = None
+        self.controller, self.token = self.db, ""
+        if over_http:
+            self.api = ApiServer(self.engine, 0)
+            self.api.serve()
+            self.controller = self.api.url
+            self.token = run_in_transaction(
+                self.engine, lambda session: create_token(session, f"job:{self.region}")[0]
+            )
 
     def run_batch(self, seq: int, kill_at: str | None = None) -> str:
         """Run batch ``seq`` in a child process; returns its stdout, asserting how it ended."""
         options = f"--driver-java-options '{self.java_options}' pyspark-shell"
         environment = {key: value for key, value in os.environ.items() if key != "REPART_KILL_AT"}
         environment |= {"PYSPARK_SUBMIT_ARGS": options, **({"REPART_KILL_AT": kill_at} if kill_at else {})}
+        environment["REPART_TOKEN"] = self.token
         child = subprocess.run(
-            [sys.executable, "-c", CHILD, self.db, str(self.state), self.region, str(seq)],
+            [sys.executable, "-c", CHILD, self.controller, str(self.state), self.region, str(seq)],
             env=environment,
             capture_output=True,
             text=True,
@@ -170,10 +190,8 @@ def test_a_batch_killed_at_any_step_and_run_again_counts_once(
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     archive, first_options = class_data_archive(tmp_path_factory.getbasetemp().parent, tmp_path)
-    lanes = [
-        Lane(tmp_path, number, f"-XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1")
-        for number in range(LANES)
-    ]
+    options = f"-XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1"
+    lanes = [Lane(tmp_path, number, options, over_http=number == 1) for number in range(LANES)]
     lanes[0].java_options = first_options
     lanes[0].run_batch(0)  # batch 0 without a kill creates the store (and the archive, if missing)
     made = tmp_path / archive.name
@@ -190,7 +208,11 @@ def test_a_batch_killed_at_any_step_and_run_again_counts_once(
             seq = trial // LANES + 1
             lane.trial(seq, KILL_POINTS[trial % len(KILL_POINTS)], CHANNELS[seq % len(CHANNELS)])
 
-    with ThreadPoolExecutor(LANES) as pool:
-        list(pool.map(run_lane, range(LANES)))
-    for lane in lanes:
-        lane.engine.dispose()
+    try:
+        with ThreadPoolExecutor(LANES) as pool:
+            list(pool.map(run_lane, range(LANES)))
+    finally:
+        for lane in lanes:
+            if lane.api is not None:
+                lane.api.close()
+            lane.engine.dispose()

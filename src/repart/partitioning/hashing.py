@@ -66,6 +66,16 @@ def _rotl(x: npt.NDArray[np.uint64], bits: int) -> npt.NDArray[np.uint64]:
     return (x << np.uint64(bits)) | (x >> np.uint64(64 - bits))
 
 
+def _avalanche(h: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """XXH64's final mix of the accumulated hash."""
+    h = h ^ (h >> np.uint64(33))
+    h *= _P2
+    h ^= h >> np.uint64(29)
+    h *= _P3
+    h ^= h >> np.uint64(32)
+    return h
+
+
 def hash_int64_array(values: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
     """Vectorized XXH64 (seed 42) of int64 values taken as 8 little-endian bytes.
 
@@ -76,12 +86,7 @@ def hash_int64_array(values: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
     k1 = _rotl(lane * _P2, 31) * _P1
     h = _INT_START ^ k1
     h = _rotl(h, 27) * _P1 + _P4
-    h ^= h >> np.uint64(33)
-    h *= _P2
-    h ^= h >> np.uint64(29)
-    h *= _P3
-    h ^= h >> np.uint64(32)
-    return h
+    return _avalanche(h)
 
 
 def hash_bytes_array(values: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.uint64]:
@@ -172,12 +177,7 @@ def _hash_equal_length(block: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint64]:
         h ^= block[:, position].astype(np.uint64) * _P5
         h = _rotl(h, 11) * _P1
         position += 1
-    h ^= h >> np.uint64(33)
-    h *= _P2
-    h ^= h >> np.uint64(29)
-    h *= _P3
-    h ^= h >> np.uint64(32)
-    return h
+    return _avalanche(h)
 
 
 def hash_keys(

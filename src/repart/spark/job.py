@@ -45,6 +45,7 @@ from repart.errors import Conflict, InvalidInput, NotFound
 from repart.partitioning.domain import MAX_SLOT_BITS, KeyType
 from repart.partitioning.split.function import SplitFunction, StoredFunction
 from repart.protocol.client import ControllerClient
+from repart.protocol.http_client import HttpControllerClient
 from repart.protocol.merge import MergeSpec
 from repart.protocol.snapshot import BatchProgress
 from repart.spark.batch_counts import REGISTER_COLUMN, SLOT_COLUMN
@@ -107,7 +108,9 @@ class BatchResult:
 class StatefulJob:
     """A Spark job whose keyed state repart manages (module docstring).
 
-    - ``controller``: the controller's database URL (SQLite or PostgreSQL), or a ``ControllerClient``.
+    - ``controller``: the controller's database URL (SQLite or PostgreSQL), the ``http://`` or
+      ``https://`` URL of its API (``repart serve``) with a ``token`` of scope ``job:REGION`` (default
+      ``$REPART_TOKEN``), or a ``ControllerClient``.
     - ``region``: the region's name; ``key``: the key column, in the batches and in the state.
     - ``state``: where the state store lives: a local directory or an ``s3://``, ``gs://``, ``az://``
       or ``file://`` URL, with ``state_options`` (endpoint, region, credentials) for object stores.
@@ -146,6 +149,7 @@ class StatefulJob:
         slot_groups: int = DEFAULT_SLOT_GROUPS,
         tick: bool = False,
         retain: timedelta | float = DEFAULT_RETENTION,
+        token: str | None = None,
     ) -> None:
         if (merge is None) == (combine is None):
             raise InvalidInput(
@@ -175,15 +179,17 @@ class StatefulJob:
         self.channel_rate = None if channel_rate is None else check("channel_rate", channel_rate, POSITIVE)
         self.slot_groups = slot_groups
         self.engine: Engine | None = None
-        if isinstance(controller, str):
+        self._client: ControllerClient | None = None
+        if isinstance(controller, str) and controller.startswith(("http://", "https://")):
+            self._client = HttpControllerClient(controller, token or os.environ.get("REPART_TOKEN", ""))
+        elif isinstance(controller, str):
             from repart.storage import make_engine
 
             self.engine = make_engine(controller)
-            self._client: ControllerClient | None = None
         else:
             self._client = controller
         if tick and self.engine is None:
-            raise InvalidInput("tick", "needs a database URL as controller, not a client")
+            raise InvalidInput("tick", "needs a database URL as controller, not an API URL or a client")
         self.tick = tick
         self.retain = timedelta(seconds=retention_seconds(retain))
         self._store: StateStore | None = None
@@ -213,7 +219,9 @@ class StatefulJob:
         ``controller`` extra (it runs the controller's first tick); the database is brought to the
         code's schema first (``repart db upgrade``)."""
         if self.engine is None:
-            raise InvalidInput("controller", "must be a database URL to create a region, not a client")
+            raise InvalidInput(
+                "controller", "must be a database URL to create a region, not an API URL or a client"
+            )
         from repart.controller.service import create_region
         from repart.controller.tick import tick
         from repart.storage import RegionConfig, region_by_name, run_in_transaction, upgrade
