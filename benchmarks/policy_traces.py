@@ -1,6 +1,6 @@
 """The channel-count policy on synthetic traces, replayed through the controller, against its targets.
 
-Every trace is replayed with ``repart.sim.replay.replay`` (the code behind ``repart replay``: the
+Every trace is replayed with ``repart.controller.replay.replay`` (the code behind ``repart replay``: the
 controller's own tick on a throwaway database, busy time predicted from each window's cost per row),
 for a region with the default settings (target-utilization policy, 4 channels to start, at most 32):
 
@@ -45,6 +45,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from repart.controller.policy import DEFAULT_BAND
+from repart.controller.replay import Replay, replay, summarize
 from repart.controller.settings import ControllerSettings
 from repart.controller.steps import build_step
 from repart.controller.window import merge_snapshots
@@ -53,7 +54,6 @@ from repart.partitioning.frequency import LossyCounter
 from repart.partitioning.hashing import hash_int64_array, slots_of_hashes
 from repart.protocol.counter_items import CounterEntry
 from repart.protocol.snapshot import Snapshot
-from repart.sim.replay import Replay, replay, summarize
 from repart.sim.traces import TRACE_SLOT_BITS, TRACE_START, TraceSpec, trace_snapshots
 from repart.sim.workload import ZipfWorkload
 from repart.storage import RegionConfig

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, inspect, select
 from sqlalchemy.orm import Session
 
 import repart.state.files as files_module
@@ -206,13 +206,16 @@ def ingest_skewed_window(engine: Engine, seq: int, n_channels: int = 4) -> None:
 
 
 def row_counts(database: Engine | str) -> dict[str, int]:
-    """The number of rows of every table of ``database`` (an engine or a URL)."""
+    """The number of rows of every table of ``database`` (an engine or a URL) that it has: a database
+    at an older schema revision lacks the newer tables."""
     engine = make_engine(database) if isinstance(database, str) else database
     try:
+        present = set(inspect(engine).get_table_names())
         with Session(engine) as session:
             return {
                 table.name: session.scalar(select(func.count()).select_from(table)) or 0
                 for table in Base.metadata.sorted_tables
+                if table.name in present
             }
     finally:
         if isinstance(database, str):
