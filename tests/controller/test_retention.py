@@ -4,12 +4,14 @@ each pruned plan's summary stays in the audit log, and the applied version's pla
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
 
 from repart.controller import service
 from repart.controller.daemon import Daemon, DaemonConfig
@@ -17,7 +19,9 @@ from repart.errors import InvalidInput
 from repart.migration import MigrationPlan
 from repart.storage import models, run_in_transaction
 from repart.storage.jsontext import load_object
-from repart.storage.retention import PlanRetention
+import repart.storage.retention as retention_module
+from repart.storage.client import SqlControllerClient
+from repart.storage.retention import OPERATOR_RULE, SETTINGS_RULE, PlanRetention, prune_plans
 from tests.cli.helpers import one_error, repart
 from tests.factories import REGION, add_applied_chain, database_dump, plans
 
@@ -203,3 +207,78 @@ def test_the_daemon_prunes_by_the_regions_settings_after_a_tick(
             .all()
         )
     assert rules == ["retention", "retention"]
+
+
+def test_two_concurrent_prunes_prune_each_plan_once(engine: Engine, chain: dict[int, models.Plan]) -> None:
+    """A prune that has not committed yet and a second one of the same region: the second waits for
+    the first (the region row's lock) and finds nothing left, so each plan has one ``plan-pruned``
+    event and the counts add up to the rows that existed."""
+    moves_before = move_counts(engine)
+    retention = PlanRetention(keep_versions=2)
+    first = Session(engine)
+    first.begin()
+    second: dict[str, Any] = {}
+
+    def prune_meanwhile() -> None:
+        try:
+            with Session(engine) as session, session.begin():
+                second["pruned"] = prune_plans(
+                    session, REGION, retention, datetime.now(UTC), strict=False, rule=OPERATOR_RULE
+                )
+        except Exception as error:  # reported by the assertion below
+            second["error"] = error
+
+    try:
+        pruned_first = prune_plans(first, REGION, retention, datetime.now(UTC), strict=False, rule=SETTINGS_RULE)
+        thread = threading.Thread(target=prune_meanwhile)
+        thread.start()
+        time.sleep(1.0)  # the second prune runs into the first's lock (or its BEGIN IMMEDIATE on SQLite)
+        first.commit()
+    finally:
+        first.close()
+    thread.join(30)
+    assert "error" not in second, second.get("error")
+    assert [p.summary["plan_id"] for p in pruned_first] == [chain[2].id, chain[3].id]
+    assert second["pruned"] == []
+    assert [p.deleted_moves for p in pruned_first] == [moves_before[chain[2].id], moves_before[chain[3].id]]
+    assert [s["plan_id"] for s in pruned_events(engine)] == [chain[2].id, chain[3].id]
+
+
+def test_a_plan_applied_during_a_prune_is_not_pruned(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job reports the pending plan applied while a prune runs: it waits for the prune's lock on the
+    region row, so the prune never sees the new applied version's plan as an old one."""
+    add_applied_chain(engine, REGION, (2, 3), pending=4)  # version 2 applied, the plan to 3 pending
+    pending = plans(engine, "pending")[0]
+    job: dict[str, Any] = {}
+
+    def report() -> None:
+        try:
+            client = SqlControllerClient(engine, source="job")
+            claimed = client.claim_next_plan(REGION)
+            assert claimed is not None and claimed.plan_id == pending.id
+            client.report_plan(pending.id, "applied", moved_rows=1)
+        except Exception as error:  # reported by the assertion below
+            job["error"] = error
+
+    original = retention_module._selected
+
+    def selected_after_the_job(*args: Any) -> list[models.Plan]:
+        thread = threading.Thread(target=report)
+        thread.start()
+        job["thread"] = thread
+        thread.join(1.0)  # done at once without a lock; blocked by the prune's lock otherwise
+        return original(*args)
+
+    monkeypatch.setattr(retention_module, "_selected", selected_after_the_job)
+    later = datetime.now(UTC) + timedelta(days=1)
+    pruned = run_in_transaction(
+        engine,
+        lambda s: prune_plans(s, REGION, PlanRetention(older_than=0.5), later, strict=False, rule=SETTINGS_RULE),
+    )
+    job["thread"].join(30)
+    assert "error" not in job, job.get("error")
+    assert pruned == []
+    after = {plan.to_version: plan for plan in plans(engine)}
+    assert after[3].status == "applied" and after[3].pruned_at is None and after[3].plan_json is not None

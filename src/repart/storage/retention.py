@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from repart.errors import InvalidInput
@@ -69,23 +69,21 @@ def prune_plans(
     that selects the applied version's plan raises InvalidInput naming ``keep_versions`` or
     ``older_than`` before anything is written. NotFound for an unknown region."""
     row = region_by_name(session, region)
+    # The region row's lock first, as a plan's claim and activation take it: a job cannot report the
+    # plan of a new applied version between the read of the applied version and the selection, and two
+    # prunes of one region run one after the other.
+    session.refresh(row, with_for_update=True)
     selected = _selected(session, row, retention, now)
     applied = [plan for plan in selected if plan.to_version == row.applied_version]
     if applied and strict:
         raise _refusal(row, applied[0], retention, now)
     pruned: list[PrunedPlan] = []
     for plan in selected:
-        if plan.to_version == row.applied_version:
+        if plan.to_version == row.applied_version or not _mark_pruned(session, plan.id, now):
             continue
-        summary = plan_summary(plan)
-        deleted = session.scalar(
-            select(func.count()).select_from(models.PlanMove).where(models.PlanMove.plan_id == plan.id)
-        )
-        deleted = deleted or 0
-        session.execute(delete(models.PlanMove).where(models.PlanMove.plan_id == plan.id))
-        plan.plan_json = None
-        plan.pruned_at = now
-        summary["deleted_moves"] = deleted
+        deleted = session.execute(delete(models.PlanMove).where(models.PlanMove.plan_id == plan.id)).rowcount
+        session.refresh(plan)
+        summary = {**plan_summary(plan), "deleted_moves": deleted}
         message = (
             f"pruned the moves of plan {plan.id} (version {plan.from_version} -> {plan.to_version}, "
             f"{plan.status}): {deleted} move rows"
@@ -94,6 +92,18 @@ def prune_plans(
         pruned.append(PrunedPlan(summary, deleted))
     session.flush()
     return pruned
+
+
+def _mark_pruned(session: Session, plan_id: int, now: datetime) -> bool:
+    """Mark plan ``plan_id`` pruned at ``now`` and drop its JSON, unless it already is; whether it was
+    this call that marked it."""
+    marked = session.execute(
+        update(models.Plan)
+        .where(models.Plan.id == plan_id, models.Plan.pruned_at.is_(None))
+        .values(plan_json=None, pruned_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(marked.rowcount)
 
 
 def prunable_plans(session: Session, region: str, retention: PlanRetention, now: datetime) -> list[int]:
