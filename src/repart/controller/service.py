@@ -126,10 +126,12 @@ def set_mode(session: Session, region: str, mode: str, reason: str | None = None
 
 
 def resume(session: Session, region: str, *, now: datetime | None = None) -> models.Region:
-    """Return a held region to its previous mode and end its backoff, so the daemon ticks it at its
-    next sweep. InvalidInput naming ``mode`` when the region is neither held nor backing off."""
+    """Return a held region to its previous mode and end its backoff (a ``backoff-ended`` event), so
+    the daemon ticks it at its next sweep. InvalidInput naming ``mode`` when the region is neither held
+    nor backing off."""
     from repart.controller.tick import aware_now
 
+    now = aware_now(now)
     row = region_by_name(session, region)
     backing_off = row.tick_failures > 0
     if row.mode != "hold" and not backing_off:
@@ -139,9 +141,20 @@ def resume(session: Session, region: str, *, now: datetime | None = None) -> mod
             f"is in {row.mode!r} with no failed tick",
         )
     if backing_off:
-        clear_backoff(session, row)
+        message = (
+            f"ended the backoff of region {region!r} after {row.tick_failures} failed tick(s) in a row "
+            f"(the last: {row.last_error}); the next sweep ticks it"
+        )
+        data = {
+            "tick_failures": row.tick_failures,
+            "retry_at": None if row.retry_at is None else row.retry_at.isoformat(),
+            "last_error": row.last_error,
+        }
+        clear_backoff(session, row.id)
+        record_event(session, region, NewEvent("backoff-ended", OPERATOR_RULE, message, data), at=now)
+        session.refresh(row)
     if row.mode == "hold":
-        row = resume_mode(session, region, at=aware_now(now))
+        row = resume_mode(session, region, at=now)
     return row
 
 

@@ -28,7 +28,10 @@ reconcile loop does:
    lease cannot write); then the region's status is compared and set, so a decision made on a status
    that changed since the read (another controller's activation, an operator's rollback, a job
    applying a plan) is refused with ``Conflict`` and writes nothing; then version, plan and event are
-   written (``repart.storage.activate``), or the ``no-change`` or ``recommended`` event.
+   written (``repart.storage.activate``), or the ``no-change`` or ``recommended`` event. A region
+   backing off after failed ticks (``repart.storage.backoff``) has its backoff ended in that
+   transaction, or, when the tick has nothing else to write, in a short one of its own: a successful
+   tick ends a backoff whoever runs it.
 
 A region's first tick runs these steps twice when windows are already waiting: once to write p^(0),
 once to decide on the windows. Every decision records ``considered_seq``, the newest window seq it
@@ -75,6 +78,7 @@ from repart.storage import (
     region_by_name,
     run_in_transaction,
 )
+from repart.storage.backoff import clear_backoff
 
 TickAction = Literal["initialized", "idle", "unchanged", "activated", "recommended", "blocked", "held"]
 
@@ -122,7 +126,8 @@ class Observation:
     ``applying_plan`` (a plan being applied), and
     ``applied_function`` and ``window`` (the sliding window's snapshots, oldest first) are read only
     when a decision on a new window is due (``awaits_decision``); they are None, None and empty
-    otherwise.
+    otherwise. ``tick_failures`` counts the region's failed ticks in a row (``repart.storage.backoff``):
+    a successful tick ends its backoff.
     """
 
     region: str
@@ -135,6 +140,7 @@ class Observation:
     applying_plan: int | None = None
     applied_function: StoredFunction | None = None
     window: tuple[Snapshot, ...] = ()
+    tick_failures: int = 0
 
 
 @dataclass(frozen=True)
@@ -207,6 +213,9 @@ def _iterate(engine: Engine, region: str, moment: datetime, fence: Fence | None)
             engine, lambda session: persist(session, observation, verdict, moment, fence)
         )
         write_seconds = time.perf_counter() - decided
+    elif observation.tick_failures:
+        run_in_transaction(engine, lambda session: end_backoff(session, region, fence))
+        write_seconds = time.perf_counter() - decided
     read_seconds = read_done - started
     reason = verdict.reason
     if persisted.superseded_plans:
@@ -241,7 +250,14 @@ def observe(session: Session, region: str) -> Observation:
     config = RegionConfig.from_row(row)
     settings = ControllerSettings.from_config(config)
     observation = Observation(
-        region, config, settings, RegionStatus.of(row), newest_seq, applied_n_channels, row.mode_reason
+        region,
+        config,
+        settings,
+        RegionStatus.of(row),
+        newest_seq,
+        applied_n_channels,
+        row.mode_reason,
+        tick_failures=row.tick_failures,
     )
     if not awaits_decision(observation):
         return observation
@@ -423,6 +439,8 @@ def persist(
     session.refresh(row, with_for_update=True)  # region row, then lease row: the order acquire_lease locks
     if fence is not None:
         check_fence(session, region, row.id, fence, datetime.now(UTC))
+    if observation.tick_failures:
+        clear_backoff(session, row.id)
     expected = observation.status
     if verdict.version is None:
         compare_and_set_status(
@@ -445,6 +463,16 @@ def persist(
         at=now,
     )
     return Persisted(activation.version_number, activation.plan_id, activation.superseded_plans)
+
+
+def end_backoff(session: Session, region: str, fence: Fence | None) -> None:
+    """End ``region``'s backoff after a tick that had nothing else to write (with a ``fence``, only while
+    its lease is still the caller's; Conflict otherwise, and nothing is written)."""
+    row = region_by_name(session, region)
+    session.refresh(row, with_for_update=True)  # region row, then lease row, as ``persist`` locks them
+    if fence is not None:
+        check_fence(session, region, row.id, fence, datetime.now(UTC))
+    clear_backoff(session, row.id)
 
 
 def _load(window: tuple[Snapshot, ...]) -> WindowLoad | None:

@@ -4,7 +4,8 @@
 # Every event kind repart writes (a test checks the kinds written in the source against it): the
 # controller's decisions (``repart.controller.tick``), the operator's actions
 # (``repart.controller.actions``, ``repart.storage.modes``, ``repart snapshot delete``, ``repart region
-# delete``) and a job's report of a failed plan (``repart.storage.client``).
+# delete``, ``repart resume`` ending a backoff, ``repart plans prune``) and a job's report of a failed
+# plan (``repart.storage.plan_reports``).
 EVENT_KINDS = (
     "initialized",
     "activated",
@@ -17,4 +18,5 @@ EVENT_KINDS = (
     "snapshot-deleted",
     "plan-pruned",
     "region-deleted",
+    "backoff-ended",
 )
