@@ -28,14 +28,16 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from repart.controller.settings import ControllerSettings
-from repart.errors import Conflict, InvalidInput, NotFound
+from repart.errors import InvalidInput, NotFound
 from repart.protocol.snapshot import Snapshot
 from repart.storage import models
 from repart.storage.backoff import clear_backoff
 from repart.storage.events import NewEvent, record_event
 from repart.storage.modes import resume as resume_mode
 from repart.storage.modes import set_mode as set_region_mode
-from repart.storage.plans import get_plan, set_plan_status
+from repart.storage.plan_reports import PLAN_OUTCOMES
+from repart.storage.plan_reports import report_plan as store_plan_report
+from repart.storage.plans import get_plan
 from repart.storage.regions import CheckedRegion, RegionConfig, region_by_name
 from repart.storage.regions import create_region as store_region
 from repart.storage.regions import delete_region as remove_region
@@ -49,9 +51,6 @@ from repart.validation import Options, check
 
 if TYPE_CHECKING:
     from repart.controller.actions import ActionResult
-
-#: What a job may report about a plan.
-PLAN_OUTCOMES = ("applied", "failed")
 
 
 def checked_config(config: RegionConfig) -> CheckedRegion:
@@ -194,31 +193,21 @@ def report_plan(
     *,
     moved_rows: int | None = None,
     moved_bytes: int | None = None,
+    reason: str | None = None,
 ) -> tuple[models.Plan, bool]:
     """Record that a job applied plan ``plan_id`` of ``region`` (with the rows and bytes it moved) or
-    failed to; a pending plan is taken through ``applying``. Returns the plan and whether it changed.
+    failed to (a ``plan-failed`` event with ``reason``); a pending plan is taken through ``applying``.
+    Returns the plan and whether it changed (``repart.storage.plan_reports``, which a job's
+    ``SqlControllerClient`` calls too).
 
     A retry is a no-op: the state the plan is already in with the same numbers changes nothing. Another
     state or other numbers is a Conflict; a plan of another region is NotFound.
     """
     check("state", state, Options(PLAN_OUTCOMES))
-    row = plan_of_region(session, region, plan_id)
-    repeated = row.status == state
-    if repeated and (row.moved_rows, row.moved_bytes) == (moved_rows, moved_bytes):
-        return row, False
-    if row.status == "pending":
-        set_plan_status(session, plan_id, "applying")
-    try:
-        changed = set_plan_status(session, plan_id, state, moved_rows=moved_rows, moved_bytes=moved_bytes)
-    except Conflict as error:
-        if not repeated:
-            raise
-        raise Conflict(
-            f"plan {row.id} was already reported {row.status} with moved rows {row.moved_rows} and moved "
-            f"bytes {row.moved_bytes}; a retry must repeat them, got moved rows {moved_rows} and moved "
-            f"bytes {moved_bytes}"
-        ) from error
-    return changed, True
+    plan_of_region(session, region, plan_id)
+    return store_plan_report(
+        session, plan_id, state, moved_rows=moved_rows, moved_bytes=moved_bytes, reason=reason
+    )
 
 
 def plan_of_region(session: Session, region: str, plan_id: int) -> models.Plan:
