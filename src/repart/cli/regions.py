@@ -70,8 +70,9 @@ Settings = Annotated[
     typer.Option(
         "--set",
         help="Controller setting KEY=VALUE, repeatable: target_utilization, cooldown_seconds, hysteresis, "
-        "rebalance_threshold, counters, move_limit; split.<parameter> for the split scheme's "
-        "(split.theta, …).",
+        "rebalance_threshold, counters, move_limit, plan_keep_versions, plan_keep_days; "
+        "split.<parameter> for the split scheme's (split.theta, …). On update, KEY=null removes a "
+        "setting (back to its default).",
         show_default=False,
     ),
 ]

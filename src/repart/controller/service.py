@@ -47,10 +47,13 @@ from repart.storage.retention import prune_plans as prune_region_plans
 from repart.storage.snapshots import DeletedSnapshot
 from repart.storage.snapshots import delete_snapshot as remove_snapshot
 from repart.storage.snapshots import ingest_snapshot as store_snapshot
-from repart.validation import Options, check
+from repart.validation import Kind, Options, check
 
 if TYPE_CHECKING:
     from repart.controller.actions import ActionResult
+
+SETTINGS_OBJECT = Kind(Mapping, "an object of setting names and values")
+SPLIT_OBJECT = Kind(Mapping, "an object of the split scheme's parameters")
 
 
 def checked_config(config: RegionConfig) -> CheckedRegion:
@@ -77,7 +80,8 @@ def update_region(
     **changes: Any,
 ) -> models.Region:
     """Change fields of region ``name``'s configuration, merge ``settings`` into its settings (a
-    ``split`` object into its ``split`` object) and set its ``mode`` with ``reason``.
+    ``split`` object into its ``split`` object; a setting or split parameter given as None is removed,
+    back to its default) and set its ``mode`` with ``reason``.
 
     The new configuration is checked as a whole (InvalidInput naming the field, an unknown one too;
     ``checked_config``); ``reason`` needs ``mode``, and at least one change is needed. ``key_type``
@@ -86,6 +90,8 @@ def update_region(
     """
     if reason is not None and mode is None:
         raise InvalidInput("reason", "must come with mode: it is the reason for a change of mode")
+    if settings is not None:
+        check("settings", settings, SETTINGS_OBJECT)
     if not changes and not settings and mode is None:
         raise InvalidInput("changes", "must include at least one field, setting or mode: nothing to update")
     fields = [f.name for f in dataclasses.fields(RegionConfig)]
@@ -95,13 +101,29 @@ def update_region(
     row = region_by_name(session, name)
     old = RegionConfig.from_row(row)
     if settings:
-        split = {**old.settings.get("split", {}), **settings.get("split", {})}
-        changes["settings"] = {**old.settings, **settings} | ({"split": split} if split else {})
+        changes["settings"] = merged_settings(old.settings, settings)
     if changes:
         row = change_region(session, name, checked_config(dataclasses.replace(old, **changes)))
     if mode is not None:
         row = set_region_mode(session, name, mode, reason)
     return row
+
+
+def merged_settings(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """``old`` settings with ``new`` merged in, a ``split`` object into the ``split`` object; a value of
+    None removes the setting (or split parameter). InvalidInput naming ``settings.split`` when it is not
+    an object."""
+    merged = dict(old)
+    for key, value in new.items():
+        if key == "split" and value is not None:
+            check("settings.split", value, SPLIT_OBJECT)
+            split = {**merged.get("split", {}), **value}
+            value = {name: given for name, given in split.items() if given is not None} or None
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return merged
 
 
 def delete_region(session: Session, name: str, *, force: bool = False) -> dict[str, Any]:

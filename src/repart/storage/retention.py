@@ -29,7 +29,12 @@ from repart.storage import models
 from repart.storage.events import NewEvent, record_event
 from repart.storage.regions import region_by_name
 from repart.storage.tables import OPEN_PLAN_STATUSES
-from repart.validation import NONE, POSITIVE, POSITIVE_INT, check
+from repart.validation import Interval, check
+
+#: The accepted retention limits: at least one version and at most 2^31 - 1 (a database integer); more
+#: than 0 days and at most 36500 (a century, far within the dates a database stores).
+KEEP_VERSIONS = Interval(int, 1, 2**31 - 1)
+KEEP_DAYS = Interval(float, 0, 36500, closed="right")
 
 #: The event rule of a prune asked for by an operator, and of one run by the daemon from the settings.
 OPERATOR_RULE = "operator"
@@ -38,16 +43,19 @@ SETTINGS_RULE = "retention"
 
 @dataclass(frozen=True)
 class PlanRetention:
-    """Which plans' moves to keep: those of the ``keep_versions`` newest versions (an integer >= 1) and
-    those younger than ``older_than`` days (> 0); None leaves a limit out. InvalidInput naming the
-    field for a bad value, or when neither is given."""
+    """Which plans' moves to keep: those of the ``keep_versions`` newest versions (``KEEP_VERSIONS``:
+    an integer in [1, 2^31 - 1]) and those younger than ``older_than`` days (``KEEP_DAYS``: in (0,
+    36500]); None leaves a limit out. InvalidInput naming the field for a bad value, or when neither is
+    given."""
 
     keep_versions: int | None = None
     older_than: float | None = None
 
     def __post_init__(self) -> None:
-        check("keep_versions", self.keep_versions, POSITIVE_INT, NONE)
-        check("older_than", self.older_than, POSITIVE, NONE)
+        if self.keep_versions is not None:
+            check("keep_versions", self.keep_versions, KEEP_VERSIONS)
+        if self.older_than is not None:
+            check("older_than", self.older_than, KEEP_DAYS)
         if self.keep_versions is None and self.older_than is None:
             raise InvalidInput("keep_versions", "or older_than is required: which plans' moves to keep")
 
