@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from types import NoneType
@@ -15,7 +16,10 @@ from sqlalchemy import Column, Engine, Integer, Table, Text, inspect, select, te
 from sqlalchemy.exc import IntegrityError, StatementError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session
 from sqlalchemy.types import TypeDecorator
+from typer.testing import CliRunner
 
+from repart.cli.app import app
+from repart.errors import Corrupt
 from repart.storage import RegionStatus, current_revision, database_url, head_revision, make_engine, upgrade
 from repart.storage.models import Base, Event, Region
 from repart.storage.schema import HEAD_REVISION, alembic_config
@@ -280,5 +284,79 @@ def test_upgrading_a_database_with_data_keeps_every_row(empty_url: str) -> None:
         upgrade(engine)
         assert {table: count for table, count in row_counts(engine).items() if count} == before
         assert before == {"regions": 1, "versions": 1}
+    finally:
+        engine.dispose()
+
+
+def _downgrade_sqlite(engine: Engine, revision: str) -> None:
+    """Take a SQLite database back to ``revision``, foreign keys off as ``upgrade`` runs them."""
+    config = alembic_config(engine)
+    with engine.connect() as connection:
+        driver = connection.connection.driver_connection
+        driver.execute("PRAGMA foreign_keys=OFF")
+        with connection.begin():
+            config.attributes["connection"] = connection
+            command.downgrade(config, revision)
+        driver.execute("PRAGMA foreign_keys=ON")
+
+
+def _add_dangling_event(path: Path) -> None:
+    """An event row of region 99, which does not exist (written with foreign keys off)."""
+    database = sqlite3.connect(path)
+    try:
+        database.execute("PRAGMA foreign_keys=OFF")
+        database.execute(
+            "INSERT INTO events (region_id, at, kind, rule, message, data_json) "
+            "SELECT 99, at, kind, rule, message, data_json FROM events LIMIT 1"
+        )
+        database.commit()
+    finally:
+        database.close()
+
+
+@pytest.mark.parametrize("pending", [False, True], ids=["at-head", "one-revision-pending"])
+def test_a_dangling_row_from_before_does_not_fail_an_upgrade(tmp_path: Path, pending: bool) -> None:
+    path = tmp_path / "repart.db"
+    url = f"sqlite:///{path}"
+    engine = make_engine(url)
+    try:
+        upgrade(engine)
+        add_applied_chain(engine, "r", (2, 3))
+        if pending:
+            _downgrade_sqlite(engine, "0005")
+        _add_dangling_event(path)
+        assert upgrade(engine) == ("0005" if pending else HEAD_REVISION)
+        assert current_revision(engine) == HEAD_REVISION
+    finally:
+        engine.dispose()
+    assert CliRunner().invoke(app, ["db", "upgrade", "--db", url]).exit_code == 0
+
+
+def test_an_upgrade_that_leaves_a_new_dangling_row_is_corrupt_and_commits_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "repart.db"
+    url = f"sqlite:///{path}"
+    engine = make_engine(url)
+    try:
+        upgrade(engine)
+        add_applied_chain(engine, "r", (2, 3))
+        _downgrade_sqlite(engine, "0005")
+        before = row_counts(engine)
+        real_upgrade = command.upgrade
+
+        def breaking_upgrade(config: Any, revision: str) -> None:
+            real_upgrade(config, revision)
+            config.attributes["connection"].exec_driver_sql("DELETE FROM regions")
+
+        monkeypatch.setattr(command, "upgrade", breaking_upgrade)
+        with pytest.raises(Corrupt) as refused:
+            upgrade(engine)
+        assert "nothing was committed" in str(refused.value)
+        assert current_revision(engine) == "0005"
+        assert row_counts(engine) == before
+        result = CliRunner().invoke(app, ["db", "upgrade", "--db", url])
+        assert result.exit_code == 4, result.output
+        assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
     finally:
         engine.dispose()
