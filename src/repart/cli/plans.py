@@ -30,7 +30,7 @@ from repart.cli.versions import plan_dict, print_plan
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from repart.storage.models import Event, Plan
+    from repart.storage.models import Event
 
 plans_app = typer.Typer(
     no_args_is_help=True, help="List and show migration plans; report their outcome; prune old plans' moves."
@@ -45,26 +45,6 @@ class Outcome(StrEnum):
 
     applied = "applied"
     failed = "failed"
-
-
-def plan_summary(row: Plan) -> dict[str, Any]:
-    """A plan's metadata as a JSON object."""
-    return {
-        "id": row.id,
-        "from_version": row.from_version,
-        "to_version": row.to_version,
-        "status": row.status,
-        "predicted_m": row.predicted_m,
-        "predicted_cost": row.predicted_cost,
-        "explicit_moves": row.explicit_moves,
-        "slot_moves": row.slot_moves,
-        "moved_rows": row.moved_rows,
-        "moved_bytes": row.moved_bytes,
-        "digest": row.digest,
-        "created_at": timestamp(row.created_at),
-        "updated_at": timestamp(row.updated_at),
-        "pruned_at": timestamp(row.pruned_at),
-    }
 
 
 @plans_app.command("list")
@@ -83,6 +63,7 @@ def list_(
 ) -> None:
     """List a region's plans, oldest first."""
     from repart.storage import list_plans
+    from repart.storage.retention import plan_summary
 
     if recommended:
         _list_recommendations(region, db, as_json)
@@ -175,6 +156,7 @@ def show(region: RegionName, plan_id: PlanId, db: DbOption = None, as_json: Json
 
     from repart.controller.service import plan_of_region
     from repart.migration import MigrationPlan
+    from repart.storage.retention import plan_summary
 
     def work(session: Session) -> dict[str, Any]:
         row = plan_of_region(session, region, plan_id)
@@ -221,6 +203,7 @@ def report(
     """
 
     from repart.controller.service import report_plan
+    from repart.storage.retention import plan_summary
 
     def work(session: Session) -> dict[str, Any]:
         row, changed = report_plan(
@@ -290,5 +273,5 @@ def prune(
         print_json({"region": region, "pruned": pruned})
         return
     moves = sum(plan["deleted_moves"] for plan in pruned)
-    listed = ", ".join(str(plan["plan_id"]) for plan in pruned) or "none"
+    listed = ", ".join(str(plan["id"]) for plan in pruned) or "none"
     console().print(f"pruned the moves of {len(pruned)} plan(s) of {region} ({moves} move rows): {listed}")

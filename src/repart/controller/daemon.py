@@ -537,7 +537,7 @@ class Daemon:
             if settings.retention is None:
                 return []
             pruned = prune_plans(session, region, settings.retention, now, strict=False, rule=SETTINGS_RULE)
-            return [plan.summary["plan_id"] for plan in pruned]
+            return [plan.summary["id"] for plan in pruned]
 
         try:
             if not read_transaction(self.engine, find):

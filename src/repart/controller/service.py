@@ -1,7 +1,7 @@
 """The controller's operations, each with all of its validation, for the CLI and Python callers.
 
 Every change an operator or a job makes to a region goes through one function here: ``create_region``,
-``update_region``, ``delete_region``, ``set_mode``, ``resume``, ``scale``, ``rollback``,
+``update_region`` (its mode too), ``delete_region``, ``resume``, ``scale``, ``rollback``,
 ``ingest_snapshot``, ``delete_snapshot``, ``report_plan`` and ``prune_plans``. Each checks its input
 (``InvalidInput`` naming the field and what is accepted), then calls the storage functions, which
 accept only checked values: a ``CheckedRegion`` (a ``RegionConfig`` whose settings
@@ -139,11 +139,6 @@ def delete_region(session: Session, name: str, *, force: bool = False) -> dict[s
     data = {"region": name, "forced": force, **counts}
     event_id = record_event(session, None, NewEvent("region-deleted", OPERATOR_RULE, message, data))
     return {"name": name, "forced": force, **counts, "event_id": event_id, "message": message}
-
-
-def set_mode(session: Session, region: str, mode: str, reason: str | None = None) -> models.Region:
-    """Put ``region`` in ``mode`` (auto, recommend or hold) with ``reason``; a ``mode-changed`` event."""
-    return set_region_mode(session, region, mode, reason)
 
 
 def resume(session: Session, region: str, *, now: datetime | None = None) -> models.Region:

@@ -17,6 +17,7 @@ naming the option and nothing is written; from a region's settings (the daemon),
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -124,10 +125,12 @@ def prunable_plans(session: Session, region: str, retention: PlanRetention, now:
 
 
 def plan_summary(plan: models.Plan) -> dict[str, Any]:
-    """What the audit log keeps of a pruned plan: its id, versions, status, predicted m and cost, move
-    counts, the rows and bytes a job reported moving, its digest and when it was created."""
+    """A plan's metadata as a JSON object, what ``repart plans list`` shows and the audit log keeps of a
+    pruned plan: its id, versions, status, predicted m and cost, move counts, the rows and
+    bytes a job reported moving, its digest, when it was created and updated, and when its moves were
+    pruned (None while they are kept)."""
     return {
-        "plan_id": plan.id,
+        "id": plan.id,
         "from_version": plan.from_version,
         "to_version": plan.to_version,
         "status": plan.status,
@@ -139,6 +142,8 @@ def plan_summary(plan: models.Plan) -> dict[str, Any]:
         "moved_bytes": plan.moved_bytes,
         "digest": plan.digest,
         "created_at": plan.created_at.isoformat(),
+        "updated_at": plan.updated_at.isoformat(),
+        "pruned_at": None if plan.pruned_at is None else plan.pruned_at.isoformat(),
     }
 
 
@@ -174,8 +179,9 @@ def _refusal(row: models.Region, plan: models.Plan, retention: PlanRetention, no
                 f"(plan {plan.id}; the newest version is {latest}), got {retention.keep_versions}",
             )
     age_days = (now - plan.created_at).total_seconds() / 86400
+    enough = math.ceil(age_days * 1000) / 1000  # rounded up: the least shown value that keeps the plan
     return InvalidInput(
         "older_than",
-        f"must exceed {age_days:.3f} days to keep the plan of the applied version {plan.to_version} "
+        f"must be at least {enough:.3f} days to keep the plan of the applied version {plan.to_version} "
         f"(plan {plan.id}, created {plan.created_at.isoformat()}), got {retention.older_than:g}",
     )
