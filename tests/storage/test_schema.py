@@ -19,11 +19,20 @@ from sqlalchemy.types import TypeDecorator
 from typer.testing import CliRunner
 
 from repart.cli.app import app
-from repart.errors import Corrupt
-from repart.storage import RegionStatus, current_revision, database_url, head_revision, make_engine, upgrade
+from repart.errors import Conflict, Corrupt
+from repart.storage import (
+    RegionStatus,
+    current_revision,
+    database_url,
+    head_revision,
+    make_engine,
+    run_in_transaction,
+    upgrade,
+)
 from repart.storage.models import Base, Event, Region
+from repart.storage.retention import PlanRetention, prune_plans
 from repart.storage.schema import HEAD_REVISION, alembic_config
-from tests.factories import add_applied_chain, add_region, row_counts
+from tests.factories import add_applied_chain, add_region, database_dump, row_counts
 
 
 def test_upgrade_creates_every_table_on_an_empty_database(empty_url: str) -> None:
@@ -358,5 +367,32 @@ def test_an_upgrade_that_leaves_a_new_dangling_row_is_corrupt_and_commits_nothin
         result = CliRunner().invoke(app, ["db", "upgrade", "--db", url])
         assert result.exit_code == 4, result.output
         assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    finally:
+        engine.dispose()
+
+
+def test_revision_0006_refuses_to_downgrade_once_a_plan_is_pruned(empty_url: str) -> None:
+    engine = make_engine(empty_url)
+    try:
+        upgrade(engine)
+        add_applied_chain(engine, "trades", (2, 3, 4))
+        now = datetime.now(UTC)
+        retention = PlanRetention(keep_versions=1)  # the plan to version 2; 3 is applied
+        pruned = run_in_transaction(
+            engine, lambda s: prune_plans(s, "trades", retention, now, strict=True, rule="operator")
+        )
+        assert len(pruned) == 1
+        before = database_dump(engine)
+        with pytest.raises(Conflict) as refused:
+            if engine.dialect.name == "sqlite":
+                _downgrade_sqlite(engine, "0005")
+            else:
+                config = alembic_config(engine)
+                with engine.begin() as connection:
+                    config.attributes["connection"] = connection
+                    command.downgrade(config, "0005")
+        assert "the moves of 1 plan(s) were pruned" in str(refused.value)
+        assert current_revision(engine) == HEAD_REVISION
+        assert database_dump(engine) == before
     finally:
         engine.dispose()
