@@ -9,8 +9,9 @@ it (the daemon, ``repart run --once``, ``repart tick``), and ``repart resume`` c
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any, cast
 
-from sqlalchemy import update
+from sqlalchemy import CursorResult, update
 from sqlalchemy.orm import Session
 
 from repart.storage import models
@@ -46,4 +47,4 @@ def clear_backoff(session: Session, region_id: int) -> bool:
         .values(tick_failures=0, retry_at=None, last_error=None, updated_at=table.updated_at)
         .execution_options(synchronize_session=False)
     )
-    return bool(cleared.rowcount)
+    return bool(cast(CursorResult[Any], cleared).rowcount)

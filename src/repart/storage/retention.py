@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import CursorResult, delete, select, update
 from sqlalchemy.orm import Session
 
 from repart.errors import InvalidInput
@@ -90,7 +90,8 @@ def prune_plans(
     for plan in selected:
         if plan.to_version == row.applied_version or not _mark_pruned(session, plan.id, now):
             continue
-        deleted = session.execute(delete(models.PlanMove).where(models.PlanMove.plan_id == plan.id)).rowcount
+        moves = delete(models.PlanMove).where(models.PlanMove.plan_id == plan.id)
+        deleted = cast(CursorResult[Any], session.execute(moves)).rowcount
         session.refresh(plan)
         summary = {**plan_summary(plan), "deleted_moves": deleted}
         message = (
@@ -112,7 +113,7 @@ def _mark_pruned(session: Session, plan_id: int, now: datetime) -> bool:
         .values(plan_json=None, pruned_at=now)
         .execution_options(synchronize_session=False)
     )
-    return bool(marked.rowcount)
+    return bool(cast(CursorResult[Any], marked).rowcount)
 
 
 def prunable_plans(session: Session, region: str, retention: PlanRetention, now: datetime) -> list[int]:
