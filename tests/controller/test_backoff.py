@@ -269,29 +269,27 @@ def test_resume_of_a_backoff_records_an_event_and_keeps_updated_at(engine: Engin
 
 
 def test_the_sweep_loop_waits_one_two_four_intervals(engine: Engine) -> None:
-    """The real sweep loop with a region whose ticks fail: counted in sweeps (not wall time, which a
-    loaded machine stretches), the ticks come 1, 2 and 4 sweeps apart."""
+    """The real sweep loop with a region whose ticks fail: counted in sweeps (each tick's due time, not
+    wall time, which a loaded machine stretches), the ticks come 1, 2 and 4 sweeps apart."""
     add_region(engine)
     interval = 0.4
     config = DaemonConfig(interval, lease_ttl_seconds=30, holder="a", max_backoff_seconds=60)
     daemon = Daemon(engine, config, ticker=Ticker(RuntimeError("boom")))
     first_due: list[float] = []
-    current = [0]
     ticked: list[int] = []
-    paced = daemon.sweep
+    paced, guarded = daemon.sweep, daemon._guarded_tick
 
-    def numbered(due: float | None = None) -> int:
+    def remembering(due: float | None = None) -> int:
         assert due is not None
         first_due[:1] = first_due[:1] or [due]
-        current[0] = round((due - first_due[0]) / interval)
         return paced(due)
 
-    def ticker(engine: Engine, region: str, **kwargs: Any) -> TickResult:
-        ticked.append(current[0])
-        raise RuntimeError("boom")
+    def numbered(region: str, token: int | None, due_at: float, failures: int = 0) -> None:
+        ticked.append(round((due_at - daemon.phase(region) - first_due[0]) / interval))
+        guarded(region, token, due_at, failures)
 
-    daemon.sweep = numbered  # type: ignore[method-assign]
-    daemon._tick = ticker
+    daemon.sweep = remembering  # type: ignore[method-assign]
+    daemon._guarded_tick = numbered  # type: ignore[method-assign]
     daemon.start()
     try:
         deadline = time.monotonic() + 60
