@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cli.helpers import repart, repart_json
+from tests.cli.helpers import one_error, repart, repart_json
 from tests.factories import row_counts
 
 
@@ -64,4 +64,57 @@ def test_user_text_in_an_error_is_not_read_as_markup(db_url: str) -> None:
     result = repart(db_url, "region", "create", "[/x]", "--key-type", "str")
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("error: NAME must be") and "[/x]" in result.stderr
+    assert row_counts(db_url) == before
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("plan_keep_days=1e9", "error: --set plan_keep_days must be a number in (0, 36500]"),
+        ("plan_keep_days=0", "error: --set plan_keep_days must be a number in (0, 36500]"),
+        (
+            "plan_keep_versions=100000000000000000000",
+            "error: --set plan_keep_versions must be an integer in [1, 2147483647]",
+        ),
+        ("split=5", "error: --set split must be an object of the split scheme's parameters"),
+    ],
+)
+def test_out_of_range_settings_exit_2_naming_the_range(db_url: str, setting: str, message: str) -> None:
+    assert repart(db_url, "region", "create", "r", "--key-type", "str").exit_code == 0
+    before = row_counts(db_url)
+    for command in (["region", "create", "s", "--key-type", "str"], ["region", "update", "r"]):
+        result = repart(db_url, *command, "--set", setting)
+        assert result.exit_code == 2, result.output
+        assert one_error(result.output).startswith(message), result.output
+    assert row_counts(db_url) == before
+
+
+def test_null_removes_a_setting(db_url: str) -> None:
+    repart_json(db_url, "region", "create", "r", "--key-type", "str", "--set", "plan_keep_versions=3")
+    updated = repart_json(db_url, "region", "update", "r", "--set", "plan_keep_versions=null")
+    assert updated["settings"] == {}
+    updated = repart_json(db_url, "region", "update", "r", "--set", "counters=4", "--set", "move_limit=null")
+    assert updated["settings"] == {"counters": 4}
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        (
+            "--keep-versions",
+            "100000000000000000000",
+            "error: --keep-versions must be an integer in [1, 2147483647]",
+        ),
+        ("--older-than", "1e9", "error: --older-than must be a number in (0, 36500], got"),
+        ("--older-than", "0", "error: --older-than must be a number in (0, 36500], got"),
+    ],
+)
+def test_out_of_range_prune_options_exit_2_naming_the_range(
+    db_url: str, option: str, value: str, message: str
+) -> None:
+    assert repart(db_url, "region", "create", "r", "--key-type", "str").exit_code == 0
+    before = row_counts(db_url)
+    result = repart(db_url, "plans", "prune", "r", option, value)
+    assert result.exit_code == 2, result.output
+    assert one_error(result.output).startswith(message), result.output
     assert row_counts(db_url) == before

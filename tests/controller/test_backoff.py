@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Callable
@@ -21,8 +22,10 @@ from repart.controller.metrics import DaemonMetrics
 from repart.controller.tick import TickResult, tick
 from repart.errors import Conflict, InvalidInput
 from repart.storage import models, read_transaction, region_by_name, run_in_transaction
+from repart.storage.backoff import record_failure
+from repart.storage.jsontext import load_object
 from tests.cli.helpers import one_error, repart
-from tests.factories import REGION, add_region, database_dump
+from tests.factories import REGION, add_region, database_dump, events
 
 INTERVAL = 1.0
 CAP = 3.0
@@ -193,3 +196,105 @@ def test_run_refuses_a_max_backoff_below_the_interval(engine: Engine, db_url: st
     assert refused.exit_code == 2
     assert one_error(refused.output).startswith("error: --max-backoff must be")
     assert database_dump(engine) == before
+
+
+def record_a_failure(engine: Engine, retry_in: float) -> None:
+    """A failed tick recorded on the region's row, as the daemon records one."""
+    retry_at = datetime.now(UTC) + timedelta(seconds=retry_in)
+    run_in_transaction(
+        engine, lambda s: record_failure(s, region_by_name(s, REGION).id, "RuntimeError: boom", retry_at)
+    )
+
+
+def backoff_columns(engine: Engine) -> tuple[int, datetime | None, str | None]:
+    row = region_row(engine)
+    return row.tick_failures, row.retry_at, row.last_error
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["initializing", "idle"])
+def test_every_successful_tick_ends_a_backoff(engine: Engine, db_url: str, first: bool) -> None:
+    """``repart tick`` ends a backoff in its own write, and an idle tick (nothing else to write) in a
+    short write of its own, leaving ``updated_at`` as it was."""
+    add_region(engine)
+    if not first:
+        assert repart(db_url, "tick", "--region", REGION).exit_code == 0
+    record_a_failure(engine, 600)
+    updated_at = region_row(engine).updated_at
+    ticked = repart(db_url, "tick", "--region", REGION, "--json")
+    assert ticked.exit_code == 0, ticked.output
+    assert [r["action"] for r in json.loads(ticked.stdout)] == ["initialized" if first else "idle"]
+    assert backoff_columns(engine) == (0, None, None)
+    if not first:
+        assert region_row(engine).updated_at == updated_at
+
+
+def test_run_once_skips_a_region_backing_off_and_a_success_ends_it(engine: Engine) -> None:
+    add_region(engine)
+    record_a_failure(engine, 600)
+    daemon = Daemon(engine, DaemonConfig(INTERVAL, lease_ttl_seconds=30, holder="a"))
+    before = database_dump(engine)
+    assert daemon.run_once() == [None]
+    assert database_dump(engine) == before
+    due_now(engine)
+    [result] = daemon.run_once()
+    assert result is not None and result.action == "initialized"
+    assert backoff_columns(engine) == (0, None, None)
+
+
+def test_run_once_records_a_failed_tick(engine: Engine) -> None:
+    add_region(engine)
+    daemon = Daemon(
+        engine, DaemonConfig(INTERVAL, lease_ttl_seconds=30, holder="a"), ticker=Ticker(RuntimeError("boom"))
+    )
+    before = datetime.now(UTC)
+    with pytest.raises(RuntimeError):
+        daemon.run_once()
+    failures, retry_at, error = backoff_columns(engine)
+    assert (failures, error) == (1, "RuntimeError: boom")
+    assert retry_at is not None and before + timedelta(seconds=INTERVAL) <= retry_at
+    assert retry_at <= datetime.now(UTC) + timedelta(seconds=INTERVAL)
+
+
+def test_resume_of_a_backoff_records_an_event_and_keeps_updated_at(engine: Engine) -> None:
+    add_region(engine)
+    record_a_failure(engine, 600)
+    updated_at = region_row(engine).updated_at
+    run_in_transaction(engine, lambda s: service.resume(s, REGION))
+    assert backoff_columns(engine) == (0, None, None)
+    assert region_row(engine).updated_at == updated_at
+    [event] = [e for e in events(engine) if e.kind == "backoff-ended"]
+    assert event.rule == "operator"
+    assert load_object(event.data_json)["tick_failures"] == 1
+    assert load_object(event.data_json)["last_error"] == "RuntimeError: boom"
+
+
+def test_the_sweep_loop_waits_one_two_four_intervals(engine: Engine) -> None:
+    """The real sweep loop with a region whose ticks fail: counted in sweeps (each tick's due time, not
+    wall time, which a loaded machine stretches), the ticks come 1, 2 and 4 sweeps apart."""
+    add_region(engine)
+    interval = 0.4
+    config = DaemonConfig(interval, lease_ttl_seconds=30, holder="a", max_backoff_seconds=60)
+    daemon = Daemon(engine, config, ticker=Ticker(RuntimeError("boom")))
+    first_due: list[float] = []
+    ticked: list[int] = []
+    paced, guarded = daemon.sweep, daemon._guarded_tick
+
+    def remembering(due: float | None = None) -> int:
+        assert due is not None
+        first_due[:1] = first_due[:1] or [due]
+        return paced(due)
+
+    def numbered(region: str, token: int | None, due_at: float, failures: int = 0) -> None:
+        ticked.append(round((due_at - daemon.phase(region) - first_due[0]) / interval))
+        guarded(region, token, due_at, failures)
+
+    daemon.sweep = remembering  # type: ignore[method-assign]
+    daemon._guarded_tick = numbered  # type: ignore[method-assign]
+    daemon.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(ticked) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        daemon.stop()
+    assert [b - a for a, b in itertools.pairwise(ticked[:4])] == [1, 2, 4], ticked

@@ -4,20 +4,24 @@ each pruned plan's summary stays in the audit log, and the applied version's pla
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
 
+import repart.storage.retention as retention_module
 from repart.controller import service
 from repart.controller.daemon import Daemon, DaemonConfig
 from repart.errors import InvalidInput
 from repart.migration import MigrationPlan
 from repart.storage import models, run_in_transaction
+from repart.storage.client import SqlControllerClient
 from repart.storage.jsontext import load_object
-from repart.storage.retention import PlanRetention
+from repart.storage.retention import OPERATOR_RULE, SETTINGS_RULE, PlanRetention, prune_plans
 from tests.cli.helpers import one_error, repart
 from tests.factories import REGION, add_applied_chain, database_dump, plans
 
@@ -44,7 +48,7 @@ def pruned_events(engine: Engine) -> list[dict[str, Any]]:
 
 def prune(engine: Engine, now: datetime | None = None, **options: Any) -> list[int]:
     pruned = run_in_transaction(engine, lambda s: service.prune_plans(s, REGION, now=now, **options))
-    return [plan.summary["plan_id"] for plan in pruned]
+    return [plan.summary["id"] for plan in pruned]
 
 
 @pytest.fixture
@@ -79,7 +83,7 @@ def test_keep_versions_prunes_the_plans_to_older_versions_and_keeps_their_summar
     kept = {plan_id: n for plan_id, n in moves_before.items() if plan_id not in (chain[2].id, chain[3].id)}
     assert move_counts(engine) == kept
     summaries = pruned_events(engine)
-    assert [s["plan_id"] for s in summaries] == [chain[2].id, chain[3].id]
+    assert [s["id"] for s in summaries] == [chain[2].id, chain[3].id]
     for summary, version in zip(summaries, (2, 3), strict=True):
         original = chain[version]
         plan = MigrationPlan.from_json(original.plan_json or "")
@@ -177,7 +181,7 @@ def test_the_cli_prunes_with_json_and_refuses_in_one_line(
     assert done.exit_code == 0, done.output
     shown = json.loads(done.stdout)
     assert shown["region"] == REGION
-    assert [p["plan_id"] for p in shown["pruned"]] == [chain[2].id, chain[3].id]
+    assert [p["id"] for p in shown["pruned"]] == [chain[2].id, chain[3].id]
     pruned = repart(db_url, "plans", "show", REGION, str(chain[2].id), "--json")
     assert json.loads(pruned.stdout)["plan"] is None and json.loads(pruned.stdout)["pruned_at"] is not None
 
@@ -195,7 +199,7 @@ def test_the_daemon_prunes_by_the_regions_settings_after_a_tick(
     finally:
         daemon.stop()
     # keep 1 version: only 5 (pending) would stay, but the applied version 4's plan is kept
-    assert [p["plan_id"] for p in pruned_events(engine)] == [chain[2].id, chain[3].id]
+    assert [p["id"] for p in pruned_events(engine)] == [chain[2].id, chain[3].id]
     with engine.connect() as connection:
         rules = (
             connection.execute(select(models.Event.rule).where(models.Event.kind == "plan-pruned"))
@@ -203,3 +207,91 @@ def test_the_daemon_prunes_by_the_regions_settings_after_a_tick(
             .all()
         )
     assert rules == ["retention", "retention"]
+
+
+def test_two_concurrent_prunes_prune_each_plan_once(engine: Engine, chain: dict[int, models.Plan]) -> None:
+    """A prune that has not committed yet and a second one of the same region: the second waits for
+    the first (the region row's lock) and finds nothing left, so each plan has one ``plan-pruned``
+    event and the counts add up to the rows that existed."""
+    moves_before = move_counts(engine)
+    retention = PlanRetention(keep_versions=2)
+    first = Session(engine)
+    first.begin()
+    second: dict[str, Any] = {}
+
+    def prune_meanwhile() -> None:
+        try:
+            with Session(engine) as session, session.begin():
+                second["pruned"] = prune_plans(
+                    session, REGION, retention, datetime.now(UTC), strict=False, rule=OPERATOR_RULE
+                )
+        except Exception as error:  # reported by the assertion below
+            second["error"] = error
+
+    try:
+        now = datetime.now(UTC)
+        pruned_first = prune_plans(first, REGION, retention, now, strict=False, rule=SETTINGS_RULE)
+        thread = threading.Thread(target=prune_meanwhile)
+        thread.start()
+        time.sleep(1.0)  # the second prune runs into the first's lock (or its BEGIN IMMEDIATE on SQLite)
+        first.commit()
+    finally:
+        first.close()
+    thread.join(30)
+    assert "error" not in second, second.get("error")
+    assert [p.summary["id"] for p in pruned_first] == [chain[2].id, chain[3].id]
+    assert second["pruned"] == []
+    assert [p.deleted_moves for p in pruned_first] == [moves_before[chain[2].id], moves_before[chain[3].id]]
+    assert [s["id"] for s in pruned_events(engine)] == [chain[2].id, chain[3].id]
+
+
+def test_a_plan_applied_during_a_prune_is_not_pruned(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job reports the pending plan applied while a prune runs: it waits for the prune's lock on the
+    region row, so the prune never sees the new applied version's plan as an old one."""
+    add_applied_chain(engine, REGION, (2, 3), pending=4)  # version 2 applied, the plan to 3 pending
+    pending = plans(engine, "pending")[0]
+    job: dict[str, Any] = {}
+
+    def report() -> None:
+        try:
+            client = SqlControllerClient(engine, source="job")
+            claimed = client.claim_next_plan(REGION)
+            assert claimed is not None and claimed.plan_id == pending.id
+            client.report_plan(pending.id, "applied", moved_rows=1)
+        except Exception as error:  # reported by the assertion below
+            job["error"] = error
+
+    original = retention_module._selected
+
+    def selected_after_the_job(*args: Any) -> list[models.Plan]:
+        thread = threading.Thread(target=report)
+        thread.start()
+        job["thread"] = thread
+        thread.join(1.0)  # done at once without a lock; blocked by the prune's lock otherwise
+        return original(*args)
+
+    monkeypatch.setattr(retention_module, "_selected", selected_after_the_job)
+    later = datetime.now(UTC) + timedelta(days=1)
+    retention = PlanRetention(older_than=0.5)
+    pruned = run_in_transaction(
+        engine, lambda s: prune_plans(s, REGION, retention, later, strict=False, rule=SETTINGS_RULE)
+    )
+    job["thread"].join(30)
+    assert "error" not in job, job.get("error")
+    assert pruned == []
+    after = {plan.to_version: plan for plan in plans(engine)}
+    assert after[3].status == "applied" and after[3].pruned_at is None and after[3].plan_json is not None
+
+
+def test_the_older_than_refusal_names_a_value_that_keeps_the_plan(
+    engine: Engine, chain: dict[int, models.Plan]
+) -> None:
+    """The applied version's plan is a day and a few milliseconds old: the refusal rounds its age up,
+    and the value it names keeps the plan."""
+    later = chain[4].created_at + timedelta(days=1, milliseconds=50)
+    with pytest.raises(InvalidInput) as refused:
+        prune(engine, now=later, older_than=1.0)
+    assert refused.value.field == "older_than"
+    assert refused.value.requirement.startswith("must be at least 1.001 days to keep the plan of the applied")
+    assert refused.value.requirement.endswith("got 1")
+    assert prune(engine, now=later, older_than=1.001) == []  # accepted: every plan is as young

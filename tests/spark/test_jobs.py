@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from repart.controller.actions import scale
 from repart.controller.tick import last_considered_seq, tick
-from repart.errors import Corrupt, InvalidInput, NotFound
+from repart.errors import Conflict, Corrupt, InvalidInput, NotFound
 from repart.migration import MigrationPlan
 from repart.protocol.merge import MergeSpec
 from repart.spark.jobs import apply_next_plan
@@ -109,7 +109,9 @@ def test_apply_next_plan_takes_the_plan_through_applying_to_applied(engine: Engi
     number, function = client.applied_function(REGION)
     assert number == 2 and function.digest == MigrationPlan.from_json(row.plan_json).target_digest
     assert client.claim_next_plan(REGION) is None
-    client.report_plan(plan_id, "applied", moved_rows=1, moved_bytes=1)  # reported again: a no-op
+    client.report_plan(plan_id, "applied", moved_rows=123, moved_bytes=4567)  # a retry: a no-op
+    with pytest.raises(Conflict, match="a retry must repeat them"):
+        client.report_plan(plan_id, "applied", moved_rows=1, moved_bytes=1)  # other numbers
     assert (plans(engine)[0].moved_rows, plans(engine)[0].moved_bytes) == (123, 4567)
 
 

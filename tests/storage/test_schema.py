@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from types import NoneType
@@ -16,11 +17,23 @@ from sqlalchemy import Column, Engine, Integer, Table, Text, inspect, select, te
 from sqlalchemy.exc import IntegrityError, StatementError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session
 from sqlalchemy.types import TypeDecorator
+from typer.testing import CliRunner
 
-from repart.storage import RegionStatus, current_revision, database_url, head_revision, make_engine, upgrade
+from repart.cli.app import app
+from repart.errors import Conflict, Corrupt
+from repart.storage import (
+    RegionStatus,
+    current_revision,
+    database_url,
+    head_revision,
+    make_engine,
+    run_in_transaction,
+    upgrade,
+)
 from repart.storage.models import Base, Event, Region
+from repart.storage.retention import PlanRetention, prune_plans
 from repart.storage.schema import HEAD_REVISION, alembic_config
-from tests.factories import add_applied_chain, add_region, row_counts
+from tests.factories import add_applied_chain, add_region, database_dump, row_counts
 
 
 def test_upgrade_creates_every_table_on_an_empty_database(empty_url: str) -> None:
@@ -338,5 +351,106 @@ def test_revision_0007_maps_cooldown_and_hysteresis_onto_the_batch_settings(empt
         }
         assert json.loads(mapped["r3"]) == {"stabilization_batches": 3}  # no snapshots: ceil(25 / 10)
         assert json.loads(mapped["r4"]) == {"rebalance_threshold": 2.0}
+    finally:
+        engine.dispose()
+
+
+def _downgrade_sqlite(engine: Engine, revision: str) -> None:
+    """Take a SQLite database back to ``revision``, foreign keys off as ``upgrade`` runs them."""
+    config = alembic_config(engine)
+    with engine.connect() as connection:
+        driver = connection.connection.driver_connection
+        driver.execute("PRAGMA foreign_keys=OFF")
+        with connection.begin():
+            config.attributes["connection"] = connection
+            command.downgrade(config, revision)
+        driver.execute("PRAGMA foreign_keys=ON")
+
+
+def _add_dangling_event(path: Path) -> None:
+    """An event row of region 99, which does not exist (written with foreign keys off)."""
+    database = sqlite3.connect(path)
+    try:
+        database.execute("PRAGMA foreign_keys=OFF")
+        database.execute(
+            "INSERT INTO events (region_id, at, kind, rule, message, data_json) "
+            "SELECT 99, at, kind, rule, message, data_json FROM events LIMIT 1"
+        )
+        database.commit()
+    finally:
+        database.close()
+
+
+@pytest.mark.parametrize("pending", [False, True], ids=["at-head", "one-revision-pending"])
+def test_a_dangling_row_from_before_does_not_fail_an_upgrade(tmp_path: Path, pending: bool) -> None:
+    path = tmp_path / "repart.db"
+    url = f"sqlite:///{path}"
+    engine = make_engine(url)
+    try:
+        upgrade(engine)
+        add_applied_chain(engine, "r", (2, 3))
+        if pending:
+            _downgrade_sqlite(engine, "0005")
+        _add_dangling_event(path)
+        assert upgrade(engine) == ("0005" if pending else HEAD_REVISION)
+        assert current_revision(engine) == HEAD_REVISION
+    finally:
+        engine.dispose()
+    assert CliRunner().invoke(app, ["db", "upgrade", "--db", url]).exit_code == 0
+
+
+def test_an_upgrade_that_leaves_a_new_dangling_row_is_corrupt_and_commits_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "repart.db"
+    url = f"sqlite:///{path}"
+    engine = make_engine(url)
+    try:
+        upgrade(engine)
+        add_applied_chain(engine, "r", (2, 3))
+        _downgrade_sqlite(engine, "0005")
+        before = row_counts(engine)
+        real_upgrade = command.upgrade
+
+        def breaking_upgrade(config: Any, revision: str) -> None:
+            real_upgrade(config, revision)
+            config.attributes["connection"].exec_driver_sql("DELETE FROM regions")
+
+        monkeypatch.setattr(command, "upgrade", breaking_upgrade)
+        with pytest.raises(Corrupt) as refused:
+            upgrade(engine)
+        assert "nothing was committed" in str(refused.value)
+        assert current_revision(engine) == "0005"
+        assert row_counts(engine) == before
+        result = CliRunner().invoke(app, ["db", "upgrade", "--db", url])
+        assert result.exit_code == 4, result.output
+        assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    finally:
+        engine.dispose()
+
+
+def test_revision_0006_refuses_to_downgrade_once_a_plan_is_pruned(empty_url: str) -> None:
+    engine = make_engine(empty_url)
+    try:
+        upgrade(engine)
+        add_applied_chain(engine, "trades", (2, 3, 4))
+        now = datetime.now(UTC)
+        retention = PlanRetention(keep_versions=1)  # the plan to version 2; 3 is applied
+        pruned = run_in_transaction(
+            engine, lambda s: prune_plans(s, "trades", retention, now, strict=True, rule="operator")
+        )
+        assert len(pruned) == 1
+        before = database_dump(engine)
+        with pytest.raises(Conflict) as refused:
+            if engine.dialect.name == "sqlite":
+                _downgrade_sqlite(engine, "0005")
+            else:
+                config = alembic_config(engine)
+                with engine.begin() as connection:
+                    config.attributes["connection"] = connection
+                    command.downgrade(config, "0005")
+        assert "the moves of 1 plan(s) were pruned" in str(refused.value)
+        assert current_revision(engine) == HEAD_REVISION
+        assert database_dump(engine) == before
     finally:
         engine.dispose()

@@ -198,10 +198,15 @@ def report(
     moved_bytes: Annotated[
         int | None, typer.Option(help="Bytes the job moved (with --state applied).")
     ] = None,
+    reason: Annotated[
+        str | None,
+        typer.Option(help="Why the job failed (with --state failed): the plan-failed event's message."),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Record that a job applied a plan or failed to (its target version becomes applied or abandoned).
+    """Record that a job applied a plan or failed to (its target version becomes applied or abandoned;
+    a failure is a plan-failed event).
 
     A retry is a no-op: reporting the state the plan is already in with the same --moved-rows and
     --moved-bytes (as given the first time) changes nothing and exits 0. Another state, or other
@@ -212,7 +217,13 @@ def report(
 
     def work(session: Session) -> dict[str, Any]:
         row, changed = report_plan(
-            session, region, plan_id, state.value, moved_rows=moved_rows, moved_bytes=moved_bytes
+            session,
+            region,
+            plan_id,
+            state.value,
+            moved_rows=moved_rows,
+            moved_bytes=moved_bytes,
+            reason=reason,
         )
         return {**plan_summary(row), "changed": changed}
 
@@ -272,5 +283,5 @@ def prune(
         print_json({"region": region, "pruned": pruned})
         return
     moves = sum(plan["deleted_moves"] for plan in pruned)
-    listed = ", ".join(str(plan["plan_id"]) for plan in pruned) or "none"
+    listed = ", ".join(str(plan["id"]) for plan in pruned) or "none"
     console().print(f"pruned the moves of {len(pruned)} plan(s) of {region} ({moves} move rows): {listed}")

@@ -23,8 +23,10 @@ are released.
 
 A region whose tick fails (an error, not a ``Conflict``) backs off: its row counts the failed ticks in
 a row and says when it is ticked again, ``min(max_backoff_seconds, interval · 2^(k-1))`` after the
-k-th failure (``repart.controller.backoff``), and sweeps skip it until then; ``repart status`` and
-``repart explain`` show it. A successful tick or ``repart resume`` ends the backoff. After a successful
+k-th failed tick was due (``repart.controller.backoff``): the sweep that many intervals later ticks it,
+and sweeps skip it until then, as ``run_once`` does (which records its failures too); ``repart status``
+and ``repart explain`` show it. A successful tick, whoever runs it (``repart tick`` too), or ``repart
+resume`` ends the backoff. After a successful
 tick, a region whose settings set a plan retention (``plan_keep_versions``, ``plan_keep_days``) has the
 moves of its old plans pruned (``repart.storage.retention``).
 
@@ -96,7 +98,7 @@ from repart.storage import (
     release_lease,
     run_in_transaction,
 )
-from repart.storage.backoff import clear_backoff, record_failure
+from repart.storage.backoff import record_failure
 from repart.storage.engine import limit_idle_transactions
 from repart.storage.leases import RegionLease, claim_leases, region_leases
 from repart.storage.regions import RegionConfig
@@ -243,12 +245,27 @@ class Daemon:
 
     def run_once(self) -> list[TickResult | None]:
         """Ingest the spool, then one tick of every region, in name order, each followed by its plan
-        retention (``repart run --once``)."""
+        retention (``repart run --once``). A region backing off is skipped until its retry time (None
+        in the results, logged as ``skipped``), as a sweep skips it; a failed tick is recorded as a
+        sweep records it (``_back_off``) and then raised."""
         self.ingest_spool()
-        regions = read_transaction(self.engine, lambda session: [r.name for r in list_regions(session)])
-        results = []
-        for region in regions:
-            result = self.tick_region(region)
+        regions = read_transaction(
+            self.engine, lambda session: [(row.name, row.retry_at) for row in list_regions(session)]
+        )
+        results: list[TickResult | None] = []
+        for region, retry_at in regions:
+            started = datetime.now(UTC)
+            if retry_at is not None and retry_at > started:
+                self._skipped(region, f"backing off after failed ticks until {retry_at.isoformat()}")
+                results.append(None)
+                continue
+            try:
+                result = self.tick_region(region)
+            except Conflict:
+                raise
+            except Exception as error:
+                self._back_off(region, error, started)
+                raise
             if result is not None:
                 self._prune(region)
             results.append(result)
@@ -262,7 +279,7 @@ class Daemon:
         With ``due`` (the ``time.monotonic()`` the sweep was due), each region is handed at ``due`` plus
         its ``phase``, so that the interval's ticks are spread over it instead of queueing at its start;
         without, all at once."""
-        now = datetime.now(UTC)
+        now, started = datetime.now(UTC), time.monotonic()
         holder, ttl = self.config.holder, self.config.lease_ttl_seconds
         claimed = run_in_transaction(self.engine, lambda session: claim_leases(session, holder, ttl, now))
         leases: list[RegionLease] = read_transaction(self.engine, region_leases)
@@ -280,7 +297,7 @@ class Daemon:
             if token is None and lease.held_by_another(holder, now):
                 self._skipped(lease.region, "lease held by another daemon")
                 continue
-            if lease.backing_off(now):
+            if lease.backing_off(self._due_time(now, started, due, lease.region)):
                 continue  # logged with its retry time when its tick failed
             if due is not None:
                 self._stopping.wait(due + self.phase(lease.region) - time.monotonic())
@@ -293,6 +310,17 @@ class Daemon:
                 self._workers.submit(self._guarded_tick, lease.region, token, due_at, lease.tick_failures)
                 handed += 1
         return handed
+
+    def _due_time(self, now: datetime, started: float, due: float | None, region: str) -> datetime:
+        """When ``region`` is due in the sweep that started at ``now`` (``started`` on
+        ``time.monotonic()``) and was due at ``due`` (None: an unpaced sweep, due at ``now``), on the
+        wall clock, which a backoff's retry time is compared with. A hundredth of the interval is added:
+        a retry time is counted from a due time (``_back_off``), and the two clocks' readings differ by
+        microseconds."""
+        if due is None:
+            return now
+        ahead = due + self.phase(region) - started
+        return now + timedelta(seconds=ahead + self.config.interval_seconds / 100)
 
     @property
     def in_flight(self) -> int:
@@ -445,14 +473,12 @@ class Daemon:
         the region's old plans when its settings ask for it (``_prune``). The region is free for the
         next sweep afterwards."""
         started = time.monotonic()
+        due_time = datetime.now(UTC) - timedelta(seconds=started - due_at)
         try:
             result = self.tick_region(region, token)
             if result is not None:
                 self._measure(result, time.monotonic() - started, started - due_at)
-                if failures:
-                    run_in_transaction(
-                        self.engine, lambda session: clear_backoff(session, region_by_name(session, region))
-                    )
+                if failures:  # the tick's own write ended the backoff (``repart.controller.tick``)
                     log_event("recovered", region=region, holder=self.config.holder, failures=failures)
                 self._prune(region)
         except Conflict as error:  # a lost lease or a status changed since the read: nothing was written
@@ -461,22 +487,24 @@ class Daemon:
         except Exception as error:  # the daemon outlives one region's failure
             log_event("error", region=region, holder=self.config.holder, error=repr(error))
             self._failed("tick", error)
-            self._back_off(region, error)
+            self._back_off(region, error, due_time)
         finally:
             with self._lock:
                 self._in_flight.discard(region)
                 self._overrunning.discard(region)
 
-    def _back_off(self, region: str, error: Exception) -> None:
+    def _back_off(self, region: str, error: Exception, due_time: datetime) -> None:
         """Count a failed tick of ``region`` on its row and set when it is ticked again: after the k-th
-        failure in a row, ``min(max_backoff, interval · 2^(k-1))`` from now (``repart.controller.backoff``).
-        The record is not fenced: it is a retry time, never a decision, and the next success clears it."""
+        failure in a row, ``min(max_backoff, interval · 2^(k-1))`` after ``due_time``, when the failed
+        tick was due (``repart.controller.backoff``), so that a wait of k intervals is the sweep k
+        intervals later, however long the tick took. The record is not fenced: it is a retry time,
+        never a decision, and the next success clears it."""
 
         def record(session: Session) -> tuple[int, datetime]:
             row = region_by_name(session, region)
             failures = row.tick_failures + 1
             wait = backoff_seconds(failures, self.config.interval_seconds, self.config.max_backoff_seconds)
-            retry_at = datetime.now(UTC) + timedelta(seconds=wait)
+            retry_at = due_time + timedelta(seconds=wait)
             record_failure(session, row.id, f"{type(error).__name__}: {error}", retry_at)
             return failures, retry_at
 
@@ -512,7 +540,7 @@ class Daemon:
             if settings.retention is None:
                 return []
             pruned = prune_plans(session, region, settings.retention, now, strict=False, rule=SETTINGS_RULE)
-            return [plan.summary["plan_id"] for plan in pruned]
+            return [plan.summary["id"] for plan in pruned]
 
         try:
             if not read_transaction(self.engine, find):

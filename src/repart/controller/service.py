@@ -1,7 +1,7 @@
 """The controller's operations, each with all of its validation, for the CLI and Python callers.
 
 Every change an operator or a job makes to a region goes through one function here: ``create_region``,
-``update_region``, ``delete_region``, ``set_mode``, ``resume``, ``scale``, ``rollback``,
+``update_region`` (its mode too), ``delete_region``, ``resume``, ``scale``, ``rollback``,
 ``ingest_snapshot``, ``delete_snapshot``, ``report_plan`` and ``prune_plans``. Each checks its input
 (``InvalidInput`` naming the field and what is accepted), then calls the storage functions, which
 accept only checked values: a ``CheckedRegion`` (a ``RegionConfig`` whose settings
@@ -28,14 +28,16 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from repart.controller.settings import ControllerSettings
-from repart.errors import Conflict, InvalidInput, NotFound
+from repart.errors import InvalidInput, NotFound
 from repart.protocol.snapshot import Snapshot
 from repart.storage import models
 from repart.storage.backoff import clear_backoff
 from repart.storage.events import NewEvent, record_event
 from repart.storage.modes import resume as resume_mode
 from repart.storage.modes import set_mode as set_region_mode
-from repart.storage.plans import get_plan, set_plan_status
+from repart.storage.plan_reports import PLAN_OUTCOMES
+from repart.storage.plan_reports import report_plan as store_plan_report
+from repart.storage.plans import get_plan
 from repart.storage.regions import CheckedRegion, RegionConfig, region_by_name
 from repart.storage.regions import create_region as store_region
 from repart.storage.regions import delete_region as remove_region
@@ -45,13 +47,13 @@ from repart.storage.retention import prune_plans as prune_region_plans
 from repart.storage.snapshots import DeletedSnapshot
 from repart.storage.snapshots import delete_snapshot as remove_snapshot
 from repart.storage.snapshots import ingest_snapshot as store_snapshot
-from repart.validation import Options, check
+from repart.validation import Kind, Options, check
 
 if TYPE_CHECKING:
     from repart.controller.actions import ActionResult
 
-#: What a job may report about a plan.
-PLAN_OUTCOMES = ("applied", "failed")
+SETTINGS_OBJECT = Kind(Mapping, "an object of setting names and values")
+SPLIT_OBJECT = Kind(Mapping, "an object of the split scheme's parameters")
 
 
 def checked_config(config: RegionConfig) -> CheckedRegion:
@@ -78,7 +80,8 @@ def update_region(
     **changes: Any,
 ) -> models.Region:
     """Change fields of region ``name``'s configuration, merge ``settings`` into its settings (a
-    ``split`` object into its ``split`` object) and set its ``mode`` with ``reason``.
+    ``split`` object into its ``split`` object; a setting or split parameter given as None is removed,
+    back to its default) and set its ``mode`` with ``reason``.
 
     The new configuration is checked as a whole (InvalidInput naming the field, an unknown one too;
     ``checked_config``); ``reason`` needs ``mode``, and at least one change is needed. ``key_type``
@@ -87,6 +90,8 @@ def update_region(
     """
     if reason is not None and mode is None:
         raise InvalidInput("reason", "must come with mode: it is the reason for a change of mode")
+    if settings is not None:
+        check("settings", settings, SETTINGS_OBJECT)
     if not changes and not settings and mode is None:
         raise InvalidInput("changes", "must include at least one field, setting or mode: nothing to update")
     fields = [f.name for f in dataclasses.fields(RegionConfig)]
@@ -96,13 +101,29 @@ def update_region(
     row = region_by_name(session, name)
     old = RegionConfig.from_row(row)
     if settings:
-        split = {**old.settings.get("split", {}), **settings.get("split", {})}
-        changes["settings"] = {**old.settings, **settings} | ({"split": split} if split else {})
+        changes["settings"] = merged_settings(old.settings, settings)
     if changes:
         row = change_region(session, name, checked_config(dataclasses.replace(old, **changes)))
     if mode is not None:
         row = set_region_mode(session, name, mode, reason)
     return row
+
+
+def merged_settings(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """``old`` settings with ``new`` merged in, a ``split`` object into the ``split`` object; a value of
+    None removes the setting (or split parameter). InvalidInput naming ``settings.split`` when it is not
+    an object."""
+    merged = dict(old)
+    for key, value in new.items():
+        if key == "split" and value is not None:
+            check("settings.split", value, SPLIT_OBJECT)
+            split = {**merged.get("split", {}), **value}
+            value = {name: given for name, given in split.items() if given is not None} or None
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return merged
 
 
 def delete_region(session: Session, name: str, *, force: bool = False) -> dict[str, Any]:
@@ -120,16 +141,13 @@ def delete_region(session: Session, name: str, *, force: bool = False) -> dict[s
     return {"name": name, "forced": force, **counts, "event_id": event_id, "message": message}
 
 
-def set_mode(session: Session, region: str, mode: str, reason: str | None = None) -> models.Region:
-    """Put ``region`` in ``mode`` (auto, recommend or hold) with ``reason``; a ``mode-changed`` event."""
-    return set_region_mode(session, region, mode, reason)
-
-
 def resume(session: Session, region: str, *, now: datetime | None = None) -> models.Region:
-    """Return a held region to its previous mode and end its backoff, so the daemon ticks it at its
-    next sweep. InvalidInput naming ``mode`` when the region is neither held nor backing off."""
+    """Return a held region to its previous mode and end its backoff (a ``backoff-ended`` event), so
+    the daemon ticks it at its next sweep. InvalidInput naming ``mode`` when the region is neither held
+    nor backing off."""
     from repart.controller.tick import aware_now
 
+    now = aware_now(now)
     row = region_by_name(session, region)
     backing_off = row.tick_failures > 0
     if row.mode != "hold" and not backing_off:
@@ -139,9 +157,20 @@ def resume(session: Session, region: str, *, now: datetime | None = None) -> mod
             f"is in {row.mode!r} with no failed tick",
         )
     if backing_off:
-        clear_backoff(session, row)
+        message = (
+            f"ended the backoff of region {region!r} after {row.tick_failures} failed tick(s) in a row "
+            f"(the last: {row.last_error}); the next sweep ticks it"
+        )
+        data = {
+            "tick_failures": row.tick_failures,
+            "retry_at": None if row.retry_at is None else row.retry_at.isoformat(),
+            "last_error": row.last_error,
+        }
+        clear_backoff(session, row.id)
+        record_event(session, region, NewEvent("backoff-ended", OPERATOR_RULE, message, data), at=now)
+        session.refresh(row)
     if row.mode == "hold":
-        row = resume_mode(session, region, at=aware_now(now))
+        row = resume_mode(session, region, at=now)
     return row
 
 
@@ -181,31 +210,21 @@ def report_plan(
     *,
     moved_rows: int | None = None,
     moved_bytes: int | None = None,
+    reason: str | None = None,
 ) -> tuple[models.Plan, bool]:
     """Record that a job applied plan ``plan_id`` of ``region`` (with the rows and bytes it moved) or
-    failed to; a pending plan is taken through ``applying``. Returns the plan and whether it changed.
+    failed to (a ``plan-failed`` event with ``reason``); a pending plan is taken through ``applying``.
+    Returns the plan and whether it changed (``repart.storage.plan_reports``, which a job's
+    ``SqlControllerClient`` calls too).
 
     A retry is a no-op: the state the plan is already in with the same numbers changes nothing. Another
     state or other numbers is a Conflict; a plan of another region is NotFound.
     """
     check("state", state, Options(PLAN_OUTCOMES))
-    row = plan_of_region(session, region, plan_id)
-    repeated = row.status == state
-    if repeated and (row.moved_rows, row.moved_bytes) == (moved_rows, moved_bytes):
-        return row, False
-    if row.status == "pending":
-        set_plan_status(session, plan_id, "applying")
-    try:
-        changed = set_plan_status(session, plan_id, state, moved_rows=moved_rows, moved_bytes=moved_bytes)
-    except Conflict as error:
-        if not repeated:
-            raise
-        raise Conflict(
-            f"plan {row.id} was already reported {row.status} with moved rows {row.moved_rows} and moved "
-            f"bytes {row.moved_bytes}; a retry must repeat them, got moved rows {moved_rows} and moved "
-            f"bytes {moved_bytes}"
-        ) from error
-    return changed, True
+    plan_of_region(session, region, plan_id)
+    return store_plan_report(
+        session, plan_id, state, moved_rows=moved_rows, moved_bytes=moved_bytes, reason=reason
+    )
 
 
 def plan_of_region(session: Session, region: str, plan_id: int) -> models.Plan:

@@ -37,9 +37,12 @@ all optional:
   ``repart.partitioning.split.params.SplitParams`` (θ, ε, spread, virtual nodes, seed); the scheme
   itself is the region's ``split_scheme``.
 - ``plan_keep_versions``, ``plan_keep_days``: plan retention (``repart.storage.retention``). The daemon
-  prunes the moves of the plans older than this many versions (an integer >= 1) or days (> 0), keeping
-  the applied version's plan and each pruned plan's summary in the audit log. Neither: nothing is
-  pruned (the default).
+  prunes the moves of the plans older than this many versions (an integer in [1, 2^31 - 1]) or days
+  (in (0, 36500]), keeping the applied version's plan and each pruned plan's summary in the audit log.
+  Neither: nothing is pruned (the default).
+
+``repart.controller.service.update_region`` merges new settings into a region's; a setting given as
+null (``--set plan_keep_versions=null``) is removed, back to its default.
 
 The ``fixed`` policy runs the region's ``n_channels_initial`` channels, within its channel bounds.
 Every bad value raises ``InvalidInput`` naming ``settings.<field>`` and the accepted range;
@@ -64,7 +67,7 @@ from repart.partitioning.domain import SPLIT_SCHEMES, check_utility
 from repart.partitioning.resources import Resources
 from repart.partitioning.split.params import SplitParams
 from repart.storage.regions import RegionConfig
-from repart.storage.retention import PlanRetention
+from repart.storage.retention import KEEP_DAYS, KEEP_VERSIONS, PlanRetention
 from repart.validation import (
     FRACTION,
     NON_NEGATIVE,
@@ -98,8 +101,8 @@ SETTINGS: dict[str, tuple[Constraint, ...]] = {
     "migration_budget": (FRACTION,),
     "move_limit": (POSITIVE_INT,),
     "split": (Kind(Mapping, "an object of the split scheme's parameters"),),
-    "plan_keep_versions": (POSITIVE_INT,),
-    "plan_keep_days": (POSITIVE,),
+    "plan_keep_versions": (KEEP_VERSIONS,),
+    "plan_keep_days": (KEEP_DAYS,),
 }
 
 

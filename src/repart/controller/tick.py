@@ -28,7 +28,10 @@ reconcile loop does:
    lease cannot write); then the region's status is compared and set, so a decision made on a status
    that changed since the read (another controller's activation, an operator's rollback, a job
    applying a plan) is refused with ``Conflict`` and writes nothing; then version, plan and event are
-   written (``repart.storage.activate``), or the ``no-change`` or ``recommended`` event.
+   written (``repart.storage.activate``), or the ``no-change`` or ``recommended`` event. A region
+   backing off after failed ticks (``repart.storage.backoff``) has its backoff ended in that
+   transaction, or, when the tick has nothing else to write, in a short one of its own: a successful
+   tick ends a backoff whoever runs it.
 
 A region's first tick runs these steps twice when windows are already waiting: once to write p^(0),
 once to decide on the windows. Every decision records ``considered_seq``, the newest window seq it
@@ -76,6 +79,7 @@ from repart.storage import (
     region_by_name,
     run_in_transaction,
 )
+from repart.storage.backoff import clear_backoff
 from repart.storage.snapshots import stored_progress
 
 TickAction = Literal["initialized", "idle", "unchanged", "activated", "recommended", "blocked", "held"]
@@ -125,7 +129,8 @@ class Observation:
     ``applied_function``, ``window`` (the sliding window's snapshots, oldest first) and ``history``
     (the newest batches' loads the channel-count policy reads, oldest first) are read only when a
     decision on a new window is due (``awaits_decision``); they are None, None, empty and empty
-    otherwise.
+    otherwise. ``tick_failures`` counts the region's failed ticks in a row (``repart.storage.backoff``):
+    a successful tick ends its backoff.
     """
 
     region: str
@@ -139,6 +144,7 @@ class Observation:
     applied_function: StoredFunction | None = None
     window: tuple[Snapshot, ...] = ()
     history: tuple[BatchLoad, ...] = ()
+    tick_failures: int = 0
 
 
 @dataclass(frozen=True)
@@ -211,6 +217,9 @@ def _iterate(engine: Engine, region: str, moment: datetime, fence: Fence | None)
             engine, lambda session: persist(session, observation, verdict, moment, fence)
         )
         write_seconds = time.perf_counter() - decided
+    elif observation.tick_failures:
+        run_in_transaction(engine, lambda session: end_backoff(session, region, fence))
+        write_seconds = time.perf_counter() - decided
     read_seconds = read_done - started
     reason = verdict.reason
     if persisted.superseded_plans:
@@ -245,7 +254,14 @@ def observe(session: Session, region: str) -> Observation:
     config = RegionConfig.from_row(row)
     settings = ControllerSettings.from_config(config)
     observation = Observation(
-        region, config, settings, RegionStatus.of(row), newest_seq, applied_n_channels, row.mode_reason
+        region,
+        config,
+        settings,
+        RegionStatus.of(row),
+        newest_seq,
+        applied_n_channels,
+        row.mode_reason,
+        tick_failures=row.tick_failures,
     )
     if not awaits_decision(observation):
         return observation
@@ -505,6 +521,8 @@ def persist(
     session.refresh(row, with_for_update=True)  # region row, then lease row: the order acquire_lease locks
     if fence is not None:
         check_fence(session, region, row.id, fence, datetime.now(UTC))
+    if observation.tick_failures:
+        clear_backoff(session, row.id)
     expected = observation.status
     if verdict.version is None:
         compare_and_set_status(
@@ -527,6 +545,16 @@ def persist(
         at=now,
     )
     return Persisted(activation.version_number, activation.plan_id, activation.superseded_plans)
+
+
+def end_backoff(session: Session, region: str, fence: Fence | None) -> None:
+    """End ``region``'s backoff after a tick that had nothing else to write (with a ``fence``, only while
+    its lease is still the caller's; Conflict otherwise, and nothing is written)."""
+    row = region_by_name(session, region)
+    session.refresh(row, with_for_update=True)  # region row, then lease row, as ``persist`` locks them
+    if fence is not None:
+        check_fence(session, region, row.id, fence, datetime.now(UTC))
+    clear_backoff(session, row.id)
 
 
 def _mode_change(current: StoredFunction, settings: ControllerSettings) -> RebalanceDecision | None:

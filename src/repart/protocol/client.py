@@ -81,8 +81,8 @@ class ControllerClient(Protocol):
         reason: str | None = None,
     ) -> None:
         """Record a claimed plan's outcome: ``applied`` with the rows and bytes that moved (None when
-        unknown: the store had committed it before a job died), or ``failed`` with ``reason``. A plan
-        already in ``outcome`` is left as it is."""
+        unknown: the store had committed it before a job died), or ``failed`` with ``reason``. A retry
+        that repeats the first report changes nothing; one with other numbers is a Conflict."""
         ...
 
     def submit_snapshot(self, snapshot: Snapshot) -> str:

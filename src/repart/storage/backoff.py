@@ -1,15 +1,17 @@
 """A region's failed ticks in a row, stored on its row so that every daemon and ``repart status`` see
 them: ``tick_failures``, ``retry_at`` (when the daemon ticks it again) and ``last_error``.
 
-The daemon records a failure with the retry time its backoff chose (``repart.controller.backoff``) and
-clears them after a successful tick; ``repart resume`` clears them too.
+The daemon and ``repart run --once`` record a failure with the retry time the backoff chose
+(``repart.controller.backoff``); every successful tick clears them in its own transaction, whatever ran
+it (the daemon, ``repart run --once``, ``repart tick``), and ``repart resume`` clears them too.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any, cast
 
-from sqlalchemy import update
+from sqlalchemy import CursorResult, update
 from sqlalchemy.orm import Session
 
 from repart.storage import models
@@ -35,9 +37,14 @@ def record_failure(session: Session, region_id: int, error: str, retry_at: datet
     )
 
 
-def clear_backoff(session: Session, row: models.Region) -> None:
-    """End region ``row``'s backoff: no failure counted, no retry time, no error."""
-    row.tick_failures = 0
-    row.retry_at = None
-    row.last_error = None
-    session.flush()
+def clear_backoff(session: Session, region_id: int) -> bool:
+    """End region ``region_id``'s backoff: no failure counted, no retry time, no error; its
+    ``updated_at`` stays (its configuration did not change). Whether it was backing off."""
+    table = models.Region
+    cleared = session.execute(
+        update(table)
+        .where(table.id == region_id, table.tick_failures > 0)
+        .values(tick_failures=0, retry_at=None, last_error=None, updated_at=table.updated_at)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(cast(CursorResult[Any], cleared).rowcount)

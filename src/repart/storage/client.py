@@ -3,8 +3,10 @@
 Each call is one short transaction (``run_in_transaction``). The plan life cycle is the storage
 layer's (``repart.storage.plans``): a claim moves the plan ``pending → applying`` under a row lock, so a
 plan the controller supersedes meanwhile is never applied, and the controller decides nothing while
-state moves; the job's report moves it on to ``applied`` or ``failed``. A failure's reason is recorded
-as a ``plan-failed`` event on the region, in the same transaction.
+state moves; the job's report moves it on to ``applied`` or ``failed`` through
+``repart.storage.plan_reports``, as ``repart plans report`` does, with the same retry rules: a failure's
+reason is recorded as a ``plan-failed`` event on the region, in the same transaction, and a retry must
+repeat the first report (Conflict otherwise).
 
 Exactly-once batches (``repart.protocol.client``): a snapshot row records the job's batch id (unique per
 region), so a snapshot of a batch already ingested is a no-op (``ingest_snapshot``); a batch report is
@@ -25,7 +27,8 @@ from repart.protocol.merge import MergeSpec
 from repart.protocol.snapshot import Snapshot
 from repart.storage import models
 from repart.storage.engine import read_transaction, run_in_transaction
-from repart.storage.events import NewEvent, record_batch_report, record_event
+from repart.storage.events import record_batch_report
+from repart.storage.plan_reports import report_plan
 from repart.storage.plans import list_plans, set_plan_status
 from repart.storage.regions import region_by_name
 from repart.storage.schema import check_revision
@@ -79,24 +82,12 @@ class SqlControllerClient:
         moved_bytes: int | None = None,
         reason: str | None = None,
     ) -> None:
-        def work(session: Session) -> None:
-            plan = session.get(models.Plan, plan_id)
-            if plan is not None and plan.status == outcome:
-                return
-            changed = set_plan_status(
-                session, plan_id, outcome, moved_rows=moved_rows, moved_bytes=moved_bytes
-            )
-            if outcome == "failed":
-                region = session.get_one(models.Region, changed.region_id).name
-                event = NewEvent(
-                    kind="plan-failed",
-                    rule="job-report",
-                    message=reason or "the job reported the plan failed",
-                    data={"plan_id": plan_id, "to_version": changed.to_version},
-                )
-                record_event(session, region, event)
-
-        run_in_transaction(self.engine, work)
+        run_in_transaction(
+            self.engine,
+            lambda session: report_plan(
+                session, plan_id, outcome, moved_rows=moved_rows, moved_bytes=moved_bytes, reason=reason
+            ),
+        )
 
     def submit_snapshot(self, snapshot: Snapshot) -> str:
         row_id = run_in_transaction(

@@ -4,8 +4,8 @@
 # Every event kind repart writes (a test checks the kinds written in the source against it): the
 # controller's decisions (``repart.controller.tick``), the operator's actions
 # (``repart.controller.actions``, ``repart.storage.modes``, ``repart snapshot delete``, ``repart region
-# delete``), a job's report of a failed plan (``repart.storage.client``) and a call the HTTP API refused
-# (``repart.api.app``).
+# delete``, ``repart resume`` ending a backoff, ``repart plans prune``), a job's report of a failed
+# plan (``repart.storage.plan_reports``) and a call the HTTP API refused (``repart.api.app``).
 EVENT_KINDS = (
     "initialized",
     "activated",
@@ -19,4 +19,5 @@ EVENT_KINDS = (
     "plan-pruned",
     "region-deleted",
     "access-refused",
+    "backoff-ended",
 )

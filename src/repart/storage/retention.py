@@ -17,11 +17,12 @@ naming the option and nothing is written; from a region's settings (the daemon),
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import CursorResult, delete, select, update
 from sqlalchemy.orm import Session
 
 from repart.errors import InvalidInput
@@ -29,7 +30,13 @@ from repart.storage import models
 from repart.storage.events import NewEvent, record_event
 from repart.storage.regions import region_by_name
 from repart.storage.tables import OPEN_PLAN_STATUSES
-from repart.validation import NONE, POSITIVE, POSITIVE_INT, check
+from repart.storage.views import plan_summary
+from repart.validation import Interval, check
+
+#: The accepted retention limits: at least one version and at most 2^31 - 1 (a database integer); more
+#: than 0 days and at most 36500 (a century, far within the dates a database stores).
+KEEP_VERSIONS = Interval(int, 1, 2**31 - 1)
+KEEP_DAYS = Interval(float, 0, 36500, closed="right")
 
 #: The event rule of a prune asked for by an operator, and of one run by the daemon from the settings.
 OPERATOR_RULE = "operator"
@@ -38,16 +45,19 @@ SETTINGS_RULE = "retention"
 
 @dataclass(frozen=True)
 class PlanRetention:
-    """Which plans' moves to keep: those of the ``keep_versions`` newest versions (an integer >= 1) and
-    those younger than ``older_than`` days (> 0); None leaves a limit out. InvalidInput naming the
-    field for a bad value, or when neither is given."""
+    """Which plans' moves to keep: those of the ``keep_versions`` newest versions (``KEEP_VERSIONS``:
+    an integer in [1, 2^31 - 1]) and those younger than ``older_than`` days (``KEEP_DAYS``: in (0,
+    36500]); None leaves a limit out. InvalidInput naming the field for a bad value, or when neither is
+    given."""
 
     keep_versions: int | None = None
     older_than: float | None = None
 
     def __post_init__(self) -> None:
-        check("keep_versions", self.keep_versions, POSITIVE_INT, NONE)
-        check("older_than", self.older_than, POSITIVE, NONE)
+        if self.keep_versions is not None:
+            check("keep_versions", self.keep_versions, KEEP_VERSIONS)
+        if self.older_than is not None:
+            check("older_than", self.older_than, KEEP_DAYS)
         if self.keep_versions is None and self.older_than is None:
             raise InvalidInput("keep_versions", "or older_than is required: which plans' moves to keep")
 
@@ -69,23 +79,22 @@ def prune_plans(
     that selects the applied version's plan raises InvalidInput naming ``keep_versions`` or
     ``older_than`` before anything is written. NotFound for an unknown region."""
     row = region_by_name(session, region)
+    # The region row's lock first, as a plan's claim and activation take it: a job cannot report the
+    # plan of a new applied version between the read of the applied version and the selection, and two
+    # prunes of one region run one after the other.
+    session.refresh(row, with_for_update=True)
     selected = _selected(session, row, retention, now)
     applied = [plan for plan in selected if plan.to_version == row.applied_version]
     if applied and strict:
         raise _refusal(row, applied[0], retention, now)
     pruned: list[PrunedPlan] = []
     for plan in selected:
-        if plan.to_version == row.applied_version:
+        if plan.to_version == row.applied_version or not _mark_pruned(session, plan.id, now):
             continue
-        summary = plan_summary(plan)
-        deleted = session.scalar(
-            select(func.count()).select_from(models.PlanMove).where(models.PlanMove.plan_id == plan.id)
-        )
-        deleted = deleted or 0
-        session.execute(delete(models.PlanMove).where(models.PlanMove.plan_id == plan.id))
-        plan.plan_json = None
-        plan.pruned_at = now
-        summary["deleted_moves"] = deleted
+        moves = delete(models.PlanMove).where(models.PlanMove.plan_id == plan.id)
+        deleted = cast(CursorResult[Any], session.execute(moves)).rowcount
+        session.refresh(plan)
+        summary = {**plan_summary(plan), "deleted_moves": deleted}
         message = (
             f"pruned the moves of plan {plan.id} (version {plan.from_version} -> {plan.to_version}, "
             f"{plan.status}): {deleted} move rows"
@@ -96,6 +105,18 @@ def prune_plans(
     return pruned
 
 
+def _mark_pruned(session: Session, plan_id: int, now: datetime) -> bool:
+    """Mark plan ``plan_id`` pruned at ``now`` and drop its JSON, unless it already is; whether it was
+    this call that marked it."""
+    marked = session.execute(
+        update(models.Plan)
+        .where(models.Plan.id == plan_id, models.Plan.pruned_at.is_(None))
+        .values(plan_json=None, pruned_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(cast(CursorResult[Any], marked).rowcount)
+
+
 def prunable_plans(session: Session, region: str, retention: PlanRetention, now: datetime) -> list[int]:
     """The ids of the plans ``prune_plans`` would prune from the region's settings (the applied
     version's plan left out), oldest first: a read, so that a caller writes only when there is work."""
@@ -103,25 +124,6 @@ def prunable_plans(session: Session, region: str, retention: PlanRetention, now:
     return [
         plan.id for plan in _selected(session, row, retention, now) if plan.to_version != row.applied_version
     ]
-
-
-def plan_summary(plan: models.Plan) -> dict[str, Any]:
-    """What the audit log keeps of a pruned plan: its id, versions, status, predicted m and cost, move
-    counts, the rows and bytes a job reported moving, its digest and when it was created."""
-    return {
-        "plan_id": plan.id,
-        "from_version": plan.from_version,
-        "to_version": plan.to_version,
-        "status": plan.status,
-        "predicted_m": plan.predicted_m,
-        "predicted_cost": plan.predicted_cost,
-        "explicit_moves": plan.explicit_moves,
-        "slot_moves": plan.slot_moves,
-        "moved_rows": plan.moved_rows,
-        "moved_bytes": plan.moved_bytes,
-        "digest": plan.digest,
-        "created_at": plan.created_at.isoformat(),
-    }
 
 
 def _selected(
@@ -156,8 +158,9 @@ def _refusal(row: models.Region, plan: models.Plan, retention: PlanRetention, no
                 f"(plan {plan.id}; the newest version is {latest}), got {retention.keep_versions}",
             )
     age_days = (now - plan.created_at).total_seconds() / 86400
+    enough = math.ceil(age_days * 1000) / 1000  # rounded up: the least shown value that keeps the plan
     return InvalidInput(
         "older_than",
-        f"must exceed {age_days:.3f} days to keep the plan of the applied version {plan.to_version} "
+        f"must be at least {enough:.3f} days to keep the plan of the applied version {plan.to_version} "
         f"(plan {plan.id}, created {plan.created_at.isoformat()}), got {retention.older_than:g}",
     )

@@ -12,6 +12,7 @@ Alembic (Alembic is imported only to upgrade or to read the scripts).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Engine, inspect, text
 
-from repart.errors import InvalidInput
+from repart.errors import Corrupt, InvalidInput
 from repart.storage.engine import make_engine, read_only
 
 if TYPE_CHECKING:
@@ -47,7 +48,10 @@ def upgrade(engine_or_url: Engine | str | None = None) -> str | None:
 
     ``engine_or_url`` is an engine, or a URL resolved like ``make_engine`` (``$REPART_DB``, then the
     SQLite default); an engine created here is disposed of before returning. A database that a newer
-    repart upgraded is refused as ``check_revision`` refuses it, and left as it is.
+    repart upgraded is refused as ``check_revision`` refuses it, and left as it is; one at head is left
+    as it is too (nothing runs, nothing is checked). On SQLite, revisions that leave a row referring to
+    a missing one, where there was none before, are refused with ``Corrupt`` and nothing is committed
+    (``_check_foreign_keys``).
     """
     from alembic import command
 
@@ -59,9 +63,12 @@ def upgrade(engine_or_url: Engine | str | None = None) -> str | None:
             before = _revision(connection)
             if before is not None and before > HEAD_REVISION:
                 raise _newer(before)
+            if before == HEAD_REVISION:
+                return before
+            dangling = _dangling_references(connection)
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
-            _check_foreign_keys(connection)
+            _check_foreign_keys(connection, dangling)
         return before
     finally:
         if owned:
@@ -90,17 +97,25 @@ def _foreign_keys_off(connection: Connection) -> Iterator[None]:
         driver.execute("PRAGMA foreign_keys=ON")
 
 
-def _check_foreign_keys(connection: Connection) -> None:
-    """On SQLite, refuse to commit revisions that left a row referring to a missing one (they ran with
-    foreign keys off: ``_foreign_keys_off``)."""
+def _dangling_references(connection: Connection) -> Counter[tuple[str, str]]:
+    """On SQLite, how many rows of each table refer to a missing row of each parent table (``PRAGMA
+    foreign_key_check``); empty elsewhere (PostgreSQL checks every reference as it is written)."""
     if connection.dialect.name != "sqlite":
-        return
-    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
-    if broken:
-        table, rowid, parent, _ = broken[0]
-        raise RuntimeError(
-            f"the schema upgrade left {len(broken)} row(s) referring to missing rows (first: {table} row "
-            f"{rowid} -> {parent}); nothing was committed"
+        return Counter()
+    rows = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+    return Counter((str(table), str(parent)) for table, _, parent, _ in rows)
+
+
+def _check_foreign_keys(connection: Connection, before: Counter[tuple[str, str]]) -> None:
+    """On SQLite, refuse to commit revisions that left more rows referring to missing ones than there
+    were ``before`` them (they ran with foreign keys off: ``_foreign_keys_off``); rows that referred to
+    missing ones already are the database's, not the upgrade's. ``Corrupt`` in one line."""
+    added = _dangling_references(connection) - before
+    if added:
+        (table, parent), count = sorted(added.items())[0]
+        raise Corrupt(
+            f"the schema upgrade would leave {sum(added.values())} more row(s) referring to missing rows "
+            f"({count} of table {table} referring to {parent}); nothing was committed"
         )
 
 

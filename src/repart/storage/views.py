@@ -73,7 +73,10 @@ def version_dict(row: Version, function: StoredFunction) -> dict[str, Any]:
 
 
 def plan_summary(row: Plan) -> dict[str, Any]:
-    """A plan's metadata as a JSON object."""
+    """A plan's metadata as a JSON object, what ``repart plans list`` shows and the audit log keeps of
+    a pruned plan: its id, versions, status, predicted m and cost, move counts, the rows and bytes a
+    job reported moving, its digest, when it was created and updated, and when its moves were pruned
+    (None while they are kept)."""
     return {
         "id": row.id,
         "from_version": row.from_version,

@@ -6,6 +6,9 @@ with no failures). ``plans.pruned_at`` is when retention deleted a plan's moves;
 ``plan_json`` is None, so the column becomes nullable, and a check keeps the two in step (existing
 plans are not pruned).
 
+The downgrade is refused (``Conflict``, before anything changes) once a plan's moves were pruned: the
+older schema needs every plan's JSON, and the pruned moves are gone.
+
 Revision ID: 0006
 Revises: 0005
 """
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+
+from repart.errors import Conflict
 
 revision = "0006"
 down_revision = "0005"
@@ -36,6 +41,12 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    pruned = op.get_bind().execute(sa.text("SELECT count(*) FROM plans WHERE pruned_at IS NOT NULL")).scalar()
+    if pruned:
+        raise Conflict(
+            f"revision 0006 cannot be downgraded: the moves of {pruned} plan(s) were pruned, and revision "
+            "0005 needs every plan's moves; stay at 0006 or restore a backup taken before the pruning"
+        )
     with op.batch_alter_table("plans") as batch:
         batch.drop_constraint(op.f("ck_plans_pruned"), type_="check")
         batch.alter_column("plan_json", existing_type=sa.Text(), nullable=False)
