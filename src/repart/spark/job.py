@@ -564,8 +564,11 @@ class _ChannelReader:
 
 def _query_rates(spark: SparkSession, query_id: str) -> Rates:
     """The input and processing rates (rows per second) of the running query's last finished
-    micro-batch (``StreamingQuery.lastProgress``); None for a rate Spark has not measured yet."""
-    query = spark.streams.get(query_id)
+    micro-batch (``StreamingQuery.lastProgress``); None for a rate Spark has not measured yet.
+
+    ``spark`` is the batch's session, a clone whose query manager knows no query: the query is
+    looked up in the session the application built (``SparkSession.builder.getOrCreate``) too."""
+    query = spark.streams.get(query_id) or SparkSession.builder.getOrCreate().streams.get(query_id)
     progress = None if query is None else query.lastProgress
     if progress is None:
         return None, None
