@@ -273,3 +273,15 @@ def test_an_infinite_b_always_rebalances() -> None:
     decision = needs_rebalance(math.inf, 1.0)
     assert decision.rebalance and decision.numbers["b"] is None
     assert "infinite" in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("target", "band"), [(0.7, (0.45, 0.9)), (0.95, (0.45, 0.95)), (0.3, (0.3, 0.9)), (1.0, (0.45, 1.0))]
+)
+def test_the_default_band_holds_any_target(target: float, band: tuple[float, float]) -> None:
+    built = TargetUtilizationPolicy(target, 1, 8, batch_interval_seconds=10.0)
+    assert built.band == band
+    # Pressure just above the band's top scales up; just inside it keeps.
+    above = built.decide(run(1, 4, [band[1] + 0.01]), 4)
+    inside = built.decide(run(1, 4, [band[1] - 0.01]), 4)
+    assert (above.changed, inside.changed, inside.held_by in (None, "band")) == (True, False, True)

@@ -45,6 +45,7 @@ _CEIL_SLACK = 1e-9
 
 DEFAULT_TARGET_UTILIZATION = 0.7
 DEFAULT_BAND = (0.45, 0.9)
+"""The default utilization band around the default target; ``default_band`` widens it to any target."""
 DEFAULT_STABILIZATION_BATCHES = 0
 DEFAULT_SCALE_DOWN_DELAY = 3
 DEFAULT_MAX_SCALE_DOWN_FACTOR = 0.5
@@ -53,6 +54,13 @@ DEFAULT_REVERSAL_MARGIN = 0.1
 DEFAULT_EFFECTIVENESS_THRESHOLD = 0.1
 CATCH_UP_BUDGETS = 5.0
 """Without a declared catch-up time, a backlog is to be caught up within this many batch budgets."""
+
+
+def default_band(target_utilization: float) -> tuple[float, float]:
+    """The band a region gets without ``utilization_band``: ``DEFAULT_BAND`` widened to hold the target,
+    ``[min(0.45, u), max(0.9, u)]``, so that every target in (0, 1] has a default band."""
+    low, high = DEFAULT_BAND
+    return min(low, target_utilization), max(high, target_utilization)
 
 
 @dataclass(frozen=True)
@@ -152,7 +160,8 @@ class TargetUtilizationPolicy:
     2. ``no-signal``: no batch with busy time, tuples and a budget: keep.
     3. ``stabilization``: the first ``stabilization_batches`` batches after a change of N took effect
        are not used (they carry the migration); with none left, keep.
-    4. ``band``: with the newest batch's pressure inside ``utilization_band``, keep.
+    4. ``band``: with the newest batch's pressure inside ``utilization_band`` (default
+       ``default_band(target_utilization)``), keep.
     5. Above the band, scale up to ``ceil(demand)`` (at least one more channel), unless
        ``reversal``: the last step was a scale-down less than ``reversal_batches`` batches ago and the
        pressure is not above the band by ``reversal_margin``; or ``effectiveness``: the last step
@@ -173,7 +182,7 @@ class TargetUtilizationPolicy:
     target_utilization: float
     min_channels: int
     max_channels: int
-    utilization_band: tuple[float, float] = DEFAULT_BAND
+    utilization_band: tuple[float, float] | None = None
     batch_interval_seconds: float | None = None
     catch_up_seconds: float | None = None
     stabilization_batches: int = DEFAULT_STABILIZATION_BATCHES
@@ -186,7 +195,7 @@ class TargetUtilizationPolicy:
     def __post_init__(self) -> None:
         target = check("target_utilization", self.target_utilization, FRACTION)
         _check_bounds(self.min_channels, self.max_channels)
-        low, high = self.utilization_band
+        low, high = self.band
         if not (0 <= low <= target <= high):
             raise InvalidInput(
                 "utilization_band",
@@ -205,6 +214,11 @@ class TargetUtilizationPolicy:
         check("effectiveness_threshold", self.effectiveness_threshold, PROBABILITY)
 
     @property
+    def band(self) -> tuple[float, float]:
+        """``(low, high)``: the ``utilization_band`` given, else ``default_band(target_utilization)``."""
+        return self.utilization_band or default_band(self.target_utilization)
+
+    @property
     def history_batches(self) -> int:
         """Enough batches to see the stabilized run at the current N, the delay or the reversal window,
         and the batch before the last change (for the effectiveness check)."""
@@ -213,7 +227,7 @@ class TargetUtilizationPolicy:
     def decide(self, history: Sequence[BatchLoad], current: int) -> Decision:
         """The next channel count (see the class docstring for the rules and their order)."""
         check("current", current, POSITIVE_INT)
-        low, high = self.utilization_band
+        low, high = self.band
         numbers: dict[str, float] = {
             "current": current,
             "target_utilization": self.target_utilization,
@@ -287,7 +301,7 @@ class TargetUtilizationPolicy:
         stable: Sequence[BatchSignal],
         numbers: dict[str, float],
     ) -> Decision:
-        high = self.utilization_band[1]
+        high = self.band[1]
         target = min(max(current + 1, _ceil(demand)), self.max_channels)
         if target == current:
             return _held(current, "bounds", f"{signal} is above the band, at max_channels {current}", numbers)
@@ -332,7 +346,7 @@ class TargetUtilizationPolicy:
         catch_up: float,
         numbers: dict[str, float],
     ) -> Decision:
-        low = self.utilization_band[0]
+        low = self.band[0]
         u = self.target_utilization
         below = list(itertools.takewhile(lambda s: s.pressure(u, catch_up) < low, reversed(stable)))
         numbers["batches_below_band"] = len(below)

@@ -290,7 +290,7 @@ def _budget(snapshot: Snapshot, settings: ControllerSettings) -> float:
 
 def _band(settings: ControllerSettings) -> tuple[float, float]:
     policy = settings.policy
-    return policy.utilization_band if isinstance(policy, TargetUtilizationPolicy) else (0.0, 1.0)
+    return policy.band if isinstance(policy, TargetUtilizationPolicy) else (0.0, 1.0)
 
 
 def _costs_per_row(snapshots: Sequence[Snapshot]) -> list[float]:

@@ -12,7 +12,8 @@ all optional:
   - ``target_utilization``: u, the busiest channel's busy share of the batch budget to size for, in
     (0, 1], default 0.7.
   - ``utilization_band``: ``[low, high]`` with ``0 <= low <= target_utilization <= high``: no change
-    while the utilization is inside it; default ``[0.45, 0.9]``.
+    while the utilization is inside it; default ``[min(0.45, u), max(0.9, u)]`` (``[0.45, 0.9]`` at
+    the default target), so that any target has a band.
   - ``batch_interval_seconds``: the time budget of one batch (a trigger interval), > 0; absent, the
     budget a batch reports, else the time measured between batches.
   - ``catch_up_seconds``: the time to catch up on a reported backlog in, > 0; default five budgets.
