@@ -484,3 +484,31 @@ def test_a_rebalance_whose_gain_does_not_pay_for_its_move_is_a_recorded_no_chang
     assert event.rule == "rebalance-gain"
     assert data["predicted_b"] * (1 + data["predicted_m"]) >= data["b_before"] > data["threshold"]
     assert len(versions(engine)) == 2
+
+
+def test_an_ineffective_scale_up_holds_further_ones_until_n_changes_again(engine: Engine) -> None:
+    """After 2 -> 4 channels whose busiest channel is as busy as before (the capacity did not rise), every
+    later tick holds the scale-up, also once the policy's history window holds only batches at 4."""
+    add_zipf_region(
+        engine,
+        policy="target-utilization",
+        max_channels=8,
+        settings=MINUTE_BATCHES | {"target_utilization": 0.5, "rebalance_threshold": 50.0},
+    )
+    tick(engine, REGION)
+    ingest(engine, dataclasses.replace(zipf_snapshot(1, n_channels=2, demand=4.0), version=1))
+    scaled = tick(engine, REGION)
+    assert (scaled.action, scaled.n_channels) == ("activated", 4)
+    for status in ("applying", "applied"):
+        run_in_transaction(engine, lambda session, s=status: set_plan_status(session, scaled.plan_id, s))
+    history_batches = ControllerSettings.from_config(
+        RegionConfig(
+            key_type="int", n_channels_initial=2, policy="target-utilization", settings=MINUTE_BATCHES
+        )
+    ).policy.history_batches
+    for seq in range(2, history_batches + 5):
+        # Each channel as busy as at 2 channels: demand 8 at 4 channels, the capacity unchanged.
+        ingest(engine, dataclasses.replace(zipf_snapshot(seq, n_channels=4, demand=8.0), version=2))
+        held = tick(engine, REGION)
+        assert (held.action, held.n_channels) == ("unchanged", 4), seq
+        assert load_object(events(engine)[0].data_json)["held_by"] == "effectiveness", seq

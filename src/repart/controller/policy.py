@@ -101,9 +101,12 @@ class ChannelPolicy(Protocol):
         """How many of the newest batches ``decide`` looks at."""
         ...
 
-    def decide(self, history: Sequence[BatchLoad], current: int) -> Decision:
-        """The channel count to run with next, given the newest batches (oldest first) and the current
-        count."""
+    def decide(
+        self, history: Sequence[BatchLoad], current: int, before_change: BatchLoad | None = None
+    ) -> Decision:
+        """The channel count to run with next, given the newest batches (oldest first), the current
+        count and, when every batch of ``history`` ran at the current count, the newest batch that ran
+        at another count (the batch before the last change; None when there is none)."""
         ...
 
 
@@ -131,7 +134,9 @@ class FixedPolicy:
         """None needed: the fixed policy reads no batch."""
         return 0
 
-    def decide(self, history: Sequence[BatchLoad], current: int) -> Decision:
+    def decide(
+        self, history: Sequence[BatchLoad], current: int, before_change: BatchLoad | None = None
+    ) -> Decision:
         """``channels``, whatever the load; ``changed`` when it differs from ``current``."""
         check("current", current, POSITIVE_INT)
         changed = self.channels != current
@@ -224,8 +229,13 @@ class TargetUtilizationPolicy:
         and the batch before the last change (for the effectiveness check)."""
         return self.stabilization_batches + max(self.scale_down_delay, self.reversal_batches) + 2
 
-    def decide(self, history: Sequence[BatchLoad], current: int) -> Decision:
-        """The next channel count (see the class docstring for the rules and their order)."""
+    def decide(
+        self, history: Sequence[BatchLoad], current: int, before_change: BatchLoad | None = None
+    ) -> Decision:
+        """The next channel count (see the class docstring for the rules and their order).
+        ``before_change`` is the batch before the last change of N when ``history`` holds none but
+        batches at ``current``: the effectiveness check compares against it however long ago N
+        changed."""
         check("current", current, POSITIVE_INT)
         low, high = self.band
         numbers: dict[str, float] = {
@@ -242,7 +252,8 @@ class TargetUtilizationPolicy:
             return _result(clamped, current, "bounds", f"{current} channels is outside {bounds}", numbers)
         run = _run_at(history, current)
         since_change = None if len(run) == len(history) else len(run)
-        previous_n = None if since_change is None else history[-len(run) - 1].n_channels
+        previous = before_change if since_change is None else history[-len(run) - 1]
+        previous_n = None if previous is None else previous.n_channels
         skipped = 0 if since_change is None else self.stabilization_batches
         signals = batch_signals(history, self.batch_interval_seconds)
         used = {load.seq for load in run[skipped:]}
@@ -278,9 +289,7 @@ class TargetUtilizationPolicy:
         if newest.backlog_rows:
             signal += f", {newest.backlog_rows} rows waiting (pressure {pressure:.3g})"
         if pressure > high:
-            return self._scale_up(
-                current, demand, pressure, signal, since_change, previous_n, signals, stable, numbers
-            )
+            return self._scale_up(current, demand, pressure, signal, since_change, previous, stable, numbers)
         if pressure < low:
             return self._scale_down(
                 current, pressure, signal, since_change, previous_n, stable, catch_up, numbers
@@ -296,12 +305,12 @@ class TargetUtilizationPolicy:
         pressure: float,
         signal: str,
         since_change: int | None,
-        previous_n: int | None,
-        signals: Sequence[BatchSignal],
+        previous: BatchLoad | None,
         stable: Sequence[BatchSignal],
         numbers: dict[str, float],
     ) -> Decision:
         high = self.band[1]
+        previous_n = None if previous is None else previous.n_channels
         target = min(max(current + 1, _ceil(demand)), self.max_channels)
         if target == current:
             return _held(current, "bounds", f"{signal} is above the band, at max_channels {current}", numbers)
@@ -317,22 +326,18 @@ class TargetUtilizationPolicy:
                 f"not above the band by the margin {self.reversal_margin:g} (target would be {target})"
             )
             return _held(current, "reversal", message, numbers)
-        if previous_n is not None and previous_n < current:
-            before = [
-                s for s in signals if s.load.n_channels == previous_n and s.load.seq < stable[0].load.seq
-            ]
-            if before:
-                gained = math.fsum(s.capacity for s in stable) / len(stable) - before[-1].capacity
-                promised = before[-1].capacity * (current / previous_n - 1)
-                numbers |= {"capacity_gained": gained, "capacity_promised": promised}
-                if gained < self.effectiveness_threshold * promised:
-                    message = (
-                        f"effectiveness: the scale-up {previous_n} -> {current} raised the capacity by "
-                        f"{gained:.4g} rows/s, under {self.effectiveness_threshold:g} of the "
-                        f"{promised:.4g} rows/s it promised (fewer cores than channels, or a bottleneck "
-                        f"outside the channels?); further scale-ups are held (target would be {target})"
-                    )
-                    return _held(current, "effectiveness", message, numbers)
+        if previous is not None and previous.n_channels < current and previous.capacity is not None:
+            gained = math.fsum(s.capacity for s in stable) / len(stable) - previous.capacity
+            promised = previous.capacity * (current / previous.n_channels - 1)
+            numbers |= {"capacity_gained": gained, "capacity_promised": promised}
+            if gained < self.effectiveness_threshold * promised:
+                message = (
+                    f"effectiveness: the scale-up {previous_n} -> {current} raised the capacity by "
+                    f"{gained:.4g} rows/s, under {self.effectiveness_threshold:g} of the "
+                    f"{promised:.4g} rows/s it promised (fewer cores than channels, or a bottleneck "
+                    f"outside the channels?); further scale-ups are held (target would be {target})"
+                )
+                return _held(current, "effectiveness", message, numbers)
         return _result(target, current, "target-utilization", f"{signal} is above the band", numbers)
 
     def _scale_down(

@@ -127,10 +127,11 @@ class Observation:
     applied version (None before the first); ``mode_reason`` why the region is in its mode.
     ``applying_plan`` (a plan being applied), and
     ``applied_function``, ``window`` (the sliding window's snapshots, oldest first) and ``history``
-    (the newest batches' loads the channel-count policy reads, oldest first) are read only when a
-    decision on a new window is due (``awaits_decision``); they are None, None, empty and empty
-    otherwise. ``tick_failures`` counts the region's failed ticks in a row (``repart.storage.backoff``):
-    a successful tick ends its backoff.
+    (the newest batches' loads the channel-count policy reads, oldest first), with ``before_change``
+    (the batch before the last change of N when ``history`` holds only batches at the applied N) are
+    read only when a decision on a new window is due (``awaits_decision``); they are None, None,
+    empty, empty and None otherwise. ``tick_failures`` counts the region's failed ticks in a row
+    (``repart.storage.backoff``): a successful tick ends its backoff.
     """
 
     region: str
@@ -144,6 +145,7 @@ class Observation:
     applied_function: StoredFunction | None = None
     window: tuple[Snapshot, ...] = ()
     history: tuple[BatchLoad, ...] = ()
+    before_change: BatchLoad | None = None
     tick_failures: int = 0
 
 
@@ -278,11 +280,13 @@ def observe(session: Session, region: str) -> Observation:
         )
     )
     window = latest_snapshots(session, region, window_size(settings.counters))
+    history = batch_history(session, row.id, settings.policy.history_batches, applied_n_channels)
     return dataclasses.replace(
         observation,
         applied_function=load_function(cast(str, function_json)),
         window=tuple(window),
-        history=batch_history(session, row.id, settings.policy.history_batches, applied_n_channels),
+        history=history,
+        before_change=batch_before_change(session, row.id, history, applied_n_channels),
     )
 
 
@@ -292,7 +296,7 @@ def batch_history(session: Session, region_id: int, count: int, applied_n: int) 
     progress; items and slots are not read."""
     if count == 0:
         return ()
-    snapshot, version, channel = models.Snapshot, models.Version, models.SnapshotChannel
+    snapshot, version = models.Snapshot, models.Version
     rows = session.execute(
         select(snapshot, version.n_channels)
         .outerjoin(version, (version.region_id == snapshot.region_id) & (version.number == snapshot.version))
@@ -300,6 +304,36 @@ def batch_history(session: Session, region_id: int, count: int, applied_n: int) 
         .order_by(snapshot.seq.desc())
         .limit(count)
     ).all()
+    return _loads(session, [(row, applied_n if n is None else n) for row, n in reversed(rows)])
+
+
+def batch_before_change(
+    session: Session, region_id: int, history: tuple[BatchLoad, ...], applied_n: int
+) -> BatchLoad | None:
+    """The newest batch before ``history`` that ran at another N than ``applied_n``, when every batch
+    of ``history`` ran at ``applied_n`` (the batch before the last change of N, which the policy's
+    effectiveness check compares against however long ago the change was); None otherwise or when
+    there is none."""
+    if not history or any(load.n_channels != applied_n for load in history):
+        return None
+    snapshot, version = models.Snapshot, models.Version
+    found = session.execute(
+        select(snapshot, version.n_channels)
+        .join(version, (version.region_id == snapshot.region_id) & (version.number == snapshot.version))
+        .where(
+            snapshot.region_id == region_id,
+            snapshot.seq < history[0].seq,
+            version.n_channels != applied_n,
+        )
+        .order_by(snapshot.seq.desc())
+        .limit(1)
+    ).first()
+    return None if found is None else _loads(session, [(found[0], found[1])])[0]
+
+
+def _loads(session: Session, rows: list[tuple[models.Snapshot, int]]) -> tuple[BatchLoad, ...]:
+    """``BatchLoad``s of snapshot rows, each with the N it ran with, their channels read in one query."""
+    channel = models.SnapshotChannel
     ids = [row.id for row, _ in rows]
     measured: dict[int, list[ChannelMeasurement]] = {}
     for snapshot_id, number, tuples, busy, state in session.execute(
@@ -313,12 +347,12 @@ def batch_history(session: Session, region_id: int, count: int, applied_n: int) 
     return tuple(
         BatchLoad(
             seq=row.seq,
-            n_channels=applied_n if n is None else n,
+            n_channels=n,
             channels=tuple(measured.get(row.id, ())),
             progress=stored_progress(row),
             ingested_at=row.ingested_at,
         )
-        for row, n in reversed(rows)
+        for row, n in rows
     )
 
 
@@ -355,7 +389,9 @@ def decide(observation: Observation, now: datetime) -> Verdict:
     current, window = observation.applied_function, observation.window
     if current is None or not window:
         raise TypeError("an observation with a decision due must hold the applied function and the window")
-    verdict = _analyze(observation.settings, status, current, window, observation.history)
+    verdict = _analyze(
+        observation.settings, status, current, window, observation.history, observation.before_change
+    )
     if status.mode == "recommend" and verdict.action == "activated":
         return _recommendation(verdict)
     return verdict
@@ -411,6 +447,7 @@ def _analyze(
     current: StoredFunction,
     window: tuple[Snapshot, ...],
     history: tuple[BatchLoad, ...],
+    before_change: BatchLoad | None,
 ) -> Verdict:
     """Analyze and plan on a new window: the channel-count policy on the batch history, the rebalance
     trigger on the merged window, then the build and its plan."""
@@ -421,7 +458,7 @@ def _analyze(
     if not estimate.keys or estimate.total == 0:
         message = "the window holds no keys to build from"
         return _unchanged(n_applied, "empty-window", message, base, newest)
-    decision = settings.policy.decide(history, n_applied)
+    decision = settings.policy.decide(history, n_applied, before_change)
     b_before = split_imbalance(current, estimate, settings.params)
     rebalance = _mode_change(current, settings) or needs_rebalance(b_before, settings.rebalance_threshold)
     base |= {
