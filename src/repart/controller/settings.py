@@ -32,7 +32,8 @@ all optional:
   (b <= 1 means every resource is within its tolerance α).
 - ``migration_budget``: the largest share of the state one rebalance at unchanged N may move, in
   (0, 1], default 0.5; a rebalance over it, or one whose predicted b and m do not beat keeping the
-  applied function under b·(1 + m) (Gedik Eq. 13), is a recorded ``no-change`` with its reason.
+  applied function under the region's utility U(b, m) (``repart.partitioning.utility.function_cost``),
+  is a recorded ``no-change`` with its reason.
 - ``move_limit``: readj's move limit c (Gedik Algorithm 4), an integer >= 1, default 5.
 - ``split``: the parameters of a split-mode region's scheme, an object checked by
   ``repart.partitioning.split.params.SplitParams`` (θ, ε, spread, virtual nodes, seed); the scheme

@@ -4,7 +4,8 @@ of keys that consistent hashing would, ``|ΔN| / max(N, N')``.
 On small key sets the region's build can move far more than that to balance the new channels (a few
 hot keys decide b). ``build_step`` keeps the region's build when it is within the bound; otherwise it
 builds every candidate for the new N (scan, redist, readj, and the slot table alone) and keeps the one
-within the bound with the lowest objective b·(1 + m) (Gedik Eq. 13). The moved share is measured on
+within the bound with the lowest cost U(b, m) under the region's utility
+(``repart.partitioning.utility.function_cost``). The moved share is measured on
 the window's keys, routed by the applied function and by the candidate.
 """
 
@@ -20,6 +21,7 @@ from repart.controller.settings import ControllerSettings
 from repart.partitioning.domain import Key
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.split.function import StoredFunction, home_function
+from repart.partitioning.utility import function_cost
 
 STEP_SLACK = 1.5
 """The most a scale step may move, as a multiple of the ideal share ``|ΔN| / max(N, N')``."""
@@ -61,15 +63,16 @@ def build_step(
             )
             candidate_share = moved_key_share(current, candidate.function, estimate.keys)
             if candidate_share <= limit:
-                within.append((_objective(candidate), candidate_share, candidate))
+                within.append((_cost(candidate, settings), candidate_share, candidate))
         if within:
             _, share, chosen = min(within, key=lambda entry: (entry[0], entry[1]))
     step = {"limit": limit, "moved_key_share": share, "region_build_moved_key_share": moved}
     return dataclasses.replace(chosen, event_data=chosen.event_data | {"step": step})
 
 
-def _objective(built: Built) -> float:
+def _cost(built: Built, settings: ControllerSettings) -> float:
+    """The candidate's U(b, m) under the region's utility; infinite without a predicted b and m."""
     b, m = built.event_data.get("predicted_b"), built.event_data.get("predicted_m")
     if not isinstance(b, int | float) or not isinstance(m, int | float):
         return float("inf")
-    return float(b) * (1.0 + float(m))
+    return function_cost(settings.params.utility, float(b), float(m))

@@ -62,6 +62,7 @@ from repart.partitioning.documents import json_number
 from repart.partitioning.domain import ConsistentMethod
 from repart.partitioning.split.build import split_imbalance
 from repart.partitioning.split.function import SplitFunction, StoredFunction, load_function
+from repart.partitioning.utility import function_cost
 from repart.protocol.snapshot import ChannelMeasurement, Snapshot
 from repart.storage import (
     Fence,
@@ -462,6 +463,7 @@ def _analyze(
     b_before = split_imbalance(current, estimate, settings.params)
     rebalance = _mode_change(current, settings) or needs_rebalance(b_before, settings.rebalance_threshold)
     base |= {
+        "utility": settings.params.utility,
         "policy": decision.rule,
         "policy_numbers": decision.numbers,
         "held_by": decision.held_by,
@@ -485,7 +487,7 @@ def _analyze(
     data = base | built.event_data | {"plan_m": None if plan.m is None else json_number(plan.m)}
     data |= moved_state(plan.m, function.n_channels, window[-1])
     if not decision.changed and rebalance.rule == "imbalance-threshold":
-        held = _rebalance_held(data, b_before, settings.migration_budget)
+        held = _rebalance_held(data, b_before, settings.migration_budget, settings.params.utility)
         if held is not None:
             rule, message = held
             return _unchanged(n_applied, rule, f"{_reason(decision, rebalance)}; {message}", data, newest)
@@ -524,20 +526,25 @@ def moved_state(m: float | None, n_channels: int, newest: Snapshot) -> dict[str,
     }
 
 
-def _rebalance_held(data: dict[str, Any], b_before: float, budget: float) -> tuple[str, str] | None:
+def _rebalance_held(
+    data: dict[str, Any], b_before: float, budget: float, utility: str
+) -> tuple[str, str] | None:
     """Why a rebalance at unchanged N is not worth it, or None when it is: it moves more of the state
     than the region's ``migration_budget`` (rule ``migration-budget``), or its predicted b and m do not
-    beat keeping the applied function under the objective b·(1 + m) (Gedik Eq. 13; keeping costs b
-    and moves nothing: rule ``rebalance-gain``)."""
+    beat keeping the applied function under the region's utility U(b, m)
+    (``repart.partitioning.utility.function_cost``; keeping costs b and moves nothing: rule
+    ``rebalance-gain``)."""
     share, b_after, m = data.get("moved_share"), data.get("predicted_b"), data.get("predicted_m")
     if isinstance(share, float) and share > budget:
         return "migration-budget", f"it would move {share:.3g} of the state, over the budget {budget:g}"
-    if isinstance(b_after, int | float) and isinstance(m, int | float) and b_after * (1 + m) >= b_before:
-        return (
-            "rebalance-gain",
-            f"its predicted b = {b_after:.4g} at m = {m:.3g} does not pay for the move "
-            f"(b·(1 + m) = {b_after * (1 + m):.4g} >= b = {b_before:.4g} now)",
-        )
+    if isinstance(b_after, int | float) and isinstance(m, int | float):
+        cost = function_cost(utility, b_after, m)
+        if cost >= b_before:
+            return (
+                "rebalance-gain",
+                f"its predicted b = {b_after:.4g} at m = {m:.3g} does not pay for the move under the "
+                f"utility {utility} (U(b, m) = {cost:.4g} >= b = {b_before:.4g} now)",
+            )
     return None
 
 
