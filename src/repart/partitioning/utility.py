@@ -100,4 +100,4 @@ def function_cost(name: str, b: float, m: float) -> float:
     """The cost of moving to a function of imbalance ``b`` (Eq. 11) at migration cost ``m`` (Eq. 10)
     under the utility ``name``: U(b, m), with b in place of ρ and m in place of γ (so ATM is Eq. 13's
     b·(1 + m)). Keeping the applied function costs U(b, 0) = b under every utility."""
-    return float(utility_function(name)(np.float64(b), np.float64(m)))
+    return float(utility_function(name)(np.array(b, dtype=np.float64), np.array(m, dtype=np.float64)))
