@@ -223,6 +223,7 @@ def scale_steps(seed: int) -> list[dict[str, Any]]:
                     "moved_over_ideal": float(moved.mean()) / ideal,
                     "predicted_b": built.event_data["predicted_b"],
                     "threshold": settings.rebalance_threshold,
+                    "b_within_threshold": built.event_data["step"]["b_within_threshold"],
                     "build_seconds": seconds,
                 }
             )
@@ -271,22 +272,37 @@ def main() -> None:
     print(
         "\nscale steps from consistent hashing on 4 channels (moved share of the keys / ideal |dN|/max(N,N'))"
     )
-    print(f"  {'keys':>9} {'step':>5} {'moved':>7} {'rows':>7} {'/ideal':>7} {'b after':>8} {'build s':>8}")
+    print(
+        f"  {'keys':>9} {'step':>5} {'moved':>7} {'rows':>7} {'/ideal':>7} {'b after':>8} {'b target':>9} "
+        f"{'build s':>8}"
+    )
     for row in steps:
+        b_target = "met" if row["b_within_threshold"] else "MISSED"
         print(
             f"  {row['keys']:>9} {row['step']:>5} {row['moved_share']:>7.3f} {row['moved_rows_share']:>7.3f} "
-            f"{row['moved_over_ideal']:>7.2f} {_cell(row['predicted_b']):>8} {row['build_seconds']:>8.2f}"
+            f"{row['moved_over_ideal']:>7.2f} {_cell(row['predicted_b']):>8} {b_target:>9} "
+            f"{row['build_seconds']:>8.2f}"
         )
     worst_step = max(row["moved_over_ideal"] for row in steps)
+    b_missed = sum(not row["b_within_threshold"] for row in steps)
     print(
-        f"  largest moved/ideal {worst_step:.2f} (target <= 1.5: {'met' if worst_step <= 1.5 else 'MISSED'})"
+        f"  largest moved/ideal {worst_step:.2f} "
+        f"(target <= 1.5: {'met' if worst_step <= 1.5 else 'MISSED'}); "
+        f"b after the step at or below the threshold {settings_threshold(steps)}: "
+        f"{'met' if b_missed == 0 else f'MISSED on {b_missed} of {len(steps)} steps'}"
     )
     report["scale_steps_moved_over_ideal_max"] = worst_step
+    report["scale_steps_b_missed"] = b_missed
     load_after = os.getloadavg()
     report["load_average_after"] = load_after
     print(f"\nload average after: {' '.join(f'{x:.2f}' for x in load_after)}")
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
+def settings_threshold(steps: list[dict[str, Any]]) -> str:
+    """The rebalance threshold the steps were judged against (one for all)."""
+    return f"{steps[0]['threshold']:g}"
 
 
 def _cell(value: Any) -> str:

@@ -483,7 +483,7 @@ def _analyze(
         )
         return _unchanged(n_applied, _rule(decision, rebalance), message, base, newest)
     plan = plan_migration(current, function, estimate, settings.params.resources)
-    reason = _reason(decision, rebalance)
+    reason = _reason(decision, rebalance) + _step_note(built.event_data.get("step"))
     data = base | built.event_data | {"plan_m": None if plan.m is None else json_number(plan.m)}
     data |= moved_state(plan.m, function.n_channels, window[-1])
     if not decision.changed and rebalance.rule == "imbalance-threshold":
@@ -507,6 +507,16 @@ def _analyze(
         version=version,
         plan=plan,
         considered_seq=newest,
+    )
+
+
+def _step_note(step: dict[str, Any] | None) -> str:
+    """The reason's note when a scale step leaves b above the threshold (``build_step``), else ''."""
+    if step is None or step["b_within_threshold"]:
+        return ""
+    return (
+        f"; b after the step stays above the threshold {step['threshold']:g}: no candidate within "
+        f"{step['limit']:.3g} of the keys moved reaches it"
     )
 
 
