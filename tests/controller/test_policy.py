@@ -134,7 +134,7 @@ def test_stabilization_ignores_the_first_batches_after_a_change() -> None:
     held = policy(stabilization_batches=1).decide(history, 4)
     assert (held.n_channels, held.held_by) == (4, "stabilization")
     waiting = policy(stabilization_batches=0).decide(run(1, 2, [0.95]), 4)  # no batch at 4 yet
-    assert (waiting.n_channels, waiting.held_by) == (4, "stabilization")
+    assert (waiting.n_channels, waiting.held_by) == (4, "pending-plan")
     assert policy(stabilization_batches=1).decide(history + run(3, 4, [0.99]), 4).n_channels == 6
 
 
@@ -285,3 +285,11 @@ def test_the_default_band_holds_any_target(target: float, band: tuple[float, flo
     above = built.decide(run(1, 4, [band[1] + 0.01]), 4)
     inside = built.decide(run(1, 4, [band[1] - 0.01]), 4)
     assert (above.changed, inside.changed, inside.held_by in (None, "band")) == (True, False, True)
+
+
+@pytest.mark.parametrize("stabilization", [0, 2])
+def test_batches_still_at_the_old_count_are_a_pending_plan(stabilization: int) -> None:
+    # Applied 5 channels, but the job's newest batches still ran at 4: the plan is not in effect yet.
+    decision = policy(stabilization_batches=stabilization).decide(run(1, 4, [0.95, 0.95]), 5)
+    assert (decision.n_channels, decision.held_by) == (5, "pending-plan")
+    assert "ran at 4 channels" in decision.reason

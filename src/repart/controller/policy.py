@@ -70,7 +70,7 @@ class Decision:
     ``n_channels`` is the count to run with next, ``changed`` whether it differs from the current
     count, ``rule`` the policy (``"fixed"``, ``"target-utilization"``) or bound that decided it,
     ``reason`` one sentence for people, ``numbers`` the inputs and intermediate values, and
-    ``held_by`` the rule that held a change back or limited it (``band``, ``stabilization``,
+    ``held_by`` the rule that held a change back or limited it (``band``, ``pending-plan``, ``stabilization``,
     ``scale-down-delay``, ``reversal``, ``effectiveness``, ``max-scale-down-factor``, ``bounds``,
     ``no-signal``; None when nothing did).
     """
@@ -162,18 +162,20 @@ class TargetUtilizationPolicy:
     that holds the count back is named in ``Decision.held_by``:
 
     1. ``bounds``: a current count outside ``[min_channels, max_channels]`` moves to the nearest bound.
-    2. ``no-signal``: no batch with busy time, tuples and a budget: keep.
-    3. ``stabilization``: the first ``stabilization_batches`` batches after a change of N took effect
+    2. ``pending-plan``: the newest batch ran at another count than ``current`` (the job has not
+       applied the plan to it yet): keep.
+    3. ``no-signal``: no batch with busy time, tuples and a budget: keep.
+    4. ``stabilization``: the first ``stabilization_batches`` batches after a change of N took effect
        are not used (they carry the migration); with none left, keep.
-    4. ``band``: with the newest batch's pressure inside ``utilization_band`` (default
+    5. ``band``: with the newest batch's pressure inside ``utilization_band`` (default
        ``default_band(target_utilization)``), keep.
-    5. Above the band, scale up to ``ceil(demand)`` (at least one more channel), unless
+    6. Above the band, scale up to ``ceil(demand)`` (at least one more channel), unless
        ``reversal``: the last step was a scale-down less than ``reversal_batches`` batches ago and the
        pressure is not above the band by ``reversal_margin``; or ``effectiveness``: the last step
        was a scale-up that raised the measured capacity by less than ``effectiveness_threshold`` of
        the rise it promised (``capacity · (N1/N0 - 1)``: a cluster with fewer cores than channels, a
        bottleneck outside the channels), which holds every further scale-up until N changes again.
-    6. Below the band, scale down only after ``scale_down_delay`` batches in a row below it
+    7. Below the band, scale down only after ``scale_down_delay`` batches in a row below it
        (``scale-down-delay``), to the ceiling of the largest demand among them, removing at most
        ``max_scale_down_factor`` of the channels in one step; never within ``reversal_batches`` of a
        scale-up (``reversal``), whatever the margin: too many channels for a few batches costs
@@ -260,6 +262,12 @@ class TargetUtilizationPolicy:
         stable = [signal for signal in signals if signal.load.seq in used]
         if since_change is not None:
             numbers["batches_since_change"] = since_change
+        if history and not run:
+            message = (
+                f"the newest batch ran at {history[-1].n_channels} channels, not the applied {current}: "
+                "the job has not applied the plan yet"
+            )
+            return _held(current, "pending-plan", message, numbers)
         if not stable:
             if history and not run[skipped:]:
                 message = (
