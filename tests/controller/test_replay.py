@@ -111,6 +111,7 @@ def test_bad_replays_name_their_field() -> None:
     cases = [
         ([], region(), "snapshots"),
         ([snapshots[0], dataclasses.replace(snapshots[1], region="other")], region(), "region"),
+        ([snapshots[0], snapshots[1], snapshots[1]], region(), "snapshots"),  # seq twice
         (snapshots, region(split_scheme="pkg", merge="v=sum"), "split"),
         (
             [dataclasses.replace(s, progress=BatchProgress()) for s in snapshots],

@@ -119,7 +119,27 @@ def _windows(path: Path | None, trace: str | None, seed: int) -> list[Snapshot]:
         except InvalidInput as problem:
             inside = "" if problem.field == "the snapshot" else f".{problem.field}"  # the whole document
             raise InvalidInput(f"WINDOWS[{index}]{inside}", problem.requirement) from None
+    _check_one_sequence(snapshots)
     return snapshots
+
+
+def _check_one_sequence(snapshots: list[Snapshot]) -> None:
+    """Every window of ``WINDOWS`` is the first one's region's, each window seq once; InvalidInput naming
+    ``WINDOWS[i].region`` or ``WINDOWS[i].window.seq`` otherwise."""
+    region = snapshots[0].region
+    first_at: dict[int, int] = {}
+    for index, snapshot in enumerate(snapshots):
+        if snapshot.region != region:
+            raise InvalidInput(
+                f"WINDOWS[{index}].region",
+                f"must be {region!r}, the region of WINDOWS[0], got {snapshot.region!r}",
+            )
+        earlier = first_at.setdefault(snapshot.seq, index)
+        if earlier != index:
+            raise InvalidInput(
+                f"WINDOWS[{index}].window.seq",
+                f"must differ from every other window's, got {snapshot.seq}, the seq of WINDOWS[{earlier}]",
+            )
 
 
 def _trace(name: str, seed: int) -> list[Snapshot]:

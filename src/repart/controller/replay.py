@@ -270,6 +270,11 @@ def _checked(snapshots: Sequence[Snapshot], config: RegionConfig) -> list[Snapsh
     regions = sorted({snapshot.region for snapshot in ordered})
     if len(regions) > 1:
         raise InvalidInput("region", f"must be one region's snapshots, got {', '.join(map(repr, regions))}")
+    repeated = sorted({a.seq for a, b in itertools.pairwise(ordered) if a.seq == b.seq})
+    if repeated:
+        raise InvalidInput(
+            "snapshots", f"must hold each window seq once, got seq {repeated[0]} more than once"
+        )
     if config.split_scheme is not None:
         raise InvalidInput("split", "replay predicts key-preserving regions only (each key on one channel)")
     return ordered
