@@ -462,10 +462,10 @@ def test_a_rebalance_over_the_migration_budget_is_a_recorded_no_change(engine: E
     event = events(engine)[0]
     data = load_object(event.data_json)
     assert (event.kind, event.rule) == ("no-change", "migration-budget")
-    assert data["moved_share"] == pytest.approx(data["plan_m"] / 4) and data["moved_share"] > 0.1
+    assert data["moved_state_share"] == pytest.approx(data["plan_m"] / 4) and data["moved_state_share"] > 0.1
     assert "over the budget 0.1" in event.message
-    assert data["moved_rows"] == round(data["moved_share"] * window.distinct_estimate)
-    assert data["moved_bytes"] == round(data["moved_share"] * 4 * 1000)  # 1000 state bytes per channel
+    assert data["moved_rows"] == round(data["moved_state_share"] * window.distinct_estimate)
+    assert data["moved_bytes"] == round(data["moved_state_share"] * 4 * 1000)  # 1000 state bytes per channel
     assert len(versions(engine)) == 1 and not plans(engine)
 
 

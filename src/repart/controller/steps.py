@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from repart.controller.build import Built, build_next
 from repart.controller.settings import ControllerSettings
@@ -35,9 +36,13 @@ def ideal_share(n_before: int, n_after: int) -> float:
     return abs(n_after - n_before) / max(n_before, n_after)
 
 
-def moved_key_share(before: StoredFunction, after: StoredFunction, keys: Sequence[Key]) -> float:
-    """The share of ``keys`` whose channel differs between ``before`` and ``after``."""
-    if not keys:
+def moved_key_share(
+    before: StoredFunction, after: StoredFunction, keys: Sequence[Key] | npt.NDArray[np.generic]
+) -> float:
+    """The share of ``keys`` whose channel differs between ``before`` and ``after`` (the share of the
+    keys a change of function moves; ``repart.controller.tick.moved_state`` gives the share of the
+    state)."""
+    if not len(keys):
         return 0.0
     moved = home_function(before).lookup_many(keys) != home_function(after).lookup_many(keys)
     return float(np.mean(moved))

@@ -522,15 +522,15 @@ def _step_note(step: dict[str, Any] | None) -> str:
 
 def moved_state(m: float | None, n_channels: int, newest: Snapshot) -> dict[str, Any]:
     """The state a plan moves, in the paper's unit and in the job's: the share ``m / N`` of the state
-    (m is the moved state over the mean state per channel, Gedik Eq. 10), and that share of the newest
-    window's keys (``moved_rows``: one state row per key) and of its channels' state bytes
-    (``moved_bytes``; None when the window reports none)."""
+    (``moved_state_share``; m is the moved state over the mean state per channel, Gedik Eq. 10), and
+    that share of the newest window's keys (``moved_rows``: one state row per key) and of its
+    channels' state bytes (``moved_bytes``; None when the window reports none)."""
     if m is None:
-        return {"moved_share": None, "moved_rows": None, "moved_bytes": None}
+        return {"moved_state_share": None, "moved_rows": None, "moved_bytes": None}
     share = min(1.0, m / n_channels)
     state_bytes = sum(measured.state_bytes for measured in newest.channels or ())
     return {
-        "moved_share": share,
+        "moved_state_share": share,
         "moved_rows": round(share * newest.distinct_estimate),
         "moved_bytes": round(share * state_bytes) if state_bytes else None,
     }
@@ -544,7 +544,7 @@ def _rebalance_held(
     beat keeping the applied function under the region's utility U(b, m)
     (``repart.partitioning.utility.function_cost``; keeping costs b and moves nothing: rule
     ``rebalance-gain``)."""
-    share, b_after, m = data.get("moved_share"), data.get("predicted_b"), data.get("predicted_m")
+    share, b_after, m = data.get("moved_state_share"), data.get("predicted_b"), data.get("predicted_m")
     if isinstance(share, float) and share > budget:
         return "migration-budget", f"it would move {share:.3g} of the state, over the budget {budget:g}"
     if isinstance(b_after, int | float) and isinstance(m, int | float):
