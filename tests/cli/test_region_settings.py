@@ -118,3 +118,12 @@ def test_out_of_range_prune_options_exit_2_naming_the_range(
     assert result.exit_code == 2, result.output
     assert one_error(result.output).startswith(message), result.output
     assert row_counts(db_url) == before
+
+
+@pytest.mark.parametrize("target", ["0.95", "0.3"])
+def test_a_target_outside_the_default_band_alone_is_accepted(db_url: str, target: str) -> None:
+    created = repart_json(
+        db_url, "region", "create", "r", "--key-type", "int", "--set", f"target_utilization={target}"
+    )
+    assert created["settings"] == {"target_utilization": float(target)}
+    assert repart(db_url, "region", "update", "r", "--set", "target_utilization=0.9").exit_code == 0

@@ -110,6 +110,31 @@ def test_a_bad_window_is_named_by_its_index_and_field(recorded: str, tmp_path: P
 
 
 @pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ("region", "error: WINDOWS[3].region must be"),  # mixed regions
+        ("seq", "error: WINDOWS[3].window.seq must differ"),  # the seq of WINDOWS[1] again
+    ],
+)
+def test_mixed_regions_and_duplicate_seqs_name_the_window(
+    recorded: str, tmp_path: Path, change: str, expected: str
+) -> None:
+    out = tmp_path / "windows.json"
+    assert repart(recorded, "snapshot", "export", "trace", "--out", str(out)).exit_code == 0
+    documents = json.loads(out.read_text(encoding="utf-8"))
+    if change == "region":
+        documents[3]["region"] = "other"
+    else:
+        documents[3]["window"]["seq"] = documents[1]["window"]["seq"]
+    out.write_text(json.dumps(documents), encoding="utf-8")
+    before = dump(recorded)
+    result = repart(recorded, "replay", str(out))
+    assert result.exit_code == 2
+    assert one_error(result.output).startswith(expected)
+    assert dump(recorded) == before
+
+
+@pytest.mark.parametrize(
     ("setting", "field"),
     [
         ("utilization_band=[0.75, 0.9]", "utilization_band"),  # does not contain the target 0.7

@@ -134,7 +134,7 @@ def test_stabilization_ignores_the_first_batches_after_a_change() -> None:
     held = policy(stabilization_batches=1).decide(history, 4)
     assert (held.n_channels, held.held_by) == (4, "stabilization")
     waiting = policy(stabilization_batches=0).decide(run(1, 2, [0.95]), 4)  # no batch at 4 yet
-    assert (waiting.n_channels, waiting.held_by) == (4, "stabilization")
+    assert (waiting.n_channels, waiting.held_by) == (4, "pending-plan")
     assert policy(stabilization_batches=1).decide(history + run(3, 4, [0.99]), 4).n_channels == 6
 
 
@@ -273,3 +273,23 @@ def test_an_infinite_b_always_rebalances() -> None:
     decision = needs_rebalance(math.inf, 1.0)
     assert decision.rebalance and decision.numbers["b"] is None
     assert "infinite" in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("target", "band"), [(0.7, (0.45, 0.9)), (0.95, (0.45, 0.95)), (0.3, (0.3, 0.9)), (1.0, (0.45, 1.0))]
+)
+def test_the_default_band_holds_any_target(target: float, band: tuple[float, float]) -> None:
+    built = TargetUtilizationPolicy(target, 1, 8, batch_interval_seconds=10.0)
+    assert built.band == band
+    # Pressure just above the band's top scales up; just inside it keeps.
+    above = built.decide(run(1, 4, [band[1] + 0.01]), 4)
+    inside = built.decide(run(1, 4, [band[1] - 0.01]), 4)
+    assert (above.changed, inside.changed, inside.held_by in (None, "band")) == (True, False, True)
+
+
+@pytest.mark.parametrize("stabilization", [0, 2])
+def test_batches_still_at_the_old_count_are_a_pending_plan(stabilization: int) -> None:
+    # Applied 5 channels, but the job's newest batches still ran at 4: the plan is not in effect yet.
+    decision = policy(stabilization_batches=stabilization).decide(run(1, 4, [0.95, 0.95]), 5)
+    assert (decision.n_channels, decision.held_by) == (5, "pending-plan")
+    assert "ran at 4 channels" in decision.reason

@@ -63,7 +63,7 @@ def test_replay_runs_the_controller_and_predicts_busy_time_from_the_cost_per_row
         assert after.n_channels == before.n_next  # a plan is applied before the next batch
     steps = [batch for batch in batches if batch.n_next != batch.n_channels]
     assert steps and all(batch.n_next > batch.n_channels for batch in steps)  # the load only grows
-    assert all(batch.action == "activated" and batch.moved_share is not None for batch in steps)
+    assert all(batch.action == "activated" and batch.moved_key_share is not None for batch in steps)
     assert result.summary.changes == len(steps)
     assert result.summary.channel_batches == sum(batch.n_channels for batch in batches)
 
@@ -111,6 +111,7 @@ def test_bad_replays_name_their_field() -> None:
     cases = [
         ([], region(), "snapshots"),
         ([snapshots[0], dataclasses.replace(snapshots[1], region="other")], region(), "region"),
+        ([snapshots[0], snapshots[1], snapshots[1]], region(), "snapshots"),  # seq twice
         (snapshots, region(split_scheme="pkg", merge="v=sum"), "split"),
         (
             [dataclasses.replace(s, progress=BatchProgress()) for s in snapshots],

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
+from repart.controller.build import build_next
 from repart.controller.settings import ControllerSettings
-from repart.controller.steps import STEP_SLACK, build_step, ideal_share, moved_key_share
+from repart.controller.steps import (
+    STEP_CANDIDATES,
+    STEP_SLACK,
+    build_step,
+    ideal_share,
+    moved_key_share,
+)
 from repart.controller.window import merge_snapshots
 from repart.partitioning import initial_function
 from repart.sim.traces import TRACE_SLOT_BITS, TraceSpec, trace_snapshots
@@ -36,3 +45,31 @@ def test_a_step_on_a_small_key_set_moves_at_most_the_bound(seed: int, n_next: in
     step = built.event_data["step"]
     assert step["moved_key_share"] == pytest.approx(moved)
     assert step["limit"] == pytest.approx(STEP_SLACK * ideal_share(4, n_next))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(("keys", "n_next"), [(100, 5), (100, 3), (2_000, 5)])
+def test_a_step_prefers_a_candidate_that_also_meets_the_threshold(seed: int, keys: int, n_next: int) -> None:
+    [snapshot] = trace_snapshots(TraceSpec(1, rows=20 * keys, keys=keys, zipf_exponent=0.8, seed=seed))
+    estimate = merge_snapshots([snapshot])
+    config = RegionConfig(key_type="int", n_channels_initial=4, slot_bits=TRACE_SLOT_BITS)
+    settings = ControllerSettings.from_config(config)
+    current = initial_function(4, "int", TRACE_SLOT_BITS)
+    limit = STEP_SLACK * ideal_share(4, n_next)
+    # Oracle: every build the step may choose from, with its moved share and b.
+    options = [build_next(current, estimate, n_next, settings)] + [
+        build_next(current, estimate, n_next, dataclasses.replace(settings, algorithm=algorithm))
+        for algorithm in STEP_CANDIDATES
+    ]
+    both = [
+        option
+        for option in options
+        if moved_key_share(current, option.function, estimate.keys) <= limit
+        and option.event_data["predicted_b"] <= settings.rebalance_threshold
+    ]
+    built = build_step(current, estimate, n_next, settings)
+    step = built.event_data["step"]
+    assert step["threshold"] == settings.rebalance_threshold
+    assert step["b_within_threshold"] == bool(both)
+    assert (built.event_data["predicted_b"] <= settings.rebalance_threshold) == bool(both)
+    assert step["moved_key_share"] <= limit + 1e-12

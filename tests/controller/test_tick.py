@@ -9,7 +9,9 @@ target-utilization policy.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sqlite3
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -363,14 +365,14 @@ def test_a_plan_applied_between_read_and_write_makes_the_decision_a_conflict(eng
 
 def observed_window(engine: Engine, threshold: float, mode: str = "auto") -> Observation:
     """What a tick reads of a 4-channel ``redist`` region in ``mode``, initialized, with window 1
-    waiting (a rebalance threshold of 100 keeps the function, 1 rebuilds it)."""
+    waiting, skewed (a rebalance threshold of 100 keeps the function, 1 rebuilds it)."""
     add_zipf_region(
         engine, n_channels_initial=4, algorithm="redist", settings={"rebalance_threshold": threshold}
     )
     tick(engine, REGION)
     if mode != "auto":
         run_in_transaction(engine, lambda session: set_mode(session, REGION, mode, None))
-    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4))
+    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3))
     return read_transaction(engine, lambda session: observe(session, REGION))
 
 
@@ -460,10 +462,10 @@ def test_a_rebalance_over_the_migration_budget_is_a_recorded_no_change(engine: E
     event = events(engine)[0]
     data = load_object(event.data_json)
     assert (event.kind, event.rule) == ("no-change", "migration-budget")
-    assert data["moved_share"] == pytest.approx(data["plan_m"] / 4) and data["moved_share"] > 0.1
+    assert data["moved_state_share"] == pytest.approx(data["plan_m"] / 4) and data["moved_state_share"] > 0.1
     assert "over the budget 0.1" in event.message
-    assert data["moved_rows"] == round(data["moved_share"] * window.distinct_estimate)
-    assert data["moved_bytes"] == round(data["moved_share"] * 4 * 1000)  # 1000 state bytes per channel
+    assert data["moved_rows"] == round(data["moved_state_share"] * window.distinct_estimate)
+    assert data["moved_bytes"] == round(data["moved_state_share"] * 4 * 1000)  # 1000 state bytes per channel
     assert len(versions(engine)) == 1 and not plans(engine)
 
 
@@ -481,6 +483,67 @@ def test_a_rebalance_whose_gain_does_not_pay_for_its_move_is_a_recorded_no_chang
     assert result.action == "unchanged"
     event = events(engine)[0]
     data = load_object(event.data_json)
-    assert event.rule == "rebalance-gain"
-    assert data["predicted_b"] * (1 + data["predicted_m"]) >= data["b_before"] > data["threshold"]
+    assert event.rule == "rebalance-gain" and "utility APM" in event.message
+    assert data["predicted_b"] + data["predicted_m"] >= data["b_before"] > data["threshold"]  # APM: b + m
     assert len(versions(engine)) == 2
+
+
+@pytest.mark.parametrize(
+    ("utility", "cost", "action"),
+    [
+        ("A", lambda b, m: b, "activated"),  # any gain in b pays
+        ("APLM", lambda b, m: b + math.log1p(m), "unchanged"),
+    ],
+)
+def test_the_rebalance_gain_is_judged_under_the_regions_utility(
+    engine: Engine, utility: str, cost: Callable[[float, float], float], action: str
+) -> None:
+    add_zipf_region(
+        engine, n_channels_initial=4, algorithm="redist", utility=utility, settings={"migration_budget": 1.0}
+    )
+    tick(engine, REGION)
+    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3))
+    first = tick(engine, REGION)
+    assert first.action == "activated" and first.plan_id is not None
+    for status in ("applying", "applied"):
+        run_in_transaction(engine, lambda session, s=status: set_plan_status(session, first.plan_id, s))
+    ingest(engine, zipf_snapshot(2, n_channels=4, demand=4, exponent=1.2))
+    result = tick(engine, REGION)
+    event = events(engine)[0]
+    data = load_object(event.data_json)
+    assert data["utility"] == utility
+    b_after, m, b_before = data["predicted_b"], data["predicted_m"], data["b_before"]
+    # Under b·(1 + m) both would be held: the region's utility decides.
+    assert b_after * (1 + m) >= b_before > data["threshold"]
+    assert result.action == action
+    assert (cost(b_after, m) < b_before) == (action == "activated")
+    if action == "unchanged":
+        assert event.rule == "rebalance-gain" and f"utility {utility}" in event.message
+
+
+def test_an_ineffective_scale_up_holds_further_ones_until_n_changes_again(engine: Engine) -> None:
+    """After 2 -> 4 channels whose busiest channel is as busy as before (the capacity did not rise), every
+    later tick holds the scale-up, also once the policy's history window holds only batches at 4."""
+    add_zipf_region(
+        engine,
+        policy="target-utilization",
+        max_channels=8,
+        settings=MINUTE_BATCHES | {"target_utilization": 0.5, "rebalance_threshold": 50.0},
+    )
+    tick(engine, REGION)
+    ingest(engine, dataclasses.replace(zipf_snapshot(1, n_channels=2, demand=4.0), version=1))
+    scaled = tick(engine, REGION)
+    assert (scaled.action, scaled.n_channels) == ("activated", 4)
+    for status in ("applying", "applied"):
+        run_in_transaction(engine, lambda session, s=status: set_plan_status(session, scaled.plan_id, s))
+    history_batches = ControllerSettings.from_config(
+        RegionConfig(
+            key_type="int", n_channels_initial=2, policy="target-utilization", settings=MINUTE_BATCHES
+        )
+    ).policy.history_batches
+    for seq in range(2, history_batches + 5):
+        # Each channel as busy as at 2 channels: demand 8 at 4 channels, the capacity unchanged.
+        ingest(engine, dataclasses.replace(zipf_snapshot(seq, n_channels=4, demand=8.0), version=2))
+        held = tick(engine, REGION)
+        assert (held.action, held.n_channels) == ("unchanged", 4), seq
+        assert load_object(events(engine)[0].data_json)["held_by"] == "effectiveness", seq

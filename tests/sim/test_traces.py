@@ -11,7 +11,7 @@ import pytest
 
 from repart.errors import InvalidInput
 from repart.protocol.snapshot import Snapshot
-from repart.sim.traces import DAY_SECONDS, TraceSpec, load_factors, trace_snapshots
+from repart.sim.traces import DAY_SECONDS, TraceSpec, load_factors, named_traces, trace_snapshots
 
 
 def test_weekly_cycle_and_drift_are_exact_without_bursts() -> None:
@@ -80,3 +80,20 @@ def test_bad_trace_parameters_name_their_field(changes: dict[str, Any], field: s
     with pytest.raises(InvalidInput) as caught:
         TraceSpec(**({"batches": 5} | changes))
     assert caught.value.field == field
+
+
+def test_the_named_traces_size_their_first_batch_for_the_target_on_four_channels() -> None:
+    traces = named_traces(7)
+    assert set(traces) == {
+        "weekly-drift-zipf",
+        "weekly-drift-words",
+        "bursty-words",
+        "weekly-drift-zipf-weekend-0.6",
+    }
+    for spec in traces.values():
+        assert spec.seed == 7
+        # rows · cost / (batch seconds · 4 channels) = 0.7 on the first batch (load factor 1 on a Monday)
+        assert spec.rows * spec.cost_seconds_per_row / (spec.batch_seconds * 4) == pytest.approx(0.7)
+    held_out, base = traces["weekly-drift-zipf-weekend-0.6"], traces["weekly-drift-zipf"]
+    assert (base.weekend_factor, held_out.weekend_factor) == (0.7, 0.6)
+    assert held_out == TraceSpec(**{**vars(base), "weekend_factor": 0.6})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from types import NoneType
@@ -20,6 +21,8 @@ from sqlalchemy.types import TypeDecorator
 from typer.testing import CliRunner
 
 from repart.cli.app import app
+from repart.controller.policy import FixedPolicy, TargetUtilizationPolicy
+from repart.controller.settings import ControllerSettings
 from repart.errors import Conflict, Corrupt
 from repart.storage import (
     RegionStatus,
@@ -31,6 +34,7 @@ from repart.storage import (
     upgrade,
 )
 from repart.storage.models import Base, Event, Region
+from repart.storage.regions import RegionConfig
 from repart.storage.retention import PlanRetention, prune_plans
 from repart.storage.schema import HEAD_REVISION, alembic_config
 from tests.factories import add_applied_chain, add_region, database_dump, row_counts
@@ -351,6 +355,58 @@ def test_revision_0007_maps_cooldown_and_hysteresis_onto_the_batch_settings(empt
         }
         assert json.loads(mapped["r3"]) == {"stabilization_batches": 3}  # no snapshots: ceil(25 / 10)
         assert json.loads(mapped["r4"]) == {"rebalance_threshold": 2.0}
+    finally:
+        engine.dispose()
+
+
+def test_regions_with_a_target_outside_the_default_band_still_tick_after_revision_0007(
+    empty_url: str,
+) -> None:
+    """The old code accepted any target in (0, 1]; after the upgrade such a region's settings still
+    build, under either policy, with the default band widened to hold the target."""
+    engine = make_engine(empty_url)
+    try:
+        config = alembic_config(engine)
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "0006")
+        t0 = datetime(2026, 1, 1, tzinfo=UTC)
+        regions = {
+            "high-tu": ("target-utilization", '{"target_utilization": 0.95, "cooldown_seconds": 60}'),
+            "high-fixed": ("fixed", '{"target_utilization": 0.95}'),
+            "low-tu": ("target-utilization", '{"target_utilization": 0.3}'),
+            "low-fixed": ("fixed", '{"target_utilization": 0.3, "hysteresis": 0.5}'),
+        }
+        with engine.begin() as connection:
+            for region_id, (name, (policy, text_settings)) in enumerate(regions.items(), start=1):
+                connection.execute(
+                    text(
+                        "INSERT INTO regions (id, name, key_type, n_channels_initial, resources, alpha, "
+                        "sigma, algorithm, utility, policy, min_channels, max_channels, tail_aware, "
+                        "slot_bits, consistent_method, settings_json, created_at, updated_at, mode, "
+                        "lease_token) VALUES (:id, :name, 'str', 2, 'LCL', 1.2, 0.1, 'auto', 'APM', "
+                        ":policy, 1, 8, false, 12, 'jump', :settings, :t, :t, 'auto', 0)"
+                    ),
+                    {"id": region_id, "name": name, "policy": policy, "settings": text_settings, "t": t0},
+                )
+        upgrade(engine)
+        with Session(engine) as session:
+            configs = {row.name: RegionConfig.from_row(row) for row in session.scalars(select(Region))}
+        policies = {name: ControllerSettings.from_config(config).policy for name, config in configs.items()}
+        assert isinstance(policies["high-fixed"], FixedPolicy)
+        assert isinstance(policies["low-fixed"], FixedPolicy)
+        switched: dict[str, TargetUtilizationPolicy] = {}
+        for name, config in configs.items():  # a fixed region's settings as that policy reads them
+            policy = ControllerSettings.from_config(replace(config, policy="target-utilization")).policy
+            assert isinstance(policy, TargetUtilizationPolicy)
+            switched[name] = policy
+        assert {name: policy.band for name, policy in switched.items()} == {
+            "high-tu": (0.45, 0.95),
+            "high-fixed": (0.45, 0.95),
+            "low-tu": (0.3, 0.9),
+            "low-fixed": (pytest.approx(0.15), pytest.approx(0.45)),  # the hysteresis's band
+        }
+        assert switched["high-tu"].stabilization_batches == 6  # ceil(60 / 10)
     finally:
         engine.dispose()
 

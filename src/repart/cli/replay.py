@@ -27,8 +27,6 @@ if TYPE_CHECKING:
     from repart.protocol.snapshot import Snapshot
     from repart.storage import RegionConfig
 
-TRACES = ("weekly-drift", "bursty")
-
 
 @reports_bad_input
 def replay(
@@ -42,8 +40,9 @@ def replay(
     trace: Annotated[
         str | None,
         typer.Option(
-            help="Replay a synthetic trace instead: weekly-drift (60 daily batches) or bursty "
-            "(a week of hourly batches).",
+            help="Replay a named synthetic trace instead (repart.sim.traces.named_traces): "
+            "weekly-drift-zipf, weekly-drift-words (60 daily batches), bursty-words (a week of hourly "
+            "batches) or weekly-drift-zipf-weekend-0.6.",
             show_default=False,
         ),
     ] = None,
@@ -119,31 +118,36 @@ def _windows(path: Path | None, trace: str | None, seed: int) -> list[Snapshot]:
         except InvalidInput as problem:
             inside = "" if problem.field == "the snapshot" else f".{problem.field}"  # the whole document
             raise InvalidInput(f"WINDOWS[{index}]{inside}", problem.requirement) from None
+    _check_one_sequence(snapshots)
     return snapshots
 
 
-def _trace(name: str, seed: int) -> list[Snapshot]:
-    from repart.sim.traces import TraceSpec, trace_snapshots
+def _check_one_sequence(snapshots: list[Snapshot]) -> None:
+    """Every window of ``WINDOWS`` is the first one's region's, each window seq once; InvalidInput naming
+    ``WINDOWS[i].region`` or ``WINDOWS[i].window.seq`` otherwise."""
+    region = snapshots[0].region
+    first_at: dict[int, int] = {}
+    for index, snapshot in enumerate(snapshots):
+        if snapshot.region != region:
+            raise InvalidInput(
+                f"WINDOWS[{index}].region",
+                f"must be {region!r}, the region of WINDOWS[0], got {snapshot.region!r}",
+            )
+        earlier = first_at.setdefault(snapshot.seq, index)
+        if earlier != index:
+            raise InvalidInput(
+                f"WINDOWS[{index}].window.seq",
+                f"must differ from every other window's, got {snapshot.seq}, the seq of WINDOWS[{earlier}]",
+            )
 
-    if name not in TRACES:
-        raise InvalidInput("--trace", f"must be one of {', '.join(TRACES)}, got {name!r}")
-    if name == "weekly-drift":
-        spec = TraceSpec(
-            60, weekend_factor=0.7, drift=2.0, cost_seconds_per_row=86_400 * 0.7 * 4 / 100_000, seed=seed
-        )
-    else:
-        spec = TraceSpec(
-            168,
-            batch_seconds=3_600,
-            keys=5_000,
-            distribution="words",
-            daily_amplitude=0.3,
-            drift=1.2,
-            burst_probability=0.04,
-            cost_seconds_per_row=3_600 * 0.7 * 4 / 100_000,
-            seed=seed,
-        )
-    return trace_snapshots(spec)
+
+def _trace(name: str, seed: int) -> list[Snapshot]:
+    from repart.sim.traces import named_traces, trace_snapshots
+
+    traces = named_traces(seed)
+    if name not in traces:
+        raise InvalidInput("--trace", f"must be one of {', '.join(traces)}, got {name!r}")
+    return trace_snapshots(traces[name])
 
 
 def _config(
@@ -185,7 +189,7 @@ def _print(result: Replay) -> None:
     for column in ("seq", "N", "utilization", "action", "held by", "N next", "b", "moved"):
         table.add_column(column, justify="left" if column in ("action", "held by") else "right")
     for batch in result.batches:
-        moved = "-" if batch.moved_share is None else f"{batch.moved_share:.3f}"
+        moved = "-" if batch.moved_key_share is None else f"{batch.moved_key_share:.3f}"
         table.add_row(
             str(batch.seq),
             str(batch.n_channels),

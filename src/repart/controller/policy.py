@@ -45,6 +45,7 @@ _CEIL_SLACK = 1e-9
 
 DEFAULT_TARGET_UTILIZATION = 0.7
 DEFAULT_BAND = (0.45, 0.9)
+"""The default utilization band around the default target; ``default_band`` widens it to any target."""
 DEFAULT_STABILIZATION_BATCHES = 0
 DEFAULT_SCALE_DOWN_DELAY = 3
 DEFAULT_MAX_SCALE_DOWN_FACTOR = 0.5
@@ -55,6 +56,13 @@ CATCH_UP_BUDGETS = 5.0
 """Without a declared catch-up time, a backlog is to be caught up within this many batch budgets."""
 
 
+def default_band(target_utilization: float) -> tuple[float, float]:
+    """The band a region gets without ``utilization_band``: ``DEFAULT_BAND`` widened to hold the target,
+    ``[min(0.45, u), max(0.9, u)]``, so that every target in (0, 1] has a default band."""
+    low, high = DEFAULT_BAND
+    return min(low, target_utilization), max(high, target_utilization)
+
+
 @dataclass(frozen=True)
 class Decision:
     """A channel-count decision and its audit trail.
@@ -62,7 +70,7 @@ class Decision:
     ``n_channels`` is the count to run with next, ``changed`` whether it differs from the current
     count, ``rule`` the policy (``"fixed"``, ``"target-utilization"``) or bound that decided it,
     ``reason`` one sentence for people, ``numbers`` the inputs and intermediate values, and
-    ``held_by`` the rule that held a change back or limited it (``band``, ``stabilization``,
+    ``held_by`` the rule that held a change back or limited it (``band``, ``pending-plan``, ``stabilization``,
     ``scale-down-delay``, ``reversal``, ``effectiveness``, ``max-scale-down-factor``, ``bounds``,
     ``no-signal``; None when nothing did).
     """
@@ -93,9 +101,12 @@ class ChannelPolicy(Protocol):
         """How many of the newest batches ``decide`` looks at."""
         ...
 
-    def decide(self, history: Sequence[BatchLoad], current: int) -> Decision:
-        """The channel count to run with next, given the newest batches (oldest first) and the current
-        count."""
+    def decide(
+        self, history: Sequence[BatchLoad], current: int, before_change: BatchLoad | None = None
+    ) -> Decision:
+        """The channel count to run with next, given the newest batches (oldest first), the current
+        count and, when every batch of ``history`` ran at the current count, the newest batch that ran
+        at another count (the batch before the last change; None when there is none)."""
         ...
 
 
@@ -123,7 +134,9 @@ class FixedPolicy:
         """None needed: the fixed policy reads no batch."""
         return 0
 
-    def decide(self, history: Sequence[BatchLoad], current: int) -> Decision:
+    def decide(
+        self, history: Sequence[BatchLoad], current: int, before_change: BatchLoad | None = None
+    ) -> Decision:
         """``channels``, whatever the load; ``changed`` when it differs from ``current``."""
         check("current", current, POSITIVE_INT)
         changed = self.channels != current
@@ -149,17 +162,20 @@ class TargetUtilizationPolicy:
     that holds the count back is named in ``Decision.held_by``:
 
     1. ``bounds``: a current count outside ``[min_channels, max_channels]`` moves to the nearest bound.
-    2. ``no-signal``: no batch with busy time, tuples and a budget: keep.
-    3. ``stabilization``: the first ``stabilization_batches`` batches after a change of N took effect
+    2. ``pending-plan``: the newest batch ran at another count than ``current`` (the job has not
+       applied the plan to it yet): keep.
+    3. ``no-signal``: no batch with busy time, tuples and a budget: keep.
+    4. ``stabilization``: the first ``stabilization_batches`` batches after a change of N took effect
        are not used (they carry the migration); with none left, keep.
-    4. ``band``: with the newest batch's pressure inside ``utilization_band``, keep.
-    5. Above the band, scale up to ``ceil(demand)`` (at least one more channel), unless
+    5. ``band``: with the newest batch's pressure inside ``utilization_band`` (default
+       ``default_band(target_utilization)``), keep.
+    6. Above the band, scale up to ``ceil(demand)`` (at least one more channel), unless
        ``reversal``: the last step was a scale-down less than ``reversal_batches`` batches ago and the
        pressure is not above the band by ``reversal_margin``; or ``effectiveness``: the last step
        was a scale-up that raised the measured capacity by less than ``effectiveness_threshold`` of
        the rise it promised (``capacity · (N1/N0 - 1)``: a cluster with fewer cores than channels, a
        bottleneck outside the channels), which holds every further scale-up until N changes again.
-    6. Below the band, scale down only after ``scale_down_delay`` batches in a row below it
+    7. Below the band, scale down only after ``scale_down_delay`` batches in a row below it
        (``scale-down-delay``), to the ceiling of the largest demand among them, removing at most
        ``max_scale_down_factor`` of the channels in one step; never within ``reversal_batches`` of a
        scale-up (``reversal``), whatever the margin: too many channels for a few batches costs
@@ -173,7 +189,7 @@ class TargetUtilizationPolicy:
     target_utilization: float
     min_channels: int
     max_channels: int
-    utilization_band: tuple[float, float] = DEFAULT_BAND
+    utilization_band: tuple[float, float] | None = None
     batch_interval_seconds: float | None = None
     catch_up_seconds: float | None = None
     stabilization_batches: int = DEFAULT_STABILIZATION_BATCHES
@@ -186,7 +202,7 @@ class TargetUtilizationPolicy:
     def __post_init__(self) -> None:
         target = check("target_utilization", self.target_utilization, FRACTION)
         _check_bounds(self.min_channels, self.max_channels)
-        low, high = self.utilization_band
+        low, high = self.band
         if not (0 <= low <= target <= high):
             raise InvalidInput(
                 "utilization_band",
@@ -205,15 +221,25 @@ class TargetUtilizationPolicy:
         check("effectiveness_threshold", self.effectiveness_threshold, PROBABILITY)
 
     @property
+    def band(self) -> tuple[float, float]:
+        """``(low, high)``: the ``utilization_band`` given, else ``default_band(target_utilization)``."""
+        return self.utilization_band or default_band(self.target_utilization)
+
+    @property
     def history_batches(self) -> int:
         """Enough batches to see the stabilized run at the current N, the delay or the reversal window,
         and the batch before the last change (for the effectiveness check)."""
         return self.stabilization_batches + max(self.scale_down_delay, self.reversal_batches) + 2
 
-    def decide(self, history: Sequence[BatchLoad], current: int) -> Decision:
-        """The next channel count (see the class docstring for the rules and their order)."""
+    def decide(
+        self, history: Sequence[BatchLoad], current: int, before_change: BatchLoad | None = None
+    ) -> Decision:
+        """The next channel count (see the class docstring for the rules and their order).
+        ``before_change`` is the batch before the last change of N when ``history`` holds none but
+        batches at ``current``: the effectiveness check compares against it however long ago N
+        changed."""
         check("current", current, POSITIVE_INT)
-        low, high = self.utilization_band
+        low, high = self.band
         numbers: dict[str, float] = {
             "current": current,
             "target_utilization": self.target_utilization,
@@ -228,13 +254,20 @@ class TargetUtilizationPolicy:
             return _result(clamped, current, "bounds", f"{current} channels is outside {bounds}", numbers)
         run = _run_at(history, current)
         since_change = None if len(run) == len(history) else len(run)
-        previous_n = None if since_change is None else history[-len(run) - 1].n_channels
+        previous = before_change if since_change is None else history[-len(run) - 1]
+        previous_n = None if previous is None else previous.n_channels
         skipped = 0 if since_change is None else self.stabilization_batches
         signals = batch_signals(history, self.batch_interval_seconds)
         used = {load.seq for load in run[skipped:]}
         stable = [signal for signal in signals if signal.load.seq in used]
         if since_change is not None:
             numbers["batches_since_change"] = since_change
+        if history and not run:
+            message = (
+                f"the newest batch ran at {history[-1].n_channels} channels, not the applied {current}: "
+                "the job has not applied the plan yet"
+            )
+            return _held(current, "pending-plan", message, numbers)
         if not stable:
             if history and not run[skipped:]:
                 message = (
@@ -264,9 +297,7 @@ class TargetUtilizationPolicy:
         if newest.backlog_rows:
             signal += f", {newest.backlog_rows} rows waiting (pressure {pressure:.3g})"
         if pressure > high:
-            return self._scale_up(
-                current, demand, pressure, signal, since_change, previous_n, signals, stable, numbers
-            )
+            return self._scale_up(current, demand, pressure, signal, since_change, previous, stable, numbers)
         if pressure < low:
             return self._scale_down(
                 current, pressure, signal, since_change, previous_n, stable, catch_up, numbers
@@ -282,12 +313,12 @@ class TargetUtilizationPolicy:
         pressure: float,
         signal: str,
         since_change: int | None,
-        previous_n: int | None,
-        signals: Sequence[BatchSignal],
+        previous: BatchLoad | None,
         stable: Sequence[BatchSignal],
         numbers: dict[str, float],
     ) -> Decision:
-        high = self.utilization_band[1]
+        high = self.band[1]
+        previous_n = None if previous is None else previous.n_channels
         target = min(max(current + 1, _ceil(demand)), self.max_channels)
         if target == current:
             return _held(current, "bounds", f"{signal} is above the band, at max_channels {current}", numbers)
@@ -303,22 +334,18 @@ class TargetUtilizationPolicy:
                 f"not above the band by the margin {self.reversal_margin:g} (target would be {target})"
             )
             return _held(current, "reversal", message, numbers)
-        if previous_n is not None and previous_n < current:
-            before = [
-                s for s in signals if s.load.n_channels == previous_n and s.load.seq < stable[0].load.seq
-            ]
-            if before:
-                gained = math.fsum(s.capacity for s in stable) / len(stable) - before[-1].capacity
-                promised = before[-1].capacity * (current / previous_n - 1)
-                numbers |= {"capacity_gained": gained, "capacity_promised": promised}
-                if gained < self.effectiveness_threshold * promised:
-                    message = (
-                        f"effectiveness: the scale-up {previous_n} -> {current} raised the capacity by "
-                        f"{gained:.4g} rows/s, under {self.effectiveness_threshold:g} of the "
-                        f"{promised:.4g} rows/s it promised (fewer cores than channels, or a bottleneck "
-                        f"outside the channels?); further scale-ups are held (target would be {target})"
-                    )
-                    return _held(current, "effectiveness", message, numbers)
+        if previous is not None and previous.n_channels < current and previous.capacity is not None:
+            gained = math.fsum(s.capacity for s in stable) / len(stable) - previous.capacity
+            promised = previous.capacity * (current / previous.n_channels - 1)
+            numbers |= {"capacity_gained": gained, "capacity_promised": promised}
+            if gained < self.effectiveness_threshold * promised:
+                message = (
+                    f"effectiveness: the scale-up {previous_n} -> {current} raised the capacity by "
+                    f"{gained:.4g} rows/s, under {self.effectiveness_threshold:g} of the "
+                    f"{promised:.4g} rows/s it promised (fewer cores than channels, or a bottleneck "
+                    f"outside the channels?); further scale-ups are held (target would be {target})"
+                )
+                return _held(current, "effectiveness", message, numbers)
         return _result(target, current, "target-utilization", f"{signal} is above the band", numbers)
 
     def _scale_down(
@@ -332,7 +359,7 @@ class TargetUtilizationPolicy:
         catch_up: float,
         numbers: dict[str, float],
     ) -> Decision:
-        low = self.utilization_band[0]
+        low = self.band[0]
         u = self.target_utilization
         below = list(itertools.takewhile(lambda s: s.pressure(u, catch_up) < low, reversed(stable)))
         numbers["batches_below_band"] = len(below)

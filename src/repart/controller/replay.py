@@ -43,6 +43,7 @@ from repart.controller.actions import explain
 from repart.controller.policy import TargetUtilizationPolicy
 from repart.controller.service import create_region, ingest_snapshot
 from repart.controller.settings import ControllerSettings
+from repart.controller.steps import ideal_share, moved_key_share
 from repart.controller.tick import tick
 from repart.errors import InvalidInput
 from repart.partitioning.split.function import StoredFunction, home_function
@@ -78,7 +79,7 @@ class ReplayedBatch:
     held_by: str | None
     n_next: int
     b: float | None
-    moved_share: float | None = None
+    moved_key_share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,9 @@ def _replay_batch(
         plan = client.claim_next_plan(snapshot.region)
         if plan is not None:
             client.report_plan(plan.plan_id, "applied")
-        moved = moved_share(function, client.applied_function(snapshot.region).function, snapshot)
+        moved = moved_key_share(
+            function, client.applied_function(snapshot.region).function, snapshot.item_columns.keys
+        )
     b = shown.get("b_before")
     return ReplayedBatch(
         seq=snapshot.seq,
@@ -188,7 +191,7 @@ def _replay_batch(
         held_by=shown.get("held_by"),
         n_next=result.n_channels or function.n_channels,
         b=float(b) if isinstance(b, int | float) else None,
-        moved_share=moved,
+        moved_key_share=moved,
     )
 
 
@@ -204,14 +207,6 @@ def channel_rows(function: StoredFunction, snapshot: Snapshot) -> np.ndarray:
         rows += np.bincount(channels, weights=items.counts.astype(np.float64), minlength=n)
     rows += (snapshot.tuples - float(items.counts.sum())) / n
     return rows
-
-
-def moved_share(before: StoredFunction, after: StoredFunction, snapshot: Snapshot) -> float:
-    """The share of the window's keys whose channel differs between ``before`` and ``after``."""
-    keys = snapshot.item_columns.keys
-    if not len(keys):
-        return 0.0
-    return float(np.mean(home_function(before).lookup_many(keys) != home_function(after).lookup_many(keys)))
 
 
 def oracle_channels(snapshot: Snapshot, cost: float, budget: float, policy: Any, config: RegionConfig) -> int:
@@ -238,12 +233,14 @@ def summarize(rows: Sequence[ReplayedBatch], band: tuple[float, float]) -> Repla
         run = run + 1 if row.utilization > 1 else 0
         longest = max(longest, run)
     scale_moves = [
-        row.moved_share / (abs(row.n_next - row.n_channels) / max(row.n_next, row.n_channels))
+        row.moved_key_share / ideal_share(row.n_channels, row.n_next)
         for row in rows
-        if row.moved_share is not None and row.n_next != row.n_channels
+        if row.moved_key_share is not None and row.n_next != row.n_channels
     ]
     rebalance_moves = [
-        row.moved_share for row in rows if row.moved_share is not None and row.n_next == row.n_channels
+        row.moved_key_share
+        for row in rows
+        if row.moved_key_share is not None and row.n_next == row.n_channels
     ]
     channel_batches = sum(row.n_channels for row in rows)
     oracle = sum(row.oracle_channels for row in rows)
@@ -270,6 +267,11 @@ def _checked(snapshots: Sequence[Snapshot], config: RegionConfig) -> list[Snapsh
     regions = sorted({snapshot.region for snapshot in ordered})
     if len(regions) > 1:
         raise InvalidInput("region", f"must be one region's snapshots, got {', '.join(map(repr, regions))}")
+    repeated = sorted({a.seq for a, b in itertools.pairwise(ordered) if a.seq == b.seq})
+    if repeated:
+        raise InvalidInput(
+            "snapshots", f"must hold each window seq once, got seq {repeated[0]} more than once"
+        )
     if config.split_scheme is not None:
         raise InvalidInput("split", "replay predicts key-preserving regions only (each key on one channel)")
     return ordered
@@ -290,7 +292,7 @@ def _budget(snapshot: Snapshot, settings: ControllerSettings) -> float:
 
 def _band(settings: ControllerSettings) -> tuple[float, float]:
     policy = settings.policy
-    return policy.utilization_band if isinstance(policy, TargetUtilizationPolicy) else (0.0, 1.0)
+    return policy.band if isinstance(policy, TargetUtilizationPolicy) else (0.0, 1.0)
 
 
 def _costs_per_row(snapshots: Sequence[Snapshot]) -> list[float]:

@@ -12,7 +12,8 @@ all optional:
   - ``target_utilization``: u, the busiest channel's busy share of the batch budget to size for, in
     (0, 1], default 0.7.
   - ``utilization_band``: ``[low, high]`` with ``0 <= low <= target_utilization <= high``: no change
-    while the utilization is inside it; default ``[0.45, 0.9]``.
+    while the utilization is inside it; default ``[min(0.45, u), max(0.9, u)]`` (``[0.45, 0.9]`` at
+    the default target), so that any target has a band.
   - ``batch_interval_seconds``: the time budget of one batch (a trigger interval), > 0; absent, the
     budget a batch reports, else the time measured between batches.
   - ``catch_up_seconds``: the time to catch up on a reported backlog in, > 0; default five budgets.
@@ -31,7 +32,8 @@ all optional:
   (b <= 1 means every resource is within its tolerance α).
 - ``migration_budget``: the largest share of the state one rebalance at unchanged N may move, in
   (0, 1], default 0.5; a rebalance over it, or one whose predicted b and m do not beat keeping the
-  applied function under b·(1 + m) (Gedik Eq. 13), is a recorded ``no-change`` with its reason.
+  applied function under the region's utility U(b, m) (``repart.partitioning.utility.function_cost``),
+  is a recorded ``no-change`` with its reason.
 - ``move_limit``: readj's move limit c (Gedik Algorithm 4), an integer >= 1, default 5.
 - ``split``: the parameters of a split-mode region's scheme, an object checked by
   ``repart.partitioning.split.params.SplitParams`` (θ, ε, spread, virtual nodes, seed); the scheme

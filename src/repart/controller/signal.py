@@ -54,6 +54,13 @@ class BatchLoad:
         """The busiest channel's busy seconds (0 without channels)."""
         return max((measured.busy_seconds for measured in self.channels), default=0.0)
 
+    @property
+    def capacity(self) -> float | None:
+        """The rows per second the channels sustain together, ``tuples / max busy`` (the busiest
+        channel finishes last); None without busy time or tuples."""
+        busiest = self.max_busy_seconds
+        return self.tuples / busiest if busiest > 0 and self.tuples > 0 else None
+
 
 @dataclass(frozen=True)
 class BatchSignal:
@@ -88,8 +95,8 @@ def batch_signals(loads: Sequence[BatchLoad], declared_budget: float | None) -> 
     for load in loads:
         budget = _budget(load, previous, declared_budget)
         previous = load
-        busiest = load.max_busy_seconds
-        if budget is None or busiest <= 0 or load.tuples == 0:
+        capacity = load.capacity
+        if budget is None or capacity is None:
             continue
         seconds, source = budget
         progress = load.progress or BatchProgress()
@@ -99,8 +106,8 @@ def batch_signals(loads: Sequence[BatchLoad], declared_budget: float | None) -> 
                 load=load,
                 budget_seconds=seconds,
                 budget_source=source,
-                utilization=busiest / seconds,
-                capacity=load.tuples / busiest,
+                utilization=load.max_busy_seconds / seconds,
+                capacity=capacity,
                 rate_in=load.tuples / seconds if rate_in is None else rate_in,
                 backlog_rows=progress.backlog_rows or 0,
             )

@@ -62,6 +62,7 @@ from repart.partitioning.documents import json_number
 from repart.partitioning.domain import ConsistentMethod
 from repart.partitioning.split.build import split_imbalance
 from repart.partitioning.split.function import SplitFunction, StoredFunction, load_function
+from repart.partitioning.utility import function_cost
 from repart.protocol.snapshot import ChannelMeasurement, Snapshot
 from repart.storage import (
     Fence,
@@ -127,10 +128,11 @@ class Observation:
     applied version (None before the first); ``mode_reason`` why the region is in its mode.
     ``applying_plan`` (a plan being applied), and
     ``applied_function``, ``window`` (the sliding window's snapshots, oldest first) and ``history``
-    (the newest batches' loads the channel-count policy reads, oldest first) are read only when a
-    decision on a new window is due (``awaits_decision``); they are None, None, empty and empty
-    otherwise. ``tick_failures`` counts the region's failed ticks in a row (``repart.storage.backoff``):
-    a successful tick ends its backoff.
+    (the newest batches' loads the channel-count policy reads, oldest first), with ``before_change``
+    (the batch before the last change of N when ``history`` holds only batches at the applied N) are
+    read only when a decision on a new window is due (``awaits_decision``); they are None, None,
+    empty, empty and None otherwise. ``tick_failures`` counts the region's failed ticks in a row
+    (``repart.storage.backoff``): a successful tick ends its backoff.
     """
 
     region: str
@@ -144,6 +146,7 @@ class Observation:
     applied_function: StoredFunction | None = None
     window: tuple[Snapshot, ...] = ()
     history: tuple[BatchLoad, ...] = ()
+    before_change: BatchLoad | None = None
     tick_failures: int = 0
 
 
@@ -278,11 +281,13 @@ def observe(session: Session, region: str) -> Observation:
         )
     )
     window = latest_snapshots(session, region, window_size(settings.counters))
+    history = batch_history(session, row.id, settings.policy.history_batches, applied_n_channels)
     return dataclasses.replace(
         observation,
         applied_function=load_function(cast(str, function_json)),
         window=tuple(window),
-        history=batch_history(session, row.id, settings.policy.history_batches, applied_n_channels),
+        history=history,
+        before_change=batch_before_change(session, row.id, history, applied_n_channels),
     )
 
 
@@ -292,7 +297,7 @@ def batch_history(session: Session, region_id: int, count: int, applied_n: int) 
     progress; items and slots are not read."""
     if count == 0:
         return ()
-    snapshot, version, channel = models.Snapshot, models.Version, models.SnapshotChannel
+    snapshot, version = models.Snapshot, models.Version
     rows = session.execute(
         select(snapshot, version.n_channels)
         .outerjoin(version, (version.region_id == snapshot.region_id) & (version.number == snapshot.version))
@@ -300,6 +305,36 @@ def batch_history(session: Session, region_id: int, count: int, applied_n: int) 
         .order_by(snapshot.seq.desc())
         .limit(count)
     ).all()
+    return _loads(session, [(row, applied_n if n is None else n) for row, n in reversed(rows)])
+
+
+def batch_before_change(
+    session: Session, region_id: int, history: tuple[BatchLoad, ...], applied_n: int
+) -> BatchLoad | None:
+    """The newest batch before ``history`` that ran at another N than ``applied_n``, when every batch
+    of ``history`` ran at ``applied_n`` (the batch before the last change of N, which the policy's
+    effectiveness check compares against however long ago the change was); None otherwise or when
+    there is none."""
+    if not history or any(load.n_channels != applied_n for load in history):
+        return None
+    snapshot, version = models.Snapshot, models.Version
+    found = session.execute(
+        select(snapshot, version.n_channels)
+        .join(version, (version.region_id == snapshot.region_id) & (version.number == snapshot.version))
+        .where(
+            snapshot.region_id == region_id,
+            snapshot.seq < history[0].seq,
+            version.n_channels != applied_n,
+        )
+        .order_by(snapshot.seq.desc())
+        .limit(1)
+    ).first()
+    return None if found is None else _loads(session, [(found[0], found[1])])[0]
+
+
+def _loads(session: Session, rows: list[tuple[models.Snapshot, int]]) -> tuple[BatchLoad, ...]:
+    """``BatchLoad``s of snapshot rows, each with the N it ran with, their channels read in one query."""
+    channel = models.SnapshotChannel
     ids = [row.id for row, _ in rows]
     measured: dict[int, list[ChannelMeasurement]] = {}
     for snapshot_id, number, tuples, busy, state in session.execute(
@@ -313,12 +348,12 @@ def batch_history(session: Session, region_id: int, count: int, applied_n: int) 
     return tuple(
         BatchLoad(
             seq=row.seq,
-            n_channels=applied_n if n is None else n,
+            n_channels=n,
             channels=tuple(measured.get(row.id, ())),
             progress=stored_progress(row),
             ingested_at=row.ingested_at,
         )
-        for row, n in reversed(rows)
+        for row, n in rows
     )
 
 
@@ -355,7 +390,9 @@ def decide(observation: Observation, now: datetime) -> Verdict:
     current, window = observation.applied_function, observation.window
     if current is None or not window:
         raise TypeError("an observation with a decision due must hold the applied function and the window")
-    verdict = _analyze(observation.settings, status, current, window, observation.history)
+    verdict = _analyze(
+        observation.settings, status, current, window, observation.history, observation.before_change
+    )
     if status.mode == "recommend" and verdict.action == "activated":
         return _recommendation(verdict)
     return verdict
@@ -411,6 +448,7 @@ def _analyze(
     current: StoredFunction,
     window: tuple[Snapshot, ...],
     history: tuple[BatchLoad, ...],
+    before_change: BatchLoad | None,
 ) -> Verdict:
     """Analyze and plan on a new window: the channel-count policy on the batch history, the rebalance
     trigger on the merged window, then the build and its plan."""
@@ -421,10 +459,11 @@ def _analyze(
     if not estimate.keys or estimate.total == 0:
         message = "the window holds no keys to build from"
         return _unchanged(n_applied, "empty-window", message, base, newest)
-    decision = settings.policy.decide(history, n_applied)
+    decision = settings.policy.decide(history, n_applied, before_change)
     b_before = split_imbalance(current, estimate, settings.params)
     rebalance = _mode_change(current, settings) or needs_rebalance(b_before, settings.rebalance_threshold)
     base |= {
+        "utility": settings.params.utility,
         "policy": decision.rule,
         "policy_numbers": decision.numbers,
         "held_by": decision.held_by,
@@ -444,11 +483,11 @@ def _analyze(
         )
         return _unchanged(n_applied, _rule(decision, rebalance), message, base, newest)
     plan = plan_migration(current, function, estimate, settings.params.resources)
-    reason = _reason(decision, rebalance)
+    reason = _reason(decision, rebalance) + _step_note(built.event_data.get("step"))
     data = base | built.event_data | {"plan_m": None if plan.m is None else json_number(plan.m)}
     data |= moved_state(plan.m, function.n_channels, window[-1])
     if not decision.changed and rebalance.rule == "imbalance-threshold":
-        held = _rebalance_held(data, b_before, settings.migration_budget)
+        held = _rebalance_held(data, b_before, settings.migration_budget, settings.params.utility)
         if held is not None:
             rule, message = held
             return _unchanged(n_applied, rule, f"{_reason(decision, rebalance)}; {message}", data, newest)
@@ -471,36 +510,51 @@ def _analyze(
     )
 
 
+def _step_note(step: dict[str, Any] | None) -> str:
+    """The reason's note when a scale step leaves b above the threshold (``build_step``), else ''."""
+    if step is None or step["b_within_threshold"]:
+        return ""
+    return (
+        f"; b after the step stays above the threshold {step['threshold']:g}: no candidate within "
+        f"{step['limit']:.3g} of the keys moved reaches it"
+    )
+
+
 def moved_state(m: float | None, n_channels: int, newest: Snapshot) -> dict[str, Any]:
     """The state a plan moves, in the paper's unit and in the job's: the share ``m / N`` of the state
-    (m is the moved state over the mean state per channel, Gedik Eq. 10), and that share of the newest
-    window's keys (``moved_rows``: one state row per key) and of its channels' state bytes
-    (``moved_bytes``; None when the window reports none)."""
+    (``moved_state_share``; m is the moved state over the mean state per channel, Gedik Eq. 10), and
+    that share of the newest window's keys (``moved_rows``: one state row per key) and of its
+    channels' state bytes (``moved_bytes``; None when the window reports none)."""
     if m is None:
-        return {"moved_share": None, "moved_rows": None, "moved_bytes": None}
+        return {"moved_state_share": None, "moved_rows": None, "moved_bytes": None}
     share = min(1.0, m / n_channels)
     state_bytes = sum(measured.state_bytes for measured in newest.channels or ())
     return {
-        "moved_share": share,
+        "moved_state_share": share,
         "moved_rows": round(share * newest.distinct_estimate),
         "moved_bytes": round(share * state_bytes) if state_bytes else None,
     }
 
 
-def _rebalance_held(data: dict[str, Any], b_before: float, budget: float) -> tuple[str, str] | None:
+def _rebalance_held(
+    data: dict[str, Any], b_before: float, budget: float, utility: str
+) -> tuple[str, str] | None:
     """Why a rebalance at unchanged N is not worth it, or None when it is: it moves more of the state
     than the region's ``migration_budget`` (rule ``migration-budget``), or its predicted b and m do not
-    beat keeping the applied function under the objective b·(1 + m) (Gedik Eq. 13; keeping costs b
-    and moves nothing: rule ``rebalance-gain``)."""
-    share, b_after, m = data.get("moved_share"), data.get("predicted_b"), data.get("predicted_m")
+    beat keeping the applied function under the region's utility U(b, m)
+    (``repart.partitioning.utility.function_cost``; keeping costs b and moves nothing: rule
+    ``rebalance-gain``)."""
+    share, b_after, m = data.get("moved_state_share"), data.get("predicted_b"), data.get("predicted_m")
     if isinstance(share, float) and share > budget:
         return "migration-budget", f"it would move {share:.3g} of the state, over the budget {budget:g}"
-    if isinstance(b_after, int | float) and isinstance(m, int | float) and b_after * (1 + m) >= b_before:
-        return (
-            "rebalance-gain",
-            f"its predicted b = {b_after:.4g} at m = {m:.3g} does not pay for the move "
-            f"(b·(1 + m) = {b_after * (1 + m):.4g} >= b = {b_before:.4g} now)",
-        )
+    if isinstance(b_after, int | float) and isinstance(m, int | float):
+        cost = function_cost(utility, b_after, m)
+        if cost >= b_before:
+            return (
+                "rebalance-gain",
+                f"its predicted b = {b_after:.4g} at m = {m:.3g} does not pay for the move under the "
+                f"utility {utility} (U(b, m) = {cost:.4g} >= b = {b_before:.4g} now)",
+            )
     return None
 
 

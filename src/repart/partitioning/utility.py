@@ -94,3 +94,10 @@ _UTILITIES: dict[str, Utility] = {
 def utility_function(name: str) -> Utility:
     """The utility function U(ρ, γ) of §4.3 with this name."""
     return _UTILITIES[check_utility(name)]
+
+
+def function_cost(name: str, b: float, m: float) -> float:
+    """The cost of moving to a function of imbalance ``b`` (Eq. 11) at migration cost ``m`` (Eq. 10)
+    under the utility ``name``: U(b, m), with b in place of ρ and m in place of γ (so ATM is Eq. 13's
+    b·(1 + m)). Keeping the applied function costs U(b, 0) = b under every utility."""
+    return float(utility_function(name)(np.array(b, dtype=np.float64), np.array(m, dtype=np.float64)))

@@ -17,12 +17,15 @@ The rows of batch ``t`` are ``rows · drift^(t / (batches - 1)) · weekly(t) · 
 
 Keys follow Zipf(``zipf_exponent``) over ``keys`` integer keys, or the frequencies of the ``keys``
 most frequent English words (``wordfreq``); each batch draws its rows multinomially from them.
+
+``named_traces`` holds the named traces that ``repart replay --trace`` and
+``benchmarks/policy_traces.py`` replay.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -131,3 +134,48 @@ def _distribution(spec: TraceSpec) -> tuple[list[int] | list[str], np.ndarray]:
         words, probabilities = english_vocabulary(spec.keys)
         return words, probabilities
     return list(range(spec.keys)), ZipfWorkload(spec.zipf_exponent, spec.keys).frequencies
+
+
+TRACE_START_CHANNELS = 4
+"""The channel count a named trace's first batch is sized for."""
+TRACE_TARGET_UTILIZATION = 0.7
+"""The utilization of the first batch of a named trace on ``TRACE_START_CHANNELS`` channels."""
+
+
+def named_traces(seed: int = 0) -> dict[str, TraceSpec]:
+    """The named traces for ``seed``; each costs put its first batch near
+    ``TRACE_TARGET_UTILIZATION`` on ``TRACE_START_CHANNELS`` channels:
+
+    - ``weekly-drift-zipf``, ``weekly-drift-words``: 60 daily batches, weekend load 0.7x the
+      weekday's, a drift that doubles the load; Zipf(0.8) over 2,000 integers, or 5,000 English words.
+    - ``bursty-words``: a week of hourly batches, a daily cycle (amplitude 0.3), a 20 % drift and
+      bursts (4 % per batch, up to 2.5x); 5,000 English words.
+    - ``weekly-drift-zipf-weekend-0.6``: ``weekly-drift-zipf`` with weekend load 0.6x (the policy's
+      defaults were not chosen on it).
+    """
+
+    def cost(batch_seconds: float, rows: int) -> float:
+        return batch_seconds * TRACE_TARGET_UTILIZATION * TRACE_START_CHANNELS / rows
+
+    daily_cost = cost(DAY_SECONDS, 100_000)
+    daily = TraceSpec(
+        60, rows=100_000, weekend_factor=0.7, drift=2.0, cost_seconds_per_row=daily_cost, seed=seed
+    )
+    return {
+        "weekly-drift-zipf": daily,
+        "weekly-drift-words": replace(daily, keys=5_000, distribution="words"),
+        "bursty-words": TraceSpec(
+            168,
+            batch_seconds=3_600,
+            rows=100_000,
+            keys=5_000,
+            distribution="words",
+            daily_amplitude=0.3,
+            drift=1.2,
+            burst_probability=0.04,
+            burst_factor=2.5,
+            cost_seconds_per_row=cost(3_600, 100_000),
+            seed=seed,
+        ),
+        "weekly-drift-zipf-weekend-0.6": replace(daily, weekend_factor=0.6),
+    }
