@@ -161,7 +161,7 @@ async def _submit_snapshot(api: Api, request: Request, region: str | None) -> di
         raise InvalidInput(
             "region", f"must be the region the call names, {region!r}, got {snapshot.region!r}"
         )
-    return {"location": await api.run(lambda: api.client.submit_snapshot(snapshot))}
+    return {"snapshot_id": await api.run(lambda: api.client.submit_snapshot(snapshot))}
 
 
 async def _report_batch(api: Api, request: Request, region: str | None) -> dict[str, Any]:
@@ -313,8 +313,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "submit_snapshot",
         "job",
         "Ingest a batch's snapshot document (its region must be the path's); a batch already ingested is "
-        f"a no-op. At most {MAX_SNAPSHOT_BYTES} bytes by default.",
-        _obj({"location": _STR}),
+        f"a no-op answering the stored snapshot's id. At most {MAX_SNAPSHOT_BYTES} bytes by default.",
+        _obj({"snapshot_id": _INT}),
         _submit_snapshot,
         body={"$ref": "#/components/schemas/Snapshot"},
     ),

@@ -96,9 +96,9 @@ class HttpControllerClient:
         body = {"outcome": outcome, "moved_rows": moved_rows, "moved_bytes": moved_bytes, "reason": reason}
         self._call("POST", f"/v1/plans/{int(plan_id)}/outcome", body)
 
-    def submit_snapshot(self, snapshot: Snapshot) -> str:
+    def submit_snapshot(self, snapshot: Snapshot) -> int:
         document = snapshot.checked().to_document()
-        return str(self._call("POST", f"{_region_path(snapshot.region)}/snapshots", document)["location"])
+        return int(self._call("POST", f"{_region_path(snapshot.region)}/snapshots", document)["snapshot_id"])
 
     def report_batch(
         self, region: str, batch_id: int, payload: Mapping[str, Any], plan_id: int | None
