@@ -12,6 +12,7 @@ from sqlalchemy import Engine, update
 from repart.api.server import ApiServer
 from repart.storage import models
 from repart.storage.engine import run_in_transaction
+from repart.storage.regions import delete_region
 from repart.storage.tables import utc_now
 from repart.storage.tokens import revoke_token
 from tests.api.conftest import call, dump, new_token, with_pending_plan, zipf_region
@@ -103,3 +104,13 @@ def test_a_refused_call_writes_only_its_audit_row(
         [event] = new_events
         assert event[1] is None  # the controller's own log: no region
         assert (event[3], event[4]) == ("access-refused", reason)
+
+
+def test_a_job_token_dies_with_its_region(engine: Engine, api: ApiServer) -> None:
+    add_region(engine, "alpha", "int")
+    token = new_token(engine, "job:alpha")
+    run_in_transaction(engine, lambda s: delete_region(s, "alpha", force=True))
+    add_region(engine, "alpha", "int")  # another region of the same name
+    assert call(api, "GET", "/v1/regions/alpha/merge", token)[0] == 401
+    assert call(api, "POST", "/v1/regions/alpha/plans/claim", token)[0] == 401
+    assert dump(engine)["api_tokens"] == []  # deleted with its region

@@ -393,7 +393,7 @@ def _admit(session: Session, endpoint: Endpoint, request: Request) -> Grant | De
     except Refused as refused:
         return _refuse(session, endpoint, request, 401, refused.reason, refused.token_id, None)
     if endpoint.access == "job":
-        allowed = grant.region() == _region_of(session, request)
+        allowed = grant.region_id is not None and grant.region_id == _region_of(session, request)
     else:
         allowed = grant.scope in ("read", "operator")
     if not allowed:
@@ -436,22 +436,18 @@ class UnknownPlan(NotFound):
     field = "plan_id"
 
 
-def _region_of(session: Session, request: Request) -> str | None:
-    """The region a call is about: the path's, or the region of the path's plan (NotFound naming
-    plan_id for a plan that does not exist)."""
+def _region_of(session: Session, request: Request) -> int | None:
+    """The id of the region a call is about: the path's, or the region of the path's plan (NotFound
+    naming plan_id for a plan that does not exist)."""
     if "region" in request.path_params:
-        return str(request.path_params["region"])
+        return session.scalar(select(models.Region.id).where(models.Region.name == request.path_params["region"]))
     plan_id = request.path_params.get("plan_id")
     if plan_id is None:
         return None
-    owner = session.scalar(
-        select(models.Region.name)
-        .join(models.Plan, models.Plan.region_id == models.Region.id)
-        .where(models.Plan.id == plan_id)
-    )
+    owner = session.scalar(select(models.Plan.region_id).where(models.Plan.id == plan_id))
     if owner is None:
         raise UnknownPlan(f"plan_id must name a plan, got {plan_id}")
-    return str(owner)
+    return int(owner)
 
 
 def _error(status: int, kind: str, message: str, field: str | None = None) -> JSONResponse:
