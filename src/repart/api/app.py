@@ -42,7 +42,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from repart.api.bodies import SMALL_BODY_BYTES, TooLarge, fields, json_object, optional_text, read_json
-from repart.controller.logs import log_event
 from repart.errors import Conflict, Corrupt, InvalidInput, NotFound, ReparError, Unavailable
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
 from repart.protocol.snapshot import Snapshot
@@ -56,7 +55,7 @@ from repart.storage.plans import list_plans
 from repart.storage.tokens import Grant, Refused, authenticate, record_use
 from repart.storage.versions import list_versions, version_function
 from repart.storage.views import event_dict, plan_summary, region_status, version_dict
-from repart.validation import NON_NEGATIVE_INT, Options, check
+from repart.validation import STORED_INT, Options, check
 
 T = TypeVar("T")
 Access = Literal["job", "read"]
@@ -166,9 +165,9 @@ async def _submit_snapshot(api: Api, request: Request, region: str | None) -> di
 
 async def _report_batch(api: Api, request: Request, region: str | None) -> dict[str, Any]:
     given = fields(await read_json(request, SMALL_BODY_BYTES), ("batch_id", "payload"), ("plan_id",))
-    batch_id = check("batch_id", given["batch_id"], NON_NEGATIVE_INT)
+    batch_id = check("batch_id", given["batch_id"], STORED_INT)
     payload = json_object("payload", given["payload"])
-    plan_id = given["plan_id"]
+    plan_id = None if given["plan_id"] is None else check("plan_id", given["plan_id"], STORED_INT)
     named = _named(region)
 
     def work() -> int:
@@ -179,10 +178,8 @@ async def _report_batch(api: Api, request: Request, region: str | None) -> dict[
     return {"report_id": await api.run(work)}
 
 
-def _check_plan_of(session: Session, region: str, plan_id: object) -> None:
+def _check_plan_of(session: Session, region: str, plan_id: int) -> None:
     """InvalidInput naming ``plan_id`` unless it is the id of a plan of ``region``."""
-    if not isinstance(plan_id, int) or isinstance(plan_id, bool):
-        raise InvalidInput("plan_id", f"must be an integer or null, got {plan_id!r}")
     owner = session.scalar(
         select(models.Region.name)
         .join(models.Plan, models.Plan.region_id == models.Region.id)
@@ -444,6 +441,7 @@ def _region_of(session: Session, request: Request) -> int | None:
     plan_id = request.path_params.get("plan_id")
     if plan_id is None:
         return None
+    check("plan_id", plan_id, STORED_INT)
     owner = session.scalar(select(models.Plan.region_id).where(models.Plan.id == plan_id))
     if owner is None:
         raise UnknownPlan(f"plan_id must name a plan, got {plan_id}")
@@ -499,7 +497,8 @@ async def _http_error(request: Request, error: Exception) -> Response:
 
 
 async def _internal_error(request: Request, error: Exception) -> Response:
-    log_event("error", api=True, path=request.url.path, error=repr(error))
+    """A 500 for an unexpected error; uvicorn logs it with its traceback as a JSON line
+    (``repart.api.server``)."""
     return _error(500, "internal", "the API failed on this call; the controller's log has the error")
 
 

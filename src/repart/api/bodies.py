@@ -39,6 +39,8 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
         value = json.loads(b"".join(chunks))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise InvalidInput("body", f"must be a JSON object, got malformed JSON ({error})") from None
+    except RecursionError:
+        raise InvalidInput("body", "must be a JSON object nested less deeply, got one nested too deep") from None
     if not isinstance(value, dict):
         raise InvalidInput("body", f"must be a JSON object, got {type(value).__name__}")
     return value

@@ -4,7 +4,8 @@ The socket is bound when the server is made (``repart.controller.listen``: Inval
 ``api_port`` or ``api_host``), on loopback unless another host is given: the API speaks plain HTTP,
 and TLS belongs to a reverse proxy in front of it (docs/api.md). uvicorn's event loop handles every
 connection, so a client that sends slowly holds none of the others back; a connection idle between
-requests is closed after ``KEEP_ALIVE_SECONDS``. Requests are not logged (the daemon's log is JSON).
+requests is closed after ``KEEP_ALIVE_SECONDS``. Requests are not logged; uvicorn's errors are, as JSON
+lines (``UVICORN_LOGGING``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,15 @@ from repart.controller.listen import LOOPBACK, bound_socket
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
 
 KEEP_ALIVE_SECONDS = 5
+UVICORN_LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "repart.controller.logs.JsonFormatter"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}},
+    "loggers": {"uvicorn.error": {"handlers": ["stderr"], "level": "WARNING", "propagate": False}},
+}
+"""uvicorn's own log (its errors, with an unexpected error's traceback) as JSON lines on stderr, as the
+daemon logs (``repart.controller.logs``)."""
 START_TIMEOUT = 10.0
 
 
@@ -43,7 +53,7 @@ class ApiServer:
             lifespan="off",
             access_log=False,
             log_level="warning",
-            log_config=None,
+            log_config=UVICORN_LOGGING,
             timeout_keep_alive=KEEP_ALIVE_SECONDS,
             server_header=False,
         )
