@@ -15,7 +15,7 @@ A call goes through three steps:
 2. **The body**, read within its limit (``MAX_SNAPSHOT_BYTES`` for a snapshot, ``SMALL_BODY_BYTES``
    for the others) and checked field by field: malformed JSON, unknown or missing fields and ids of
    another region are refused before anything is written.
-3. **The work**, through ``SqlControllerClient`` (the job calls, each idempotent under its ids, so a
+3. **The work**, parsing the body included, through ``SqlControllerClient`` (the job calls, each idempotent under its ids, so a
    client may retry any of them) or the storage layer's read functions (the views), on a worker
    thread; at most ``workers`` calls use the database at once.
 
@@ -41,7 +41,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from repart.api.bodies import SMALL_BODY_BYTES, TooLarge, fields, json_object, optional_text, read_json
+from repart.api.bodies import SMALL_BODY_BYTES, TooLarge, fields, json_body, json_object, optional_text, read_body
 from repart.errors import Conflict, Corrupt, InvalidInput, NotFound, ReparError, Unavailable
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
 from repart.protocol.snapshot import Snapshot
@@ -140,9 +140,8 @@ async def _claim_next_plan(api: Api, request: Request, region: str | None) -> di
 
 
 async def _report_plan(api: Api, request: Request, region: str | None) -> dict[str, Any]:
-    given = fields(
-        await read_json(request, SMALL_BODY_BYTES), ("outcome",), ("moved_rows", "moved_bytes", "reason")
-    )
+    raw = await read_body(request, SMALL_BODY_BYTES)
+    given = fields(await api.run(lambda: json_body(raw)), ("outcome",), ("moved_rows", "moved_bytes", "reason"))
     outcome = check("outcome", given["outcome"], Options(("applied", "failed")))
     reason = optional_text("reason", given["reason"])
     plan_id = int(request.path_params["plan_id"])
@@ -155,7 +154,8 @@ async def _report_plan(api: Api, request: Request, region: str | None) -> dict[s
 
 
 async def _submit_snapshot(api: Api, request: Request, region: str | None) -> dict[str, Any]:
-    snapshot = Snapshot.from_document(await read_json(request, api.max_snapshot_bytes))
+    raw = await read_body(request, api.max_snapshot_bytes)
+    snapshot = await api.run(lambda: Snapshot.from_document(json_body(raw)))
     if snapshot.region != region:
         raise InvalidInput(
             "region", f"must be the region the call names, {region!r}, got {snapshot.region!r}"
@@ -164,7 +164,8 @@ async def _submit_snapshot(api: Api, request: Request, region: str | None) -> di
 
 
 async def _report_batch(api: Api, request: Request, region: str | None) -> dict[str, Any]:
-    given = fields(await read_json(request, SMALL_BODY_BYTES), ("batch_id", "payload"), ("plan_id",))
+    raw = await read_body(request, SMALL_BODY_BYTES)
+    given = fields(await api.run(lambda: json_body(raw)), ("batch_id", "payload"), ("plan_id",))
     batch_id = check("batch_id", given["batch_id"], STORED_INT)
     payload = json_object("payload", given["payload"])
     plan_id = None if given["plan_id"] is None else check("plan_id", given["plan_id"], STORED_INT)
