@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from repart.errors import InvalidInput
+from repart.errors import Conflict, InvalidInput
 from repart.protocol.http_client import HttpControllerClient
 
 
@@ -84,3 +84,28 @@ def test_plain_http_is_refused_off_loopback(url: str) -> None:
 )
 def test_loopback_http_and_any_https_are_accepted(url: str) -> None:
     assert HttpControllerClient(url, "repart_1_SECRET").url == url
+
+
+def test_a_conflict_is_retried_and_raised_once_attempts_run_out() -> None:
+    answers = [409, 409, 200]
+
+    class Busy(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
+            status = answers.pop(0) if answers else 409
+            body = json.dumps(
+                {"merge": None} if status == 200 else {"error": "conflict", "field": None, "message": "busy"}
+            ).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    for server in serving(Busy):
+        url = f"http://127.0.0.1:{server.server_port}"
+        assert HttpControllerClient(url, "repart_1_SECRET", attempts=3, backoff=0.01).region_merge("r") is None
+        with pytest.raises(Conflict):
+            HttpControllerClient(url, "repart_1_SECRET", attempts=2, backoff=0.01).region_merge("r")
+    assert answers == []

@@ -160,6 +160,10 @@ async def _submit_snapshot(api: Api, request: Request, region: str | None) -> di
         raise InvalidInput(
             "region", f"must be the region the call names, {region!r}, got {snapshot.region!r}"
         )
+    if snapshot.batch is None:
+        raise InvalidInput(
+            "batch", "is required over HTTP (the job's batch id, which makes a retried snapshot a no-op)"
+        )
     return {"snapshot_id": await api.run(lambda: api.client.submit_snapshot(snapshot))}
 
 
@@ -310,7 +314,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         f"{_REGION}/snapshots",
         "submit_snapshot",
         "job",
-        "Ingest a batch's snapshot document (its region must be the path's); a batch already ingested is "
+        "Ingest a batch's snapshot document (its region must be the path's, its batch is required); a "
+        "batch already ingested is "
         f"a no-op answering the stored snapshot's id. At most {MAX_SNAPSHOT_BYTES} bytes by default.",
         _obj({"snapshot_id": _INT}),
         _submit_snapshot,

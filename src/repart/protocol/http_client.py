@@ -12,11 +12,11 @@ redirect is not followed (an answer 3xx is InvalidInput naming ``url``: give the
 
 It uses only the standard library, so a job needs no web framework. Every call of the port is
 idempotent under its ids (``repart.protocol.client``), so a call that fails on the way (the connection
-refused or reset, a timeout, a 502, 503 or 504 from a proxy) is sent again, up to ``attempts`` times
-with an exponential backoff (``backoff`` seconds doubling up to ``max_backoff``); what still fails
-raises ``Unavailable``. The API's refusals become the errors the SQL client raises: ``InvalidInput``
-naming the field (a refused token names ``token``), ``NotFound``, ``Conflict`` and ``Corrupt``; none
-is retried.
+refused or reset, a timeout, a 502, 503 or 504 from a proxy) or meets a conflict with a concurrent call
+(409) is sent again, up to ``attempts`` times with an exponential backoff (``backoff`` seconds doubling
+up to ``max_backoff``); what still fails raises ``Unavailable`` (``Conflict`` for a conflict). The API's
+other refusals become the errors the SQL client raises: ``InvalidInput`` naming the field (a refused
+token names ``token``), ``NotFound`` and ``Corrupt``; none is retried.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ from repart.protocol.client import AppliedFunction, PlanOutcome, PlanToApply
 from repart.protocol.merge import MergeSpec
 from repart.protocol.snapshot import Snapshot
 
-RETRIED_STATUSES = frozenset({502, 503, 504})
-"""Answers of a proxy or a server that is not ready: the call did not reach repart, or it may retry."""
+RETRIED_STATUSES = frozenset({409, 502, 503, 504})
+"""Answers that may change on a retry: a conflict with a concurrent call (409: the API's "retry later"),
+or a proxy or a server that is not ready."""
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -144,6 +145,7 @@ class HttpControllerClient:
                 with _OPENER.open(request, timeout=self.timeout) as response:
                     return json.loads(response.read())
             except urllib.error.HTTPError as error:
+                body = error.read()
                 if 300 <= error.code < 400:
                     raise InvalidInput(
                         "url",
@@ -151,7 +153,9 @@ class HttpControllerClient:
                         f"{error.headers.get('Location')!r}, which is not followed",
                     ) from None
                 if error.code not in RETRIED_STATUSES:
-                    raise _refusal(error.code, error.read()) from None
+                    raise _refusal(error.code, body) from None
+                if error.code == 409 and attempt == self.attempts - 1:
+                    raise _refusal(error.code, body) from None
                 problem = f"HTTP {error.code}"
             except (TimeoutError, urllib.error.URLError, HTTPException, OSError) as error:
                 problem = str(getattr(error, "reason", error))
