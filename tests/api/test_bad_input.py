@@ -104,11 +104,6 @@ def test_a_plan_reported_with_another_regions_token_is_refused(
     assert after == before
 
 
-def test_an_unknown_plan_is_not_found_naming_plan_id(engine: Engine, api: ApiServer, job: str) -> None:
-    before = dump(engine)
-    status, answer = call(api, "POST", "/v1/plans/999/outcome", job, {"outcome": "applied"})
-    assert (status, answer["error"], answer["field"]) == (404, "not-found", "plan_id")
-    assert dump(engine) == before
 
 
 def test_an_unknown_path_answers_json(api: ApiServer, job: str) -> None:

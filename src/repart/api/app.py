@@ -8,9 +8,11 @@ answers; the OpenAPI document (``repart.api.openapi``) is made from the same lis
 A call goes through three steps:
 
 1. **Admission**, in one transaction: the bearer token is checked (``repart.storage.tokens``); a call
-   without a valid token gets 401, one whose token's scope does not cover it 403 (a job token of
-   another region, a plan of another region, a read token on a job call). A refused call writes one
-   ``access-refused`` event (no region: the controller's own audit log) naming why, and nothing else.
+   without a valid token gets 401 (one message whatever the reason), one whose token's scope does not
+   cover it 403 (a job token of another region, a plan that is not of the token's region, whether or
+   not it exists, a read token on a job call). The scope is checked before anything the path names is
+   looked up. A refused call writes one ``access-refused`` event (no region: the controller's own audit
+   log) naming why, and nothing else.
    A granted call writes its token's last use once it succeeded, at most once a minute.
 2. **The body**, read within its limit (``MAX_SNAPSHOT_BYTES`` for a snapshot, ``SMALL_BODY_BYTES``
    for the others) and checked field by field: malformed JSON, unknown or missing fields and ids of
@@ -395,7 +397,7 @@ def _admit(session: Session, endpoint: Endpoint, request: Request) -> Grant | De
         grant = authenticate(session, presented.strip() if scheme.lower() == "bearer" else None)
     except Refused as refused:
         return _refuse(session, endpoint, request, 401, refused.reason, refused.token_id, None)
-    if endpoint.access == "job":
+    if endpoint.access == "job":  # a job token only: other scopes learn nothing of the path's ids
         allowed = grant.region_id is not None and grant.region_id == _region_of(session, request)
     else:
         allowed = grant.scope in ("read", "operator")
@@ -414,10 +416,8 @@ def _refuse(
     scope: str | None,
 ) -> Denied:
     """Write the refusal's audit event and return it."""
-    if status == 401:
-        message = (
-            f"token must be a valid bearer token (Authorization: Bearer repart_...); this one is {reason}"
-        )
+    if status == 401:  # one message whatever the reason, which only the audit row keeps
+        message = "token must be a valid bearer token (Authorization: Bearer repart_...)"
     else:
         wanted = "job:<the region of the call>" if endpoint.access == "job" else "read or operator"
         message = f"token must have scope {wanted}; token {token_id} has scope {scope}"
@@ -433,25 +433,17 @@ def _refuse(
     return Denied(status, message)
 
 
-class UnknownPlan(NotFound):
-    """A plan id that names no plan (answered 404 naming ``plan_id``)."""
-
-    field = "plan_id"
-
-
 def _region_of(session: Session, request: Request) -> int | None:
-    """The id of the region a call is about: the path's, or the region of the path's plan (NotFound
-    naming plan_id for a plan that does not exist)."""
+    """The id of the region a call is about: the path's, or the region of the path's plan (None for a
+    region or a plan that does not exist, which is no token's: a job token cannot tell a plan of
+    another region from a missing one)."""
     if "region" in request.path_params:
         return session.scalar(select(models.Region.id).where(models.Region.name == request.path_params["region"]))
     plan_id = request.path_params.get("plan_id")
     if plan_id is None:
         return None
     check("plan_id", plan_id, STORED_INT)
-    owner = session.scalar(select(models.Plan.region_id).where(models.Plan.id == plan_id))
-    if owner is None:
-        raise UnknownPlan(f"plan_id must name a plan, got {plan_id}")
-    return int(owner)
+    return session.scalar(select(models.Plan.region_id).where(models.Plan.id == plan_id))
 
 
 def _error(status: int, kind: str, message: str, field: str | None = None) -> JSONResponse:
@@ -465,7 +457,7 @@ def _answer_error(error: ReparError) -> JSONResponse:
         status = 400 if error.field == "body" else 422
         return _error(status, "invalid-input", str(error), error.field)
     if isinstance(error, NotFound):
-        return _error(404, "not-found", str(error), getattr(error, "field", None))
+        return _error(404, "not-found", str(error))
     if isinstance(error, Conflict):
         return _error(409, "conflict", str(error))
     if isinstance(error, Corrupt):
