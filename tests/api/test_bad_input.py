@@ -63,11 +63,21 @@ CASES = {
     "outcome value": ("/v1/plans/1/outcome", {"outcome": "done"}, 422, "outcome"),
     "snapshot of another region": (SNAPSHOTS, "OTHER-SNAPSHOT", 422, "region"),
     "snapshot unknown field": (SNAPSHOTS, "EXTRA-FIELD", 422, "the snapshot"),
-    "deep nesting": (BATCHES, b'{"batch_id": 1, "payload": {"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}", 400, "body"),
+    "deep nesting": (
+        BATCHES,
+        b'{"batch_id": 1, "payload": {"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}",
+        400,
+        "body",
+    ),
     "batch id over int64": (BATCHES, {"batch_id": 10**23, "payload": {}}, 422, "batch_id"),
     "batch id just over int64": (BATCHES, {"batch_id": 2**63, "payload": {}}, 422, "batch_id"),
     "plan id over int64": (BATCHES, {"batch_id": 1, "payload": {}, "plan_id": 10**23}, 422, "plan_id"),
-    "path plan id over int64": ("/v1/plans/100000000000000000000000/outcome", {"outcome": "applied"}, 422, "plan_id"),
+    "path plan id over int64": (
+        "/v1/plans/100000000000000000000000/outcome",
+        {"outcome": "applied"},
+        422,
+        "plan_id",
+    ),
 }
 
 
@@ -102,8 +112,6 @@ def test_a_plan_reported_with_another_regions_token_is_refused(
     assert [row[3] for row in after.pop("events")[len(before["events"]) :]] == ["access-refused"]
     before.pop("events")
     assert after == before
-
-
 
 
 def test_an_unknown_path_answers_json(api: ApiServer, job: str) -> None:

@@ -7,6 +7,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
 
 import pytest
 
@@ -17,9 +18,9 @@ from repart.protocol.http_client import HttpControllerClient
 class Recorder(BaseHTTPRequestHandler):
     """Answers every GET with an empty merge, recording the Authorization header it got."""
 
-    seen: list[str | None] = []
+    seen: ClassVar[list[str | None]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
+    def do_GET(self) -> None:
         self.seen.append(self.headers.get("Authorization"))
         body = json.dumps({"merge": None}).encode()
         self.send_response(200)
@@ -54,7 +55,7 @@ def test_a_redirect_is_an_error_naming_url_and_sends_the_token_nowhere(
     target = f"http://127.0.0.1:{elsewhere.server_port}/x"
 
     class Redirect(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
+        def do_GET(self) -> None:
             self.send_response(status)
             self.send_header("Location", target)
             self.send_header("Content-Length", "0")
@@ -80,7 +81,8 @@ def test_plain_http_is_refused_off_loopback(url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["http://127.0.0.1:8000", "http://localhost:8000", "http://[::1]:8000", "https://controller.example"]
+    "url",
+    ["http://127.0.0.1:8000", "http://localhost:8000", "http://[::1]:8000", "https://controller.example"],
 )
 def test_loopback_http_and_any_https_are_accepted(url: str) -> None:
     assert HttpControllerClient(url, "repart_1_SECRET").url == url
@@ -90,7 +92,7 @@ def test_a_conflict_is_retried_and_raised_once_attempts_run_out() -> None:
     answers = [409, 409, 200]
 
     class Busy(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
+        def do_GET(self) -> None:
             status = answers.pop(0) if answers else 409
             body = json.dumps(
                 {"merge": None} if status == 200 else {"error": "conflict", "field": None, "message": "busy"}
@@ -105,7 +107,9 @@ def test_a_conflict_is_retried_and_raised_once_attempts_run_out() -> None:
 
     for server in serving(Busy):
         url = f"http://127.0.0.1:{server.server_port}"
-        assert HttpControllerClient(url, "repart_1_SECRET", attempts=3, backoff=0.01).region_merge("r") is None
+        assert (
+            HttpControllerClient(url, "repart_1_SECRET", attempts=3, backoff=0.01).region_merge("r") is None
+        )
         with pytest.raises(Conflict):
             HttpControllerClient(url, "repart_1_SECRET", attempts=2, backoff=0.01).region_merge("r")
     assert answers == []

@@ -128,7 +128,15 @@ def test_repart_serve_serves_the_api_until_sigterm(engine: Engine, db_url: str) 
 
 
 def test_repart_serve_json_prints_the_url_on_stdout(engine: Engine, db_url: str) -> None:
-    command = [str(Path(sys.executable).with_name("repart")), "serve", "--db", db_url, "--api-port", "0", "--json"]
+    command = [
+        str(Path(sys.executable).with_name("repart")),
+        "serve",
+        "--db",
+        db_url,
+        "--api-port",
+        "0",
+        "--json",
+    ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stderr is not None

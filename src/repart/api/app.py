@@ -17,9 +17,9 @@ A call goes through three steps:
 2. **The body**, read within its limit (``MAX_SNAPSHOT_BYTES`` for a snapshot, ``SMALL_BODY_BYTES``
    for the others) and checked field by field: malformed JSON, unknown or missing fields and ids of
    another region are refused before anything is written.
-3. **The work**, parsing the body included, through ``SqlControllerClient`` (the job calls, each idempotent under its ids, so a
-   client may retry any of them) or the storage layer's read functions (the views), on a worker
-   thread; at most ``workers`` calls use the database at once.
+3. **The work**, parsing the body included, through ``SqlControllerClient`` (the job calls, each
+   idempotent under its ids, so a client may retry any of them) or the storage layer's read functions
+   (the views), on a worker thread; at most ``workers`` calls use the database at once.
 
 Errors answer ``{"error": kind, "field": name or null, "message": text}``: ``invalid-input`` (422; 400
 for a body that is not a JSON object, 413 for one over its limit), ``unauthorized`` (401),
@@ -43,7 +43,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from repart.api.bodies import SMALL_BODY_BYTES, TooLarge, fields, json_body, json_object, optional_text, read_body
+from repart.api.bodies import (
+    SMALL_BODY_BYTES,
+    TooLarge,
+    fields,
+    json_body,
+    json_object,
+    optional_text,
+    read_body,
+)
 from repart.errors import Conflict, Corrupt, InvalidInput, NotFound, ReparError, Unavailable
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
 from repart.protocol.snapshot import Snapshot
@@ -143,7 +151,9 @@ async def _claim_next_plan(api: Api, request: Request, region: str | None) -> di
 
 async def _report_plan(api: Api, request: Request, region: str | None) -> dict[str, Any]:
     raw = await read_body(request, SMALL_BODY_BYTES)
-    given = fields(await api.run(lambda: json_body(raw)), ("outcome",), ("moved_rows", "moved_bytes", "reason"))
+    given = fields(
+        await api.run(lambda: json_body(raw)), ("outcome",), ("moved_rows", "moved_bytes", "reason")
+    )
     outcome = check("outcome", given["outcome"], Options(("applied", "failed")))
     reason = optional_text("reason", given["reason"])
     plan_id = int(request.path_params["plan_id"])
@@ -438,7 +448,9 @@ def _region_of(session: Session, request: Request) -> int | None:
     region or a plan that does not exist, which is no token's: a job token cannot tell a plan of
     another region from a missing one)."""
     if "region" in request.path_params:
-        return session.scalar(select(models.Region.id).where(models.Region.name == request.path_params["region"]))
+        return session.scalar(
+            select(models.Region.id).where(models.Region.name == request.path_params["region"])
+        )
     plan_id = request.path_params.get("plan_id")
     if plan_id is None:
         return None

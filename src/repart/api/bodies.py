@@ -46,7 +46,9 @@ def json_body(raw: bytes) -> dict[str, Any]:
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise InvalidInput("body", f"must be a JSON object, got malformed JSON ({error})") from None
     except RecursionError:
-        raise InvalidInput("body", "must be a JSON object nested less deeply, got one nested too deep") from None
+        raise InvalidInput(
+            "body", "must be a JSON object nested less deeply, got one nested too deep"
+        ) from None
     if not isinstance(value, dict):
         raise InvalidInput("body", f"must be a JSON object, got {type(value).__name__}")
     return value

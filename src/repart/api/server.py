@@ -2,11 +2,11 @@
 
 The socket is bound when the server is made (``repart.controller.listen``: InvalidInput naming
 ``api_port`` or ``api_host``), on loopback unless another host is given: the API speaks plain HTTP,
-and TLS belongs to a reverse proxy in front of it (docs/api.md). uvicorn's event loop handles every
+and TLS belongs to a reverse proxy in front of it (docs/how-to/api.md). uvicorn's event loop handles every
 connection, so a client that sends slowly holds none of the others back; a connection idle between
 requests is closed after ``KEEP_ALIVE_SECONDS``, one that has not sent a whole request within
-``REQUEST_DEADLINE`` seconds is closed too, and at most ``MAX_CONNECTIONS`` are served at once. Requests are not logged; uvicorn's errors are, as JSON
-lines (``UVICORN_LOGGING``).
+``REQUEST_DEADLINE`` seconds is closed too, and at most ``MAX_CONNECTIONS`` are served at once.
+Requests are not logged; uvicorn's errors are, as JSON lines (``UVICORN_LOGGING``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ UVICORN_LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"json": {"()": "repart.controller.logs.JsonFormatter"}},
-    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}},
+    "handlers": {
+        "stderr": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}
+    },
     "loggers": {"uvicorn.error": {"handlers": ["stderr"], "level": "WARNING", "propagate": False}},
 }
 """uvicorn's own log (its errors, with an unexpected error's traceback) as JSON lines on stderr, as the

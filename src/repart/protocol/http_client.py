@@ -145,7 +145,7 @@ class HttpControllerClient:
                 with _OPENER.open(request, timeout=self.timeout) as response:
                     return json.loads(response.read())
             except urllib.error.HTTPError as error:
-                body = error.read()
+                answer = error.read()
                 if 300 <= error.code < 400:
                     raise InvalidInput(
                         "url",
@@ -153,9 +153,9 @@ class HttpControllerClient:
                         f"{error.headers.get('Location')!r}, which is not followed",
                     ) from None
                 if error.code not in RETRIED_STATUSES:
-                    raise _refusal(error.code, body) from None
+                    raise _refusal(error.code, answer) from None
                 if error.code == 409 and attempt == self.attempts - 1:
-                    raise _refusal(error.code, body) from None
+                    raise _refusal(error.code, answer) from None
                 problem = f"HTTP {error.code}"
             except (TimeoutError, urllib.error.URLError, HTTPException, OSError) as error:
                 problem = str(getattr(error, "reason", error))

@@ -87,7 +87,11 @@ def create_token(
         raise InvalidInput("expires", f"must be an aware time in the future, got {expires_at.isoformat()}")
     secret = secrets.token_urlsafe(32)
     row = models.ApiToken(
-        secret_sha256=_digest(secret), scope=checked, region_id=region_id, created_at=now, expires_at=expires_at
+        secret_sha256=_digest(secret),
+        scope=checked,
+        region_id=region_id,
+        created_at=now,
+        expires_at=expires_at,
     )
     session.add(row)
     session.flush()
