@@ -62,12 +62,14 @@ from sqlalchemy import Engine, func, select
 
 from daemon import START, Recorder, database
 from repart.api.server import ApiServer
+from repart.controller import service
 from repart.controller.daemon import Daemon, DaemonConfig
 from repart.controller.metrics import DaemonMetrics, MetricsServer
 from repart.controller.tick import tick
 from repart.protocol.snapshot import CounterEntry, Snapshot
-from repart.storage import RegionConfig, create_region, make_engine, models, run_in_transaction, upgrade
+from repart.storage import RegionConfig, make_engine, models, run_in_transaction, upgrade
 from repart.storage.client import SqlControllerClient
+from repart.storage.regions import region_by_name
 from repart.storage.tokens import authenticate, create_token
 
 SLOW_CLIENTS = 50
@@ -229,7 +231,9 @@ class _StdlibHandler(BaseHTTPRequestHandler):
         region = self.path.split("/")[3]
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         token = self.headers.get("Authorization", "").removeprefix("Bearer ")
-        granted = run_in_transaction(self.server.engine, lambda s: authenticate(s, token).region() == region)
+        granted = run_in_transaction(
+            self.server.engine, lambda s: authenticate(s, token).region_id == region_by_name(s, region).id
+        )
         if not granted:
             self._reply(403, {"error": "forbidden"})
             return
@@ -315,7 +319,7 @@ def setup(engine: Engine, regions: list[str]) -> dict[str, str]:
     config = RegionConfig(
         key_type="str", n_channels_initial=4, slot_bits=10, settings={"rebalance_threshold": 50.0}
     )
-    run_in_transaction(engine, lambda s: [create_region(s, name, config) for name in regions])
+    run_in_transaction(engine, lambda s: [service.create_region(s, name, config) for name in regions])
     for name in regions:
         tick(engine, name)
     return {
