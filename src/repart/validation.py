@@ -132,6 +132,8 @@ STRING = Kind(str, "a string")
 BOOLEAN = Kind(bool, "true or false")
 POSITIVE_INT = Interval(int, 1, None)
 NON_NEGATIVE_INT = Interval(int, 0, None)
+# A non-negative integer a database column holds (a signed 64-bit one): an id, a batch, a count.
+STORED_INT = Interval(int, 0, 2**63 - 1)
 POSITIVE = Interval(float, 0, None, closed="neither")
 NON_NEGATIVE = Interval(float, 0, None)
 FRACTION = Interval(float, 0, 1, closed="right")

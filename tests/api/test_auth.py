@@ -12,6 +12,7 @@ from sqlalchemy import Engine, update
 from repart.api.server import ApiServer
 from repart.storage import models
 from repart.storage.engine import run_in_transaction
+from repart.storage.regions import delete_region
 from repart.storage.tables import utc_now
 from repart.storage.tokens import revoke_token
 from tests.api.conftest import call, dump, new_token, with_pending_plan, zipf_region
@@ -103,3 +104,45 @@ def test_a_refused_call_writes_only_its_audit_row(
         [event] = new_events
         assert event[1] is None  # the controller's own log: no region
         assert (event[3], event[4]) == ("access-refused", reason)
+
+
+def test_a_job_token_dies_with_its_region(engine: Engine, api: ApiServer) -> None:
+    add_region(engine, "alpha", "int")
+    token = new_token(engine, "job:alpha")
+    run_in_transaction(engine, lambda s: delete_region(s, "alpha", force=True))
+    add_region(engine, "alpha", "int")  # another region of the same name
+    assert call(api, "GET", "/v1/regions/alpha/merge", token)[0] == 401
+    assert call(api, "POST", "/v1/regions/alpha/plans/claim", token)[0] == 401
+    assert dump(engine)["api_tokens"] == []  # deleted with its region
+
+
+def audit_rows(engine: Engine) -> list[tuple[str, str]]:
+    """The controller's own audit log (events of no region): (kind, rule) of each, oldest first."""
+    return [(row[3], row[4]) for row in dump(engine)["events"] if row[1] is None]
+
+
+@pytest.mark.parametrize("holder", ["read", "operator", "job", "other-region"])
+def test_a_plan_outside_the_tokens_region_is_forbidden_whether_or_not_it_exists(
+    engine: Engine, api: ApiServer, tokens: dict[str, str], holder: str
+) -> None:
+    paths = ["/v1/plans/999/outcome"] + ([] if holder == "job" else ["/v1/plans/1/outcome"])
+    for path in paths:
+        before = audit_rows(engine)
+        status, answer = call(api, "POST", path, tokens[holder], {"outcome": "applied"})
+        assert (status, answer["error"], answer["field"]) == (403, "forbidden", "token"), (path, answer)
+        assert audit_rows(engine) == [*before, ("access-refused", "scope")]
+
+
+def test_every_refused_token_gets_one_message_and_the_audit_row_keeps_why(
+    engine: Engine, api: ApiServer, tokens: dict[str, str]
+) -> None:
+    job_id = tokens["job"].split("_")[1]
+    unknown = tokens["job"].replace(f"repart_{job_id}_", "repart_999_")
+    messages = set()
+    for token in (unknown, tokens["wrong"], tokens["expired"], tokens["revoked"], tokens["malformed"], None):
+        status, answer = call(api, "GET", "/v1/regions/trades/merge", token)
+        assert status == 401
+        messages.add(answer["message"])
+    assert len(messages) == 1
+    rules = [rule for kind, rule in audit_rows(engine) if kind == "access-refused"]
+    assert rules == ["unknown", "wrong-secret", "expired", "revoked", "malformed", "missing"]

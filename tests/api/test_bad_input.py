@@ -63,6 +63,21 @@ CASES = {
     "outcome value": ("/v1/plans/1/outcome", {"outcome": "done"}, 422, "outcome"),
     "snapshot of another region": (SNAPSHOTS, "OTHER-SNAPSHOT", 422, "region"),
     "snapshot unknown field": (SNAPSHOTS, "EXTRA-FIELD", 422, "the snapshot"),
+    "deep nesting": (
+        BATCHES,
+        b'{"batch_id": 1, "payload": {"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}",
+        400,
+        "body",
+    ),
+    "batch id over int64": (BATCHES, {"batch_id": 10**23, "payload": {}}, 422, "batch_id"),
+    "batch id just over int64": (BATCHES, {"batch_id": 2**63, "payload": {}}, 422, "batch_id"),
+    "plan id over int64": (BATCHES, {"batch_id": 1, "payload": {}, "plan_id": 10**23}, 422, "plan_id"),
+    "path plan id over int64": (
+        "/v1/plans/100000000000000000000000/outcome",
+        {"outcome": "applied"},
+        422,
+        "plan_id",
+    ),
 }
 
 
@@ -99,14 +114,25 @@ def test_a_plan_reported_with_another_regions_token_is_refused(
     assert after == before
 
 
-def test_an_unknown_plan_is_not_found_naming_plan_id(engine: Engine, api: ApiServer, job: str) -> None:
-    before = dump(engine)
-    status, answer = call(api, "POST", "/v1/plans/999/outcome", job, {"outcome": "applied"})
-    assert (status, answer["error"], answer["field"]) == (404, "not-found", "plan_id")
-    assert dump(engine) == before
-
-
 def test_an_unknown_path_answers_json(api: ApiServer, job: str) -> None:
     status, answer = call(api, "GET", "/v1/nothing", job)
     assert (status, answer["error"]) == (404, "not-found")
     assert json.dumps(answer)
+
+
+def test_an_unexpected_error_is_logged_as_json_lines(
+    capfd: pytest.CaptureFixture[str], engine: Engine, job: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(self: object, region: str) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("repart.storage.client.SqlControllerClient.region_merge", broken)
+    api = ApiServer(engine, 0)  # made after capfd, so that its log goes to the captured stderr
+    api.serve()
+    status, answer = call(api, "GET", f"/v1/regions/{REGION}/merge", job)
+    assert (status, answer["error"]) == (500, "internal")
+    api.close()  # the error's log line is written before the server stops
+    lines = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
+    assert lines
+    parsed = [json.loads(line) for line in lines]  # every line is JSON: no plain-text traceback
+    assert any("a bug" in parsed_line.get("exception", "") for parsed_line in parsed)

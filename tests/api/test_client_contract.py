@@ -8,12 +8,14 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
 
 from repart.controller.tick import tick
 from repart.errors import InvalidInput, NotFound
 from repart.protocol.client import ControllerClient
 from repart.protocol.http_client import HttpControllerClient
+from repart.storage import models
 from repart.storage.client import SqlControllerClient
 from repart.storage.versions import version_function
 from tests.api.conftest import new_token, with_pending_plan, zipf_region
@@ -81,12 +83,18 @@ def test_a_failed_plan_is_recorded_with_its_reason(engine: Engine, client: Contr
     assert events(engine)[0].message == "store damaged at part 3"
 
 
+def snapshot_rows(engine: Engine) -> list[models.Snapshot]:
+    with Session(engine) as session:
+        return list(session.scalars(select(models.Snapshot)))
+
+
 def test_a_batch_is_recorded_once(engine: Engine, client: ControllerClient) -> None:
     plan_id = with_pending_plan(engine)
     before = row_counts(engine)
     snapshot = replace(zipf_snapshot(4, n_channels=2, demand=1.0), batch=41)
-    client.submit_snapshot(snapshot)
-    client.submit_snapshot(snapshot)  # the same batch again: a no-op
+    snapshot_id = client.submit_snapshot(snapshot)
+    assert client.submit_snapshot(snapshot) == snapshot_id  # the same batch again: a no-op
+    assert snapshot_id == max(row.id for row in snapshot_rows(engine))
     first = client.report_batch(REGION, 41, {"rows": 10}, plan_id)
     assert client.report_batch(REGION, 41, {"rows": 99}, None) == first
     after = row_counts(engine)

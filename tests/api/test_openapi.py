@@ -32,3 +32,10 @@ def test_the_document_lists_every_route_of_the_app(engine: Engine) -> None:
     described = {(method, path) for path, item in document()["paths"].items() for method in item}
     assert served == described
     assert len(described) == 11
+
+
+def test_every_operation_lists_every_error_status_the_api_answers() -> None:
+    statuses = {"400", "401", "403", "404", "409", "413", "422", "500", "503"}
+    for methods in document()["paths"].values():
+        for operation in methods.values():
+            assert statuses <= set(operation["responses"]), operation["operationId"]

@@ -125,3 +125,26 @@ def test_repart_serve_serves_the_api_until_sigterm(engine: Engine, db_url: str) 
     finally:
         if process.poll() is None:
             process.kill()
+
+
+def test_repart_serve_json_prints_the_url_on_stdout(engine: Engine, db_url: str) -> None:
+    command = [
+        str(Path(sys.executable).with_name("repart")),
+        "serve",
+        "--db",
+        db_url,
+        "--api-port",
+        "0",
+        "--json",
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        url = next(json.loads(line)["url"] for line in process.stderr if '"event": "api"' in line)
+        process.send_signal(signal.SIGTERM)
+        out, _ = process.communicate(timeout=30)
+        assert process.returncode == 0
+        assert json.loads(out) == {"url": url}
+    finally:
+        if process.poll() is None:
+            process.kill()

@@ -4,7 +4,9 @@ default."""
 from __future__ import annotations
 
 import socket
+import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
@@ -12,7 +14,7 @@ import pytest
 from sqlalchemy import Engine
 
 from repart.api.server import ApiServer
-from repart.controller.metrics import REQUEST_DEADLINE, DaemonMetrics, Health, MetricsServer
+from repart.controller.metrics import MAX_CONNECTIONS, REQUEST_DEADLINE, DaemonMetrics, Health, MetricsServer
 from tests.api.conftest import call, new_token
 from tests.factories import add_region
 
@@ -88,3 +90,83 @@ def test_servers_listen_on_loopback_by_default(
 ) -> None:
     assert api.url.startswith("http://127.0.0.1:")
     assert metrics_server._server.server_address[0] == "127.0.0.1"
+
+
+def closed_within(connection: socket.socket, seconds: float) -> float | None:
+    """Seconds until the server closed ``connection`` (None if it did not within ``seconds``)."""
+    start = time.monotonic()
+    connection.settimeout(seconds)
+    try:
+        while connection.recv(1024):
+            pass
+    except TimeoutError:
+        return None
+    except OSError:
+        pass
+    return time.monotonic() - start
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_the_api_closes_a_connection_whose_request_does_not_arrive_in_time(engine: Engine) -> None:
+    server = ApiServer(engine, 0, request_deadline=1.0)
+    server.serve()
+    try:
+        silent = socket.create_connection(("127.0.0.1", server.port))
+        half = socket.create_connection(("127.0.0.1", server.port))
+        half.sendall(b"GET /v1/regions HTTP/1.1\r\nHost: x\r\n")
+        trickling = socket.create_connection(("127.0.0.1", server.port))
+        start = time.monotonic()
+        cut = None
+        for byte in b"GET /v1/regions HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 30:
+            try:
+                trickling.sendall(bytes([byte]))
+            except OSError:
+                cut = time.monotonic() - start
+                break
+            trickling.settimeout(0.2)
+            try:
+                if trickling.recv(1) == b"":
+                    cut = time.monotonic() - start
+                    break
+            except TimeoutError:
+                continue
+        assert cut is not None and 0.8 <= cut <= 2.5, cut
+        for connection in (silent, half):
+            assert closed_within(connection, 2.0) is not None
+            connection.close()
+        trickling.close()
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_the_api_answers_503_beyond_its_connections(engine: Engine) -> None:
+    add_region(engine, "trades")
+    token = new_token(engine, "read")
+    server = ApiServer(engine, 0, max_connections=3)
+    server.serve()
+    held = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(3)]
+    try:
+        time.sleep(0.2)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{server.url}/v1/regions/trades/status", timeout=5)
+        assert refused.value.code == 503  # uvicorn's own answer, before the app
+    finally:
+        for connection in held:
+            connection.close()
+    time.sleep(0.2)
+    assert call(server, "GET", "/v1/regions/trades/status", token)[0] == 200
+    server.close()
+
+
+def test_the_health_server_serves_a_bounded_number_of_connections(metrics_server: MetricsServer) -> None:
+    threads = threading.active_count()
+    held = slow_clients(metrics_server.port, 3 * MAX_CONNECTIONS)
+    try:
+        time.sleep(0.5)
+        assert threading.active_count() - threads <= 2 * MAX_CONNECTIONS
+        refused = [connection for connection in held if closed_within(connection, 0.05) is not None]
+        assert len(refused) >= 2 * MAX_CONNECTIONS - 5  # the ones beyond the cap, closed unanswered
+    finally:
+        for connection in held:
+            connection.close()

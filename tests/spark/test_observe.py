@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 
 from repart.controller.spool import ingest_spool
 from repart.errors import InvalidInput, NotFound
@@ -24,7 +24,7 @@ from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.protocol.snapshot import Snapshot
 from repart.spark.observe import Window, observe
 from repart.spark.sinks import ControllerSink, SpoolSink
-from repart.storage import get_snapshot, run_in_transaction
+from repart.storage import get_snapshot, models, run_in_transaction
 from repart.storage.client import SqlControllerClient
 from tests.factories import add_region, row_counts, small_snapshot
 from tests.spark.observing import (
@@ -122,8 +122,11 @@ def test_database_sink_stores_a_readable_snapshot(spark: SparkSession, engine: E
         epsilon=1e-3,
         channels=CHANNELS,
     )
-    assert observation.destination.startswith("sqlite:///") and "#snapshot/" in observation.destination
     stored = run_in_transaction(engine, lambda s: get_snapshot(s, "trades", 7))
+    stored_id = run_in_transaction(
+        engine, lambda s: s.scalar(select(models.Snapshot.id).where(models.Snapshot.seq == 7))
+    )
+    assert observation.destination == f"snapshot {stored_id}"  # its id, never the database's URL
     assert stored.tuples == observation.snapshot.tuples == len(SMALL) - 3 and observation.null_keys == 3
     exact = Counter(key for key in SMALL if key is not None)
     assert {(item.key, item.count, item.delta) for item in stored.items} == {

@@ -510,3 +510,51 @@ def test_revision_0006_refuses_to_downgrade_once_a_plan_is_pruned(empty_url: str
         assert database_dump(engine) == before
     finally:
         engine.dispose()
+
+
+def test_revision_0009_binds_job_tokens_to_their_region_id(empty_url: str) -> None:
+    engine = make_engine(empty_url)
+    try:
+        config = alembic_config(engine)
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "0008")
+        t0 = datetime(2026, 1, 1, tzinfo=UTC)
+        with engine.begin() as connection:
+            for region_id, name in ((3, "kept"), (7, "other")):
+                connection.execute(
+                    text(
+                        "INSERT INTO regions (id, name, key_type, n_channels_initial, resources, alpha, "
+                        "sigma, algorithm, utility, policy, min_channels, max_channels, tail_aware, "
+                        "slot_bits, consistent_method, settings_json, created_at, updated_at, mode, "
+                        "lease_token) VALUES (:id, :name, 'str', 2, 'LCL', 1.2, 0.1, 'auto', 'APM', "
+                        "'target-utilization', 1, 8, false, 4, 'jump', '{}', :t, :t, 'auto', 0)"
+                    ),
+                    {"id": region_id, "name": name, "t": t0},
+                )
+            for token_id, scope in enumerate(("job:kept", "job:gone", "read", "job:other"), start=1):
+                connection.execute(
+                    text(
+                        "INSERT INTO api_tokens (id, secret_sha256, scope, created_at) "
+                        "VALUES (:id, :digest, :scope, :t)"
+                    ),
+                    {"id": token_id, "digest": "0" * 64, "scope": scope, "t": t0},
+                )
+        upgrade(engine)
+        with engine.connect() as connection:
+            rows = connection.execute(
+                text("SELECT id, scope, region_id, revoked_at FROM api_tokens ORDER BY id")
+            ).all()
+        assert [(row.id, row.scope, row.region_id, row.revoked_at is None) for row in rows] == [
+            (1, "job:kept", 3, True),
+            (2, "job:gone", None, False),  # its region no longer exists: revoked
+            (3, "read", None, True),
+            (4, "job:other", 7, True),
+        ]
+        with Session(engine) as session:
+            session.execute(text("DELETE FROM regions WHERE id = 7"))
+            session.commit()
+            remaining = session.execute(text("SELECT id FROM api_tokens ORDER BY id")).scalars().all()
+        assert remaining == [1, 2, 3]  # a region's tokens go with it
+    finally:
+        engine.dispose()

@@ -8,16 +8,18 @@ answers; the OpenAPI document (``repart.api.openapi``) is made from the same lis
 A call goes through three steps:
 
 1. **Admission**, in one transaction: the bearer token is checked (``repart.storage.tokens``); a call
-   without a valid token gets 401, one whose token's scope does not cover it 403 (a job token of
-   another region, a plan of another region, a read token on a job call). A refused call writes one
-   ``access-refused`` event (no region: the controller's own audit log) naming why, and nothing else.
+   without a valid token gets 401 (one message whatever the reason), one whose token's scope does not
+   cover it 403 (a job token of another region, a plan that is not of the token's region, whether or
+   not it exists, a read token on a job call). The scope is checked before anything the path names is
+   looked up. A refused call writes one ``access-refused`` event (no region: the controller's own audit
+   log) naming why, and nothing else.
    A granted call writes its token's last use once it succeeded, at most once a minute.
 2. **The body**, read within its limit (``MAX_SNAPSHOT_BYTES`` for a snapshot, ``SMALL_BODY_BYTES``
    for the others) and checked field by field: malformed JSON, unknown or missing fields and ids of
    another region are refused before anything is written.
-3. **The work**, through ``SqlControllerClient`` (the job calls, each idempotent under its ids, so a
-   client may retry any of them) or the storage layer's read functions (the views), on a worker
-   thread; at most ``workers`` calls use the database at once.
+3. **The work**, parsing the body included, through ``SqlControllerClient`` (the job calls, each
+   idempotent under its ids, so a client may retry any of them) or the storage layer's read functions
+   (the views), on a worker thread; at most ``workers`` calls use the database at once.
 
 Errors answer ``{"error": kind, "field": name or null, "message": text}``: ``invalid-input`` (422; 400
 for a body that is not a JSON object, 413 for one over its limit), ``unauthorized`` (401),
@@ -41,8 +43,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from repart.api.bodies import SMALL_BODY_BYTES, TooLarge, fields, json_object, optional_text, read_json
-from repart.controller.logs import log_event
+from repart.api.bodies import (
+    SMALL_BODY_BYTES,
+    TooLarge,
+    fields,
+    json_body,
+    json_object,
+    optional_text,
+    read_body,
+)
 from repart.errors import Conflict, Corrupt, InvalidInput, NotFound, ReparError, Unavailable
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
 from repart.protocol.snapshot import Snapshot
@@ -56,7 +65,7 @@ from repart.storage.plans import list_plans
 from repart.storage.tokens import Grant, Refused, authenticate, record_use
 from repart.storage.versions import list_versions, version_function
 from repart.storage.views import event_dict, plan_summary, region_status, version_dict
-from repart.validation import NON_NEGATIVE_INT, Options, check
+from repart.validation import STORED_INT, Options, check
 
 T = TypeVar("T")
 Access = Literal["job", "read"]
@@ -141,8 +150,9 @@ async def _claim_next_plan(api: Api, request: Request, region: str | None) -> di
 
 
 async def _report_plan(api: Api, request: Request, region: str | None) -> dict[str, Any]:
+    raw = await read_body(request, SMALL_BODY_BYTES)
     given = fields(
-        await read_json(request, SMALL_BODY_BYTES), ("outcome",), ("moved_rows", "moved_bytes", "reason")
+        await api.run(lambda: json_body(raw)), ("outcome",), ("moved_rows", "moved_bytes", "reason")
     )
     outcome = check("outcome", given["outcome"], Options(("applied", "failed")))
     reason = optional_text("reason", given["reason"])
@@ -156,19 +166,25 @@ async def _report_plan(api: Api, request: Request, region: str | None) -> dict[s
 
 
 async def _submit_snapshot(api: Api, request: Request, region: str | None) -> dict[str, Any]:
-    snapshot = Snapshot.from_document(await read_json(request, api.max_snapshot_bytes))
+    raw = await read_body(request, api.max_snapshot_bytes)
+    snapshot = await api.run(lambda: Snapshot.from_document(json_body(raw)))
     if snapshot.region != region:
         raise InvalidInput(
             "region", f"must be the region the call names, {region!r}, got {snapshot.region!r}"
         )
-    return {"location": await api.run(lambda: api.client.submit_snapshot(snapshot))}
+    if snapshot.batch is None:
+        raise InvalidInput(
+            "batch", "is required over HTTP (the job's batch id, which makes a retried snapshot a no-op)"
+        )
+    return {"snapshot_id": await api.run(lambda: api.client.submit_snapshot(snapshot))}
 
 
 async def _report_batch(api: Api, request: Request, region: str | None) -> dict[str, Any]:
-    given = fields(await read_json(request, SMALL_BODY_BYTES), ("batch_id", "payload"), ("plan_id",))
-    batch_id = check("batch_id", given["batch_id"], NON_NEGATIVE_INT)
+    raw = await read_body(request, SMALL_BODY_BYTES)
+    given = fields(await api.run(lambda: json_body(raw)), ("batch_id", "payload"), ("plan_id",))
+    batch_id = check("batch_id", given["batch_id"], STORED_INT)
     payload = json_object("payload", given["payload"])
-    plan_id = given["plan_id"]
+    plan_id = None if given["plan_id"] is None else check("plan_id", given["plan_id"], STORED_INT)
     named = _named(region)
 
     def work() -> int:
@@ -179,10 +195,8 @@ async def _report_batch(api: Api, request: Request, region: str | None) -> dict[
     return {"report_id": await api.run(work)}
 
 
-def _check_plan_of(session: Session, region: str, plan_id: object) -> None:
+def _check_plan_of(session: Session, region: str, plan_id: int) -> None:
     """InvalidInput naming ``plan_id`` unless it is the id of a plan of ``region``."""
-    if not isinstance(plan_id, int) or isinstance(plan_id, bool):
-        raise InvalidInput("plan_id", f"must be an integer or null, got {plan_id!r}")
     owner = session.scalar(
         select(models.Region.name)
         .join(models.Plan, models.Plan.region_id == models.Region.id)
@@ -312,9 +326,10 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         f"{_REGION}/snapshots",
         "submit_snapshot",
         "job",
-        "Ingest a batch's snapshot document (its region must be the path's); a batch already ingested is "
-        f"a no-op. At most {MAX_SNAPSHOT_BYTES} bytes by default.",
-        _obj({"location": _STR}),
+        "Ingest a batch's snapshot document (its region must be the path's, its batch is required); a "
+        "batch already ingested is "
+        f"a no-op answering the stored snapshot's id. At most {MAX_SNAPSHOT_BYTES} bytes by default.",
+        _obj({"snapshot_id": _INT}),
         _submit_snapshot,
         body={"$ref": "#/components/schemas/Snapshot"},
     ),
@@ -392,8 +407,8 @@ def _admit(session: Session, endpoint: Endpoint, request: Request) -> Grant | De
         grant = authenticate(session, presented.strip() if scheme.lower() == "bearer" else None)
     except Refused as refused:
         return _refuse(session, endpoint, request, 401, refused.reason, refused.token_id, None)
-    if endpoint.access == "job":
-        allowed = grant.region() == _region_of(session, request)
+    if endpoint.access == "job":  # a job token only: other scopes learn nothing of the path's ids
+        allowed = grant.region_id is not None and grant.region_id == _region_of(session, request)
     else:
         allowed = grant.scope in ("read", "operator")
     if not allowed:
@@ -411,10 +426,8 @@ def _refuse(
     scope: str | None,
 ) -> Denied:
     """Write the refusal's audit event and return it."""
-    if status == 401:
-        message = (
-            f"token must be a valid bearer token (Authorization: Bearer repart_...); this one is {reason}"
-        )
+    if status == 401:  # one message whatever the reason, which only the audit row keeps
+        message = "token must be a valid bearer token (Authorization: Bearer repart_...)"
     else:
         wanted = "job:<the region of the call>" if endpoint.access == "job" else "read or operator"
         message = f"token must have scope {wanted}; token {token_id} has scope {scope}"
@@ -430,28 +443,19 @@ def _refuse(
     return Denied(status, message)
 
 
-class UnknownPlan(NotFound):
-    """A plan id that names no plan (answered 404 naming ``plan_id``)."""
-
-    field = "plan_id"
-
-
-def _region_of(session: Session, request: Request) -> str | None:
-    """The region a call is about: the path's, or the region of the path's plan (NotFound naming
-    plan_id for a plan that does not exist)."""
+def _region_of(session: Session, request: Request) -> int | None:
+    """The id of the region a call is about: the path's, or the region of the path's plan (None for a
+    region or a plan that does not exist, which is no token's: a job token cannot tell a plan of
+    another region from a missing one)."""
     if "region" in request.path_params:
-        return str(request.path_params["region"])
+        return session.scalar(
+            select(models.Region.id).where(models.Region.name == request.path_params["region"])
+        )
     plan_id = request.path_params.get("plan_id")
     if plan_id is None:
         return None
-    owner = session.scalar(
-        select(models.Region.name)
-        .join(models.Plan, models.Plan.region_id == models.Region.id)
-        .where(models.Plan.id == plan_id)
-    )
-    if owner is None:
-        raise UnknownPlan(f"plan_id must name a plan, got {plan_id}")
-    return str(owner)
+    check("plan_id", plan_id, STORED_INT)
+    return session.scalar(select(models.Plan.region_id).where(models.Plan.id == plan_id))
 
 
 def _error(status: int, kind: str, message: str, field: str | None = None) -> JSONResponse:
@@ -465,7 +469,7 @@ def _answer_error(error: ReparError) -> JSONResponse:
         status = 400 if error.field == "body" else 422
         return _error(status, "invalid-input", str(error), error.field)
     if isinstance(error, NotFound):
-        return _error(404, "not-found", str(error), getattr(error, "field", None))
+        return _error(404, "not-found", str(error))
     if isinstance(error, Conflict):
         return _error(409, "conflict", str(error))
     if isinstance(error, Corrupt):
@@ -503,7 +507,8 @@ async def _http_error(request: Request, error: Exception) -> Response:
 
 
 async def _internal_error(request: Request, error: Exception) -> Response:
-    log_event("error", api=True, path=request.url.path, error=repr(error))
+    """A 500 for an unexpected error; uvicorn logs it with its traceback as a JSON line
+    (``repart.api.server``)."""
     return _error(500, "internal", "the API failed on this call; the controller's log has the error")
 
 

@@ -23,9 +23,10 @@ class TooLarge(InvalidInput):
     """A body over its route's limit (answered 413)."""
 
 
-async def read_json(request: Request, limit: int) -> dict[str, Any]:
-    """The request's body as a JSON object of at most ``limit`` bytes: a body declared larger
-    (``Content-Length``) is refused before it is read, one that turns out larger as soon as it does."""
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body, of at most ``limit`` bytes: a body declared larger (``Content-Length``) is
+    refused before it is read, one that turns out larger as soon as it does. ``json_body`` parses it,
+    on a worker thread (parsing a large body would hold the event loop, and every call, up)."""
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > limit):
         raise TooLarge("body", f"must be at most {limit} bytes, got Content-Length {declared}")
@@ -35,10 +36,19 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
         if size > limit:
             raise TooLarge("body", f"must be at most {limit} bytes, got more")
         chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def json_body(raw: bytes) -> dict[str, Any]:
+    """``raw`` (a body from ``read_body``) as a JSON object; InvalidInput naming ``body`` otherwise."""
     try:
-        value = json.loads(b"".join(chunks))
+        value = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise InvalidInput("body", f"must be a JSON object, got malformed JSON ({error})") from None
+    except RecursionError:
+        raise InvalidInput(
+            "body", "must be a JSON object nested less deeply, got one nested too deep"
+        ) from None
     if not isinstance(value, dict):
         raise InvalidInput("body", f"must be a JSON object, got {type(value).__name__}")
     return value

@@ -38,13 +38,18 @@ _ERROR = {
 }
 _ERRORS = {
     "400": "The body is not a JSON object (field: body).",
-    "401": "No token, or a token that is malformed, unknown, wrong, expired or revoked (field: token).",
-    "403": "The token's scope does not cover the call (field: token).",
-    "404": "No such region or plan.",
+    "401": "No token, or a token that is malformed, unknown, wrong, expired or revoked (field: token; "
+    "one message whatever the reason).",
+    "403": "The token's scope does not cover the call, or the plan is not of the token's region "
+    "(field: token).",
+    "404": "No such region.",
     "409": "The call clashes with the stored state; retry later.",
     "413": f"The body is over its limit: {SMALL_BODY_BYTES} bytes, a snapshot's "
     f"{MAX_SNAPSHOT_BYTES} by default.",
     "422": "A field is missing, unknown or outside what is accepted (field: its name).",
+    "500": "corrupt: stored state is damaged (not retried); internal: the API failed (the log has why).",
+    "503": "unavailable: the database cannot be reached, or the API serves its most connections "
+    "(then a plain-text answer); retry later.",
 }
 
 

@@ -2,30 +2,87 @@
 
 The socket is bound when the server is made (``repart.controller.listen``: InvalidInput naming
 ``api_port`` or ``api_host``), on loopback unless another host is given: the API speaks plain HTTP,
-and TLS belongs to a reverse proxy in front of it (docs/api.md). uvicorn's event loop handles every
+and TLS belongs to a reverse proxy in front of it (docs/how-to/api.md). uvicorn's event loop handles every
 connection, so a client that sends slowly holds none of the others back; a connection idle between
-requests is closed after ``KEEP_ALIVE_SECONDS``. Requests are not logged (the daemon's log is JSON).
+requests is closed after ``KEEP_ALIVE_SECONDS``, one that has not sent a whole request within
+``REQUEST_DEADLINE`` seconds is closed too, and at most ``MAX_CONNECTIONS`` are served at once.
+Requests are not logged; uvicorn's errors are, as JSON lines (``UVICORN_LOGGING``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import threading
 import time
+from typing import Any
 
+import h11
 import uvicorn
 from sqlalchemy import Engine
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from repart.api.app import DEFAULT_WORKERS, create_app
 from repart.controller.listen import LOOPBACK, bound_socket
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
 
 KEEP_ALIVE_SECONDS = 5
+REQUEST_DEADLINE = 60.0
+"""Seconds a connection has to send a whole request (headers and body) from its start or from the end
+of its previous answer: a 128 MiB snapshot needs about 2.2 MB/s."""
+MAX_CONNECTIONS = 1000
+"""Connections served at once; a request on one more is answered 503 (which clients retry)."""
+UVICORN_LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "repart.controller.logs.JsonFormatter"}},
+    "handlers": {
+        "stderr": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}
+    },
+    "loggers": {"uvicorn.error": {"handlers": ["stderr"], "level": "WARNING", "propagate": False}},
+}
+"""uvicorn's own log (its errors, with an unexpected error's traceback) as JSON lines on stderr, as the
+daemon logs (``repart.controller.logs``)."""
 START_TIMEOUT = 10.0
+
+
+class DeadlineProtocol(H11Protocol):
+    """uvicorn's HTTP/1.1 connection, closed when a request has not arrived whole within ``deadline``
+    seconds: a client that trickles its headers or its body holds a connection that long at most."""
+
+    def __init__(self, *args: Any, deadline: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline = deadline
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._start_deadline()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._start_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        super().connection_lost(exc)
+
+    def _start_deadline(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_later(self._deadline, self._deadline_passed)
+
+    def _deadline_passed(self) -> None:
+        """Close the connection unless its request arrived whole (the answer may still be in the making)."""
+        if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and not self.transport.is_closing():
+            self.transport.close()
 
 
 class ApiServer:
     """The API on ``host``:``port`` (0: any free port; the one bound is ``port``), serving from
-    ``serve`` until ``close``."""
+    ``serve`` until ``close``: at most ``max_connections`` connections at once, each closed when a
+    request has not arrived whole within ``request_deadline`` seconds (``DeadlineProtocol``)."""
 
     def __init__(
         self,
@@ -35,6 +92,8 @@ class ApiServer:
         host: str = LOOPBACK,
         max_snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
         workers: int = DEFAULT_WORKERS,
+        request_deadline: float = REQUEST_DEADLINE,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self._socket = bound_socket(host, port, field="api_port")
         app = create_app(engine, max_snapshot_bytes=max_snapshot_bytes, workers=workers)
@@ -43,8 +102,10 @@ class ApiServer:
             lifespan="off",
             access_log=False,
             log_level="warning",
-            log_config=None,
+            log_config=UVICORN_LOGGING,
             timeout_keep_alive=KEEP_ALIVE_SECONDS,
+            limit_concurrency=max_connections,
+            http=functools.partial(DeadlineProtocol, deadline=request_deadline),  # type: ignore[arg-type]
             server_header=False,
         )
         self._server = uvicorn.Server(config)

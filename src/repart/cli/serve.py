@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from repart.cli.database import DbOption, JsonOption, open_database
+from repart.cli.database import DbOption, JsonOption, open_database, print_json
 from repart.cli.errors import reports_bad_input
 from repart.controller.listen import LOOPBACK
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
@@ -42,7 +42,8 @@ def serve(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Serve the HTTP API for jobs and tools until SIGTERM or SIGINT (logs JSON lines on stderr)."""
+    """Serve the HTTP API for jobs and tools until SIGTERM or SIGINT (logs JSON lines on stderr). Once
+    it answers, prints its URL on stdout (``{"url": ...}`` with ``--json``)."""
     from repart.api.server import ApiServer
     from repart.controller.logs import json_logging, log_event
 
@@ -56,6 +57,11 @@ def serve(
         try:
             server.serve()
             log_event("api", url=server.url, paths=["/v1/..."])
+            if as_json:
+                print_json({"url": server.url})
+            else:
+                typer.echo(f"serving the API at {server.url} (SIGTERM or Ctrl-C stops it)")
+            sys.stdout.flush()
             stop.wait()
             log_event("stopped", api=True)
         finally:

@@ -32,7 +32,8 @@ answers ``GET /metrics`` with the text exposition format and ``GET /healthz`` wi
 object while the daemon's ``Health`` says it is healthy, 503 otherwise. A connection has
 ``REQUEST_DEADLINE`` seconds in all to send its request and read the answer, however slowly it
 trickles bytes, and is then cut off; slow clients each hold only their own thread, so a liveness probe
-is answered while they wait. It listens on loopback unless ``host`` says otherwise
+is answered while they wait. At most ``MAX_CONNECTIONS`` connections are served at once (each takes
+two threads); one beyond is closed unanswered. It listens on loopback unless ``host`` says otherwise
 (``repart run --metrics-host``): a Prometheus server on another machine needs the host's address, or
 a proxy. The port is bound when the server is made, before the daemon starts, so a port that cannot be
 bound starts nothing: ``InvalidInput`` naming ``metrics_port``, as for a port outside [0, 65535] (0:
@@ -72,6 +73,9 @@ from repart.controller.tick import TickAction, TickResult
 from repart.storage.tables import REGION_MODES
 
 REQUEST_DEADLINE = 5.0
+MAX_CONNECTIONS = 64
+"""Connections served at once; one more is closed unanswered until a slot frees (at most
+``REQUEST_DEADLINE`` seconds)."""
 """Seconds a connection has in all to send its request and read the answer."""
 SWITCH_INTERVAL = 0.001
 """The interpreter's thread switch interval while the server serves (Python's default: 0.005 s)."""
@@ -310,6 +314,21 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 128  # socketserver's 5 drops the connects beyond it, which retry after 1 s
     metrics: DaemonMetrics
     health: Callable[[], Health]
+    slots: threading.BoundedSemaphore
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve the connection on a thread of its own if fewer than ``MAX_CONNECTIONS`` are served;
+        close it at once otherwise (each takes two threads: its handler and its deadline)."""
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A request that failed (a client gone mid-answer, a bug) is one JSON log line, not
@@ -373,6 +392,7 @@ class MetricsServer:
         self._server.server_address = listening.getsockname()
         self._server.server_activate()
         self._server.metrics = metrics
+        self._server.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._thread: threading.Thread | None = None
         self._switch_interval = sys.getswitchinterval()
 

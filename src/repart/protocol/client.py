@@ -85,9 +85,10 @@ class ControllerClient(Protocol):
         that repeats the first report changes nothing; one with other numbers is a Conflict."""
         ...
 
-    def submit_snapshot(self, snapshot: Snapshot) -> str:
-        """Hand the controller a batch's snapshot; returns where it went. A snapshot whose ``batch`` was
-        already ingested for the region is a no-op (the same window; InvalidInput for another)."""
+    def submit_snapshot(self, snapshot: Snapshot) -> int:
+        """Hand the controller a batch's snapshot; returns the stored snapshot's id. A snapshot whose
+        ``batch`` was already ingested for the region is a no-op that returns the stored one's id (the
+        same window; InvalidInput for another)."""
         ...
 
     def report_batch(

@@ -6,17 +6,22 @@ controller serves (``repart run --api-port``) instead, with a ``job:REGION`` tok
 
     client = HttpControllerClient("https://controller.example:8443", token)
 
+The token goes only to the URL given: plain ``http://`` is accepted only for a loopback host (the API
+itself on this machine; a remote API is reached through a TLS reverse proxy, ``https://``), and a
+redirect is not followed (an answer 3xx is InvalidInput naming ``url``: give the URL it points to).
+
 It uses only the standard library, so a job needs no web framework. Every call of the port is
 idempotent under its ids (``repart.protocol.client``), so a call that fails on the way (the connection
-refused or reset, a timeout, a 502, 503 or 504 from a proxy) is sent again, up to ``attempts`` times
-with an exponential backoff (``backoff`` seconds doubling up to ``max_backoff``); what still fails
-raises ``Unavailable``. The API's refusals become the errors the SQL client raises: ``InvalidInput``
-naming the field (a refused token names ``token``), ``NotFound``, ``Conflict`` and ``Corrupt``; none
-is retried.
+refused or reset, a timeout, a 502, 503 or 504 from a proxy) or meets a conflict with a concurrent call
+(409) is sent again, up to ``attempts`` times with an exponential backoff (``backoff`` seconds doubling
+up to ``max_backoff``); what still fails raises ``Unavailable`` (``Conflict`` for a conflict). The API's
+other refusals become the errors the SQL client raises: ``InvalidInput`` naming the field (a refused
+token names ``token``), ``NotFound`` and ``Corrupt``; none is retried.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import time
 import urllib.error
@@ -32,12 +37,23 @@ from repart.protocol.client import AppliedFunction, PlanOutcome, PlanToApply
 from repart.protocol.merge import MergeSpec
 from repart.protocol.snapshot import Snapshot
 
-RETRIED_STATUSES = frozenset({502, 503, 504})
-"""Answers of a proxy or a server that is not ready: the call did not reach repart, or it may retry."""
+RETRIED_STATUSES = frozenset({409, 502, 503, 504})
+"""Answers that may change on a retry: a conflict with a concurrent call (409: the API's "retry later"),
+or a proxy or a server that is not ready."""
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Hand a redirect back as an error instead of following it with the token."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
 
 
 class HttpControllerClient:
-    """The port over the API at ``url`` (``http://host:port``, or a reverse proxy's ``https://`` URL)
+    """The port over the API at ``url`` (``http://`` on loopback, else a reverse proxy's ``https://`` URL)
     with bearer ``token`` (module docstring); ``timeout``: seconds one attempt may take."""
 
     def __init__(
@@ -51,9 +67,15 @@ class HttpControllerClient:
         max_backoff: float = 2.0,
     ) -> None:
         parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
+        if parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidInput(
                 "url", f"must be an http:// or https:// URL of the controller's API, got {url!r}"
+            )
+        if parts.scheme == "http" and not _is_loopback(parts.hostname):
+            raise InvalidInput(
+                "url",
+                f"must be https:// for a host other than loopback (the token would travel in clear), "
+                f"got {url!r}",
             )
         if not token:
             raise InvalidInput(
@@ -96,9 +118,9 @@ class HttpControllerClient:
         body = {"outcome": outcome, "moved_rows": moved_rows, "moved_bytes": moved_bytes, "reason": reason}
         self._call("POST", f"/v1/plans/{int(plan_id)}/outcome", body)
 
-    def submit_snapshot(self, snapshot: Snapshot) -> str:
+    def submit_snapshot(self, snapshot: Snapshot) -> int:
         document = snapshot.checked().to_document()
-        return str(self._call("POST", f"{_region_path(snapshot.region)}/snapshots", document)["location"])
+        return int(self._call("POST", f"{_region_path(snapshot.region)}/snapshots", document)["snapshot_id"])
 
     def report_batch(
         self, region: str, batch_id: int, payload: Mapping[str, Any], plan_id: int | None
@@ -120,11 +142,20 @@ class HttpControllerClient:
                 delay = min(delay * 2, self.max_backoff)
             request = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                with _OPENER.open(request, timeout=self.timeout) as response:
                     return json.loads(response.read())
             except urllib.error.HTTPError as error:
+                answer = error.read()
+                if 300 <= error.code < 400:
+                    raise InvalidInput(
+                        "url",
+                        f"must be the API's own URL; {method} {path} answered {error.code}, redirecting to "
+                        f"{error.headers.get('Location')!r}, which is not followed",
+                    ) from None
                 if error.code not in RETRIED_STATUSES:
-                    raise _refusal(error.code, error.read()) from None
+                    raise _refusal(error.code, answer) from None
+                if error.code == 409 and attempt == self.attempts - 1:
+                    raise _refusal(error.code, answer) from None
                 problem = f"HTTP {error.code}"
             except (TimeoutError, urllib.error.URLError, HTTPException, OSError) as error:
                 problem = str(getattr(error, "reason", error))
@@ -132,6 +163,16 @@ class HttpControllerClient:
             f"the controller's API at {self.url} did not answer {method} {path} "
             f"({problem}) after {self.attempts} attempts"
         )
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` (a URL's host name) is this machine: ``localhost`` or a loopback address."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _region_path(region: str) -> str:

@@ -40,14 +40,14 @@ class ControllerSink:
     client: ControllerClient
 
     def write(self, snapshot: Snapshot) -> str:
-        """Submit ``snapshot``; returns where the controller stored it.
+        """Submit ``snapshot``; returns ``snapshot ID``, the id the controller stored it under.
 
         Raises InvalidInput naming the field for a snapshot no document could hold (``checked``), and
         NotFound, InvalidInput or Conflict when the region rejects it: unknown region, other key type or
         slot bits, a window already ingested under another batch or overlapping one. Nothing is stored
         then.
         """
-        return self.client.submit_snapshot(snapshot.checked())
+        return f"snapshot {self.client.submit_snapshot(snapshot.checked())}"
 
 
 @dataclass(frozen=True)

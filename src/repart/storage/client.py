@@ -89,11 +89,10 @@ class SqlControllerClient:
             ),
         )
 
-    def submit_snapshot(self, snapshot: Snapshot) -> str:
-        row_id = run_in_transaction(
+    def submit_snapshot(self, snapshot: Snapshot) -> int:
+        return run_in_transaction(
             self.engine, lambda session: ingest_snapshot(session, snapshot, source=self.source)
         )
-        return f"{self.engine.url.render_as_string(hide_password=True)}#snapshot/{row_id}"
 
     def report_batch(
         self, region: str, batch_id: int, payload: Mapping[str, Any], plan_id: int | None

@@ -27,7 +27,7 @@ from repart.storage import models
 from repart.storage.event_kinds import EVENT_KINDS
 from repart.storage.jsontext import dump_object
 from repart.storage.regions import region_by_name
-from repart.validation import NON_NEGATIVE_INT, STRING, Options, check, shown
+from repart.validation import STORED_INT, STRING, Options, check, shown
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def record_batch_report(
     must be a plan of the region. A batch is reported once: when the region has a report of ``batch``
     already (a job killed after reporting and run again on the same batch), that report stays as it is
     and its id is returned."""
-    number = check("batch", batch, NON_NEGATIVE_INT)
+    number = check("batch", batch, STORED_INT)
     region_id = region_by_name(session, region).id
     if plan_id is not None:
         owner = session.scalar(select(models.Plan.region_id).where(models.Plan.id == plan_id))

@@ -259,6 +259,7 @@ class ApiToken(Base):
     expires_at: Mapped[datetime | None]
     last_used_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]
+    region_id: Mapped[int | None]
 
 
 class Lease(Base):

@@ -6,11 +6,13 @@ A pending plan is taken through ``applying``; the plan's versions move along
 (``repart.storage.plans.set_plan_status``). A failure is recorded as a ``plan-failed`` event on the
 region, with the reason, in the same transaction. Jobs retry: a report that repeats the state the plan
 is already in with the same numbers changes nothing (no second event); another state, or the same
-state with other numbers, is a ``Conflict`` naming both.
+state with other numbers, is a ``Conflict`` naming both. The plan is read under its row lock, so
+reports of one plan sent at the same time are decided one after the other.
 """
 
 from __future__ import annotations
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from repart.errors import Conflict, NotFound
@@ -38,9 +40,18 @@ def report_plan(
     plan and whether it changed. InvalidInput naming ``state`` for another outcome, NotFound for an
     unknown plan, Conflict for a report the plan's state does not allow."""
     check("state", state, Options(PLAN_OUTCOMES))
-    row = session.get(models.Plan, plan_id)
-    if row is None:
+    region_id = session.scalar(select(models.Plan.region_id).where(models.Plan.id == plan_id))
+    if region_id is None:
         raise NotFound(f"plan {plan_id} does not exist")
+    # The region row's lock, then the plan row's (the order a claim and a tick take them in), and the
+    # plan read again under it: a report sent twice at once finds the first one's outcome and is a no-op.
+    session.execute(select(models.Region.id).where(models.Region.id == region_id).with_for_update())
+    row = session.scalars(
+        select(models.Plan)
+        .where(models.Plan.id == plan_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    ).one()
     repeated = row.status == state
     if repeated and (row.moved_rows, row.moved_bytes) == (moved_rows, moved_bytes):
         return row, False

@@ -26,7 +26,7 @@ from repart.storage.keys import key_columns
 from repart.storage.regions import region_by_name
 from repart.storage.status import set_applied_version
 from repart.storage.versions import transition_version
-from repart.validation import Interval, Options, check
+from repart.validation import STORED_INT, Options, check
 
 if TYPE_CHECKING:
     from repart.migration import MigrationPlan
@@ -39,7 +39,6 @@ PLAN_TRANSITIONS: dict[str, frozenset[str]] = {
     "superseded": frozenset(),
 }
 # A count a job reports (moved rows or bytes): what a BIGINT column holds.
-_COUNT = Interval(int, 0, 2**63 - 1)
 # What a plan's status change does to its target version.
 _TARGET_STATUS = {"applied": "applied", "failed": "abandoned", "superseded": "abandoned"}
 
@@ -81,8 +80,8 @@ def set_plan_status(
         raise InvalidInput(
             "moved_rows", f"and moved_bytes are recorded when a plan is applied, not {status!r}"
         )
-    rows = None if moved_rows is None else check("moved_rows", moved_rows, _COUNT)
-    size = None if moved_bytes is None else check("moved_bytes", moved_bytes, _COUNT)
+    rows = None if moved_rows is None else check("moved_rows", moved_rows, STORED_INT)
+    size = None if moved_bytes is None else check("moved_bytes", moved_bytes, STORED_INT)
     with session.begin_nested():
         transition_plan(session, plan, status)
         if rows is not None:

@@ -364,7 +364,8 @@ leases = Table(
 
 # A bearer token of the HTTP API (``repart.storage.tokens``): only the SHA-256 of its secret is kept,
 # with its scope (``job:REGION``, ``read`` or ``operator``), its expiry (None: never), when it was last
-# used (to the minute) and when it was revoked (None: valid).
+# used (to the minute) and when it was revoked (None: valid). A job token's region is ``region_id``: the
+# token is deleted with its region (a job token without one was revoked when its region was found gone).
 api_tokens = Table(
     "api_tokens",
     metadata,
@@ -375,4 +376,8 @@ api_tokens = Table(
     Column("expires_at", UTCDateTime),
     Column("last_used_at", UTCDateTime),
     Column("revoked_at", UTCDateTime),
+    Column("region_id", Integer, ForeignKey("regions.id", ondelete="CASCADE"), index=True),
+    CheckConstraint(
+        "scope NOT LIKE 'job:%' OR region_id IS NOT NULL OR revoked_at IS NOT NULL", name="job_region"
+    ),
 )

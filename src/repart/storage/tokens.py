@@ -5,7 +5,8 @@ The database keeps only the secret's SHA-256, compared in constant time (``hmac.
 copy of the database grants nothing; ``create_token`` returns the whole token once and it cannot be
 shown again. A token's scope is one of
 
-- ``job:REGION``: the job calls (``ControllerClient``) of that one region;
+- ``job:REGION``: the job calls (``ControllerClient``) of that one region, which the token names by
+  its id: the token is deleted with the region, and never acts on a region later made with its name;
 - ``read``: the read-only calls (status, versions, plans, events) of every region;
 - ``operator``: the read-only calls and the operator's calls.
 
@@ -51,28 +52,27 @@ class Refused(Exception):
 
 @dataclass(frozen=True)
 class Grant:
-    """What a valid token grants: its id and scope."""
+    """What a valid token grants: its id and scope, and for a job token its region's id."""
 
     token_id: int
     scope: str
+    region_id: int | None
     last_used_at: datetime | None
-
-    def region(self) -> str | None:
-        """The region of a ``job:REGION`` scope, None for the others."""
-        return self.scope[len(JOB_SCOPE) :] if self.scope.startswith(JOB_SCOPE) else None
 
     def use_is_stale(self) -> bool:
         """Whether the token's stored last use is older than ``LAST_USE_RESOLUTION`` (or missing)."""
         return self.last_used_at is None or utc_now() - self.last_used_at >= LAST_USE_RESOLUTION
 
 
-def check_scope(session: Session, scope: object) -> str:
-    """``scope`` if it is ``read``, ``operator`` or ``job:REGION`` of an existing region; InvalidInput
-    naming ``scope`` (NotFound for an unknown region) otherwise."""
+def check_scope(session: Session, scope: object) -> tuple[str, int | None]:
+    """``scope`` if it is ``read``, ``operator`` or ``job:REGION`` of an existing region, with the id of
+    that region (None for the others); InvalidInput naming ``scope`` (NotFound for an unknown region)
+    otherwise."""
     if isinstance(scope, str) and scope in GLOBAL_SCOPES:
-        return scope
+        return scope, None
     if isinstance(scope, str) and scope.startswith(JOB_SCOPE) and len(scope) > len(JOB_SCOPE):
-        return JOB_SCOPE + region_by_name(session, scope[len(JOB_SCOPE) :]).name
+        region = region_by_name(session, scope[len(JOB_SCOPE) :])
+        return JOB_SCOPE + region.name, region.id
     raise InvalidInput("scope", f"must be read, operator or job:REGION, got {shown(scope)}")
 
 
@@ -81,12 +81,18 @@ def create_token(
 ) -> tuple[str, models.ApiToken]:
     """A new token of ``scope`` (checked by ``check_scope``) valid until ``expires_at`` (None: until
     revoked; else an aware time in the future): the token's text, shown once, and its row."""
-    checked = check_scope(session, scope)
+    checked, region_id = check_scope(session, scope)
     now = utc_now()
     if expires_at is not None and (expires_at.tzinfo is None or expires_at <= now):
         raise InvalidInput("expires", f"must be an aware time in the future, got {expires_at.isoformat()}")
     secret = secrets.token_urlsafe(32)
-    row = models.ApiToken(secret_sha256=_digest(secret), scope=checked, created_at=now, expires_at=expires_at)
+    row = models.ApiToken(
+        secret_sha256=_digest(secret),
+        scope=checked,
+        region_id=region_id,
+        created_at=now,
+        expires_at=expires_at,
+    )
     session.add(row)
     session.flush()
     return f"{PREFIX}_{row.id}_{secret}", row
@@ -128,7 +134,7 @@ def authenticate(session: Session, presented: str | None) -> Grant:
         raise Refused("revoked", token_id)
     if row.expires_at is not None and row.expires_at <= now:
         raise Refused("expired", token_id)
-    return Grant(token_id, row.scope, row.last_used_at)
+    return Grant(token_id, row.scope, row.region_id, row.last_used_at)
 
 
 def record_use(session: Session, grant: Grant) -> None:
