@@ -142,7 +142,12 @@ def test_repart_serve_json_prints_the_url_on_stdout(engine: Engine, db_url: str)
         assert process.stderr is not None
         url = next(json.loads(line)["url"] for line in process.stderr if '"event": "api"' in line)
         process.send_signal(signal.SIGTERM)
-        out, _ = process.communicate(timeout=30)
+        try:
+            out, err = process.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, err = process.communicate()
+            raise AssertionError(f"repart serve did not stop on SIGTERM: stderr {err[-4000:]!r}") from None
         assert process.returncode == 0
         assert json.loads(out) == {"url": url}
     finally:
