@@ -40,6 +40,14 @@ from repart.storage.schema import HEAD_REVISION, alembic_config
 from tests.factories import add_applied_chain, add_region, database_dump, row_counts
 
 
+def upgrade_to(engine: Engine, revision: str) -> None:
+    """Bring an empty database to schema ``revision`` (not the head), as Alembic runs a revision."""
+    config = alembic_config(engine)
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+
+
 def test_upgrade_creates_every_table_on_an_empty_database(empty_url: str) -> None:
     engine = make_engine(empty_url)
     try:
@@ -176,10 +184,7 @@ def test_database_url_prefers_argument_then_environment_then_default(
 def test_revision_0002_backfills_the_region_status_from_versions_and_decisions(empty_url: str) -> None:
     engine = make_engine(empty_url)
     try:
-        config = alembic_config(engine)
-        with engine.begin() as connection:
-            config.attributes["connection"] = connection
-            command.upgrade(config, "0001")
+        upgrade_to(engine, "0001")
         t0 = datetime(2026, 1, 1, tzinfo=UTC)
         with engine.begin() as connection:
             connection.execute(
@@ -270,10 +275,7 @@ def test_upgrading_a_database_with_data_keeps_every_row(empty_url: str) -> None:
     to the region's versions, plans and snapshots."""
     engine = make_engine(empty_url)
     try:
-        config = alembic_config(engine)
-        with engine.begin() as connection:
-            config.attributes["connection"] = connection
-            command.upgrade(config, "0003")
+        upgrade_to(engine, "0003")
         t0 = datetime(2026, 1, 1, tzinfo=UTC)
         with engine.begin() as connection:
             connection.execute(
@@ -305,10 +307,7 @@ def test_upgrading_a_database_with_data_keeps_every_row(empty_url: str) -> None:
 def test_revision_0007_maps_cooldown_and_hysteresis_onto_the_batch_settings(empty_url: str) -> None:
     engine = make_engine(empty_url)
     try:
-        config = alembic_config(engine)
-        with engine.begin() as connection:
-            config.attributes["connection"] = connection
-            command.upgrade(config, "0005")
+        upgrade_to(engine, "0005")
         t0 = datetime(2026, 1, 1, tzinfo=UTC)
         settings = [
             '{"target_utilization": 0.5, "cooldown_seconds": 61, "hysteresis": 0.2, "counters": 4}',
@@ -366,10 +365,7 @@ def test_regions_with_a_target_outside_the_default_band_still_tick_after_revisio
     build, under either policy, with the default band widened to hold the target."""
     engine = make_engine(empty_url)
     try:
-        config = alembic_config(engine)
-        with engine.begin() as connection:
-            config.attributes["connection"] = connection
-            command.upgrade(config, "0006")
+        upgrade_to(engine, "0006")
         t0 = datetime(2026, 1, 1, tzinfo=UTC)
         regions = {
             "high-tu": ("target-utilization", '{"target_utilization": 0.95, "cooldown_seconds": 60}'),
@@ -515,10 +511,7 @@ def test_revision_0006_refuses_to_downgrade_once_a_plan_is_pruned(empty_url: str
 def test_revision_0009_binds_job_tokens_to_their_region_id(empty_url: str) -> None:
     engine = make_engine(empty_url)
     try:
-        config = alembic_config(engine)
-        with engine.begin() as connection:
-            config.attributes["connection"] = connection
-            command.upgrade(config, "0008")
+        upgrade_to(engine, "0008")
         t0 = datetime(2026, 1, 1, tzinfo=UTC)
         with engine.begin() as connection:
             for region_id, name in ((3, "kept"), (7, "other")):
