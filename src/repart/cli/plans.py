@@ -26,13 +26,12 @@ from repart.cli.database import (
 )
 from repart.cli.errors import reports_bad_input
 from repart.cli.versions import plan_dict, print_plan
-from repart.errors import NotFound
 from repart.storage.views import plan_summary
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from repart.storage.models import Event, Plan
+    from repart.storage.models import Event
 
 plans_app = typer.Typer(
     no_args_is_help=True, help="List and show migration plans; report their outcome; prune old plans' moves."
@@ -47,17 +46,6 @@ class Outcome(StrEnum):
 
     applied = "applied"
     failed = "failed"
-
-
-def plan_of_region(session: Session, region: str, plan_id: int) -> Plan:
-    """Plan ``plan_id``, which must belong to ``region`` (NotFound otherwise)."""
-    from repart.storage import get_plan, region_by_name
-
-    region_id = region_by_name(session, region).id
-    row = get_plan(session, plan_id)
-    if row.region_id != region_id:
-        raise NotFound(f"plan {plan_id} is not a plan of region {region!r}")
-    return row
 
 
 @plans_app.command("list")
