@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine
@@ -52,6 +53,7 @@ from tests.factories import (
     assert_plans_route_like_functions,
     events,
     ingest,
+    ingest_skewed_window,
     plans,
     row_counts,
     versions,
@@ -483,9 +485,35 @@ def test_a_rebalance_whose_gain_does_not_pay_for_its_move_is_a_recorded_no_chang
     assert result.action == "unchanged"
     event = events(engine)[0]
     data = load_object(event.data_json)
-    assert event.rule == "rebalance-gain" and "utility APM" in event.message
-    assert data["predicted_b"] + data["predicted_m"] >= data["b_before"] > data["threshold"]  # APM: b + m
+    assert event.rule == "rebalance-gain" and "within 10 batch(es) under the utility APM" in event.message
+    assert data["predicted_b"] + data["predicted_m"] / 10 >= data["b_before"] > data["threshold"]
     assert len(versions(engine)) == 2
+
+
+@pytest.mark.parametrize(("payback", "action"), [(1, "unchanged"), (None, "activated")])
+def test_a_rebalance_pays_for_its_move_within_the_payback_batches(
+    engine: Engine, payback: int | None, action: str
+) -> None:
+    """b 1.83 -> 0.92 at m 0.94 (a quarter of the state): not worth it in one batch under APM
+    (b' + m >= b), worth it over the default 10 (b' + m / 10 < b)."""
+    settings: dict[str, Any] = {"rebalance_threshold": 0.5}
+    if payback is not None:
+        settings["rebalance_payback_batches"] = payback
+    add_zipf_region(engine, n_channels_initial=4, algorithm="redist", settings=settings)
+    assert tick(engine, REGION).action == "initialized"
+    ingest_skewed_window(engine, 1)
+    result = tick(engine, REGION)
+    assert result.action == action
+    event = events(engine)[0]
+    data = load_object(event.data_json)
+    b_after, m, b_before = data["predicted_b"], data["predicted_m"], data["b_before"]
+    assert b_after + m >= b_before > data["threshold"]
+    assert b_after + m / 10 < b_before
+    if action == "unchanged":
+        assert event.rule == "rebalance-gain" and "within 1 batch(es) under the utility APM" in event.message
+        assert len(versions(engine)) == 1
+    else:
+        assert event.kind == "activated" and len(versions(engine)) == 2
 
 
 @pytest.mark.parametrize(
@@ -498,9 +526,8 @@ def test_a_rebalance_whose_gain_does_not_pay_for_its_move_is_a_recorded_no_chang
 def test_the_rebalance_gain_is_judged_under_the_regions_utility(
     engine: Engine, utility: str, cost: Callable[[float, float], float], action: str
 ) -> None:
-    add_zipf_region(
-        engine, n_channels_initial=4, algorithm="redist", utility=utility, settings={"migration_budget": 1.0}
-    )
+    settings = {"migration_budget": 1.0, "rebalance_payback_batches": 1}
+    add_zipf_region(engine, n_channels_initial=4, algorithm="redist", utility=utility, settings=settings)
     tick(engine, REGION)
     ingest(engine, zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3))
     first = tick(engine, REGION)
@@ -513,7 +540,7 @@ def test_the_rebalance_gain_is_judged_under_the_regions_utility(
     data = load_object(event.data_json)
     assert data["utility"] == utility
     b_after, m, b_before = data["predicted_b"], data["predicted_m"], data["b_before"]
-    # Under b·(1 + m) both would be held: the region's utility decides.
+    # Under b·(1 + m) both would be held: the region's utility decides (over one batch).
     assert b_after * (1 + m) >= b_before > data["threshold"]
     assert result.action == action
     assert (cost(b_after, m) < b_before) == (action == "activated")

@@ -83,7 +83,7 @@ def test_the_demo_runs_both_modes_and_every_batch_is_exact(spark: SparkSession, 
             assert 0 < after.migrated_fraction <= 1.1 * after.ideal_fraction  # README's claim
     # On this stream repart's function is better balanced than plain hashing on every batch that ran at
     # an unchanged N (right after a scale step, whose migration is bounded to 1.5x the ideal share, it
-    # may not be; the default demo's page shows where the rebalance-gain rule holds a rebuild), and the
+    # may not be; the default demo's page shows the batches at 12 channels and more where it is not), and the
     # split function is better than the key-preserving one; the split state holds partials.
     steady = [after for before, after in itertools.pairwise(preserve) if after.N == before.N]
     assert steady

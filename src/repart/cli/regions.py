@@ -72,7 +72,8 @@ Settings = Annotated[
         help="Controller setting KEY=VALUE, repeatable: target_utilization, utilization_band=[low,high], "
         "batch_interval_seconds, catch_up_seconds, stabilization_batches, scale_down_delay, "
         "max_scale_down_factor, reversal_batches, reversal_margin, effectiveness_threshold, "
-        "rebalance_threshold, migration_budget, counters, move_limit, plan_keep_versions, plan_keep_days; "
+        "rebalance_threshold, migration_budget, rebalance_payback_batches, counters, move_limit, "
+        "plan_keep_versions, plan_keep_days; "
         "split.<parameter> for the split scheme's (split.theta, …). On update, KEY=null removes a "
         "setting (back to its default).",
         show_default=False,

@@ -31,9 +31,12 @@ all optional:
 - ``rebalance_threshold``: rebalance when b of the applied function exceeds it, > 0, default 1.0
   (b <= 1 means every resource is within its tolerance α).
 - ``migration_budget``: the largest share of the state one rebalance at unchanged N may move, in
-  (0, 1], default 0.5; a rebalance over it, or one whose predicted b and m do not beat keeping the
-  applied function under the region's utility U(b, m) (``repart.partitioning.utility.function_cost``),
-  is a recorded ``no-change`` with its reason.
+  (0, 1], default 0.5.
+- ``rebalance_payback_batches``: H, the batches over which a rebalance at unchanged N must pay for its
+  migration, an integer >= 1, default 10. Its gain in b recurs in every batch the new function serves
+  while its m is paid once, so it happens only when U(b', m / H) < b under the region's utility
+  (``repart.partitioning.utility.function_cost``; H = 1 is the paper's one-step objective). A rebalance
+  over the migration budget, or one that does not pay back, is a recorded ``no-change`` with its reason.
 - ``move_limit``: readj's move limit c (Gedik Algorithm 4), an integer >= 1, default 5.
 - ``split``: the parameters of a split-mode region's scheme, an object checked by
   ``repart.partitioning.split.params.SplitParams`` (θ, ε, spread, virtual nodes, seed); the scheme
@@ -87,6 +90,7 @@ from repart.validation import (
 DEFAULT_COUNTERS = 3
 DEFAULT_REBALANCE_THRESHOLD = 1.0
 DEFAULT_MIGRATION_BUDGET = 0.5
+DEFAULT_REBALANCE_PAYBACK_BATCHES = 10
 SETTINGS: dict[str, tuple[Constraint, ...]] = {
     "counters": (Interval(int, 2, None),),
     "target_utilization": (FRACTION,),
@@ -101,6 +105,7 @@ SETTINGS: dict[str, tuple[Constraint, ...]] = {
     "effectiveness_threshold": (PROBABILITY,),
     "rebalance_threshold": (POSITIVE,),
     "migration_budget": (FRACTION,),
+    "rebalance_payback_batches": (POSITIVE_INT,),
     "move_limit": (POSITIVE_INT,),
     "split": (Kind(Mapping, "an object of the split scheme's parameters"),),
     "plan_keep_versions": (KEEP_VERSIONS,),
@@ -111,8 +116,9 @@ SETTINGS: dict[str, tuple[Constraint, ...]] = {
 @dataclass(frozen=True)
 class ControllerSettings:
     """What one tick of a region needs: the channel-count policy, the construction parameters and
-    algorithm, the window's counter count x, the rebalance threshold and the migration budget, and the
-    plan retention the daemon applies (None: keep every plan's moves); see the module docstring."""
+    algorithm, the window's counter count x, the rebalance threshold, the migration budget and payback
+    horizon, and the plan retention the daemon applies (None: keep every plan's moves); see the module
+    docstring."""
 
     policy: ChannelPolicy
     params: BuildParams
@@ -122,6 +128,7 @@ class ControllerSettings:
     split: SplitParams | None = None
     retention: PlanRetention | None = None
     migration_budget: float = DEFAULT_MIGRATION_BUDGET
+    rebalance_payback_batches: int = DEFAULT_REBALANCE_PAYBACK_BATCHES
 
     @classmethod
     def from_config(cls, config: RegionConfig) -> ControllerSettings:
@@ -144,6 +151,9 @@ class ControllerSettings:
             split=_split(config, settings.get("split", {})),
             retention=_retention(settings),
             migration_budget=settings.get("migration_budget", DEFAULT_MIGRATION_BUDGET),
+            rebalance_payback_batches=settings.get(
+                "rebalance_payback_batches", DEFAULT_REBALANCE_PAYBACK_BATCHES
+            ),
         )
 
 

@@ -487,7 +487,7 @@ def _analyze(
     data = base | built.event_data | {"plan_m": None if plan.m is None else json_number(plan.m)}
     data |= moved_state(plan.m, function.n_channels, window[-1])
     if not decision.changed and rebalance.rule == "imbalance-threshold":
-        held = _rebalance_held(data, b_before, settings.migration_budget, settings.params.utility)
+        held = _rebalance_held(data, b_before, settings)
         if held is not None:
             rule, message = held
             return _unchanged(n_applied, rule, f"{_reason(decision, rebalance)}; {message}", data, newest)
@@ -537,23 +537,27 @@ def moved_state(m: float | None, n_channels: int, newest: Snapshot) -> dict[str,
 
 
 def _rebalance_held(
-    data: dict[str, Any], b_before: float, budget: float, utility: str
+    data: dict[str, Any], b_before: float, settings: ControllerSettings
 ) -> tuple[str, str] | None:
     """Why a rebalance at unchanged N is not worth it, or None when it is: it moves more of the state
-    than the region's ``migration_budget`` (rule ``migration-budget``), or its predicted b and m do not
-    beat keeping the applied function under the region's utility U(b, m)
-    (``repart.partitioning.utility.function_cost``; keeping costs b and moves nothing: rule
-    ``rebalance-gain``)."""
+    than the region's ``migration_budget`` (rule ``migration-budget``), or it does not pay back within
+    ``rebalance_payback_batches`` H (rule ``rebalance-gain``). Its predicted b' holds in every batch the
+    new function serves while its m is paid once, so the move pays when U(b', m / H) < U(b, 0) = b under
+    the region's utility (``repart.partitioning.utility.function_cost``; H = 1 is the one-step objective
+    of Gedik Eq. 13 under ATM)."""
     share, b_after, m = data.get("moved_state_share"), data.get("predicted_b"), data.get("predicted_m")
+    budget, horizon = settings.migration_budget, settings.rebalance_payback_batches
     if isinstance(share, float) and share > budget:
         return "migration-budget", f"it would move {share:.3g} of the state, over the budget {budget:g}"
     if isinstance(b_after, int | float) and isinstance(m, int | float):
-        cost = function_cost(utility, b_after, m)
+        utility = settings.params.utility
+        cost = function_cost(utility, b_after, m / horizon)
         if cost >= b_before:
             return (
                 "rebalance-gain",
-                f"its predicted b = {b_after:.4g} at m = {m:.3g} does not pay for the move under the "
-                f"utility {utility} (U(b, m) = {cost:.4g} >= b = {b_before:.4g} now)",
+                f"its predicted b = {b_after:.4g} at m = {m:.3g} does not pay back within {horizon} "
+                f"batch(es) under the utility {utility} (U(b, m / {horizon}) = {cost:.4g} >= b = "
+                f"{b_before:.4g} now)",
             )
     return None
 
