@@ -9,6 +9,7 @@ runs the controller in the job (a ``repart run`` daemon beside the job does it o
 
 import sys
 
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from repart.spark import StatefulJob
@@ -16,21 +17,21 @@ from repart.spark.session import spark_session
 
 workdir = sys.argv[1] if len(sys.argv) > 1 else ".repart/batch-example"
 spark = spark_session()
+
+
+def trades(batch_id: int) -> DataFrame:
+    """50,000 trades of a few hot tickers and a long tail."""
+    ranks = F.floor(F.pow(F.rand(batch_id), 3) * 500)
+    ticker = F.concat(F.lit("T"), ranks.cast("string"))
+    return spark.range(50_000).select(ticker.alias("ticker"), (F.col("id") % 9 + 1).alias("qty"))
+
+
 job = StatefulJob(
-    f"sqlite:///{workdir}/repart.db",
-    region="trades",
-    key="ticker",
-    state=f"{workdir}/state",
-    schema="ticker string, trades long, volume long",
-    merge="trades=count,volume=sum(qty)",
-    tick=True,
-)
+    f"sqlite:///{workdir}/repart.db", region="trades", key="ticker", state=f"{workdir}/state",
+    schema="ticker string, trades long, volume long", merge="trades=count,volume=sum(qty)", tick=True,
+)  # fmt: skip
 job.ensure_region(channels=4)
 for batch_id in range(3):
-    ranks = F.floor(F.pow(F.rand(batch_id), 3) * 500)  # a few hot tickers, a long tail
-    trades = spark.range(50_000).select(
-        F.concat(F.lit("T"), ranks.cast("string")).alias("ticker"), (F.col("id") % 9 + 1).alias("qty")
-    )
-    result = job.process(trades, batch_id)
+    result = job.process(trades(batch_id), batch_id)
     print(f"batch {batch_id}: {result.input_rows} trades on {result.n_channels} channels")
 job.state().orderBy(F.desc("volume")).show(5)

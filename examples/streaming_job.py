@@ -23,14 +23,9 @@ for n in range(3):  # stand-ins for files another system drops into the director
     (incoming / f"trades-{n}.json").write_text("\n".join(json.dumps(trade) for trade in trades))
 spark = spark_session()
 job = StatefulJob(
-    f"sqlite:///{workdir}/repart.db",
-    region="trades",
-    key="ticker",
-    state=str(workdir / "state"),
-    schema="ticker string, trades long, volume long",
-    merge="trades=count,volume=sum(qty)",
-    tick=True,
-)
+    f"sqlite:///{workdir}/repart.db", region="trades", key="ticker", state=str(workdir / "state"),
+    schema="ticker string, trades long, volume long", merge="trades=count,volume=sum(qty)", tick=True,
+)  # fmt: skip
 job.ensure_region(channels=4)
 stream = spark.readStream.schema("ticker string, qty long").json(str(incoming))
 query = stream.writeStream.foreachBatch(job.foreach_batch)
