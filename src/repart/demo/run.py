@@ -104,7 +104,9 @@ class DemoConfig:
             max_channels=self.max_channels,
             split_scheme=self.split if split else None,
             merge=MERGE.to_text() if split else None,
-            settings={"target_utilization": 0.8},
+            # Busy seconds are modelled (channel_rate), so is the budget: each batch stands for a
+            # trigger interval of window_seconds, whatever this machine's speed or load.
+            settings={"target_utilization": 0.8, "batch_interval_seconds": self.window_seconds},
         )
 
 
