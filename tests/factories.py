@@ -264,17 +264,22 @@ def plans(engine: Engine, status: str | None = None, region: str = REGION) -> li
 
 def window_max_mean_load(function: PartitionFunction, *snapshots: Snapshot) -> float:
     """max/mean load of ``function`` on the merged window of ``snapshots`` as the controller predicts
-    it, computed another way: every slot's exact tuple count on its channel under the slot table, then
-    each tracked key's estimated count moved from there to the channel ``function`` maps it to (a
-    lossy count never exceeds the true one, so no slot goes below zero)."""
+    it, computed another way. With slot counts: every slot's exact tuple count on its channel under the
+    slot table, then each tracked key's estimated count moved from there to the channel ``function``
+    maps it to (a lossy count never exceeds the true one, so no slot goes below zero). Without: the
+    tracked keys' counts where ``function`` maps them, and the other tuples spread evenly over the
+    slots."""
     estimate = merge_snapshots(snapshots)
-    assert estimate.slot_counts is not None
     n = function.n_channels
-    rows = np.bincount(function.table, weights=estimate.slot_counts, minlength=n)
     keys = list(estimate.keys)
-    slot_channels = function.table[slots_of_hashes(hash_keys(keys), function.slot_bits)]
-    rows -= np.bincount(slot_channels, weights=estimate.counts, minlength=n)
-    rows += np.bincount(function.lookup_many(keys), weights=estimate.counts, minlength=n)
+    rows = np.bincount(function.lookup_many(keys), weights=estimate.counts, minlength=n)
+    if estimate.slot_counts is None:
+        untracked = estimate.total - float(estimate.counts.sum())
+        rows += np.bincount(function.table, minlength=n) * untracked / function.table.size
+    else:
+        rows += np.bincount(function.table, weights=estimate.slot_counts, minlength=n)
+        slot_channels = function.table[slots_of_hashes(hash_keys(keys), function.slot_bits)]
+        rows -= np.bincount(slot_channels, weights=estimate.counts, minlength=n)
     return float(rows.max() / rows.mean())
 
 
