@@ -40,6 +40,7 @@ from repart.partitioning import (
     initial_function,
 )
 from repart.partitioning.domain import DEFAULT_SLOT_BITS
+from repart.partitioning.metrics import max_over_mean
 from repart.spark.keys import key_column
 from repart.spark.route import partition, route
 from repart.spark.session import spark_session
@@ -201,9 +202,9 @@ def main() -> None:
     print("\nchannel loads (rows):       max        min   max/min  max/mean")
     for name, parted in (("partition()", ours), ("repartition(N, key)", spark_own)):
         counts = loads(parted)
-        mean = sum(counts) / len(counts)
         high, low = max(counts), min(counts)
-        print(f"  {name:20s} {high:12,} {low:10,} {high / max(low, 1):9.2f} {high / mean:9.2f}")
+        ratio = max_over_mean(np.asarray(counts))
+        print(f"  {name:20s} {high:12,} {low:10,} {high / max(low, 1):9.2f} {ratio:9.2f}")
     best = max(hot[0]["count"], -(-args.rows // args.channels))
     print(f"  (no function can do better than max {best:,}: the mean, or the most frequent key's rows)")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")

@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.spark_route import KEY, exact_estimate, noop_seconds
 
 from repart.partitioning import BuildParams, PartitionFunction, build, initial_function
+from repart.partitioning.metrics import max_over_mean
 from repart.partitioning.split.build import build_split
 from repart.partitioning.split.function import SplitFunction
 from repart.partitioning.split.params import SplitParams
@@ -328,8 +329,8 @@ def main() -> None:
         "hashing (repartition)": channel_rows(df, F.pmod(F.hash(KEY), F.lit(n)).alias("p"), n),
     }
     for name, counts in loads.items():
-        mean = sum(counts) / n
-        print(f"  {name:22s} {max(counts):12,} {min(counts):10,} {max(counts) / mean:9.3f}")
+        ratio = max_over_mean(np.asarray(counts))
+        print(f"  {name:22s} {max(counts):12,} {min(counts):10,} {ratio:9.3f}")
     best = max(top_rows, -(-args.rows // n))
     balance = max(loads["split function"]) / (args.rows / n)
     print(

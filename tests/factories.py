@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 
 import repart.state.files as files_module
 from repart.controller import service
+from repart.controller.window import merge_snapshots
 from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning import ConsistentSpec, LossyCounter, PartitionFunction, build, initial_function
 from repart.partitioning.documents import canonical_json, sha256_hex
@@ -259,6 +260,46 @@ def versions(engine: Engine, region: str = REGION) -> list[models.Version]:
 def plans(engine: Engine, status: str | None = None, region: str = REGION) -> list[models.Plan]:
     """The region's plans (of ``status`` if given)."""
     return run_in_transaction(engine, lambda session: list_plans(session, region, status))
+
+
+def window_max_mean_load(function: PartitionFunction, *snapshots: Snapshot) -> float:
+    """max/mean load of ``function`` on the merged window of ``snapshots`` as the controller predicts
+    it, computed another way. With slot counts: every slot's exact tuple count on its channel under the
+    slot table, then each tracked key's estimated count moved from there to the channel ``function``
+    maps it to (a lossy count never exceeds the true one, so no slot goes below zero). Without: the
+    tracked keys' counts where ``function`` maps them, and the other tuples spread evenly over the
+    slots."""
+    estimate = merge_snapshots(snapshots)
+    n = function.n_channels
+    keys = list(estimate.keys)
+    rows = np.bincount(function.lookup_many(keys), weights=estimate.counts, minlength=n)
+    if estimate.slot_counts is None:
+        untracked = estimate.total - float(estimate.counts.sum())
+        rows += np.bincount(function.table, minlength=n) * untracked / function.table.size
+    else:
+        rows += np.bincount(function.table, weights=estimate.slot_counts, minlength=n)
+        slot_channels = function.table[slots_of_hashes(hash_keys(keys), function.slot_bits)]
+        rows -= np.bincount(slot_channels, weights=estimate.counts, minlength=n)
+    return float(rows.max() / rows.mean())
+
+
+def strip_max_mean_load(database: Engine | str, region: str = REGION) -> None:
+    """Rewrite the region's events as a repart without max/mean load wrote them: no ``load_before``,
+    ``predicted_load``, nor a candidate's ``predicted_load``."""
+    engine = make_engine(database) if isinstance(database, str) else database
+    try:
+        with Session(engine) as session, session.begin():
+            region_id = session.scalar(select(models.Region.id).where(models.Region.name == region))
+            for event in session.scalars(select(models.Event).where(models.Event.region_id == region_id)):
+                data = json.loads(event.data_json)
+                data.pop("load_before", None)
+                data.pop("predicted_load", None)
+                for candidate in data.get("candidates") or []:
+                    candidate.pop("predicted_load", None)
+                event.data_json = json.dumps(data)
+    finally:
+        if isinstance(database, str):
+            engine.dispose()
 
 
 def assert_plans_route_like_functions(engine: Engine) -> None:

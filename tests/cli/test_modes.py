@@ -9,8 +9,25 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.cli.helpers import repart, repart_json
-from tests.factories import counter_document, row_counts, skewed_keys
+import pytest
+
+from repart.cli.database import number
+from repart.controller.build import build_next
+from repart.controller.settings import ControllerSettings
+from repart.controller.window import merge_snapshots
+from repart.storage import RegionConfig, make_engine, read_transaction, region_by_name, version_function
+from tests.cli.helpers import flat, repart, repart_json, table_row
+from tests.factories import (
+    counted_snapshot,
+    counter_document,
+    row_counts,
+    skewed_keys,
+    strip_max_mean_load,
+    window_max_mean_load,
+)
+from tests.factories import versions as version_rows
+
+RECOMMENDATION_COLUMNS = ("b before", "max/mean before", "predicted b", "predicted max/mean")
 
 
 def ingest_window(db_url: str, tmp_path: Path, region: str, seq: int) -> None:
@@ -109,9 +126,47 @@ def test_recommend_records_what_it_would_do_and_activates_nothing(db_url: str, t
     )
     assert recommendation["predicted_b"] < recommendation["b_before"]
     assert recommendation["plan"]["explicit_moves"] + recommendation["plan"]["slot_moves"] > 0
+    # max/mean load beside each b, on the window: of the applied p(0), and of the function it
+    # recommends (rebuilt here: the same digest).
+    window = counted_snapshot("dry", 1, skewed_keys(seed=1))
+    engine = make_engine(db_url)
+    try:
+        config = read_transaction(
+            engine, lambda session: RegionConfig.from_row(region_by_name(session, "dry"))
+        )
+        applied = version_function(version_rows(engine, "dry")[0])
+    finally:
+        engine.dispose()
+    built = build_next(applied, merge_snapshots([window]), 4, ControllerSettings.from_config(config))
+    assert built.function.digest == recommendation["digest"]
+    assert recommendation["load_before"] == pytest.approx(window_max_mean_load(applied, window), rel=1e-9)
+    assert recommendation["predicted_load"] == pytest.approx(
+        window_max_mean_load(built.function, window), rel=1e-9
+    )
     assert tick(db_url, "dry")["action"] == "idle"  # the window was decided on once
     people = repart(db_url, "plans", "list", "dry", "--recommended")
     assert people.exit_code == 0 and "nothing activated" in people.stdout
+    row = table_row(people.stdout, str(recommendation["event_id"]), RECOMMENDATION_COLUMNS)
+    assert [row[column] for column in RECOMMENDATION_COLUMNS] == [
+        number(recommendation[field])
+        for field in ("b_before", "load_before", "predicted_b", "predicted_load")
+    ]
+    assert "b and max/mean load: docs/concepts/metrics.md" in flat(people.stdout)
+    strip_max_mean_load(db_url, "dry")  # as an older repart wrote the event
+    (old,) = repart_json(db_url, "plans", "list", "dry", "--recommended")
+    assert (old["load_before"], old["predicted_load"], old["b_before"]) == (
+        None,
+        None,
+        recommendation["b_before"],
+    )
+    people = repart(db_url, "plans", "list", "dry", "--recommended")
+    row = table_row(people.stdout, str(recommendation["event_id"]), RECOMMENDATION_COLUMNS)
+    assert [row[column] for column in RECOMMENDATION_COLUMNS] == [
+        number(recommendation["b_before"]),
+        "-",
+        number(recommendation["predicted_b"]),
+        "-",
+    ]
 
     repart_json(db_url, "region", "update", "dry", "--mode", "auto")
     ingest_window(db_url, tmp_path, "dry", 2)

@@ -9,11 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from repart.cli.database import number
+from repart.partitioning import initial_function
 from repart.sim.traces import TRACE_SLOT_BITS, TraceSpec, trace_snapshots
 from repart.storage import ingest_snapshot, make_engine, run_in_transaction
-from tests.cli.helpers import one_error, repart, repart_json
+from tests.cli.helpers import flat, one_error, repart, repart_json, table_row
+from tests.factories import window_max_mean_load
 
 COST = 86_400 * 0.7 * 2 / 4_000
+TRACE = TraceSpec(6, rows=4_000, keys=300, drift=4.0, cost_seconds_per_row=COST)
 
 
 def dump(db_url: str) -> list[str]:
@@ -46,9 +50,7 @@ def recorded(db_url: str) -> str:
     assert created.exit_code == 0, created.output
     engine = make_engine(db_url)
     try:
-        for snapshot in trace_snapshots(
-            TraceSpec(6, rows=4_000, keys=300, drift=4.0, cost_seconds_per_row=COST)
-        ):
+        for snapshot in trace_snapshots(TRACE):
             run_in_transaction(engine, lambda session, s=snapshot: ingest_snapshot(session, s))
     finally:
         engine.dispose()
@@ -75,6 +77,25 @@ def test_export_writes_the_windows_that_replay_reads(recorded: str, tmp_path: Pa
     assert table.exit_code == 0, table.output
     assert "N over time" in table.output and plot.read_bytes().startswith(b"\x89PNG")
     assert dump(recorded) == before  # a replay writes nothing to the database
+
+
+def test_each_batch_shows_max_mean_load_beside_b(recorded: str, tmp_path: Path) -> None:
+    out = tmp_path / "windows.json"
+    repart_json(recorded, "snapshot", "export", "trace", "--out", str(out))
+    # Capped at 2 channels, every batch runs p(0): the tick's window is the batch's and the one before.
+    capped = repart_json(recorded, "replay", str(out), "--region", "trace", "--max-channels", "2")
+    assert capped["summary"]["changes"] == 0
+    snapshots = trace_snapshots(TRACE)
+    p0 = initial_function(2, "int", TRACE_SLOT_BITS)
+    for index, batch in enumerate(capped["batches"]):
+        window = snapshots[max(0, index - 1) : index + 1]
+        assert batch["load"] == pytest.approx(window_max_mean_load(p0, *window), rel=1e-9)
+    people = repart(recorded, "replay", str(out), "--region", "trace", "--max-channels", "2")
+    assert people.exit_code == 0, people.output
+    for batch in capped["batches"]:
+        row = table_row(people.output, str(batch["seq"]), ("seq", "b", "max/mean"))
+        assert (row["b"], row["max/mean"]) == (number(batch["b"]), number(batch["load"]))
+    assert "b and max/mean load: docs/concepts/metrics.md" in flat(people.output)
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from repart.controller.tick import tick
 from repart.errors import Conflict, InvalidInput, NotFound
 from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning import ConsistentSpec, build, initial_function
-from repart.storage import run_in_transaction, set_plan_status
+from repart.storage import run_in_transaction, set_plan_status, version_function
 from repart.storage.jsontext import load_object
 from tests.factories import (
     REGION,
@@ -31,7 +31,9 @@ from tests.factories import (
     ingest,
     plans,
     row_counts,
+    strip_max_mean_load,
     versions,
+    window_max_mean_load,
     zipf_snapshot,
 )
 
@@ -87,6 +89,14 @@ def test_rollback_writes_a_new_version_with_the_old_function_and_a_plan_from_the
     assert (event.kind, event.rule, event.at) == ("rollback", "operator", moment)
     assert (data["to_version"], data["from_version"], data["activated_version"]) == (1, 2, 3)
     assert data["b_before"] is not None and data["predicted_m"] is not None
+    # max/mean load beside each b, on the window: of the applied version 2, and of version 1's function.
+    window = zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3)
+    assert data["load_before"] == pytest.approx(
+        window_max_mean_load(version_function(second), window), rel=1e-9
+    )
+    assert data["predicted_load"] == pytest.approx(
+        window_max_mean_load(version_function(first), window), rel=1e-9
+    )
     # The rollback holds the region (DESIGN §12.3), with the operator's reason, in the same transaction.
     reason = "operator rolled back from version 2 to the function of version 1: bad rebuild"
     assert (result.mode, result.mode_reason) == ("hold", reason)
@@ -135,6 +145,13 @@ def test_scale_builds_on_the_window_and_activates_n_with_a_plan(engine: Engine) 
     assert (event.kind, event.rule, data["n_before"], data["n_next"]) == ("scaled", "operator", 4, 6)
     assert (held.kind, result.mode) == ("mode-changed", "hold")
     assert [c["algorithm"] for c in data["candidates"]] == ["scan", "redist", "readj"]
+    window = zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3)
+    assert data["load_before"] == pytest.approx(
+        window_max_mean_load(version_function(applied), window), rel=1e-9
+    )
+    assert data["predicted_load"] == pytest.approx(
+        window_max_mean_load(version_function(new), window), rel=1e-9
+    )
 
 
 def test_scale_without_snapshots_runs_the_consistent_hash_on_n(engine: Engine) -> None:
@@ -188,9 +205,29 @@ def test_explain_shows_the_last_decision_with_every_auto_candidate(engine: Engin
     assert shown["policy"] == "fixed" and shown["b_before"] > shown["threshold"]
     assert shown["predicted_b"] == shown["data"]["predicted_b"] and shown["predicted_m"] is not None
     assert [c["algorithm"] for c in shown["candidates"]] == ["scan", "redist", "readj"]
-    for candidate in shown["candidates"]:
-        assert set(candidate) == {"algorithm", "predicted_b", "predicted_m", "objective"}
+    assert (shown["load_before"], shown["predicted_load"]) == (
+        shown["data"]["load_before"],
+        shown["data"]["predicted_load"],
+    )
+    for candidate, stored in zip(shown["candidates"], shown["data"]["candidates"], strict=True):
+        assert set(candidate) == {"algorithm", "predicted_b", "predicted_load", "predicted_m", "objective"}
         assert candidate["objective"] is not None
+        assert candidate["predicted_load"] == stored["predicted_load"]
+
+
+def test_explain_of_an_event_without_max_mean_load_shows_none(engine: Engine) -> None:
+    """An event an older repart wrote has b but no max/mean load: explain shows None for it."""
+    add_zipf_region(engine, n_channels_initial=4, algorithm="auto")
+    tick(engine, REGION)
+    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3))
+    assert tick(engine, REGION).action == "activated"
+    strip_max_mean_load(engine)
+
+    shown = run_in_transaction(engine, lambda session: explain(session, REGION))
+    assert shown["b_before"] is not None and shown["predicted_b"] is not None
+    assert (shown["load_before"], shown["predicted_load"]) == (None, None)
+    assert [c["predicted_load"] for c in shown["candidates"]] == [None, None, None]
+    assert all(c["predicted_b"] is not None for c in shown["candidates"])
 
 
 def test_scale_builds_without_holding_the_write_lock(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -81,7 +81,7 @@ def test_candidate_settings_change_the_decisions() -> None:
 def row(
     seq: int, n: int, n_next: int, utilization: float, oracle: int, moved: float | None = None
 ) -> ReplayedBatch:
-    return ReplayedBatch(seq, n, utilization, 10.0, oracle, "unchanged", None, n_next, 1.0, moved)
+    return ReplayedBatch(seq, n, utilization, 10.0, oracle, "unchanged", None, n_next, 1.0, 1.0, moved)
 
 
 def test_summary_figures_are_counted_as_defined() -> None:

@@ -31,8 +31,10 @@ from repart.controller.tick import (
     persist,
     tick,
 )
+from repart.controller.window import merge_snapshots
 from repart.errors import Conflict, InvalidInput
 from repart.migration import MigrationPlan
+from repart.partitioning import build
 from repart.storage import (
     RegionConfig,
     RegionStatus,
@@ -57,6 +59,7 @@ from tests.factories import (
     plans,
     row_counts,
     versions,
+    window_max_mean_load,
     zipf_snapshot,
 )
 
@@ -122,7 +125,8 @@ def test_fixed_policy_rebalances_a_skewed_window_at_the_same_channel_count(
 ) -> None:
     add_zipf_region(engine, n_channels_initial=4, algorithm="redist", tail_aware=tail_aware)
     tick(engine, REGION)
-    ingest(engine, zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3))
+    window = zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3)
+    ingest(engine, window)
 
     result = tick(engine, REGION)
     assert (result.action, result.n_channels, result.version) == ("activated", 4, 2)
@@ -131,6 +135,11 @@ def test_fixed_policy_rebalances_a_skewed_window_at_the_same_channel_count(
     assert event.rule == "imbalance-threshold"
     assert data["b_before"] > data["threshold"] == 1.0
     assert data["predicted_b"] < data["b_before"]
+    # max/mean load beside each b: of the applied function and of the new one, on the window's rows.
+    applied, new = (version_function(version) for version in versions(engine))
+    assert data["load_before"] == pytest.approx(window_max_mean_load(applied, window), rel=1e-9)
+    assert data["predicted_load"] == pytest.approx(window_max_mean_load(new, window), rel=1e-9)
+    assert data["predicted_load"] == load_object(versions(engine)[1].report_json)["predicted_load"]
     assert data["policy"] == "fixed"
     assert load_object(versions(engine)[1].report_json)["algorithm"] == "redist"
     assert_plans_route_like_functions(engine)
@@ -139,7 +148,8 @@ def test_fixed_policy_rebalances_a_skewed_window_at_the_same_channel_count(
 def test_a_balanced_window_within_the_threshold_is_unchanged_once(engine: Engine) -> None:
     add_zipf_region(engine, n_channels_initial=2, settings={"rebalance_threshold": 100.0})
     tick(engine, REGION)
-    ingest(engine, zipf_snapshot(1, n_channels=2, demand=2, exponent=0.5))
+    window = zipf_snapshot(1, n_channels=2, demand=2, exponent=0.5)
+    ingest(engine, window)
 
     result = tick(engine, REGION)
     assert (result.action, result.version, result.plan_id, result.n_channels) == ("unchanged", None, None, 2)
@@ -147,6 +157,9 @@ def test_a_balanced_window_within_the_threshold_is_unchanged_once(engine: Engine
     data = load_object(event.data_json)
     assert (event.kind, event.rule) == ("no-change", "fixed")
     assert data["considered_seq"] == 1 and data["b_before"] <= 100.0
+    applied = version_function(versions(engine)[0])
+    assert data["load_before"] == pytest.approx(window_max_mean_load(applied, window), rel=1e-9)
+    assert "predicted_load" not in data  # nothing was built
     assert "within threshold" in event.message
     assert tick(engine, REGION).action == "idle"
     assert len(versions(engine)) == 1 and not plans(engine)
@@ -199,6 +212,17 @@ def test_auto_records_all_three_candidates(engine: Engine) -> None:
     assert report["algorithm"] == f"auto:{best['algorithm']}"
     assert new.algorithm == "auto"
     assert load_object(events(engine)[0].data_json)["candidates"] == report["candidates"]
+    # Each candidate's max/mean load is that of the function its algorithm builds alone on the window.
+    window = zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3)
+    applied = version_function(versions(engine)[0])
+    config = read_transaction(engine, lambda session: RegionConfig.from_row(region_by_name(session, REGION)))
+    params = ControllerSettings.from_config(config).params
+    for candidate in report["candidates"]:
+        alone = build(applied, merge_snapshots([window]), 4, params, candidate["algorithm"]).function
+        assert candidate["predicted_load"] == pytest.approx(window_max_mean_load(alone, window), rel=1e-9)
+    assert report["predicted_load"] == pytest.approx(
+        window_max_mean_load(version_function(new), window), rel=1e-9
+    )
     assert_plans_route_like_functions(engine)
 
 
@@ -421,7 +445,7 @@ def test_a_recommendation_is_what_auto_would_activate(engine: Engine) -> None:
     assert data["plan"]["explicit_moves"] == len(auto.plan.explicit_moves)
     assert data["plan"]["slot_moves"] == len(auto.plan.slot_moves)
     assert auto.event is not None
-    for number in ("predicted_b", "predicted_m", "b_before"):
+    for number in ("predicted_b", "predicted_load", "predicted_m", "b_before", "load_before"):
         assert data[number] == auto.event.data[number]
     before = row_counts(engine)
     assert tick(engine, REGION).action == "recommended"

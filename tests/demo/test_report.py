@@ -31,13 +31,17 @@ def counts_of(tickers: list[str]) -> BatchCounts:
 def test_b_counts_a_split_key_on_its_candidates_by_weight() -> None:
     counts = counts_of(["a"] * 60 + ["b"] * 20 + ["c"] * 20)
     assert dict(zip(counts.keys, counts.counts.tolist(), strict=True)) == {"a": 60, "b": 20, "c": 20}
-    # Key-preserving: 60 against 40 tuples (state and communication both linear), b = 1.5 / α.
-    assert split_imbalance(HOME, counts.estimate, PARAMS) == pytest.approx(1.5 / 1.2)
+    # Key-preserving: 60 against 40 tuples (state and communication both linear), b = 1.5 / α; max/mean
+    # load 60 over the mean 50.
+    preserving = split_imbalance(HOME, counts.estimate, PARAMS)
+    assert (preserving.b, preserving.max_mean_load) == pytest.approx((1.5 / 1.2, 60 / 50))
     # a's tuples 5/6 at home, 1/6 on channel 1: 50 against 50, b = 1 / α.
     even = SplitFunction(HOME, {"a": SplitEntry((0, 1), (5 / 6, 1 / 6))})
-    assert split_imbalance(even, counts.estimate, PARAMS) == pytest.approx(1 / 1.2)
+    assert split_imbalance(even, counts.estimate, PARAMS).b == pytest.approx(1 / 1.2)
+    assert split_imbalance(even, counts.estimate, PARAMS).max_mean_load == pytest.approx(1.0)
     halves = SplitFunction(HOME, {"a": SplitEntry((0, 1), (0.5, 0.5))})
-    assert split_imbalance(halves, counts.estimate, PARAMS) == pytest.approx((70 / 30) / 1.2)
+    assert split_imbalance(halves, counts.estimate, PARAMS).b == pytest.approx((70 / 30) / 1.2)
+    assert split_imbalance(halves, counts.estimate, PARAMS).max_mean_load == pytest.approx(70 / 50)
 
 
 def state(rows: list[tuple[str, int, int, int]]) -> pa.Table:

@@ -14,6 +14,7 @@ from repart.partitioning.metrics import (
     channel_loads,
     imbalance,
     lower_bound,
+    max_over_mean,
     migration_cost,
     relative_migration,
 )
@@ -115,6 +116,63 @@ def test_b_leaves_out_constant_resources() -> None:
     assert imbalance(Resources.parse("LLL"), loads, alpha=2.0).b == pytest.approx((2 * 4 * 2) ** (1 / 3) / 2)
 
 
+@pytest.mark.parametrize("code", ["CCL", "LCL", "LQL", "QLL"])
+def test_max_mean_load_is_the_communication_row_s(code: str) -> None:
+    # s and c rows are far less even than n's: only n = [3, 1] counts, max 3 over the mean 2.
+    loads = np.array([[0.0, 9.0], [1.0, 40.0], [3.0, 1.0]])
+    assert imbalance(Resources.parse(code), loads, alpha=1.2).max_mean_load == 1.5
+
+
+@given(
+    st.lists(st.floats(min_value=1e-9, max_value=1.0), min_size=1, max_size=40),
+    st.integers(min_value=1, max_value=8),
+    st.sampled_from(["CCL", "LCL", "LLL", "LQL"]),
+    st.data(),
+)
+def test_max_mean_load_is_the_rows_each_channel_gets(
+    weights: list[float], n: int, code: str, data: st.DataObject
+) -> None:
+    f = np.array(weights) / sum(weights)
+    channels = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=f.size, max_size=f.size)))
+    resources = Resources.parse(code)
+    result = imbalance(resources, channel_loads(resources, f, channels, n), alpha=1.2)
+    rows = np.bincount(channels, weights=f, minlength=n)  # each channel's share of the tuples
+    assert result.max_mean_load == pytest.approx(rows.max() / rows.mean(), rel=1e-9)
+    assert math.isfinite(result.max_mean_load)
+    if math.isfinite(result.b):
+        assert result.max_mean_load <= result.r[2] * (1 + 1e-12)  # max/mean <= max/min
+
+
+@given(st.lists(st.floats(min_value=0.0, max_value=1e12), min_size=1, max_size=64))
+def test_max_over_mean_lies_between_one_and_the_channel_count(loads: list[float]) -> None:
+    value = max_over_mean(np.array(loads))
+    assert 1.0 <= value <= len(loads)
+    if sum(loads) > 0:
+        assert value == pytest.approx(max(loads) / np.mean(loads), rel=1e-9)
+    else:
+        assert value == 1.0
+
+
+@given(st.floats(min_value=0.0, max_value=1e12), st.integers(min_value=1, max_value=64))
+def test_max_over_mean_of_equal_loads_is_one(load: float, n: int) -> None:
+    assert max_over_mean(np.full(n, load)) == 1.0
+
+
+@given(
+    st.lists(st.floats(min_value=1e-6, max_value=1e6), min_size=1, max_size=16),
+    st.integers(min_value=1, max_value=16),
+)
+def test_max_over_mean_is_finite_with_empty_channels(busy: list[float], empty: int) -> None:
+    loads = np.array(busy + [0.0] * empty)
+    value = max_over_mean(loads)
+    assert math.isfinite(value)
+    assert value == pytest.approx(max(busy) * loads.size / sum(busy), rel=1e-9)
+
+
+def test_max_over_mean_of_integer_counts() -> None:
+    assert max_over_mean(np.bincount([0, 0, 0, 1], minlength=4)) == 3.0  # 3 rows over the mean 1
+
+
 @given(
     st.lists(st.floats(min_value=1e-6, max_value=1.0), min_size=2, max_size=40),
     st.integers(min_value=1, max_value=8),
@@ -141,6 +199,11 @@ def test_lower_bound_is_never_beaten(weights: list[float], n: int, data: st.Data
         (lambda: channel_loads(LLL, np.array([0.5, np.nan]), np.array([0, 1]), 2), "frequencies"),
         (lambda: channel_loads(LLL, np.array([0.5, -0.1]), np.array([0, 1]), 2), "frequencies"),
         (lambda: channel_loads(LLL, np.array([], dtype=float), np.array([], dtype=int), 2), "frequencies"),
+        (lambda: max_over_mean(np.array([], dtype=float)), "loads"),
+        (lambda: max_over_mean(np.array([[1.0, 2.0]])), "loads"),
+        (lambda: max_over_mean(np.array([1.0, np.nan])), "loads"),
+        (lambda: max_over_mean(np.array([1.0, np.inf])), "loads"),
+        (lambda: max_over_mean(np.array([1.0, -1.0])), "loads"),
     ],
 )
 def test_bad_input_names_the_field(call, field: str) -> None:

@@ -18,6 +18,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from repart.cli.captions import B_LB, WHERE_EXPLAINED, M, metrics_caption
 from repart.cli.database import (
     DbOption,
     JsonOption,
@@ -31,16 +32,22 @@ from repart.cli.database import (
 from repart.cli.errors import reports_bad_input
 from repart.cli.versions import print_split_keys
 
-# Where the decision's numbers are explained, under its table.
-METRICS_CAPTION = (
-    "b: relative imbalance, max/min channel load over α (at most 1: within tolerance); b_lb: the best b a "
-    "key-preserving function can reach; m: state moved over one channel's ideal share. "
-    "Explained in docs/concepts/metrics.md."
-)
-
 if TYPE_CHECKING:
     from repart.controller.actions import ActionResult
     from repart.storage.models import Region
+
+# The decision's figures ``explain`` shows, each max/mean load beside its b.
+DECISION_FIGURES = (
+    "n_before",
+    "n_next",
+    "b_before",
+    "load_before",
+    "threshold",
+    "predicted_b",
+    "predicted_load",
+    "predicted_m",
+    "plan_m",
+)
 
 RegionName = Annotated[str, typer.Argument(help="Region name.")]
 ReasonOption = Annotated[
@@ -101,12 +108,12 @@ def explain(region: RegionName, db: DbOption = None, as_json: JsonOption = False
         print_json(shown)
         return
     out = console()
-    table = Table(title=f"last decision of {region}", show_header=False, caption=METRICS_CAPTION)
+    table = Table(title=f"last decision of {region}", show_header=False, caption=metrics_caption(B_LB, M))
     table.add_column("field", style="bold")
     table.add_column("value")
     for field in ("kind", "rule", "message", "at", "version", "plan_id", "policy", "held_by", "algorithm"):
         table.add_row(field, Text("-" if shown[field] is None else str(shown[field])))
-    for field in ("n_before", "n_next", "b_before", "threshold", "predicted_b", "predicted_m", "plan_m"):
+    for field in DECISION_FIGURES:
         table.add_row(field, _cell(shown[field]))
     for field in ("b_lb", "memory", "split_keys", "d"):
         if shown[field] is not None:
@@ -124,13 +131,14 @@ def explain(region: RegionName, db: DbOption = None, as_json: JsonOption = False
         )
     out.print(table)
     if shown["candidates"]:
-        candidates = Table(title="candidates")
-        for column in ("algorithm", "b", "m", "objective"):
+        candidates = Table(title="candidates", caption=WHERE_EXPLAINED)
+        for column in ("algorithm", "b", "max/mean", "m", "objective"):
             candidates.add_column(column, justify="left" if column == "algorithm" else "right")
         for candidate in shown["candidates"]:
             candidates.add_row(
                 str(candidate["algorithm"]),
                 _cell(candidate["predicted_b"]),
+                _cell(candidate["predicted_load"]),
                 _cell(candidate["predicted_m"]),
                 _cell(candidate["objective"]),
             )

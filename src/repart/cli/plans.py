@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
+from repart.cli.captions import M, metrics_caption
 from repart.cli.database import (
     DbOption,
     JsonOption,
@@ -100,7 +101,8 @@ def list_(
 
 def recommendation_summary(event: Event) -> dict[str, Any]:
     """A ``recommended`` event as what it recommends: the window it decided on, N, the candidate's
-    digest, predicted b and m, and its plan's moves."""
+    digest, b and max/mean load before, predicted b, max/mean load and m, and its plan's moves (max/mean
+    load is None in an older event that lacks it)."""
     from repart.storage.jsontext import load_object
 
     data = load_object(event.data_json)
@@ -114,7 +116,9 @@ def recommendation_summary(event: Event) -> dict[str, Any]:
         "digest": data.get("digest"),
         "algorithm": data.get("algorithm"),
         "b_before": data.get("b_before"),
+        "load_before": data.get("load_before"),
         "predicted_b": data.get("predicted_b"),
+        "predicted_load": data.get("predicted_load"),
         "predicted_m": data.get("predicted_m"),
         "plan": data.get("plan"),
         "message": event.message,
@@ -130,8 +134,20 @@ def _list_recommendations(region: str, db: str | None, as_json: bool) -> None:
     if as_json:
         print_json(rows)
         return
-    table = Table(title=f"recommendations for {region} (nothing activated)")
-    for column in ("event", "at", "window seq", "N", "b before", "predicted b", "predicted m", "moves"):
+    table = Table(title=f"recommendations for {region} (nothing activated)", caption=metrics_caption(M))
+    columns = (
+        "event",
+        "at",
+        "window seq",
+        "N",
+        "b before",
+        "max/mean before",
+        "predicted b",
+        "predicted max/mean",
+        "predicted m",
+        "moves",
+    )
+    for column in columns:
         table.add_column(column)
     for r in rows:
         plan = r["plan"] or {}
@@ -141,7 +157,9 @@ def _list_recommendations(region: str, db: str | None, as_json: bool) -> None:
             str(r["considered_seq"]),
             f"{r['n_before']} → {r['n_next']}",
             number(r["b_before"]),
+            number(r["load_before"]),
             number(r["predicted_b"]),
+            number(r["predicted_load"]),
             number(r["predicted_m"]),
             f"{plan.get('explicit_moves', 0)} keys, {plan.get('slot_moves', 0)} slots",
         )

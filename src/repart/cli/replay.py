@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
+from repart.cli.captions import metrics_caption
 from repart.cli.database import DbOption, JsonOption, console, number, print_json, read_query
 from repart.cli.errors import reports_bad_input
 from repart.errors import InvalidInput
@@ -185,8 +186,8 @@ def _config(
 
 def _print(result: Replay) -> None:
     out = console()
-    table = Table(title="replay: N over time")
-    for column in ("seq", "N", "utilization", "action", "held by", "N next", "b", "moved"):
+    table = Table(title="replay: N over time", caption=metrics_caption())
+    for column in ("seq", "N", "utilization", "action", "held by", "N next", "b", "max/mean", "moved"):
         table.add_column(column, justify="left" if column in ("action", "held by") else "right")
     for batch in result.batches:
         moved = "-" if batch.moved_key_share is None else f"{batch.moved_key_share:.3f}"
@@ -198,6 +199,7 @@ def _print(result: Replay) -> None:
             batch.held_by or "-",
             str(batch.n_next),
             number(batch.b),
+            number(batch.load),
             moved,
         )
     out.print(table)

@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from repart.cli.captions import B_LB, B_PER_RESOURCE, M, metrics_caption
 from repart.cli.errors import reports_bad_input
 from repart.errors import InvalidInput
 
@@ -190,18 +191,10 @@ def _split_cells(record: Record) -> tuple[str, str]:
     return (f"{float(record['memory']):.6f}", f"{float(record['split_keys']):g}")
 
 
-# Where the table's numbers are explained, under the table.
-METRICS_CAPTION = (
-    "b: relative imbalance, max/min channel load over α (b_s, b_c, b_n per resource); b_lb: the best b a "
-    "key-preserving function can reach; m: state moved over one channel's ideal share. "
-    "Explained in docs/concepts/metrics.md."
-)
-
-
 def results_table(records: list[Record], config: ExperimentConfig, every: int) -> Table:
-    table = Table(title=_title(config), caption=METRICS_CAPTION)
+    table = Table(title=_title(config), caption=metrics_caption(B_PER_RESOURCE, B_LB, M))
     split = bool(config.split)
-    columns = ["algorithm", "N", "b", "b_s", "b_c", "b_n", "b_lb", "m"]
+    columns = ["algorithm", "N", "b", "max/mean", "b_s", "b_c", "b_n", "b_lb", "m"]
     columns += ["memory", "split keys"] if split else []
     for column in (*columns, "explicit", "overrides", "counter", "build s"):
         table.add_column(column, justify="left" if column == "algorithm" else "right")
@@ -212,7 +205,7 @@ def results_table(records: list[Record], config: ExperimentConfig, every: int) -
         table.add_row(
             name,
             str(record["N"]),
-            *(f"{float(record[k]):.3f}" for k in ("b", "b_s", "b_c", "b_n", "b_lb", "m")),
+            *(f"{float(record[k]):.3f}" for k in ("b", "load", "b_s", "b_c", "b_n", "b_lb", "m")),
             *(_split_cells(record) if split else ()),
             f"{float(record['explicit_size']):g}",
             f"{float(record['slot_overrides']):g}",

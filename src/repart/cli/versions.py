@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from repart.cli.captions import B_LB, metrics_caption
 from repart.cli.database import (
     DbOption,
     JsonOption,
@@ -175,7 +176,10 @@ def show(
     if as_json:
         print_json(shown)
         return
-    table = Table(title=f"version {version} of {region}", show_header=False)
+    # A built version's report predicts b and max/mean load (predicted_b, predicted_load).
+    report = shown["report"]
+    caption = (metrics_caption(*([B_LB] if "b_lb" in report else []))) if "predicted_b" in report else None
+    table = Table(title=f"version {version} of {region}", show_header=False, caption=caption)
     table.add_column("field", style="bold")
     table.add_column("value")
     for field, value in shown.items():

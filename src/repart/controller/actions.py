@@ -20,8 +20,9 @@ made in between (a tick's activation, a job applying a plan) is a ``Conflict``. 
 unknown version, N outside the region's bounds, a plan being applied, nothing to do) raises a
 ``ReparError`` (``InvalidInput`` naming the parameter, ``NotFound`` or ``Conflict``) and
 writes nothing.
-Event data follows tick's conventions: ``n_before``, ``n_next``, ``b_before``, ``predicted_b``,
-``predicted_m``, ``plan_m``, ``algorithm``, ``candidates`` and ``window_seqs``, plus
+Event data follows tick's conventions: ``n_before``, ``n_next``, ``b_before``, ``load_before``,
+``predicted_b``, ``predicted_load``, ``predicted_m``, ``plan_m``, ``algorithm``, ``candidates`` and
+``window_seqs``, plus
 ``activated_version``, ``plan_id`` and ``superseded_plans`` added by ``activate``.
 """
 
@@ -71,6 +72,8 @@ from repart.validation import Interval, check
 ActionKind = Literal["rollback", "scaled"]
 # The event kinds that record a decision about a region's function, newest of which ``explain`` shows.
 EXPLAINED_KINDS = ("activated", "no-change", "rollback", "scaled", "initialized")
+# A candidate build's figures (``BuildReport``) that ``explain`` lifts out of the event's data.
+CANDIDATE_FIGURES = ("algorithm", "predicted_b", "predicted_load", "predicted_m", "objective")
 
 
 @dataclass(frozen=True)
@@ -170,12 +173,13 @@ def explain(session: Session, region: str) -> dict[str, Any]:
 
     The event is the newest of kind ``activated``, ``no-change``, ``rollback``, ``scaled`` or
     ``initialized``. Besides its kind, rule, message, time and full ``data``, the numbers tick records
-    are lifted out: the policy and its numbers, N before and next, b before (and the threshold), the
-    predicted b and m, the plan's m, for ``auto`` every candidate algorithm's predicted b, m and
-    objective, and in split mode b_lb, memory, D-Choices' d and the head: each split key with its
-    candidates and weights. ``backoff`` is the region's failed ticks in a row, when the
-    daemon ticks it again and the last failure (``repart.controller.backoff``), or None. NotFound when
-    the region has no such event yet (naming its last failure when its ticks fail).
+    are lifted out: the policy and its numbers, N before and next, b and max/mean load before (and the
+    threshold), the predicted b, max/mean load and m, the plan's m, for ``auto`` every candidate
+    algorithm's predicted b, max/mean load, m and objective, and in split mode b_lb, memory, D-Choices'
+    d and the head: each split key with its candidates and weights. An older event without max/mean
+    load has None for it. ``backoff`` is the region's failed ticks in a row, when the daemon ticks it
+    again and the last failure (``repart.controller.backoff``), or None. NotFound when the region has
+    no such event yet (naming its last failure when its ticks fail).
     """
     row = region_by_name(session, region)
     event = session.scalar(
@@ -202,9 +206,11 @@ def explain(session: Session, region: str) -> dict[str, Any]:
         "n_before",
         "n_next",
         "b_before",
+        "load_before",
         "threshold",
         "algorithm",
         "predicted_b",
+        "predicted_load",
         "predicted_m",
         "plan_m",
         "b_lb",
@@ -223,7 +229,7 @@ def explain(session: Session, region: str) -> dict[str, Any]:
         "plan_id": data.get("plan_id"),
         **{name: data.get(name) for name in lifted},
         "candidates": [
-            {name: candidate.get(name) for name in ("algorithm", "predicted_b", "predicted_m", "objective")}
+            {name: candidate.get(name) for name in CANDIDATE_FIGURES}
             for candidate in data.get("candidates") or []
         ],
         "head": [
@@ -339,13 +345,14 @@ def _read(session: Session, region: str) -> _Context:
 
 
 def _predictions(context: _Context, target: StoredFunction) -> dict[str, Any]:
-    """N before and next and, with a window, b before and b and m of ``target`` (with a split
-    function on either side, m is the migration plan's, consolidations included)."""
+    """N before and next and, with a window, b and max/mean load before, and b, max/mean load and m
+    of ``target`` (with a split function on either side, m is the migration plan's, consolidations
+    included)."""
     numbers: dict[str, Any] = {"n_before": context.applied.n_channels, "n_next": target.n_channels}
     if context.estimate is None:
         return numbers
     params, current, estimate = context.settings.params, context.current, context.estimate
-    b_before, b = split_imbalance(current, estimate, params), split_imbalance(target, estimate, params)
+    before, after = split_imbalance(current, estimate, params), split_imbalance(target, estimate, params)
     if isinstance(current, PartitionFunction) and isinstance(target, PartitionFunction):
         _, m = predict(current, target, estimate, params)
     else:
@@ -353,8 +360,10 @@ def _predictions(context: _Context, target: StoredFunction) -> dict[str, Any]:
         m = math.nan if plan_m is None else plan_m
     return numbers | {
         "window_seqs": context.window_seqs,
-        "b_before": json_number(b_before),
-        "predicted_b": json_number(b),
+        "b_before": json_number(before.b),
+        "load_before": before.max_mean_load,
+        "predicted_b": json_number(after.b),
+        "predicted_load": after.max_mean_load,
         "predicted_m": json_number(m),
     }
 

@@ -43,6 +43,7 @@ def build_next(
             {
                 "algorithm": result.report.algorithm,
                 "predicted_b": stored["predicted_b"],
+                "predicted_load": stored["predicted_load"],
                 "predicted_m": stored["predicted_m"],
                 "candidates": stored["candidates"],
             },
@@ -63,6 +64,7 @@ def build_next(
         {
             "algorithm": f"split-{settings.split.scheme}",
             "predicted_b": stored["predicted_b"],
+            "predicted_load": stored["predicted_load"],
             "b_lb": stored["b_lb"],
             "memory": stored["memory"],
             "split_keys": stored["split_keys"],

@@ -67,8 +67,10 @@ MODEL = (
 @dataclass(frozen=True)
 class ReplayedBatch:
     """One replayed batch: its window ``seq``, the N it ran with, the busiest channel's utilization of
-    the budget, the tick's action, the rule that held a change back, N after the tick, b of the
-    applied function on the window, and for an activation the share of the window's keys it moved."""
+    the budget, the tick's action, the rule that held a change back, N after the tick, b and max/mean
+    load (``load``) of the applied function on the window, as the tick computed them (None when the
+    tick had no window to compute them on), and for an activation the share of the window's keys it
+    moved."""
 
     seq: int
     n_channels: int
@@ -79,6 +81,7 @@ class ReplayedBatch:
     held_by: str | None
     n_next: int
     b: float | None
+    load: float | None
     moved_key_share: float | None = None
 
 
@@ -180,7 +183,7 @@ def _replay_batch(
         moved = moved_key_share(
             function, client.applied_function(snapshot.region).function, snapshot.item_columns.keys
         )
-    b = shown.get("b_before")
+    b, load = shown.get("b_before"), shown.get("load_before")
     return ReplayedBatch(
         seq=snapshot.seq,
         n_channels=function.n_channels,
@@ -191,6 +194,7 @@ def _replay_batch(
         held_by=shown.get("held_by"),
         n_next=result.n_channels or function.n_channels,
         b=float(b) if isinstance(b, int | float) else None,
+        load=float(load) if isinstance(load, int | float) else None,
         moved_key_share=moved,
     )
 

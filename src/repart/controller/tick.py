@@ -460,7 +460,8 @@ def _analyze(
         message = "the window holds no keys to build from"
         return _unchanged(n_applied, "empty-window", message, base, newest)
     decision = settings.policy.decide(history, n_applied, before_change)
-    b_before = split_imbalance(current, estimate, settings.params)
+    before = split_imbalance(current, estimate, settings.params)
+    b_before = before.b
     rebalance = _mode_change(current, settings) or needs_rebalance(b_before, settings.rebalance_threshold)
     base |= {
         "utility": settings.params.utility,
@@ -470,6 +471,7 @@ def _analyze(
         "n_before": n_applied,
         "n_next": decision.n_channels,
         "b_before": json_number(b_before),
+        "load_before": before.max_mean_load,
         "threshold": settings.rebalance_threshold,
     }
     if not decision.changed and not rebalance.rebalance:

@@ -8,7 +8,7 @@
 - ``load``: max/mean load, the busiest channel's rows over the mean channel's (every one of the N
   channels counted, an empty one as 0), on the rows each channel's task received; ``load_hash``: the
   same for plain hashing at the same N, on the batch's exact ticker counts. Unlike b, both are finite
-  when a channel is empty.
+  when a channel is empty (``metrics.max_over_mean``).
 - ``b_lb``: the lower bound no key-preserving function can beat at this N (``metrics.lower_bound``):
   the channel that holds the hottest ticker carries at least its load.
 - ``memory``: the state's rows per ticker, the average number of channels a ticker's state is on
@@ -23,7 +23,6 @@ An infinite ratio (a channel with no load) is None, JSON's null.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -35,7 +34,7 @@ from repart.partitioning import ConsistentSpec, initial_function
 from repart.partitioning.algorithms.problem import BuildParams
 from repart.partitioning.documents import json_number
 from repart.partitioning.frequency import FrequencyEstimate
-from repart.partitioning.metrics import lower_bound
+from repart.partitioning.metrics import lower_bound, max_over_mean
 from repart.partitioning.resources import Resources
 from repart.partitioning.split.build import split_imbalance
 from repart.sim.trades import Trades
@@ -83,8 +82,8 @@ def batch_row(
         batch=outcome.sequence,
         N=n,
         version=outcome.version,
-        b=json_number(split_imbalance(outcome.function, estimate, PARAMS)),
-        b_hash=json_number(split_imbalance(hashing, estimate, PARAMS)),
+        b=json_number(split_imbalance(outcome.function, estimate, PARAMS).b),
+        b_hash=json_number(split_imbalance(hashing, estimate, PARAMS).b),
         b_lb=json_number(lower_bound(PARAMS.resources, counts.counts / estimate.total, n, PARAMS.alpha)),
         load=max_over_mean(
             np.bincount(
@@ -101,9 +100,3 @@ def batch_row(
         ideal_fraction=abs(n - before) / max(n, before),
         seconds=outcome.seconds,
     )
-
-
-def max_over_mean(loads: npt.NDArray[np.number[Any]]) -> float:
-    """The busiest channel's load over the mean channel's (1.0 is perfect balance; 0 loads give 1.0)."""
-    mean = float(np.mean(loads))
-    return float(np.max(loads)) / mean if mean > 0 else 1.0

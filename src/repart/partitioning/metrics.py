@@ -1,15 +1,17 @@
 """Evaluation metrics of a partition function on true frequencies (Gedik §3, Eq. 1–12).
 
 Loads L_k(i) per channel (Eq. 1, 3, 5), the max/min ratios r_k (Eq. 2, 4, 6), the relative imbalances
-b_k = r_k/α and their geometric mean b over the non-constant resources (Eq. 11, §4.4), the migration
-cost M (Eq. 9) and the relative migration cost m = M / L̄_s (Eq. 10, 12), and the lower bound b_lb that
-no function keeping every key on one channel can beat.
+b_k = r_k/α and their geometric mean b over the non-constant resources (Eq. 11, §4.4), max/mean load
+(the busiest channel's load over the mean channel's), the migration cost M (Eq. 9) and the relative
+migration cost m = M / L̄_s (Eq. 10, 12), and the lower bound b_lb that no function keeping every key
+on one channel can beat.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +23,9 @@ from repart.partitioning.utility import geometric_mean
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+
+COMMUNICATION = 2
+"""The row of the communication loads (Eq. 5) in ``channel_loads``: resources s, c, n in this order."""
 
 
 def _check_frequencies(frequencies: FloatArray) -> FloatArray:
@@ -47,17 +52,50 @@ def channel_loads(
     return np.stack([np.bincount(ch, weights=row, minlength=n) for row in loads])
 
 
+def max_over_mean(loads: npt.NDArray[np.number[Any]]) -> float:
+    """max/mean load: the busiest channel's load over the mean channel's, every channel counted (an
+    empty one as 0).
+
+    1.0 is perfect balance and N (the number of channels) the worst, everything on one channel; unlike
+    b it is finite when a channel has no load, and 1.0 when no channel has any (the result is held in
+    [1, N] against rounding). ``InvalidInput("loads")`` for an empty or not 1-d array, or a load that
+    is negative or not finite.
+    """
+    values = np.asarray(loads, dtype=np.float64)
+    if values.ndim != 1 or values.size == 0:
+        raise InvalidInput("loads", f"must be a non-empty 1-d array of loads, got shape {values.shape}")
+    if not np.all(np.isfinite(values)) or np.any(values < 0):
+        raise InvalidInput("loads", "must be finite numbers >= 0, got a NaN, infinite or negative one")
+    total = math.fsum(values.tolist())
+    if total <= 0:
+        return 1.0
+    return min(max(float(values.max()) * values.size / total, 1.0), float(values.size))
+
+
 @dataclass(frozen=True)
 class Imbalance:
-    """r_k, b_k for k = s, c, n and b, the geometric mean of b_k over the non-constant resources."""
+    """How unevenly a function loads its channels.
+
+    - ``r``: r_k = max/min channel load for k = s, c, n (Eq. 2, 4, 6); infinite when a channel has no
+      load of that resource.
+    - ``b_k``: r_k / α, the relative imbalance of each resource.
+    - ``b``: the geometric mean of b_k over the non-constant resources (Eq. 11, §4.4).
+    - ``max_mean_load``: ``max_over_mean`` of the communication loads (Eq. 5), the tuples each channel
+      receives: the busiest channel's rows over the mean channel's. Communication's β is linear in
+      every resource code, so this is the same measure whatever the code; it stays finite when a
+      channel is empty.
+    """
 
     r: tuple[float, float, float]
     b_k: tuple[float, float, float]
     b: float
+    max_mean_load: float
 
 
 def imbalance(resources: Resources, loads: FloatArray, alpha: float) -> Imbalance:
-    """r_k = max_i L_k(i) / min_i L_k(i) (Eq. 2, 4, 6), b_k = r_k/α, b per Eq. 11 and §4.4.
+    """r_k = max_i L_k(i) / min_i L_k(i) (Eq. 2, 4, 6), b_k = r_k/α, b per Eq. 11 and §4.4, and
+    max/mean load on the communication row (``Imbalance``) of ``loads``, L_k(i) for k = s, c, n by
+    channel as ``channel_loads`` gives them.
 
     A channel with no load makes r_k infinite.
     """
@@ -68,7 +106,12 @@ def imbalance(resources: Resources, loads: FloatArray, alpha: float) -> Imbalanc
         ratios.append(high / low if low > 0 else (1.0 if high == 0 else math.inf))
     b_k = tuple(r / a for r in ratios)
     b = float(geometric_mean([np.array(b_k[k]) for k in resources.active]))
-    return Imbalance(r=(ratios[0], ratios[1], ratios[2]), b_k=(b_k[0], b_k[1], b_k[2]), b=b)
+    return Imbalance(
+        r=(ratios[0], ratios[1], ratios[2]),
+        b_k=(b_k[0], b_k[1], b_k[2]),
+        b=b,
+        max_mean_load=max_over_mean(np.asarray(loads, dtype=np.float64)[COMMUNICATION]),
+    )
 
 
 def migration_cost(resources: Resources, frequencies: FloatArray, before: IntArray, after: IntArray) -> float:

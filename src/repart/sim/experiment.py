@@ -6,8 +6,9 @@ construction algorithm"). Every step draws a fresh stream of ``stream_factor · 
 Zipf workload and feeds it to a sliding window of x = 3 lossy counters (Fig. 2), i.e. two tumbling
 windows of half the stream each, with ε = ``epsilon_ratio`` · δ(N^(t+1)) (Manku–Motwani's ε = s/10).
 Construction sees only the window's estimate (and its per-slot tuple counts); evaluation uses the true
-frequencies of all |D| keys: b, b_k (Eq. 11), m (Eq. 12) against the same algorithm's previous
-function, and the lower bound b_lb.
+frequencies of all |D| keys: b, b_k (Eq. 11), max/mean load (``load``: the busiest channel's tuples over
+the mean channel's), m (Eq. 12) against the same algorithm's previous function, and the lower bound
+b_lb.
 
 Split variants (``split``, ``repart simulate --split SCHEME``) run beside them on the same windows,
 as ``split-<scheme>`` records with two more fields, ``memory`` and ``split_keys`` (``repart.sim.split``).
@@ -44,6 +45,7 @@ RECORD_FIELDS = (
     "algorithm",
     "N",
     "b",
+    "load",
     "b_s",
     "b_c",
     "b_n",
@@ -139,6 +141,7 @@ class Evaluator:
         result = imbalance(self.resources, loads, self.config.alpha)
         return {
             "b": result.b,
+            "load": result.max_mean_load,
             "b_s": result.b_k[0],
             "b_c": result.b_k[1],
             "b_n": result.b_k[2],

@@ -3,12 +3,13 @@
 A split variant steps through N = 1 … ``channels`` like the key-preserving algorithms, on the same
 windows: each step builds the next split function from the previous one (``build_split`` with the
 variant's scheme, redist for the home, tail-aware or not). It is scored on the true frequencies of all
-|D| keys: b with each split key's load spread over its candidates by its weights (b on merged keys),
-b_lb, and m from ``repart.migration.plan_migration`` between consecutive versions, which counts the
-consolidated partials (a partial on a channel that is no longer a candidate is merged into the key's
-home). The plan is priced on an exact estimate: every key the two functions name (explicit or split)
-with its true frequency, and the true mass of every slot for the rest, so that m is the true relative
-migration for a linear state (LCL, the paper default) as the key-preserving records' m is.
+|D| keys: b and max/mean load with each split key's load spread over its candidates by its weights
+(on merged keys), b_lb, and m from ``repart.migration.plan_migration`` between consecutive versions,
+which counts the consolidated partials (a partial on a channel that is no longer a candidate is merged
+into the key's home). The plan is priced on an exact estimate: every key the two functions name
+(explicit or split) with its true frequency, and the true mass of every slot for the rest, so that m
+is the true relative migration for a linear state (LCL, the paper default) as the key-preserving
+records' m is.
 """
 
 from __future__ import annotations
@@ -127,10 +128,12 @@ class SplitScorer:
         return loads
 
     def score(self, function: Function, previous: Function, b_lb: float) -> dict[str, float]:
-        """b, b_s, b_c, b_n on merged keys, b_lb (given) and m between ``previous`` and ``function``."""
+        """b, max/mean load, b_s, b_c, b_n on merged keys, b_lb (given) and m between ``previous`` and
+        ``function``."""
         result = imbalance(self.params.resources, self.loads(function), self.params.alpha)
         return {
             "b": result.b,
+            "load": result.max_mean_load,
             "b_s": result.b_k[0],
             "b_c": result.b_k[1],
             "b_n": result.b_k[2],

@@ -1,4 +1,5 @@
-"""``split_imbalance``: b of an applied split function on a window, as the tick measures it."""
+"""``split_imbalance``: b and max/mean load of an applied split function on a window, as the tick
+measures them."""
 
 from __future__ import annotations
 
@@ -23,7 +24,11 @@ from tests.partitioning.split.windows import ALPHA, COUNTS, WINDOW, merged_loads
 @pytest.mark.parametrize("scheme", SPLIT_SCHEMES)
 def test_b_of_the_built_function_on_its_window_is_the_build_s_prediction(scheme: str) -> None:
     result = build_split(initial_function(1, "str"), WINDOW, 4, split=SplitParams(scheme, theta=0.05))
-    assert split_imbalance(result.function, WINDOW, BuildParams()) == pytest.approx(result.report.predicted_b)
+    measured = split_imbalance(result.function, WINDOW, BuildParams())
+    assert measured.b == pytest.approx(result.report.predicted_b)
+    assert measured.max_mean_load == pytest.approx(result.report.predicted_load, rel=1e-9)
+    tuples = merged_loads(result.function, COUNTS)  # the window holds every key: no untracked mass
+    assert result.report.predicted_load == pytest.approx(tuples.max() / tuples.mean(), rel=1e-9)
 
 
 def test_b_on_another_window_spreads_only_the_split_keys_it_holds() -> None:
@@ -38,10 +43,9 @@ def test_b_on_another_window_spreads_only_the_split_keys_it_holds() -> None:
     )
     window = {key: count for key, count in COUNTS.items() if key != "b"}
     loads = merged_loads(function, window)
-    expected = loads.max() / loads.min() / ALPHA
-    assert split_imbalance(function, FrequencyEstimate.from_counts(window), BuildParams()) == pytest.approx(
-        expected
-    )
+    measured = split_imbalance(function, FrequencyEstimate.from_counts(window), BuildParams())
+    assert measured.b == pytest.approx(loads.max() / loads.min() / ALPHA)
+    assert measured.max_mean_load == pytest.approx(loads.max() / loads.mean(), rel=1e-9)
 
 
 @settings(max_examples=60, deadline=None)
@@ -54,8 +58,9 @@ def test_b_on_another_window_spreads_only_the_split_keys_it_holds() -> None:
 def test_a_key_preserving_function_s_b_is_the_builder_s_prediction(
     n: int, counts: dict[str, int], untracked: int, explicit: dict[str, int]
 ) -> None:
-    """A key-preserving function is a split function without split keys: its b, untracked mass by slot
-    included, is ``builder.predict``'s (the tick and the demo measure both kinds through one function)."""
+    """A key-preserving function is a split function without split keys: its b and max/mean load,
+    untracked mass by slot included, are ``builder.predict``'s (the tick and the demo measure both
+    kinds through one function)."""
     function = replace(initial_function(n, "str"), explicit={k: c % n for k, c in explicit.items()})
     estimate = FrequencyEstimate(
         keys=tuple(counts),

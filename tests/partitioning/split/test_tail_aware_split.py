@@ -92,7 +92,7 @@ def test_a_tail_aware_split_build_equals_the_plain_one_when_the_weights_absorb_t
         assert tail.function.digest == plain.function.digest
         # The home report's b is recomputed for the final home: the split function's, with its final
         # weights (the plain build's report has the b of the placement's water-filled spread).
-        b = split_imbalance(tail.function, estimate, BuildParams(tail_aware=True))
+        b = split_imbalance(tail.function, estimate, BuildParams(tail_aware=True)).b
         assert tail.report.home.predicted_b == pytest.approx(b, rel=1e-12)
         previous = tail.function.home
 
@@ -112,7 +112,7 @@ def test_a_tail_aware_rr_home_balances_around_rr_s_uniform_weights() -> None:
         assert tail.report.predicted_b < plain.report.predicted_b
         # RR's final weights are the uniform ones the home was balanced around: the home report's b
         # is the split function's.
-        b = split_imbalance(tail.function, estimate, BuildParams(tail_aware=True))
+        b = split_imbalance(tail.function, estimate, BuildParams(tail_aware=True)).b
         assert tail.report.home.predicted_b == pytest.approx(b, rel=1e-12)
         # and its m is the final home's (slot overrides included) on the window without the split keys
         window = home_estimate(estimate, head_indices(estimate, split.head_threshold(n)))

@@ -2,8 +2,9 @@
 
 ``build(previous, estimate, n_channels, params, algorithm)`` returns the next partition function and a
 ``BuildReport``: δ, the explicit-map size, the number of slot overrides, ρ and γ of the final mapping
-(Eq. 18–20), b and m *predicted* from the estimate (explicit keys plus the untracked per-slot mass,
-Eq. 11–12), the objective b·(1 + m) (Eq. 13), the number of candidate evaluations and the seconds taken.
+(Eq. 18–20), b, max/mean load and m *predicted* from the estimate (explicit keys plus the untracked
+per-slot mass, Eq. 11–12), the objective b·(1 + m) (Eq. 13), the number of candidate evaluations
+and the seconds taken.
 
 Algorithms: ``scan``, ``redist`` and ``readj`` (Algorithms 2–4), the baselines ``uniform`` (slot
 s → s mod N: hashing without consistency, no explicit map) and ``consistent`` (the slot table alone),
@@ -41,7 +42,7 @@ from repart.partitioning.documents import json_values
 from repart.partitioning.domain import DEFAULT_SLOT_BITS, KeyType
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.function import PartitionFunction
-from repart.partitioning.metrics import imbalance
+from repart.partitioning.metrics import Imbalance, imbalance
 from repart.partitioning.resources import check_channels, frequency_threshold
 from repart.partitioning.tail import loads_by_channel, untracked_slot_loads
 from repart.partitioning.utility import balance_penalty
@@ -68,6 +69,7 @@ class BuildReport:
     rho: float
     gamma: float
     predicted_b: float
+    predicted_load: float
     predicted_m: float
     objective: float
     evaluations: int
@@ -372,7 +374,8 @@ def _report(
     started: float,
     fixed: FloatArray | None,
 ) -> BuildReport:
-    b, m = predict(previous, function, estimate, params, fixed)
+    predicted, m = predict(previous, function, estimate, params, fixed)
+    b = predicted.b
     return BuildReport(
         algorithm=algorithm,
         n_channels=function.n_channels,
@@ -382,6 +385,7 @@ def _report(
         rho=rho,
         gamma=gamma,
         predicted_b=b,
+        predicted_load=predicted.max_mean_load,
         predicted_m=m,
         objective=b * (1.0 + m),
         evaluations=evaluations,
@@ -395,8 +399,9 @@ def predict(
     estimate: FrequencyEstimate,
     params: BuildParams,
     fixed_loads: FloatArray | None = None,
-) -> tuple[float, float]:
-    """b and m of ``function`` predicted from the estimate: retained keys plus the untracked slot mass.
+) -> tuple[Imbalance, float]:
+    """The imbalance (b, max/mean load) and m of ``function`` predicted from the estimate: retained
+    keys plus the untracked slot mass.
 
     Keys the estimate retains are placed by lookup; the untracked mass per slot (tail.py) follows the
     slot tables; ``fixed_loads`` (when given) add to the channels. m compares p^(t) = ``previous``
@@ -416,8 +421,8 @@ def predict(
         loads[k] += np.bincount(now, weights=count_weights(counts, e), minlength=n)
     if fixed_loads is not None:
         loads += fixed_loads
-    b = imbalance(params.resources, loads, params.alpha).b
+    predicted = imbalance(params.resources, loads, params.alpha)
     state = count_weights(counts, exponents[0])
     moved = float(state[now != before].sum()) + float(slot_loads[0][previous.table != function.table].sum())
     ideal = (float(state.sum()) + float(slot_loads[0].sum())) / n
-    return b, (moved / ideal if ideal > 0 else 0.0)
+    return predicted, (moved / ideal if ideal > 0 else 0.0)

@@ -62,7 +62,7 @@ from repart.partitioning.domain import Key, key_type_of
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.function import PartitionFunction
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
-from repart.partitioning.metrics import imbalance, lower_bound
+from repart.partitioning.metrics import Imbalance, imbalance, lower_bound
 from repart.partitioning.resources import Resources, check_channels
 from repart.partitioning.split.alias import MAX_ALIAS_BUCKETS, alias_buckets
 from repart.partitioning.split.candidates import candidate_lists, choice_counts, rendezvous_order
@@ -135,13 +135,15 @@ def build_split(
         {key: SplitEntry(c, w) for key, c, w in zip(keys, lists, weights, strict=True)},
     )
     loads = base + _spread(key_loads, lists, weights, n)
+    predicted = imbalance(params.resources, loads, params.alpha)
     distinct = estimate.distinct_estimate if estimate.distinct_estimate is not None else len(estimate.keys)
     extra = sum(sum(1 for w in shares if w > 0) - 1 for shares in weights)
     report = SplitReport(
         home=dataclasses.replace(built.report, explicit_size=len(home.explicit)),
         scheme=split.scheme,
         theta=theta,
-        predicted_b=imbalance(params.resources, loads, params.alpha).b,
+        predicted_b=predicted.b,
+        predicted_load=predicted.max_mean_load,
         b_lb=estimated_lower_bound(estimate, params.resources, n, params.alpha),
         memory=(distinct + extra) / distinct,
         split_keys=len(keys),
@@ -159,12 +161,13 @@ def alias_fitting(lists: list[tuple[int, ...]]) -> int:
     return int(np.searchsorted(sizes, MAX_ALIAS_BUCKETS, side="right"))
 
 
-def split_imbalance(stored: StoredFunction, estimate: FrequencyEstimate, params: BuildParams) -> float:
-    """b of ``stored`` on ``estimate``, as ``build_split`` predicts it for the function it builds: the
-    estimate's keys that ``stored`` splits spread over their candidates by their weights, every other
-    key (and the untracked mass by slot) on its home channel. This is the controller's b of an applied
-    version on a new window and the demo's b of a batch; a key-preserving function is a split function
-    without split keys, for which it equals ``builder.predict``'s b."""
+def split_imbalance(stored: StoredFunction, estimate: FrequencyEstimate, params: BuildParams) -> Imbalance:
+    """The imbalance (b, max/mean load) of ``stored`` on ``estimate``, as ``build_split`` predicts it
+    for the function it builds: the estimate's keys that ``stored`` splits spread over their candidates
+    by their weights, every other key (and the untracked mass by slot) on its home channel. This is
+    the controller's b of an applied version on a new window and the demo's b of a batch; a
+    key-preserving function is a split function without split keys, for which it equals
+    ``builder.predict``'s imbalance."""
     function = stored if isinstance(stored, SplitFunction) else SplitFunction(stored)
     exponents = params.resources.load_exponents
     head = np.asarray([i for i, key in enumerate(estimate.keys) if key in function.split], dtype=np.int64)
@@ -175,7 +178,7 @@ def split_imbalance(stored: StoredFunction, estimate: FrequencyEstimate, params:
     loads = unsplit_loads(function.home, estimate, head, exponents) + _spread(
         key_loads, lists, weights, function.n_channels
     )
-    return float(imbalance(params.resources, loads, params.alpha).b)
+    return imbalance(params.resources, loads, params.alpha)
 
 
 @dataclass(frozen=True)
@@ -213,22 +216,23 @@ def tail_aware_home(
     split keys) with the tail-aware slot overrides of the imbalance the split keys' weights leave (see
     the module docstring): starting from the previous overrides, the split keys are spread over the
     per-slot loads by the scheme's weights (``scheme_weights``: RR's uniform ones included), and the
-    override pass (``builder.rebalance_tail``) balances around them. The report's predicted b and m
-    are those of the final home with the split keys so spread (``builder.predict``); its rho, gamma
-    and evaluations describe the placement search."""
+    override pass (``builder.rebalance_tail``) balances around them. The report's predicted b,
+    max/mean load and m are those of the final home with the split keys so spread
+    (``builder.predict``); its rho, gamma and evaluations describe the placement search."""
     n = built.function.n_channels
     start = keep_previous_overrides(previous, built.function)
     loads = unsplit_loads(_pinned(start, placed.pins), estimate, placed.head, params.resources.load_exponents)
     weights = scheme_weights(scheme, loads, placed.key_loads, placed.lists, params)
     spread = _spread(placed.key_loads, placed.lists, weights, n)
     function = rebalance_tail(previous, start, window, params, spread)
-    b, m = predict(previous, function, window, params, spread)
+    predicted, m = predict(previous, function, window, params, spread)
     report = dataclasses.replace(
         built.report,
         slot_overrides=len(function.slot_overrides),
-        predicted_b=b,
+        predicted_b=predicted.b,
+        predicted_load=predicted.max_mean_load,
         predicted_m=m,
-        objective=b * (1.0 + m),
+        objective=predicted.b * (1.0 + m),
     )
     return BuildResult(function, report)
 

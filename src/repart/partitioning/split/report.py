@@ -18,7 +18,8 @@ class SplitReport:
 
     - ``home``: the home function's ``BuildReport`` (Gedik's build on the home estimate).
     - ``scheme``, ``theta``: the scheme and the head threshold θ used at this N.
-    - ``predicted_b``: b on merged keys, each split key's load spread over its candidates by its weights.
+    - ``predicted_b``: b on merged keys, each split key's load spread over its candidates by its weights;
+      ``predicted_load``: max/mean load on the same loads.
     - ``b_lb``: the lower bound no key-preserving function can beat at this N (``metrics.lower_bound``).
     - ``memory``: average channels per key, (distinct keys + Σ over split keys of (candidates with a
       positive weight − 1)) / distinct keys, distinct keys the estimate's distinct estimate.
@@ -31,6 +32,7 @@ class SplitReport:
     scheme: str
     theta: float
     predicted_b: float
+    predicted_load: float
     b_lb: float
     memory: float
     split_keys: int
@@ -46,6 +48,7 @@ class SplitReport:
             "scheme": self.scheme,
             "theta": self.theta,
             "predicted_b": json_number(self.predicted_b),
+            "predicted_load": self.predicted_load,
             "b_lb": json_number(self.b_lb),
             "memory": self.memory,
             "split_keys": self.split_keys,
