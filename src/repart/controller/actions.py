@@ -18,7 +18,7 @@ outside any transaction, and write version, plan, event and the hold in one shor
 that compares and sets the region's status, so a build never holds SQLite's write lock and a change
 made in between (a tick's activation, a job applying a plan) is a ``Conflict``. Every refusal (an
 unknown version, N outside the region's bounds, a plan being applied, nothing to do) raises a
-``ReparError`` (``InvalidInput`` naming the parameter, ``NotFound`` or ``Conflict``) and
+``RepartError`` (``InvalidInput`` naming the parameter, ``NotFound`` or ``Conflict``) and
 writes nothing.
 Event data follows tick's conventions: ``n_before``, ``n_next``, ``b_before``, ``predicted_b``,
 ``predicted_m``, ``plan_m``, ``algorithm``, ``candidates`` and ``window_seqs``, plus
