@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from repart.partitioning.splitting import make_grouping
-from repart.partitioning.splitting.metrics import imbalance, latency, load_std, memory
+from repart.partitioning.groupings import make_grouping
+from repart.partitioning.groupings.metrics import imbalance, latency, load_std, memory
 from repart.sim.grouping import stream_frequencies
 from repart.sim.streams import KeyStream, dkg_stream, drift_stream, word_stream, zipf_stream
 

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from repart.errors import InvalidInput
-from repart.partitioning.splitting.base import check_rates
+from repart.partitioning.groupings.base import check_rates
 from repart.validation import POSITIVE, POSITIVE_INT, check
 
 FloatArray = npt.NDArray[np.float64]

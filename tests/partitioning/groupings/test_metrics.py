@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from repart.errors import InvalidInput
-from repart.partitioning.splitting import metrics
-from repart.partitioning.splitting.metrics import (
+from repart.partitioning.groupings import metrics
+from repart.partitioning.groupings.metrics import (
     GroupingMetrics,
     Imbalance,
     Latency,
