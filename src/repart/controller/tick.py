@@ -60,8 +60,9 @@ from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning import ConsistentSpec, initial_function
 from repart.partitioning.documents import json_number
 from repart.partitioning.domain import ConsistentMethod
+from repart.partitioning.routing import RoutingFunction
 from repart.partitioning.split.build import split_imbalance
-from repart.partitioning.split.function import SplitFunction, StoredFunction, load_function
+from repart.partitioning.split.function import load_function
 from repart.partitioning.utility import function_cost
 from repart.protocol.snapshot import ChannelMeasurement, Snapshot
 from repart.storage import (
@@ -144,7 +145,7 @@ class TickInput:
     applied_n_channels: int | None
     mode_reason: str | None = None
     applying_plan: int | None = None
-    applied_function: StoredFunction | None = None
+    applied_function: RoutingFunction | None = None
     window: tuple[Snapshot, ...] = ()
     history: tuple[BatchLoad, ...] = ()
     before_change: BatchLoad | None = None
@@ -446,7 +447,7 @@ def _initialize(config: RegionConfig) -> Verdict:
 def _analyze(
     settings: ControllerSettings,
     status: RegionStatus,
-    current: StoredFunction,
+    current: RoutingFunction,
     window: tuple[Snapshot, ...],
     history: tuple[BatchLoad, ...],
     before_change: BatchLoad | None,
@@ -616,10 +617,10 @@ def end_backoff(session: Session, region: str, fence: Fence | None) -> None:
     clear_backoff(session, row.id)
 
 
-def _mode_change(current: StoredFunction, settings: ControllerSettings) -> RebalanceDecision | None:
+def _mode_change(current: RoutingFunction, settings: ControllerSettings) -> RebalanceDecision | None:
     """A rebuild whatever b is when the applied function's kind differs from the region's: a region that
     entered split mode splits its hot keys, one that left it consolidates them."""
-    split = isinstance(current, SplitFunction)
+    split = current.kind == "split"
     if split == (settings.split is not None):
         return None
     if split:
