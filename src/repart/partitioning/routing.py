@@ -26,9 +26,6 @@ if TYPE_CHECKING:
     from repart.partitioning.function import PartitionFunction
     from repart.partitioning.split.function import SplitEntry
 
-FunctionKind = Literal["preserve", "split"]
-"""A stored function's kind: key-preserving, or with a split table."""
-
 
 @runtime_checkable
 class RoutingFunction(Protocol):
@@ -45,7 +42,7 @@ class RoutingFunction(Protocol):
         ...
 
     @property
-    def kind(self) -> FunctionKind:
+    def kind(self) -> Literal["preserve", "split"]:
         """``"preserve"`` for a ``PartitionFunction``, ``"split"`` for a ``SplitFunction``."""
         ...
 
