@@ -35,7 +35,7 @@ unit: $(STAMP) clean-kernels
 test: lint typecheck docs unit
 
 # numba keys a kernel's on-disk cache by its own file only, not by the files of the jitted functions it
-# calls (splitting/hashes.py, spacesaving.py, minload.py, …): the suite starts from fresh caches.
+# calls (groupings/hashes.py, spacesaving.py, minload.py, …): the suite starts from fresh caches.
 clean-kernels:
 	find src -name '*.nbi' -delete -o -name '*.nbc' -delete
 

@@ -11,7 +11,7 @@ on every run, as ``route`` does: reusing one would spare the floor alone the fir
 stream) before timing, so compile time stays out; all timings come from this one run and are
 printed as ratios. Times are the thread's CPU time (``time.thread_time``), the best of ``RUNS``
 (the references: one run), so that other processes on a shared machine do not count; on an idle
-machine they equal wall time. The pure-Python references (tests/partitioning/splitting/reference.py)
+machine they equal wall time. The pure-Python references (tests/partitioning/groupings/reference.py)
 are timed on the first ``--reference-messages`` tuples and compared per tuple.
 """
 
@@ -27,9 +27,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.partitioning.splitting import reference as ref
+from tests.partitioning.groupings import reference as ref
 
-from repart.partitioning.splitting import dkg, fish, make_grouping
+from repart.partitioning.groupings import dkg, fish, make_grouping
 from repart.sim.streams import zipf_stream
 
 N, SOURCES = 100, 5

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from repart.partitioning.splitting import make_grouping
-from repart.partitioning.splitting.metrics import imbalance, latency, load_std, memory
+from repart.partitioning.groupings import make_grouping
+from repart.partitioning.groupings.metrics import latency, load_excess, load_std, memory
 from repart.sim.grouping import stream_frequencies
 from repart.sim.streams import KeyStream, dkg_stream, drift_stream, word_stream, zipf_stream
 
@@ -49,7 +49,7 @@ def measure(
     start = time.perf_counter()
     workers = route(scheme, stream, n, **params)
     seconds = time.perf_counter() - start
-    imb = imbalance(workers, n)
+    imb = load_excess(workers, n)
     record = {
         "section": label,
         "scheme": scheme,
@@ -101,7 +101,7 @@ def zipf_grid(messages: int) -> None:
                 verdict(f"PKG z={z} n={n} (p1 ≤ 2/n)", pkg <= 1e-4, f"{pkg:.2e} ≤ 1e-4")
             elif p1 <= 2 / n:
                 balanced = sum(
-                    imbalance(route("pkg", stream, n, seed=seed), n).final <= 1e-4 for seed in range(1, 21)
+                    load_excess(route("pkg", stream, n, seed=seed), n).final <= 1e-4 for seed in range(1, 21)
                 )
                 print(
                     f"INFO  PKG z={z} n={n} (p1 ≤ 2/n, z above the paper's limit {PKG_SKEW_LIMIT}): "
@@ -185,7 +185,7 @@ def fish(messages: int) -> None:
                 "latency_mean": lat.mean,
                 "latency_p99": lat.p99,
                 "memory": memory(stream.key_ids, workers, n, stream.distinct),
-                "imbalance": imbalance(workers, n).final,
+                "imbalance": load_excess(workers, n).final,
             }
             results.append(rows[scheme])
             r = rows[scheme]
@@ -289,7 +289,7 @@ def dchoices_sweep(messages: int) -> None:
                     "dchoices", n, SOURCES, seed=seed, capacity=round(factor / theta), recompute_every=every
                 )
                 workers = grouping.route(stream.key_hashes, stream.sources)
-                cells.append(f"{imbalance(workers, n).final:.1e}")
+                cells.append(f"{load_excess(workers, n).final:.1e}")
                 if seed == 1:
                     first_memory = memory(stream.key_ids, workers, n, stream.distinct)
             print(f"| {factor}/θ | {every} | {' '.join(cells)} | {first_memory:.3f} |", flush=True)

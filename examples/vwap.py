@@ -38,7 +38,7 @@ from sqlalchemy.orm import Session
 from repart.controller.service import create_region
 from repart.controller.tick import tick
 from repart.demo.vwap import VwapPipeline, totals
-from repart.errors import NotFound, ReparError
+from repart.errors import NotFound, RepartError
 from repart.sim.trades import TradeStream
 from repart.spark.session import spark_session
 from repart.storage import (
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return run(args)
-    except ReparError as error:
+    except RepartError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code
 

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from repart.errors import Conflict, Corrupt, InvalidInput, NotFound, ReparError
+from repart.errors import Conflict, Corrupt, InvalidInput, NotFound, RepartError
 
 
 @pytest.mark.parametrize(
@@ -18,15 +18,15 @@ from repart.errors import Conflict, Corrupt, InvalidInput, NotFound, ReparError
         (Corrupt("checksum mismatch", path="state/gen-7/part-0.parquet"), 4),
     ],
 )
-def test_every_error_is_a_repart_error_with_its_exit_code(error: ReparError, code: int) -> None:
-    assert isinstance(error, ReparError)
+def test_every_error_is_a_repart_error_with_its_exit_code(error: RepartError, code: int) -> None:
+    assert isinstance(error, RepartError)
     assert error.exit_code == code
     assert type(error).exit_code == code
 
 
 def test_exit_codes_are_the_documented_ones() -> None:
     assert (InvalidInput.exit_code, NotFound.exit_code, Conflict.exit_code, Corrupt.exit_code) == (2, 2, 3, 4)
-    assert ReparError.exit_code not in (0, 2, 3, 4)
+    assert RepartError.exit_code not in (0, 2, 3, 4)
 
 
 def test_invalid_input_names_its_field_and_requirement() -> None:
@@ -59,7 +59,7 @@ def test_corrupt_names_the_damaged_file() -> None:
 
 
 def test_invalid_input_is_caught_by_its_base_and_keeps_its_field() -> None:
-    with pytest.raises(ReparError) as excinfo:
+    with pytest.raises(RepartError) as excinfo:
         raise InvalidInput("n_channels", "must be an integer in [1, 65536], got 0")
     assert isinstance(excinfo.value, InvalidInput)
     assert excinfo.value.field == "n_channels"

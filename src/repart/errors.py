@@ -1,6 +1,6 @@
 """Errors by what the caller should do about them.
 
-Every error repart raises on purpose is a ``ReparError``. Its class says what to do next, and the CLI
+Every error repart raises on purpose is a ``RepartError``. Its class says what to do next, and the CLI
 turns it into one line on stderr and the exit code ``exit_code``:
 
 | class | exit | the caller should |
@@ -20,13 +20,13 @@ exception to the packages' dependency direction, recorded in docs/DECISIONS.md).
 from __future__ import annotations
 
 
-class ReparError(Exception):
+class RepartError(Exception):
     """Base class of every error repart raises on purpose."""
 
     exit_code = 1
 
 
-class InvalidInput(ReparError, ValueError):
+class InvalidInput(RepartError, ValueError):
     """A value the caller gave is outside what is accepted.
 
     ``field`` names the parameter, option or document field (``alpha``, ``settings.cooldown``,
@@ -48,13 +48,13 @@ class InvalidInput(ReparError, ValueError):
         return f"{name} {self.requirement}"
 
 
-class NotFound(ReparError, LookupError):
+class NotFound(RepartError, LookupError):
     """A region, version, plan, snapshot or file that does not exist."""
 
     exit_code = 2
 
 
-class Conflict(ReparError):
+class Conflict(RepartError):
     """The request clashes with the current state (a plan being applied, a lease held elsewhere, a
     record that already exists, a lost compare-and-set, a write lock not granted in time); it may
     succeed later or after the other party finishes."""
@@ -62,7 +62,7 @@ class Conflict(ReparError):
     exit_code = 3
 
 
-class Corrupt(ReparError):
+class Corrupt(RepartError):
     """Stored state or a document is damaged: a missing or truncated file, a checksum or row count that
     does not match, a commit document or manifest that cannot be read. Never the user's input, never
     retried."""
@@ -74,7 +74,7 @@ class Corrupt(ReparError):
         self.path = path
 
 
-class Unavailable(ReparError):
+class Unavailable(RepartError):
     """A service a command needs did not answer: an object store's endpoint that refuses connections or
     times out. The address may be wrong, or the service down; nothing was written."""
 

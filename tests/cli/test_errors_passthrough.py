@@ -1,4 +1,4 @@
-"""``reports_bad_input`` turns only a ``ReparError`` into one line and its exit code (DESIGN §12.4): any
+"""``reports_bad_input`` turns only a ``RepartError`` into one line and its exit code (DESIGN §12.4): any
 other exception is a bug, and it reaches the caller with its traceback instead of being reduced to a line.
 """
 
@@ -12,7 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 from repart.cli.errors import reports_bad_input
-from repart.errors import Conflict, Corrupt, InvalidInput, NotFound, ReparError
+from repart.errors import Conflict, Corrupt, InvalidInput, NotFound, RepartError
 
 runner = CliRunner()
 app = typer.Typer()
@@ -67,7 +67,7 @@ def test_a_bug_propagates_out_of_the_command() -> None:
     ],
 )
 def test_a_repart_error_is_one_line_with_its_exit_code(kind: str, code: int, line: str) -> None:
-    assert isinstance(RAISED[kind], ReparError)
+    assert isinstance(RAISED[kind], RepartError)
     result = runner.invoke(app, ["fail", kind])
     assert result.exit_code == code
     assert isinstance(result.exception, SystemExit)  # typer.Exit, not the error itself

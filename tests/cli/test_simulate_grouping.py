@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from repart.cli.app import app
 from repart.cli.simulate_grouping import ALL_SCHEMES, ALL_WORKLOADS
-from repart.partitioning.splitting import SCHEMES
+from repart.partitioning.groupings import SCHEMES
 from repart.sim.grouping import RECORD_FIELDS
 from repart.sim.streams import WORKLOADS
 

@@ -23,7 +23,7 @@ import typer
 
 import repart
 from repart.cli.app import app
-from repart.errors import ReparError
+from repart.errors import RepartError
 from repart.storage import make_engine
 from repart.storage.client import SqlControllerClient
 from tests.cli.helpers import repart as run
@@ -112,7 +112,7 @@ def provoked_messages(db_url: str, tmp_path: Path) -> list[str]:
     ]
     engine = make_engine(db_url)
     try:
-        with pytest.raises(ReparError) as raised:
+        with pytest.raises(RepartError) as raised:
             SqlControllerClient(engine).applied_function("ops")
     finally:
         engine.dispose()

@@ -18,7 +18,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from repart.controller.daemon import Daemon, DaemonConfig
-from repart.controller.tick import TickResult, decide, observe, persist, tick
+from repart.controller.tick import TickResult, decide, persist, read_tick_input, tick
 from repart.errors import Conflict, InvalidInput
 from repart.partitioning.domain import MAX_CHANNELS
 from repart.storage import (
@@ -203,8 +203,8 @@ def test_a_daemon_paused_past_its_lease_cannot_write(engine: Engine) -> None:
     ingest_skewed_window(engine, 1)
     started = datetime.now(UTC) - timedelta(seconds=2)  # a acquired 2 s ago: its 1 s lease has expired
     fence_a = Fence("a", acquire(engine, "a", started, ttl=1.0))
-    observation = read_transaction(engine, lambda session: observe(session, REGION))
-    verdict = decide(observation, started)
+    tick_input = read_transaction(engine, lambda session: read_tick_input(session, REGION))
+    verdict = decide(tick_input, started)
     assert verdict.action == "activated"
 
     fence_b = Fence("b", acquire(engine, "b", datetime.now(UTC), ttl=30.0))
@@ -213,7 +213,7 @@ def test_a_daemon_paused_past_its_lease_cannot_write(engine: Engine) -> None:
     assert (taken_over.action, taken_over.version) == ("activated", 2)
     before = row_counts(engine)
     with pytest.raises(Conflict, match="not held by 'a'"):
-        run_in_transaction(engine, lambda session: persist(session, observation, verdict, started, fence_a))
+        run_in_transaction(engine, lambda session: persist(session, tick_input, verdict, started, fence_a))
     assert row_counts(engine) == before
     ingest_skewed_window(engine, 2)
     ingested = row_counts(engine)

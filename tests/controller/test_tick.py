@@ -23,12 +23,12 @@ from sqlalchemy.orm import Session
 from repart.controller.actions import explain, scale
 from repart.controller.settings import ControllerSettings
 from repart.controller.tick import (
-    Observation,
+    TickInput,
     TickResult,
     decide,
     last_considered_seq,
-    observe,
     persist,
+    read_tick_input,
     tick,
 )
 from repart.controller.window import merge_snapshots
@@ -340,11 +340,11 @@ def test_decide_is_a_pure_function_of_what_was_read_and_now(engine: Engine) -> N
     add_zipf_region(engine, n_channels_initial=4, algorithm="redist")
     tick(engine, REGION)
     ingest(engine, zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3))
-    observation = read_transaction(engine, lambda session: observe(session, REGION))
+    tick_input = read_transaction(engine, lambda session: read_tick_input(session, REGION))
     before = row_counts(engine)
     engine.dispose()
     now = datetime(2026, 3, 1, tzinfo=UTC)
-    first, second = decide(observation, now), decide(observation, now)
+    first, second = decide(tick_input, now), decide(tick_input, now)
     assert first.action == second.action == "activated"
     assert first.version is not None and second.version is not None
     assert first.version.digest == second.version.digest and first.considered_seq == 1
@@ -357,7 +357,7 @@ def test_a_decision_on_a_status_that_changed_since_the_read_is_refused(engine: E
     tick(engine, REGION)
     ingest(engine, zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3))
     now = datetime.now(UTC)
-    stale = read_transaction(engine, lambda session: observe(session, REGION))
+    stale = read_transaction(engine, lambda session: read_tick_input(session, REGION))
     verdict = decide(stale, now)
     assert tick(engine, REGION).action == "activated"
     before = row_counts(engine)
@@ -377,7 +377,7 @@ def test_a_plan_applied_between_read_and_write_makes_the_decision_a_conflict(eng
     assert pending is not None
     ingest(engine, zipf_snapshot(2, n_channels=4, demand=4, exponent=1.6))
     now = datetime.now(UTC)
-    stale = read_transaction(engine, lambda session: observe(session, REGION))
+    stale = read_transaction(engine, lambda session: read_tick_input(session, REGION))
     verdict = decide(stale, now)
     assert verdict.action == "activated" and verdict.version is not None
     assert verdict.version.parent_number == 1
@@ -389,7 +389,7 @@ def test_a_plan_applied_between_read_and_write_makes_the_decision_a_conflict(eng
     assert row_counts(engine) == before
 
 
-def observed_window(engine: Engine, threshold: float, mode: str = "auto") -> Observation:
+def window_tick_input(engine: Engine, threshold: float, mode: str = "auto") -> TickInput:
     """What a tick reads of a 4-channel ``redist`` region in ``mode``, initialized, with window 1
     waiting, skewed (a rebalance threshold of 100 keeps the function, 1 rebuilds it)."""
     add_zipf_region(
@@ -399,11 +399,11 @@ def observed_window(engine: Engine, threshold: float, mode: str = "auto") -> Obs
     if mode != "auto":
         run_in_transaction(engine, lambda session: set_mode(session, REGION, mode, None))
     ingest(engine, zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3))
-    return read_transaction(engine, lambda session: observe(session, REGION))
+    return read_transaction(engine, lambda session: read_tick_input(session, REGION))
 
 
 def test_an_operator_action_makes_a_pending_decision_stale(engine: Engine) -> None:
-    stale = observed_window(engine, threshold=100.0)
+    stale = window_tick_input(engine, threshold=100.0)
     now = datetime.now(UTC)
     verdict = decide(stale, now)
     assert verdict.action == "unchanged"
@@ -416,7 +416,7 @@ def test_an_operator_action_makes_a_pending_decision_stale(engine: Engine) -> No
 
 
 def test_a_hold_between_read_and_write_discards_the_decision(engine: Engine) -> None:
-    stale = observed_window(engine, threshold=1.0)
+    stale = window_tick_input(engine, threshold=1.0)
     now = datetime.now(UTC)
     verdict = decide(stale, now)
     assert verdict.action == "activated"
@@ -425,13 +425,13 @@ def test_a_hold_between_read_and_write_discards_the_decision(engine: Engine) -> 
     with pytest.raises(Conflict, match=r"mode auto; now .* mode hold"):
         run_in_transaction(engine, lambda session: persist(session, stale, verdict, now, None))
     assert row_counts(engine) == before
-    held = read_transaction(engine, lambda session: observe(session, REGION))
+    held = read_transaction(engine, lambda session: read_tick_input(session, REGION))
     assert (held.window, held.applied_function, held.mode_reason) == ((), None, "incident")  # nothing loaded
     assert decide(held, now).action == "held"
 
 
 def test_a_recommendation_is_what_auto_would_activate(engine: Engine) -> None:
-    observed = observed_window(engine, threshold=1.0, mode="recommend")
+    observed = window_tick_input(engine, threshold=1.0, mode="recommend")
     now = datetime.now(UTC)
     recommended = decide(observed, now)
     auto = decide(

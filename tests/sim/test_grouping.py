@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from repart.errors import InvalidInput
-from repart.partitioning.splitting import SCHEMES, make_grouping
+from repart.partitioning.groupings import SCHEMES, make_grouping
 from repart.sim.grouping import (
     RECORD_FIELDS,
     GroupingConfig,

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from repart.cli.app import app
-from repart.errors import InvalidInput, NotFound, ReparError, Unavailable
+from repart.errors import InvalidInput, NotFound, RepartError, Unavailable
 from repart.state.objects import objects_at
 from repart.state.store import StateStore
 from tests.factories import s3_bucket
@@ -150,7 +150,7 @@ def test_a_given_secret_never_shows_but_travels_with_the_pickled_handle(
     assert not [text for text in shown if SECRET in text]
     assert SECRET.encode() in pickle.dumps(store)  # it does travel: executors need no environment
     assert shipped.read().num_rows == len(set(rows.column("key").to_pylist()))  # and it works there
-    errors: list[ReparError] = []
+    errors: list[RepartError] = []
     attempts: list[Callable[[], object]] = [
         lambda: StateStore.open(url.replace("s3://", "s3://no-such-bucket-"), options),
         lambda: StateStore.open(url, {**options, "endpoint": f"http://127.0.0.1:{closed_port()}"}),
@@ -158,7 +158,7 @@ def test_a_given_secret_never_shows_but_travels_with_the_pickled_handle(
         lambda: StateStore.open(url, {**options, "bogus": SECRET}),
     ]
     for attempt in attempts:
-        with pytest.raises(ReparError) as raised:
+        with pytest.raises(RepartError) as raised:
             attempt()
         errors.append(raised.value)
     assert not [str(error) for error in errors if SECRET in str(error)]

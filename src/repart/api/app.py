@@ -52,7 +52,7 @@ from repart.api.bodies import (
     optional_text,
     read_body,
 )
-from repart.errors import Conflict, Corrupt, InvalidInput, NotFound, ReparError, Unavailable
+from repart.errors import Conflict, Corrupt, InvalidInput, NotFound, RepartError, Unavailable
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
 from repart.protocol.snapshot import Snapshot
 from repart.storage import models
@@ -462,7 +462,7 @@ def _error(status: int, kind: str, message: str, field: str | None = None) -> JS
     return JSONResponse({"error": kind, "field": field, "message": message}, status_code=status)
 
 
-def _answer_error(error: ReparError) -> JSONResponse:
+def _answer_error(error: RepartError) -> JSONResponse:
     if isinstance(error, TooLarge):
         return _error(413, "invalid-input", str(error), error.field)
     if isinstance(error, InvalidInput):
@@ -494,7 +494,7 @@ def _route(api: Api, endpoint: Endpoint) -> Route:
             if admitted.use_is_stale():
                 await api.run(lambda: run_in_transaction(api.engine, lambda s: record_use(s, admitted)))
             return JSONResponse(answer)
-        except ReparError as error:
+        except RepartError as error:
             return _answer_error(error)
 
     return Route(endpoint.path, respond, methods=[endpoint.method], name=endpoint.name)

@@ -1,6 +1,6 @@
 """Expected errors on the command line: one line on stderr and the error's exit code.
 
-A command raises ``ReparError``s; ``reports_bad_input`` prints ``error: <message>`` without a
+A command raises ``RepartError``s; ``reports_bad_input`` prints ``error: <message>`` without a
 traceback and exits with the class's code: 2 for invalid input or something not found, 3 for a
 conflict (retry later), 4 for corrupt state (the documentation's exit codes page lists them).
 Anything else is a bug and keeps its traceback.
@@ -29,7 +29,7 @@ from typing import Any, ParamSpec, TypeVar, get_type_hints
 import typer
 from typer.models import ArgumentInfo, OptionInfo
 
-from repart.errors import InvalidInput, NotFound, ReparError
+from repart.errors import InvalidInput, NotFound, RepartError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -56,13 +56,13 @@ _EXTRA_REQUIREMENT = re.compile(r"""([A-Za-z0-9][A-Za-z0-9._-]*)[^;]*;.*\bextra\
 
 
 def reports_bad_input(command: Callable[P, R]) -> Callable[P, R]:
-    """Turn a ReparError raised by ``command`` into ``error: <message>`` on stderr and its exit code."""
+    """Turn a RepartError raised by ``command`` into ``error: <message>`` on stderr and its exit code."""
 
     @wraps(command)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return command(*args, **kwargs)
-        except ReparError as error:
+        except RepartError as error:
             print_error(message_of(error, command))
             raise typer.Exit(error.exit_code) from None
         except ModuleNotFoundError as missing:
@@ -107,7 +107,7 @@ def print_error(message: str) -> None:
     Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}", highlight=False)
 
 
-def message_of(error: ReparError, command: Callable[..., Any]) -> str:
+def message_of(error: RepartError, command: Callable[..., Any]) -> str:
     """``error``'s message, with an invalid field shown as ``command``'s option for it."""
     if isinstance(error, InvalidInput):
         option = option_of(error.field, command)

@@ -18,7 +18,7 @@ outside any transaction, and write version, plan, event and the hold in one shor
 that compares and sets the region's status, so a build never holds SQLite's write lock and a change
 made in between (a tick's activation, a job applying a plan) is a ``Conflict``. Every refusal (an
 unknown version, N outside the region's bounds, a plan being applied, nothing to do) raises a
-``ReparError`` (``InvalidInput`` naming the parameter, ``NotFound`` or ``Conflict``) and
+``RepartError`` (``InvalidInput`` naming the parameter, ``NotFound`` or ``Conflict``) and
 writes nothing.
 Event data follows tick's conventions: ``n_before``, ``n_next``, ``b_before``, ``load_before``,
 ``predicted_b``, ``predicted_load``, ``predicted_m``, ``plan_m``, ``algorithm``, ``candidates`` and
@@ -42,12 +42,13 @@ from repart.controller.tick import aware_now
 from repart.controller.window import merge_snapshots, window_size
 from repart.errors import Conflict, InvalidInput, NotFound
 from repart.migration import plan_migration
-from repart.partitioning import PartitionFunction, initial_function
+from repart.partitioning import initial_function
 from repart.partitioning.algorithms.builder import predict
 from repart.partitioning.documents import json_number
 from repart.partitioning.frequency import FrequencyEstimate
+from repart.partitioning.routing import RoutingFunction
 from repart.partitioning.split.build import split_imbalance
-from repart.partitioning.split.function import StoredFunction, home_function, load_function
+from repart.partitioning.split.function import load_function
 from repart.storage import (
     NewEvent,
     NewVersion,
@@ -126,7 +127,7 @@ class _Context:
     status: RegionStatus
     versions: tuple[_StoredVersion, ...]
     applied: _StoredVersion
-    current: StoredFunction
+    current: RoutingFunction
     estimate: FrequencyEstimate | None
     window_seqs: list[int]
 
@@ -294,9 +295,9 @@ def _scale(
             f"{applied.number}), got {n}",
         )
     data: dict[str, Any] = {"from_version": applied.number}
-    function: StoredFunction
+    function: RoutingFunction
     if context.estimate is None:
-        consistent = home_function(context.current).consistent
+        consistent = context.current.home.consistent
         function = initial_function(n, config.key_type, config.slot_bits, consistent)
         algorithm, report = "consistent", {"algorithm": "consistent", "n_channels": n}
         data |= _predictions(context, function) | {"algorithm": "consistent"}
@@ -344,7 +345,7 @@ def _read(session: Session, region: str) -> _Context:
     )
 
 
-def _predictions(context: _Context, target: StoredFunction) -> dict[str, Any]:
+def _predictions(context: _Context, target: RoutingFunction) -> dict[str, Any]:
     """N before and next and, with a window, b and max/mean load before, and b, max/mean load and m
     of ``target`` (with a split function on either side, m is the migration plan's, consolidations
     included)."""
@@ -353,8 +354,8 @@ def _predictions(context: _Context, target: StoredFunction) -> dict[str, Any]:
         return numbers
     params, current, estimate = context.settings.params, context.current, context.estimate
     before, after = split_imbalance(current, estimate, params), split_imbalance(target, estimate, params)
-    if isinstance(current, PartitionFunction) and isinstance(target, PartitionFunction):
-        _, m = predict(current, target, estimate, params)
+    if current.kind == target.kind == "preserve":  # key-preserving on both sides: each is its own home
+        _, m = predict(current.home, target.home, estimate, params)
     else:
         plan_m = plan_migration(current, target, estimate, params.resources).m
         m = math.nan if plan_m is None else plan_m
@@ -372,7 +373,7 @@ def _activate(
     engine: Engine,
     region: str,
     context: _Context,
-    function: StoredFunction,
+    function: RoutingFunction,
     version: NewVersion,
     kind: ActionKind,
     message: str,

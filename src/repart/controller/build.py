@@ -11,8 +11,8 @@ from typing import Any
 from repart.controller.settings import ControllerSettings
 from repart.partitioning import build
 from repart.partitioning.frequency import FrequencyEstimate
+from repart.partitioning.routing import RoutingFunction
 from repart.partitioning.split.build import build_split
-from repart.partitioning.split.function import StoredFunction, home_function
 
 
 @dataclass(frozen=True)
@@ -21,20 +21,20 @@ class Built:
     with the version (``split-<scheme>`` in split mode), its report as JSON, and the figures the
     activation event records."""
 
-    function: StoredFunction
+    function: RoutingFunction
     algorithm: str
     report: dict[str, Any]
     event_data: dict[str, Any]
 
 
 def build_next(
-    current: StoredFunction, estimate: FrequencyEstimate, n_channels: int, settings: ControllerSettings
+    current: RoutingFunction, estimate: FrequencyEstimate, n_channels: int, settings: ControllerSettings
 ) -> Built:
     """The next version from ``current`` on the merged window: Gedik's build for a key-preserving
     region (from ``current``'s home, so that leaving split mode consolidates every split key), or a
     split function by the region's scheme."""
     if settings.split is None:
-        result = build(home_function(current), estimate, n_channels, settings.params, settings.algorithm)
+        result = build(current.home, estimate, n_channels, settings.params, settings.algorithm)
         stored = result.report.to_json_dict()
         return Built(
             result.function,

@@ -46,7 +46,7 @@ from repart.controller.settings import ControllerSettings
 from repart.controller.steps import ideal_share, moved_key_share
 from repart.controller.tick import tick
 from repart.errors import InvalidInput
-from repart.partitioning.split.function import StoredFunction, home_function
+from repart.partitioning.routing import RoutingFunction
 from repart.protocol.snapshot import ChannelMeasurement, Snapshot
 from repart.storage import (
     RegionConfig,
@@ -199,11 +199,11 @@ def _replay_batch(
     )
 
 
-def channel_rows(function: StoredFunction, snapshot: Snapshot) -> np.ndarray:
+def channel_rows(function: RoutingFunction, snapshot: Snapshot) -> np.ndarray:
     """Each channel's rows in ``snapshot``'s window under ``function`` (module docstring; a replayed
     region is key-preserving, so its functions are home functions)."""
     n = function.n_channels
-    function = home_function(function)
+    function = function.home
     items = snapshot.item_columns
     rows = np.zeros(n, dtype=np.float64)
     if len(items.keys):

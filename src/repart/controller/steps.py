@@ -22,7 +22,7 @@ from repart.controller.build import Built, build_next
 from repart.controller.settings import ControllerSettings
 from repart.partitioning.domain import Key
 from repart.partitioning.frequency import FrequencyEstimate
-from repart.partitioning.split.function import StoredFunction, home_function
+from repart.partitioning.routing import RoutingFunction
 from repart.partitioning.utility import function_cost
 
 STEP_SLACK = 1.5
@@ -37,19 +37,19 @@ def ideal_share(n_before: int, n_after: int) -> float:
 
 
 def moved_key_share(
-    before: StoredFunction, after: StoredFunction, keys: Sequence[Key] | npt.NDArray[np.generic]
+    before: RoutingFunction, after: RoutingFunction, keys: Sequence[Key] | npt.NDArray[np.generic]
 ) -> float:
     """The share of ``keys`` whose channel differs between ``before`` and ``after`` (the share of the
     keys a change of function moves; ``repart.controller.tick.moved_state`` gives the share of the
     state)."""
     if not len(keys):
         return 0.0
-    moved = home_function(before).lookup_many(keys) != home_function(after).lookup_many(keys)
+    moved = before.home.lookup_many(keys) != after.home.lookup_many(keys)
     return float(np.mean(moved))
 
 
 def build_step(
-    current: StoredFunction, estimate: FrequencyEstimate, n_channels: int, settings: ControllerSettings
+    current: RoutingFunction, estimate: FrequencyEstimate, n_channels: int, settings: ControllerSettings
 ) -> Built:
     """The next version for ``n_channels`` (module docstring). A step has two targets: move at most
     ``STEP_SLACK`` times the ideal share of the window's keys, and leave b at or below the region's

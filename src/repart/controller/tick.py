@@ -5,7 +5,7 @@ analyze whether the number of channels or the balance must change, plan the next
 activate it. ``tick`` runs that loop once for one region in three steps, as controller-runtime's
 reconcile loop does:
 
-1. **Read** (``observe``, one read-only transaction: never the write lock). First the status check:
+1. **Read** (``read_tick_input``, one read-only transaction: never the write lock). First the status check:
    one small query reads the region row, whose status columns (``repart.storage.status``) say which
    version is applied and which window seq was last decided on, together with the newest snapshot's
    seq, and the region's mode. A region in ``hold`` is ``held``; one without versions
@@ -60,8 +60,9 @@ from repart.migration import MigrationPlan, plan_migration
 from repart.partitioning import ConsistentSpec, initial_function
 from repart.partitioning.documents import json_number
 from repart.partitioning.domain import ConsistentMethod
+from repart.partitioning.routing import RoutingFunction
 from repart.partitioning.split.build import split_imbalance
-from repart.partitioning.split.function import SplitFunction, StoredFunction, load_function
+from repart.partitioning.split.function import load_function
 from repart.partitioning.utility import function_cost
 from repart.protocol.snapshot import ChannelMeasurement, Snapshot
 from repart.storage import (
@@ -120,8 +121,9 @@ class TickResult:
 
 
 @dataclass(frozen=True)
-class Observation:
-    """What the read step saw of a region (step 1 of the module docstring).
+class TickInput:
+    """What a tick reads of a region before it decides (step 1 of the module docstring); what a job
+    measures of a batch is ``repart.spark.observe.Observation``.
 
     ``status`` is the status the decision will be compared against when it is persisted;
     ``newest_seq`` the newest snapshot's seq (None without snapshots); ``applied_n_channels`` N of the
@@ -143,7 +145,7 @@ class Observation:
     applied_n_channels: int | None
     mode_reason: str | None = None
     applying_plan: int | None = None
-    applied_function: StoredFunction | None = None
+    applied_function: RoutingFunction | None = None
     window: tuple[Snapshot, ...] = ()
     history: tuple[BatchLoad, ...] = ()
     before_change: BatchLoad | None = None
@@ -210,17 +212,17 @@ def tick(
 def _iterate(engine: Engine, region: str, moment: datetime, fence: Fence | None) -> tuple[TickResult, bool]:
     """One read → decide → persist pass, and whether the region had snapshots when it was read."""
     started = time.perf_counter()
-    observation = read_transaction(engine, lambda session: observe(session, region))
+    tick_input = read_transaction(engine, lambda session: read_tick_input(session, region))
     read_done = time.perf_counter()
-    verdict = decide(observation, moment)
+    verdict = decide(tick_input, moment)
     decided = time.perf_counter()
     persisted, write_seconds = Persisted(None, None), 0.0
     if verdict.event is not None:
         persisted = run_in_transaction(
-            engine, lambda session: persist(session, observation, verdict, moment, fence)
+            engine, lambda session: persist(session, tick_input, verdict, moment, fence)
         )
         write_seconds = time.perf_counter() - decided
-    elif observation.tick_failures:
+    elif tick_input.tick_failures:
         run_in_transaction(engine, lambda session: end_backoff(session, region, fence))
         write_seconds = time.perf_counter() - decided
     read_seconds = read_done - started
@@ -240,12 +242,12 @@ def _iterate(engine: Engine, region: str, moment: datetime, fence: Fence | None)
         read_seconds=read_seconds,
         write_seconds=write_seconds,
     )
-    return result, observation.newest_seq is not None
+    return result, tick_input.newest_seq is not None
 
 
-def observe(session: Session, region: str) -> Observation:
+def read_tick_input(session: Session, region: str) -> TickInput:
     """Step 1: the status check, then, only when a decision on a new window is due, the applied
-    function and the window (see ``Observation``)."""
+    function and the window (see ``TickInput``)."""
     row = region_by_name(session, region)
     newest = select(func.max(models.Snapshot.seq)).where(models.Snapshot.region_id == row.id)
     applied_n = select(models.Version.n_channels).where(
@@ -256,7 +258,7 @@ def observe(session: Session, region: str) -> Observation:
     ).one()
     config = RegionConfig.from_row(row)
     settings = ControllerSettings.from_config(config)
-    observation = Observation(
+    tick_input = TickInput(
         region,
         config,
         settings,
@@ -266,15 +268,15 @@ def observe(session: Session, region: str) -> Observation:
         row.mode_reason,
         tick_failures=row.tick_failures,
     )
-    if not awaits_decision(observation):
-        return observation
+    if not awaits_decision(tick_input):
+        return tick_input
     applying = session.scalar(
         select(func.min(models.Plan.id)).where(
             models.Plan.region_id == row.id, models.Plan.status == "applying"
         )
     )
     if applying is not None:
-        return dataclasses.replace(observation, applying_plan=applying)
+        return dataclasses.replace(tick_input, applying_plan=applying)
     function_json = session.scalar(
         select(models.Version.function_json).where(
             models.Version.region_id == row.id, models.Version.number == row.applied_version
@@ -283,7 +285,7 @@ def observe(session: Session, region: str) -> Observation:
     window = latest_snapshots(session, region, window_size(settings.counters))
     history = batch_history(session, row.id, settings.policy.history_batches, applied_n_channels)
     return dataclasses.replace(
-        observation,
+        tick_input,
         applied_function=load_function(cast(str, function_json)),
         window=tuple(window),
         history=history,
@@ -357,41 +359,41 @@ def _loads(session: Session, rows: list[tuple[models.Snapshot, int]]) -> tuple[B
     )
 
 
-def awaits_decision(observation: Observation) -> bool:
+def awaits_decision(tick_input: TickInput) -> bool:
     """True when the region is not held and has an applied version and a snapshot newer than the one
     last decided on."""
-    status, newest = observation.status, observation.newest_seq
+    status, newest = tick_input.status, tick_input.newest_seq
     if status.mode == "hold" or status.applied_version is None or newest is None:
         return False
     return status.considered_seq is None or newest > status.considered_seq
 
 
-def decide(observation: Observation, now: datetime) -> Verdict:
+def decide(tick_input: TickInput, now: datetime) -> Verdict:
     """Step 2, a pure function: what to do about the region, given what was read and ``now``."""
-    status, n_applied = observation.status, observation.applied_n_channels
+    status, n_applied = tick_input.status, tick_input.applied_n_channels
     if status.mode == "hold":
-        return Verdict("held", f"held: {observation.mode_reason or 'no reason given'}", n_applied)
+        return Verdict("held", f"held: {tick_input.mode_reason or 'no reason given'}", n_applied)
     if status.applied_version is None or n_applied is None:
-        return _initialize(observation.config)
-    if observation.newest_seq is None:
+        return _initialize(tick_input.config)
+    if tick_input.newest_seq is None:
         return Verdict("idle", "no snapshots yet", n_applied)
-    if not awaits_decision(observation):
+    if not awaits_decision(tick_input):
         return Verdict(
             "idle",
             f"no snapshot newer than window seq {status.considered_seq}, already decided on",
             n_applied,
         )
-    if observation.applying_plan is not None:
+    if tick_input.applying_plan is not None:
         return Verdict(
             "blocked",
-            f"plan {observation.applying_plan} is being applied; deciding again once it is applied or failed",
+            f"plan {tick_input.applying_plan} is being applied; deciding again once it is applied or failed",
             n_applied,
         )
-    current, window = observation.applied_function, observation.window
+    current, window = tick_input.applied_function, tick_input.window
     if current is None or not window:
-        raise TypeError("an observation with a decision due must hold the applied function and the window")
+        raise TypeError("a tick input with a decision due must hold the applied function and the window")
     verdict = _analyze(
-        observation.settings, status, current, window, observation.history, observation.before_change
+        tick_input.settings, status, current, window, tick_input.history, tick_input.before_change
     )
     if status.mode == "recommend" and verdict.action == "activated":
         return _recommendation(verdict)
@@ -445,7 +447,7 @@ def _initialize(config: RegionConfig) -> Verdict:
 def _analyze(
     settings: ControllerSettings,
     status: RegionStatus,
-    current: StoredFunction,
+    current: RoutingFunction,
     window: tuple[Snapshot, ...],
     history: tuple[BatchLoad, ...],
     before_change: BatchLoad | None,
@@ -570,20 +572,20 @@ def _unchanged(n_channels: int, rule: str, message: str, data: dict[str, Any], n
 
 
 def persist(
-    session: Session, observation: Observation, verdict: Verdict, now: datetime, fence: Fence | None
+    session: Session, tick_input: TickInput, verdict: Verdict, now: datetime, fence: Fence | None
 ) -> Persisted:
-    """Step 3: write ``verdict`` if the region's status is still ``observation.status`` (and, with a
+    """Step 3: write ``verdict`` if the region's status is still ``tick_input.status`` (and, with a
     ``fence``, its lease is still the caller's); Conflict otherwise, and nothing is written."""
     if verdict.event is None:
         raise TypeError(f"persist needs a verdict with something to write, got a {verdict.action!r} verdict")
-    region = observation.region
+    region = tick_input.region
     row = region_by_name(session, region)
     session.refresh(row, with_for_update=True)  # region row, then lease row: the order acquire_lease locks
     if fence is not None:
         check_fence(session, region, row.id, fence, datetime.now(UTC))
-    if observation.tick_failures:
+    if tick_input.tick_failures:
         clear_backoff(session, row.id)
-    expected = observation.status
+    expected = tick_input.status
     if verdict.version is None:
         compare_and_set_status(
             session,
@@ -617,10 +619,10 @@ def end_backoff(session: Session, region: str, fence: Fence | None) -> None:
     clear_backoff(session, row.id)
 
 
-def _mode_change(current: StoredFunction, settings: ControllerSettings) -> RebalanceDecision | None:
+def _mode_change(current: RoutingFunction, settings: ControllerSettings) -> RebalanceDecision | None:
     """A rebuild whatever b is when the applied function's kind differs from the region's: a region that
     entered split mode splits its hot keys, one that left it consolidates them."""
-    split = isinstance(current, SplitFunction)
+    split = current.kind == "split"
     if split == (settings.split is not None):
         return None
     if split:

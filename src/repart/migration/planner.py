@@ -30,8 +30,6 @@ the estimate does not hold is predicted to hold no state.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 import numpy.typing as npt
 
@@ -41,7 +39,8 @@ from repart.migration.plan import ExplicitMove, MigrationPlan
 from repart.partitioning.domain import Key, KeyType
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.resources import Resources
-from repart.partitioning.split.function import SplitEntry, SplitFunction, StoredFunction, home_function
+from repart.partitioning.routing import RoutingFunction
+from repart.partitioning.split.function import SplitEntry
 from repart.partitioning.tail import untracked_slot_loads
 
 FloatArray = npt.NDArray[np.float64]
@@ -51,8 +50,8 @@ DEFAULT_RESOURCES = Resources.parse("LCL")
 
 
 def plan_migration(
-    a: StoredFunction,
-    b: StoredFunction,
+    a: RoutingFunction,
+    b: RoutingFunction,
     estimate: FrequencyEstimate | None = None,
     resources: Resources = DEFAULT_RESOURCES,
 ) -> MigrationPlan:
@@ -74,8 +73,8 @@ def plan_migration(
         raise InvalidInput(
             "estimate", f"must hold the functions' {key_type!r} keys, got {estimate.key_type!r} keys"
         )
-    home_a, home_b = home_function(a), home_function(b)
-    split_a, split_b = _split_table(a), _split_table(b)
+    home_a, home_b = a.home, b.home
+    split_a, split_b = a.split, b.split
     keys = sorted(home_a.explicit.keys() | home_b.explicit.keys() | split_a.keys() | split_b.keys())
     sources, targets = home_a.lookup_many(keys), home_b.lookup_many(keys)
     is_split = np.array([key in split_a or key in split_b for key in keys], dtype=np.bool_)
@@ -124,17 +123,12 @@ def plan_migration(
     )
 
 
-def _split_table(function: StoredFunction) -> Mapping[Key, SplitEntry]:
-    """The split table of a split function; a ``PartitionFunction`` splits no key."""
-    return function.split if isinstance(function, SplitFunction) else {}
-
-
 def _side(entry: SplitEntry | None, home: int) -> tuple[tuple[int, ...], tuple[float, ...]]:
     """A split key's channels and shares in one function: its split entry, or its home alone."""
     return (entry.candidates, entry.weights) if entry is not None else ((home,), (1.0,))
 
 
-def _common_key_type(a: StoredFunction, b: StoredFunction) -> KeyType | None:
+def _common_key_type(a: RoutingFunction, b: RoutingFunction) -> KeyType | None:
     if None not in (a.key_type, b.key_type) and a.key_type != b.key_type:
         raise InvalidInput(
             "b", f"must have a's key_type {a.key_type!r} (a region uses one key type), got {b.key_type!r}"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import repeat
 from types import MappingProxyType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -68,6 +68,9 @@ from repart.partitioning.hashing import (
 )
 from repart.validation import STRING, Constraint, Interval, Kind, Options, check, shown
 
+if TYPE_CHECKING:
+    from repart.partitioning.split.function import SplitEntry
+
 FORMAT_VERSION = 1
 HASH_ALGORITHM = "xxh64"
 _DOCUMENT_FIELDS = ("N", "consistent", "explicit", "format", "hash", "key_type", "slot_overrides")
@@ -81,6 +84,9 @@ def _empty_mapping() -> Mapping[Any, int]:
     return MappingProxyType({})
 
 
+_NO_SPLIT: Mapping[Any, Any] = MappingProxyType({})
+
+
 @dataclass(frozen=True)
 class PartitionFunction:
     """``p = ⟨E, T'⟩`` for ``n_channels`` channels (Gedik §4.1.1, Algorithm 1).
@@ -88,7 +94,8 @@ class PartitionFunction:
     ``explicit`` maps keys of one type to channels; ``slot_overrides`` maps slots to channels.
     ``key_type`` is inferred from the explicit keys when it is not given, and stays None only while
     the explicit map is empty. Both mappings are stored read-only. Every field is validated: a bad
-    value raises ``InvalidInput`` naming the field and its accepted range.
+    value raises ``InvalidInput`` naming the field and its accepted range. It is a ``RoutingFunction``
+    of kind ``"preserve"``: its own home, with no split keys.
     """
 
     n_channels: int
@@ -120,6 +127,21 @@ class PartitionFunction:
     def __reduce__(self) -> tuple[Callable[[str], PartitionFunction], tuple[str]]:
         """Pickle through the canonical JSON (the read-only mappings cannot be pickled themselves)."""
         return (PartitionFunction.from_json, (self.to_json(),))
+
+    @property
+    def home(self) -> PartitionFunction:
+        """The function itself: a key-preserving function is its own home (``RoutingFunction``)."""
+        return self
+
+    @property
+    def split(self) -> Mapping[Key, SplitEntry]:
+        """Empty: a key-preserving function splits no key (``RoutingFunction``)."""
+        return _NO_SPLIT
+
+    @property
+    def kind(self) -> Literal["preserve"]:
+        """``"preserve"``: every key on one channel (``RoutingFunction``)."""
+        return "preserve"
 
     @property
     def base_table(self) -> npt.NDArray[np.int32]:

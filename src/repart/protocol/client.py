@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol
 
-from repart.partitioning.split.function import StoredFunction
+from repart.partitioning.routing import RoutingFunction
 from repart.protocol.merge import MergeSpec
 from repart.protocol.snapshot import Snapshot
 
@@ -37,7 +37,7 @@ class AppliedFunction(NamedTuple):
     """A region's applied version: its number and its function (a ``SplitFunction`` in split mode)."""
 
     version: int
-    function: StoredFunction
+    function: RoutingFunction
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from http.client import HTTPException
 from typing import Any
 
-from repart.errors import Conflict, Corrupt, InvalidInput, NotFound, ReparError, Unavailable
+from repart.errors import Conflict, Corrupt, InvalidInput, NotFound, RepartError, Unavailable
 from repart.partitioning.split.function import load_function
 from repart.protocol.client import AppliedFunction, PlanOutcome, PlanToApply
 from repart.protocol.merge import MergeSpec
@@ -179,7 +179,7 @@ def _region_path(region: str) -> str:
     return "/v1/regions/" + urllib.parse.quote(region, safe="")
 
 
-def _refusal(status: int, body: bytes) -> ReparError:
+def _refusal(status: int, body: bytes) -> RepartError:
     """The error an API refusal stands for (the API's error document: kind, field, message)."""
     try:
         document = json.loads(body)

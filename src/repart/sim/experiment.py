@@ -32,6 +32,7 @@ from repart.partitioning.function import PartitionFunction
 from repart.partitioning.hashing import hash_int64_array, slots_of_hashes
 from repart.partitioning.metrics import channel_loads, imbalance, lower_bound, relative_migration
 from repart.partitioning.resources import check_channels, frequency_threshold
+from repart.partitioning.routing import RoutingFunction
 from repart.partitioning.split.function import SplitFunction
 from repart.sim.split import SPLIT_FIELDS, SplitScorer, build_step, scheme_of, variant_name
 from repart.sim.workload import DOMAIN, ZIPF_SKEW, ZipfWorkload
@@ -182,7 +183,7 @@ def run_experiment(config: ExperimentConfig, progress: Progress | None = None) -
             evaluator.keys, evaluator.frequencies, evaluator.slots, config.slot_bits, config.params(False)
         )
         first = initial_function(1, "int", config.slot_bits)
-        current: dict[tuple[str, bool], PartitionFunction | SplitFunction] = dict.fromkeys(variants, first)
+        current: dict[tuple[str, bool], RoutingFunction] = dict.fromkeys(variants, first)
         routed = dict.fromkeys(variants, evaluator.route(first))
         for v in variants:
             scores = {**evaluator.score(routed[v], routed[v], 1), "m": 0.0}
@@ -194,6 +195,8 @@ def run_experiment(config: ExperimentConfig, progress: Progress | None = None) -
                 if scheme_of(v[0]) is not None:
                     current[v] = _split_step(sums, v, n, previous, estimate, counter_size, scorer, evaluator)
                 else:
+                    # The key-preserving algorithms build from and route by a PartitionFunction's own
+                    # tables: a key-preserving variant only ever holds one.
                     assert isinstance(previous, PartitionFunction)
                     current[v], routed[v] = _preserving_step(
                         sums, v, n, previous, routed[v], estimate, counter_size, evaluator
@@ -229,7 +232,7 @@ def _split_step(
     sums: dict[tuple[str, bool, int], Record],
     variant: tuple[str, bool],
     n: int,
-    previous: PartitionFunction | SplitFunction,
+    previous: RoutingFunction,
     estimate: FrequencyEstimate,
     counter_size: int,
     scorer: SplitScorer,

@@ -4,7 +4,7 @@ For each run r (stream and grouping seed = ``seed`` + r) and each Zipf skew z (o
 ``drift`` workloads have one; the others give a single record with z = None), one stream of m tuples is
 generated; then for each worker count n and each scheme a fresh grouping routes the whole stream, in
 chunks of :data:`CHUNK` tuples (``route`` keeps its per-source state across calls), and the routed
-stream is scored with :func:`repart.partitioning.splitting.metrics.evaluate`: imbalance, memory cost,
+stream is scored with :func:`repart.partitioning.groupings.metrics.evaluate`: imbalance, memory cost,
 load spread, a queueing model's latency and the saturation throughput.
 
 Worker i serves at rate μ_i (``rates``, repeated cyclically to length n; all 1 by default) and tuples
@@ -22,9 +22,9 @@ import numpy as np
 import numpy.typing as npt
 
 from repart.errors import InvalidInput
-from repart.partitioning.splitting import SCHEMES, Grouping, make_grouping
-from repart.partitioning.splitting.base import MAX_WORKERS
-from repart.partitioning.splitting.metrics import evaluate
+from repart.partitioning.groupings import SCHEMES, Grouping, make_grouping
+from repart.partitioning.groupings.base import MAX_WORKERS
+from repart.partitioning.groupings.metrics import evaluate
 from repart.sim.streams import (
     DKG_KEYS,
     EXACT,

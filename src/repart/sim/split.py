@@ -24,8 +24,8 @@ import numpy.typing as npt
 from repart.migration.planner import plan_migration
 from repart.partitioning.algorithms.problem import BuildParams
 from repart.partitioning.frequency import FrequencyEstimate
-from repart.partitioning.function import PartitionFunction
 from repart.partitioning.metrics import channel_loads, imbalance
+from repart.partitioning.routing import RoutingFunction
 from repart.partitioning.split.build import build_split
 from repart.partitioning.split.function import SplitFunction
 from repart.partitioning.split.params import SplitParams
@@ -41,8 +41,6 @@ SPLIT_FIELDS = ("memory", "split_keys")
 HOME_ALGORITHM = "redist"
 #: Counts per unit of frequency in the exact estimate that prices m (a power of two: exact products).
 _SCALE = float(2**40)
-
-Function = PartitionFunction | SplitFunction
 
 
 def variant_name(scheme: str) -> str:
@@ -65,7 +63,7 @@ class SplitStep:
 
 
 def build_step(
-    previous: Function, estimate: FrequencyEstimate, n: int, scheme: str, params: BuildParams
+    previous: RoutingFunction, estimate: FrequencyEstimate, n: int, scheme: str, params: BuildParams
 ) -> SplitStep:
     """One adaptation step of a split variant."""
     started = time.perf_counter()
@@ -111,12 +109,11 @@ class SplitScorer:
         mass = np.bincount(self.slots, weights=self.frequencies, minlength=1 << self.slot_bits)
         return np.asarray(mass * _SCALE, dtype=np.float64)
 
-    def loads(self, function: Function) -> FloatArray:
+    def loads(self, function: RoutingFunction) -> FloatArray:
         """(3, N) channel loads on the true frequencies, split keys spread by their weights."""
-        home = function.home if isinstance(function, SplitFunction) else function
-        routed = home.lookup_many(self.keys, slots=self.slots)
-        loads = channel_loads(self.params.resources, self.frequencies, routed, home.n_channels)
-        if isinstance(function, SplitFunction) and function.split:
+        routed = function.home.lookup_many(self.keys, slots=self.slots)
+        loads = channel_loads(self.params.resources, self.frequencies, routed, function.n_channels)
+        if function.split:
             keys = np.fromiter(function.split, dtype=np.int64, count=len(function.split))
             ranks = self._rank_of[keys]
             item = np.stack([self.frequencies[ranks] ** e for e in self.params.resources.load_exponents])
@@ -127,7 +124,7 @@ class SplitScorer:
                 loads[:, list(entry.candidates)] += item[:, column : column + 1] * shares
         return loads
 
-    def score(self, function: Function, previous: Function, b_lb: float) -> dict[str, float]:
+    def score(self, function: RoutingFunction, previous: RoutingFunction, b_lb: float) -> dict[str, float]:
         """b, max/mean load, b_s, b_c, b_n on merged keys, b_lb (given) and m between ``previous`` and
         ``function``."""
         result = imbalance(self.params.resources, self.loads(function), self.params.alpha)
@@ -141,21 +138,19 @@ class SplitScorer:
             "m": self.migration(previous, function),
         }
 
-    def migration(self, previous: Function, function: Function) -> float:
+    def migration(self, previous: RoutingFunction, function: RoutingFunction) -> float:
         """m of ``plan_migration(previous, function)`` on the exact estimate (module docstring)."""
         plan = plan_migration(
             previous, function, self.exact_estimate(previous, function), self.params.resources
         )
         return float(plan.m) if plan.m is not None else 0.0
 
-    def exact_estimate(self, *functions: Function) -> FrequencyEstimate:
+    def exact_estimate(self, *functions: RoutingFunction) -> FrequencyEstimate:
         """The keys ``functions`` name with their true frequencies, and the true mass of every slot."""
         named: set[int] = set()
         for function in functions:
-            home = function.home if isinstance(function, SplitFunction) else function
-            named.update(int(key) for key in home.explicit)
-            if isinstance(function, SplitFunction):
-                named.update(int(key) for key in function.split)
+            named.update(int(key) for key in function.home.explicit)
+            named.update(int(key) for key in function.split)
         keys = np.array(sorted(named), dtype=np.int64)
         return FrequencyEstimate(
             keys=tuple(keys.tolist()),

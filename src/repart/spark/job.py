@@ -43,7 +43,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from repart.errors import Conflict, InvalidInput, NotFound
 from repart.partitioning.domain import MAX_SLOT_BITS, KeyType
-from repart.partitioning.split.function import SplitFunction, StoredFunction
+from repart.partitioning.routing import RoutingFunction
 from repart.protocol.client import ControllerClient
 from repart.protocol.http_client import HttpControllerClient
 from repart.protocol.merge import MergeSpec
@@ -89,7 +89,7 @@ class BatchResult:
 
     sequence: int
     version: int
-    function: StoredFunction
+    function: RoutingFunction
     n_channels: int
     n_channels_before: int
     plan_id: int | None
@@ -193,7 +193,7 @@ class StatefulJob:
         self.tick = tick
         self.retain = timedelta(seconds=retention_seconds(retain))
         self._store: StateStore | None = None
-        self._applied: tuple[int, StoredFunction] | None = None
+        self._applied: tuple[int, RoutingFunction] | None = None
         self._vacuumed_at: float | None = None
         self._last_started: float | None = None
 
@@ -437,7 +437,7 @@ class StatefulJob:
             _ChannelReader(store), from_arrow_schema(store.schema)
         )
         applied = self.client.applied_function(self.region).function
-        if not isinstance(applied, SplitFunction) and applied.digest == store.function_digest:
+        if applied.kind == "preserve" and applied.digest == store.function_digest:
             return rows  # laid out by a key-preserving function: one row per key
         merge = self.merge or self.client.region_merge(self.region)
         if merge is None:
@@ -466,10 +466,10 @@ class StatefulJob:
                     "merge", f"reads batch columns {missing} that the batch lacks: {df.columns}"
                 )
 
-    def _require_merge_for(self, function: StoredFunction, version: int) -> None:
+    def _require_merge_for(self, function: RoutingFunction, version: int) -> None:
         """A split function spreads a key's rows over channels, whose partial rows merge by a merge:
         the job's, or for a general job the region's; InvalidInput ``merge`` without one."""
-        if not isinstance(function, SplitFunction) or self.merge is not None:
+        if function.kind == "preserve" or self.merge is not None:
             return
         if self.client.region_merge(self.region) is None:
             raise InvalidInput(
@@ -514,7 +514,7 @@ class StatefulJob:
             self._vacuumed_at = now
         watch.lap("vacuum")
 
-    def _applied_function(self, store: StateStore) -> tuple[int, StoredFunction]:
+    def _applied_function(self, store: StateStore) -> tuple[int, RoutingFunction]:
         """The region's applied version, read once per version: the applied version changes only by a
         plan that moves the store, so while the store is at the version last read it still holds."""
         if self._applied is None or self._applied[0] != store.version:

@@ -138,7 +138,7 @@ def observe(
     than ``ceil(1/epsilon)`` keys), ``slot_bits`` outside [10, 20], a ``window`` that is not a
     ``Window``, a bad region name, version or channels; after the passes, for a batch whose two reads
     disagree (``df``). A sink that rejects the snapshot (such as a window already ingested under
-    another batch) raises its ReparError. Nothing is written when anything raises.
+    another batch) raises its RepartError. Nothing is written when anything raises.
     """
     began = time.perf_counter()
     key = key_column(df, key_col)

@@ -58,7 +58,8 @@ from repart.errors import InvalidInput
 from repart.partitioning.domain import Key, KeyType
 from repart.partitioning.function import PartitionFunction
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
-from repart.partitioning.split.function import SplitFunction, StoredFunction
+from repart.partitioning.routing import RoutingFunction
+from repart.partitioning.split.function import SplitFunction
 from repart.spark.constants import constant
 from repart.spark.keys import KeyColumn, key_column
 from repart.spark.split_route import alias_layout, route_split, row_columns, row_hash
@@ -70,7 +71,7 @@ _KEY_TYPES = {"str": "string", "int": "bigint"}
 def route(
     df: DataFrame,
     key_col: str,
-    version: StoredFunction,
+    version: RoutingFunction,
     *,
     channel_col: str = DEFAULT_CHANNEL_COL,
     row_cols: Sequence[str] | None = None,
@@ -91,17 +92,17 @@ def route(
     key type than ``version``'s, if ``df`` already has a column ``channel_col``, or if ``row_cols``
     is not a non-empty list of distinct hashable columns of ``df``.
     """
-    if not isinstance(version, PartitionFunction | SplitFunction):
+    if not isinstance(version, RoutingFunction):
         raise InvalidInput(
             "version", f"must be a PartitionFunction or a SplitFunction, got {type(version).__name__}"
         )
     key = key_column(df, key_col, expected=version.key_type)
     _check_new_column(df, channel_col)
     chosen = None if row_cols is None else row_columns(df, row_cols, key.name)
-    if isinstance(version, PartitionFunction):
-        return df.withColumn(channel_col, _channel(key, version))
-    if not version.split:
+    if not version.split:  # every row by its key's home channel (a PartitionFunction is its own home)
         return df.withColumn(channel_col, _channel(key, version.home))
+    # Split keys' rows go by their alias tables, which only a SplitFunction has.
+    assert isinstance(version, SplitFunction)
     layout = alias_layout(version)
     code = _channel(key, version.home, layout.codes, version.key_type)
     hashed = row_hash(chosen or row_columns(df, None, key.name))
@@ -111,7 +112,7 @@ def route(
 def partition(
     df: DataFrame,
     key_col: str,
-    version: StoredFunction,
+    version: RoutingFunction,
     *,
     channel_col: str = DEFAULT_CHANNEL_COL,
     row_cols: Sequence[str] | None = None,

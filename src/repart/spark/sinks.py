@@ -28,7 +28,7 @@ class SnapshotSink(Protocol):
     """Anything that takes a snapshot and returns where it wrote it."""
 
     def write(self, snapshot: Snapshot) -> str:
-        """Store ``snapshot``; raise (a ReparError for one the destination refuses) having written
+        """Store ``snapshot``; raise (a RepartError for one the destination refuses) having written
         nothing."""
         ...
 

@@ -47,7 +47,7 @@ from pyspark.sql import functions as F
 
 from repart.errors import Corrupt, InvalidInput
 from repart.partitioning.domain import Key
-from repart.partitioning.split.function import SplitFunction, StoredFunction
+from repart.partitioning.routing import RoutingFunction
 from repart.spark.batch_counts import (
     REGISTER_COLUMN,
     SLOT_COLUMN,
@@ -97,9 +97,9 @@ class Counting:
     always: frozenset[Key] = frozenset()
 
     @classmethod
-    def of(cls, function: StoredFunction, epsilon: float) -> Counting:
+    def of(cls, function: RoutingFunction, epsilon: float) -> Counting:
         """The counting of a batch routed by ``function``."""
-        always = frozenset(function.split) if isinstance(function, SplitFunction) else frozenset()
+        always = frozenset(function.split)
         return cls(epsilon, function.slot_bits, always)
 
 
@@ -109,7 +109,7 @@ def update_state(
     combine: Combine | None = None,
     *,
     version: int,
-    function: StoredFunction,
+    function: RoutingFunction,
     batch_id: int | None = None,
     query: QueryBatch | None = None,
     sources: Mapping[str, str | None] | None = None,

@@ -46,7 +46,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from repart.errors import Conflict, Corrupt, InvalidInput, NotFound, ReparError, Unavailable
+from repart.errors import Conflict, Corrupt, InvalidInput, NotFound, RepartError, Unavailable
 from repart.partitioning.consistent import check_n_channels
 from repart.partitioning.documents import (
     canonical_json,
@@ -505,7 +505,7 @@ class Log:
         so a failure to write one does not make the commit, which happened, look failed."""
         try:
             self._write_checkpoint_and_hint(generation)
-        except (OSError, ReparError) as error:
+        except (OSError, RepartError) as error:
             _LOG.warning("the commit of generation %s stands, but its checkpoint or hint was not written: %s",
                          generation.generation, error)  # fmt: skip
 

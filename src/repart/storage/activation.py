@@ -26,7 +26,8 @@ from repart.migration import MigrationPlan
 from repart.partitioning.algorithms.builder import check_algorithm
 from repart.partitioning.domain import SPLIT_SCHEMES
 from repart.partitioning.function import PartitionFunction
-from repart.partitioning.split.function import SplitFunction, StoredFunction, home_function, load_function
+from repart.partitioning.routing import RoutingFunction
+from repart.partitioning.split.function import load_function
 from repart.storage import models
 from repart.storage.events import NewEvent
 from repart.storage.jsontext import dump_object
@@ -107,7 +108,7 @@ def activate(
         # Before the plan is checked: a plan from a version no longer applied is a stale decision.
         check_status(region, expected, current)
     function = _checked_function(version, row)
-    if isinstance(function, SplitFunction):
+    if function.kind == "split":
         check("algorithm", version.algorithm, SPLIT_ALGORITHMS)
     else:
         check_algorithm(version.algorithm)
@@ -161,7 +162,7 @@ def activate(
             )
             session.add(version_row)
             session.flush()
-            _insert_explicit(session, version_row.id, home_function(function))
+            _insert_explicit(session, version_row.id, function.home)
             plan_id = None
             if checked_plan is not None and applied is not None:
                 plan_id = _insert_plan(session, row.id, checked_plan, applied.number, number)
@@ -194,7 +195,7 @@ def activate(
 SPLIT_ALGORITHMS = Options(tuple(f"split-{scheme}" for scheme in SPLIT_SCHEMES))
 
 
-def _checked_function(version: NewVersion, region: models.Region) -> StoredFunction:
+def _checked_function(version: NewVersion, region: models.Region) -> RoutingFunction:
     """The function of ``version`` if its JSON is canonical, matches the version's digest and N, and
     fits the region (channel bounds, key type, slot bits; a split function only in split mode)."""
     text = check("function_json", version.function_json, STRING)
@@ -207,7 +208,7 @@ def _checked_function(version: NewVersion, region: models.Region) -> StoredFunct
             "function_json",
             f"must be canonical JSON (as the function's to_json() writes it), got {shown(text)}",
         )
-    if isinstance(function, SplitFunction) and region.split_scheme is None:
+    if function.kind == "split" and region.split_scheme is None:
         raise InvalidInput(
             "function_json",
             f"must be key-preserving: region {region.name!r} is not in split mode, got a split function",
@@ -279,7 +280,7 @@ def _insert_explicit(session: Session, version_id: int, function: PartitionFunct
 
 
 def _checked_plan(
-    plan: MigrationPlan | str, region: models.Region, applied: models.Version, target: StoredFunction
+    plan: MigrationPlan | str, region: models.Region, applied: models.Version, target: RoutingFunction
 ) -> MigrationPlan:
     """``plan`` (parsed if it is JSON text) if it goes from the applied version to ``target``."""
     if isinstance(plan, str):

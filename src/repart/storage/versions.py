@@ -18,7 +18,7 @@ from repart.storage import models
 from repart.storage.regions import region_by_name
 
 if TYPE_CHECKING:
-    from repart.partitioning.split.function import StoredFunction
+    from repart.partitioning.routing import RoutingFunction
 
 VERSION_TRANSITIONS: dict[str, frozenset[str]] = {
     "planned": frozenset({"applied", "abandoned"}),
@@ -71,7 +71,7 @@ def list_versions(session: Session, region: str) -> list[models.Version]:
     return list(session.scalars(query))
 
 
-def version_function(version: models.Version) -> StoredFunction:
+def version_function(version: models.Version) -> RoutingFunction:
     """The function a version stores: a ``PartitionFunction``, or a ``SplitFunction`` in split mode."""
     from repart.partitioning.split.function import load_function
 

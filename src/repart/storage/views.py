@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from repart.partitioning.split.function import StoredFunction
+    from repart.partitioning.routing import RoutingFunction
     from repart.storage.models import Event, Plan, Version
     from repart.storage.overview import RegionOverview
 
@@ -47,25 +47,22 @@ def region_status(overview: RegionOverview) -> dict[str, Any]:
     }
 
 
-def version_dict(row: Version, function: StoredFunction) -> dict[str, Any]:
+def version_dict(row: Version, function: RoutingFunction) -> dict[str, Any]:
     """A version's metadata as a JSON object; a split function's split keys with their candidates and
     weights."""
-    from repart.partitioning.split.function import SplitFunction, home_function
-
-    home = home_function(function)
-    split = function.split if isinstance(function, SplitFunction) else {}
+    home = function.home
     return {
         "version": row.number,
         "N": row.n_channels,
         "status": row.status,
         "digest": row.digest,
         "algorithm": row.algorithm,
-        "kind": "split" if isinstance(function, SplitFunction) else "preserve",
+        "kind": function.kind,
         "explicit_size": len(home.explicit),
         "slot_overrides": len(home.slot_overrides),
         "split_keys": [
             {"key": key, "candidates": list(entry.candidates), "weights": list(entry.weights)}
-            for key, entry in split.items()
+            for key, entry in function.split.items()
         ],
         "parent": row.parent_number,
         "created_at": timestamp(row.created_at),

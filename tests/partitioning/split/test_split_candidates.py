@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from repart.partitioning.domain import SPLIT_SCHEMES
+from repart.partitioning.groupings.ring import build_ring, walk
 from repart.partitioning.hashing import hash_keys
 from repart.partitioning.split.candidates import (
     candidate_lists,
@@ -20,7 +21,6 @@ from repart.partitioning.split.candidates import (
 )
 from repart.partitioning.split.function import SplitEntry
 from repart.partitioning.split.params import SplitParams
-from repart.partitioning.splitting.ring import build_ring, walk
 
 KEYS = [f"key-{i}" for i in range(12)]
 HASHES = hash_keys(KEYS)

@@ -64,9 +64,10 @@ from repart.partitioning.function import PartitionFunction
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.partitioning.metrics import Imbalance, imbalance, lower_bound
 from repart.partitioning.resources import Resources, check_channels
+from repart.partitioning.routing import RoutingFunction
 from repart.partitioning.split.alias import MAX_ALIAS_BUCKETS, alias_buckets
 from repart.partitioning.split.candidates import candidate_lists, choice_counts, rendezvous_order
-from repart.partitioning.split.function import SplitEntry, SplitFunction, StoredFunction, home_function
+from repart.partitioning.split.function import SplitEntry, SplitFunction
 from repart.partitioning.split.params import SplitParams
 from repart.partitioning.split.report import SplitBuildResult, SplitReport
 from repart.partitioning.split.weights import water_fill
@@ -79,7 +80,7 @@ UIntArray = npt.NDArray[np.uint64]
 
 
 def build_split(
-    previous: PartitionFunction | SplitFunction,
+    previous: RoutingFunction,
     estimate: FrequencyEstimate,
     n_channels: int,
     *,
@@ -105,7 +106,7 @@ def build_split(
     keys = tuple(estimate.keys[i] for i in head.tolist())
     hashes = hash_keys(keys) if keys else np.empty(0, dtype=np.uint64)
     homes = sticky_homes(home_before, keys, hashes, n, split.seed)
-    before = [previous.split.get(key) if isinstance(previous, SplitFunction) else None for key in keys]
+    before = [previous.split.get(key) for key in keys]
     lists = candidate_lists(split, homes, hashes, counts, n, before)
     fitting = alias_fitting(lists)
     head, keys, homes, lists = head[:fitting], keys[:fitting], homes[:fitting], lists[:fitting]
@@ -161,14 +162,12 @@ def alias_fitting(lists: list[tuple[int, ...]]) -> int:
     return int(np.searchsorted(sizes, MAX_ALIAS_BUCKETS, side="right"))
 
 
-def split_imbalance(stored: StoredFunction, estimate: FrequencyEstimate, params: BuildParams) -> Imbalance:
-    """The imbalance (b, max/mean load) of ``stored`` on ``estimate``, as ``build_split`` predicts it
-    for the function it builds: the estimate's keys that ``stored`` splits spread over their candidates
-    by their weights, every other key (and the untracked mass by slot) on its home channel. This is
-    the controller's b of an applied version on a new window and the demo's b of a batch; a
-    key-preserving function is a split function without split keys, for which it equals
-    ``builder.predict``'s imbalance."""
-    function = stored if isinstance(stored, SplitFunction) else SplitFunction(stored)
+def split_imbalance(function: RoutingFunction, estimate: FrequencyEstimate, params: BuildParams) -> Imbalance:
+    """The imbalance (b, max/mean load) of ``function`` on ``estimate``, as ``build_split`` predicts it
+    for the function it builds: the estimate's keys that ``function`` splits spread over their
+    candidates by their weights, every other key (and the untracked mass by slot) on its home channel.
+    This is the controller's b of an applied version on a new window and the demo's b of a batch; a
+    key-preserving function splits no key, and for it the imbalance equals ``builder.predict``'s."""
     exponents = params.resources.load_exponents
     head = np.asarray([i for i, key in enumerate(estimate.keys) if key in function.split], dtype=np.int64)
     keys = [estimate.keys[i] for i in head.tolist()]
@@ -237,9 +236,9 @@ def tail_aware_home(
     return BuildResult(function, report)
 
 
-def _home_of(previous: PartitionFunction | SplitFunction) -> PartitionFunction:
-    if isinstance(previous, PartitionFunction | SplitFunction):
-        return home_function(previous)
+def _home_of(previous: RoutingFunction) -> PartitionFunction:
+    if isinstance(previous, RoutingFunction):
+        return previous.home
     raise InvalidInput(
         "previous", f"must be a PartitionFunction or a SplitFunction, got a {type(previous).__name__}"
     )

@@ -9,8 +9,8 @@ in [0, N). How many a head key gets (``choice_counts``) and which (``candidate_l
   d − 1 hash choices that differ from it.
 - **wchoices**, **rr**: all N, the home first, then the others in increasing order.
 - **fish**: d_k = min(N, max(floor, ⌈spread·N·f_k⌉)) with floor = max(2, ⌈N·F_H/|H|⌉), F_H the head's
-  mass: FISH's rule (``splitting.fish``) applied to the window; the home, then the first distinct
-  channels met clockwise on FISH's consistent-hash ring (``splitting.ring``) from the key, skipping
+  mass: FISH's rule (``groupings.fish``) applied to the window; the home, then the first distinct
+  channels met clockwise on FISH's consistent-hash ring (``groupings.ring``) from the key, skipping
   the home.
 - **dkg**: w contiguous channels home, home + 1, … (mod N). DKG scales a key out while its least
   loaded candidate is at or above L_s = L_i + √L_i percent of the load (L_i = 100/N). In a batch,
@@ -19,7 +19,7 @@ in [0, N). How many a head key gets (``choice_counts``) and which (``candidate_l
   (N when none is).
 
 Hash choices are the channels in *rendezvous order*: channel c scores ``mix64(h(k) XOR seed_c)``
-(``splitting.hashes``: SplitMix64's finaliser, seed_c the family's c-th seed, h(k) the key's XXH64
+(``groupings.hashes``: SplitMix64's finaliser, seed_c the family's c-th seed, h(k) the key's XXH64
 hash) and the order is by decreasing score. It is the same hash family the groupings use, read as
 highest-random-weight hashing rather than ``H_j(k) mod N``: a larger d only adds channels, and when
 N grows by one a key's order only gains the new channel, at a random rank (``H_j``'s multiply-shift
@@ -42,11 +42,11 @@ from functools import lru_cache
 import numpy as np
 import numpy.typing as npt
 
+from repart.partitioning.groupings.dkg import scale_threshold
+from repart.partitioning.groupings.hashes import function_seeds, mix_array
+from repart.partitioning.groupings.ring import build_ring, walk
 from repart.partitioning.split.function import SplitEntry
 from repart.partitioning.split.params import SplitParams
-from repart.partitioning.splitting.dkg import scale_threshold
-from repart.partitioning.splitting.hashes import function_seeds, mix_array
-from repart.partitioning.splitting.ring import build_ring, walk
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -82,7 +82,7 @@ def split_choices(head: FloatArray, tail: float, n: int, epsilon: float) -> int:
 
         Σ_{i≤h} p_i + (b_h/N)^d Σ_{h<i≤|H|} p_i + (b_h/N) Σ_{i>|H|} p_i ≤ b_h (1/N + ε),
 
-    b_h = N − N(1 − d/N)^h (as ``splitting.head.optimal_choices``), or N when none below N does.
+    b_h = N − N(1 − d/N)^h (as ``groupings.head.optimal_choices``), or N when none below N does.
 
     The proposition bounds the expected load of the b_h channels that serve the first h head keys:
     those keys, the later head keys whose d choices all fall among them, and the tail keys that
@@ -175,7 +175,7 @@ def rendezvous_order(key_hashes: UIntArray, n: int, seed: int) -> IntArray:
 
 
 def ring_order(key_hash: int, n: int, params: SplitParams) -> IntArray:
-    """Every channel, in the order met clockwise from the key on FISH's ring (``splitting.ring``)."""
+    """Every channel, in the order met clockwise from the key on FISH's ring (``groupings.ring``)."""
     positions, owners, buckets = _ring(n, params.virtual_nodes, params.seed)
     out = np.zeros((1, n), dtype=np.int32)
     found = walk(positions, owners, buckets, np.uint64(key_hash), n, out, 0, np.zeros(n + 1, dtype=np.int64))

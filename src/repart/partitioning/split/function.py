@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Final, Literal, NamedTuple
 
 from repart.errors import InvalidInput
 from repart.partitioning.documents import (
@@ -42,11 +42,12 @@ from repart.partitioning.documents import (
 )
 from repart.partitioning.domain import Key, KeyType, key_type_of
 from repart.partitioning.function import PartitionFunction
+from repart.partitioning.routing import RoutingFunction
 from repart.partitioning.split.alias import MAX_ALIAS_BUCKETS, AliasTable, alias_buckets
 from repart.validation import Interval, Kind, Options, check, shown
 
 FORMAT_VERSION = 1
-KIND = "split"
+KIND: Final = "split"
 _DOCUMENT_FIELDS = ("format", "home", "kind", "split")
 #: How far the weights of a split key may sum from 1 (they are floats written as JSON numbers).
 WEIGHT_SUM_TOLERANCE = 1e-9
@@ -73,7 +74,8 @@ class SplitFunction:
     (``split[3].candidates``, ``split[3].weights``, …, by the position given) and what is accepted.
     ``split`` is then kept in key order, the order of the canonical JSON's rows. The split keys' alias
     tables hold at most ``MAX_ALIAS_BUCKETS`` buckets in all (``InvalidInput`` ``split``), what one
-    routing constant of the job can address (``repart.partitioning.split.alias``).
+    routing constant of the job can address (``repart.partitioning.split.alias``). It is a
+    ``RoutingFunction`` of kind ``"split"``.
     """
 
     home: PartitionFunction
@@ -105,6 +107,11 @@ class SplitFunction:
     def __reduce__(self) -> tuple[Callable[[str], SplitFunction], tuple[str]]:
         """Pickle through the canonical JSON, as ``PartitionFunction`` does."""
         return (SplitFunction.from_json, (self.to_json(),))
+
+    @property
+    def kind(self) -> Literal["split"]:
+        """``"split"``, with or without split keys (``RoutingFunction``)."""
+        return KIND
 
     @property
     def n_channels(self) -> int:
@@ -228,16 +235,7 @@ def _checked_entry(
     return checked, checked_weights
 
 
-StoredFunction = PartitionFunction | SplitFunction
-"""Either kind of function a version stores."""
-
-
-def home_function(function: StoredFunction) -> PartitionFunction:
-    """The key-preserving part of a stored function: a split function's home, or the function itself."""
-    return function.home if isinstance(function, SplitFunction) else function
-
-
-def load_function(text: str) -> StoredFunction:
+def load_function(text: str) -> RoutingFunction:
     """A stored function of either kind: a split function when its document says ``"kind": "split"``,
     else a ``PartitionFunction``."""
     document = parse_json(text, "function")

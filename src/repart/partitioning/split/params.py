@@ -24,7 +24,7 @@ from repart.validation import FRACTION, NONE, POSITIVE, Interval, Kind, Options,
 DEFAULT_HEAD_SHARE = 1 / 20
 #: D-Choices' ε of Proposition IV.1 (the paper's default, as the grouping's).
 DEFAULT_EPSILON = 1e-4
-#: FISH's candidate count per unit of n·f (the grouping's measured default, splitting/fish.py).
+#: FISH's candidate count per unit of n·f (the grouping's measured default, groupings/fish.py).
 DEFAULT_SPREAD = 4.0
 #: Virtual nodes per channel on FISH's consistent-hash ring (the grouping's default).
 DEFAULT_VIRTUAL_NODES = 100

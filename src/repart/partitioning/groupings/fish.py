@@ -34,7 +34,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from repart.partitioning.splitting.base import (
+from repart.partitioning.groupings.base import (
     FloatArray,
     Grouping,
     IntArray,
@@ -45,7 +45,7 @@ from repart.partitioning.splitting.base import (
     check_rates,
     default_theta,
 )
-from repart.partitioning.splitting.idle import (
+from repart.partitioning.groupings.idle import (
     BUSY,
     REBASE_AFTER,
     I16Array,
@@ -59,10 +59,10 @@ from repart.partitioning.splitting.idle import (
     relative,
     waiting_choice,
 )
-from repart.partitioning.splitting.keytable import KeyTable, append, find_or_slot
-from repart.partitioning.splitting.minload import lowest_bit, words
-from repart.partitioning.splitting.ring import build_ring, walk
-from repart.partitioning.splitting.spacesaving import (
+from repart.partitioning.groupings.keytable import KeyTable, append, find_or_slot
+from repart.partitioning.groupings.minload import lowest_bit, words
+from repart.partitioning.groupings.ring import build_ring, walk
+from repart.partitioning.groupings.spacesaving import (
     Summaries,
     admit,
     bump,

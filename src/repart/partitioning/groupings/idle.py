@@ -32,7 +32,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from repart.partitioning.splitting.base import FloatArray, IntArray
+from repart.partitioning.groupings.base import FloatArray, IntArray
 
 I16Array = npt.NDArray[np.int16]
 I32Array = npt.NDArray[np.int32]

@@ -11,14 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from repart.errors import InvalidInput
-from repart.partitioning.splitting import metrics
-from repart.partitioning.splitting.metrics import (
+from repart.partitioning.groupings import metrics
+from repart.partitioning.groupings.metrics import (
     GroupingMetrics,
-    Imbalance,
     Latency,
+    LoadExcess,
     evaluate,
-    imbalance,
     latency,
+    load_excess,
     load_std,
     memory,
     saturation,
@@ -27,7 +27,7 @@ from repart.partitioning.splitting.metrics import (
 # ---------------------------------------------------------------- oracles, written plainly
 
 
-def oracle_imbalance(workers: list[int], n: int) -> tuple[float, float]:
+def oracle_load_excess(workers: list[int], n: int) -> tuple[float, float]:
     loads = [0] * n
     values = []
     for t, w in enumerate(workers, start=1):
@@ -99,8 +99,8 @@ def arr(values: list[int]) -> np.ndarray:
 @given(streams())
 def test_against_oracles(case: tuple[int, int, list[int], list[int], list[float], float]) -> None:
     n, distinct, keys, workers, rates, lam = case
-    final, average = oracle_imbalance(workers, n)
-    result = imbalance(arr(workers), n)
+    final, average = oracle_load_excess(workers, n)
+    result = load_excess(arr(workers), n)
     assert result.final == pytest.approx(final, rel=1e-12, abs=1e-12)
     assert result.average == pytest.approx(average, rel=1e-12, abs=1e-12)
 
@@ -143,13 +143,13 @@ def test_key_grouping_single_key() -> None:
     keys = arr([0] * 12)
     n = 4
     assert memory(keys, workers, n, distinct=1) == 1.0
-    assert imbalance(workers, n).final == pytest.approx(1 - 1 / n)
+    assert load_excess(workers, n).final == pytest.approx(1 - 1 / n)
     # I(t) = t − t/4 = 3t/4, Σ_{t=1..12} = 3/4·78 = 58.5, / 12 / 12
-    assert imbalance(workers, n).average == pytest.approx(58.5 / 144)
+    assert load_excess(workers, n).average == pytest.approx(58.5 / 144)
     # percentages (0, 0, 100, 0): mean 25, variance (3·625 + 5625)/4 = 1875
     assert load_std(workers, n) == pytest.approx(math.sqrt(1875.0))
     assert load_std(workers - 2, 1) == 0.0
-    assert imbalance(workers - 2, 1) == Imbalance(final=0.0, average=0.0)
+    assert load_excess(workers - 2, 1) == LoadExcess(final=0.0, average=0.0)
 
 
 def test_shuffle_round_robin() -> None:
@@ -158,7 +158,7 @@ def test_shuffle_round_robin() -> None:
     workers = arr([t % n for t in range(m)])
     # each of 3 keys appears 10 times in a row: keys 0..2 each cover every worker (10 ≥ 5 consecutive)
     keys = arr([t // 10 for t in range(m)])
-    result = imbalance(workers, n)
+    result = load_excess(workers, n)
     assert result.final == 0.0
     # I(t) = ceil(t/n) − t/n ≠ 0 between multiples of n: Σ over one period is (4+3+2+1)/5 = 2
     assert result.average == pytest.approx(k * 2.0 / m / m)
@@ -195,7 +195,7 @@ def test_saturation_examples() -> None:
 
 
 def test_integer_dtypes_and_lists_are_accepted() -> None:
-    assert imbalance(np.array([0, 1], dtype=np.int32), 2) == Imbalance(final=0.0, average=0.25 / 2)
+    assert load_excess(np.array([0, 1], dtype=np.int32), 2) == LoadExcess(final=0.0, average=0.25 / 2)
     assert memory(np.array([0, 0], dtype=np.uint8), [0, 1], 2, 1) == 2.0
     assert latency(np.array([0]), np.array([2]), 1).mean == 0.5
 
@@ -210,14 +210,14 @@ R = np.array([1.0, 2.0])
 @pytest.mark.parametrize(
     ("call", "match"),
     [
-        (lambda: imbalance(W, 0), r"^n must be an integer in \[1, inf\)"),
-        (lambda: imbalance(W, True), r"^n must be"),
+        (lambda: load_excess(W, 0), r"^n must be an integer in \[1, inf\)"),
+        (lambda: load_excess(W, True), r"^n must be"),
         (lambda: load_std(W, 1), r"^workers must hold ids in \[0, n - 1 = 0\]"),
-        (lambda: imbalance(arr([0, -1]), 2), r"^workers must hold ids in \[0, n - 1 = 1\]"),
-        (lambda: imbalance(np.array([0.0, 1.0]), 2), r"^workers must be an integer array"),
-        (lambda: imbalance(np.array([True]), 2), r"^workers must be an integer array"),
-        (lambda: imbalance(arr([]), 2), r"^workers must be a non-empty 1-d array"),
-        (lambda: imbalance(arr([[0, 1]]), 2), r"^workers must be a non-empty 1-d array"),
+        (lambda: load_excess(arr([0, -1]), 2), r"^workers must hold ids in \[0, n - 1 = 1\]"),
+        (lambda: load_excess(np.array([0.0, 1.0]), 2), r"^workers must be an integer array"),
+        (lambda: load_excess(np.array([True]), 2), r"^workers must be an integer array"),
+        (lambda: load_excess(arr([]), 2), r"^workers must be a non-empty 1-d array"),
+        (lambda: load_excess(arr([[0, 1]]), 2), r"^workers must be a non-empty 1-d array"),
         (lambda: memory(arr([0, 1, 2]), W, 2, 2), r"^key_ids must hold ids in \[0, distinct - 1 = 1\]"),
         (lambda: memory(arr([0, -1, 0]), W, 2, 2), r"^key_ids must hold ids in \[0, distinct - 1 = 1\]"),
         (lambda: memory(np.array([0.0, 0, 0]), W, 2, 2), r"^key_ids must be an integer array"),

@@ -5,8 +5,9 @@ tuples to n workers. The simulator hands over, in stream order, the worker of ev
 (``workers``, int64 in [0, n)) and the dense key id of every tuple (``key_ids``, int64 in
 [0, distinct)). From these:
 
-- the imbalance I(t) = max_i L_i(t) − t/n, L_i(t) the number of the first t tuples routed to worker i
-  (PKG §2, D-Choices §II), at the end of the stream and averaged over every t;
+- the load excess I(t) = max_i L_i(t) − t/n (the papers' "imbalance"), L_i(t) the number of the first
+  t tuples routed to worker i (PKG §2, D-Choices §II), at the end of the stream and averaged over
+  every t;
 - the memory cost: the mean number of distinct workers that receive a key (DKG's DistCost, Eq. 8);
 - the standard deviation of the load percentages of the workers (DKG Eq. 7);
 - the mean and 99th percentile latency of a queueing model (deterministic arrivals at rate λ, FIFO
@@ -25,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from repart.errors import InvalidInput
-from repart.partitioning.splitting.base import check_rates
+from repart.partitioning.groupings.base import check_rates
 from repart.validation import POSITIVE, POSITIVE_INT, check
 
 FloatArray = npt.NDArray[np.float64]
@@ -41,7 +42,7 @@ def _njit(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @_njit
-def _imbalance_kernel(workers: IntArray, n: int) -> tuple[int, int]:
+def _load_excess_kernel(workers: IntArray, n: int) -> tuple[int, int]:
     """(max_i L_i(m), Σ_{t=1..m} max_i L_i(t)); loads only grow, so the running max is O(1) a tuple."""
     loads = np.zeros(n, dtype=np.int64)
     top = 0
@@ -105,15 +106,22 @@ def _check_ids(values: IntArray, name: str, bound: int, bound_name: str) -> IntA
 
 
 @dataclass(frozen=True)
-class Imbalance:
-    """I(m)/m (``final``) and the time average of I(t) over t = 1 … m, divided by m (``average``)."""
+class LoadExcess:
+    """How far the busiest worker's load exceeds the mean load, as fractions of the m tuples.
+
+    The PKG paper's imbalance at time t, "the difference between the maximum and the average load of
+    the workers": I(t) = max_i L_i(t) − avg_i L_i(t), L_i(t) the number of the first t tuples routed
+    to worker i (PKG §2, D-Choices §II). ``final`` is I(m)/m and ``average`` the time average of I(t)
+    over t = 1 … m, divided by m. It is a difference of tuple counts, not Gedik's imbalance b
+    (``repart.partitioning.metrics.Imbalance``: ratios max/min of channel loads over a tolerance α).
+    """
 
     final: float
     average: float
 
 
-def imbalance(workers: IntArray, n: int) -> Imbalance:
-    """I(t) = max_i L_i(t) − t/n (PKG §2, D-Choices §II) as fractions of the m tuples.
+def load_excess(workers: IntArray, n: int) -> LoadExcess:
+    """I(t) = max_i L_i(t) − t/n (PKG §2, D-Choices §II) as fractions of the m tuples (``LoadExcess``).
 
     ``final`` = I(m)/m; ``average`` = (Σ_{t=1..m} I(t)) / m / m, the PKG paper's "fraction of average
     imbalance". Computed exactly over every t: Σ_t max_i L_i(t) is an integer and Σ_t t/n =
@@ -122,10 +130,10 @@ def imbalance(workers: IntArray, n: int) -> Imbalance:
     count = check("n", n, POSITIVE_INT)
     w = _check_ids(workers, "workers", count, "n")
     m = int(w.size)
-    top, total = _imbalance_kernel(w, count)
+    top, total = _load_excess_kernel(w, count)
     final = (count * int(top) - m) / (count * m)
     average = (2 * count * int(total) - m * (m + 1)) / (2 * count * m * m)
-    return Imbalance(final=final, average=average)
+    return LoadExcess(final=final, average=average)
 
 
 def memory(key_ids: IntArray, workers: IntArray, n: int, distinct: int) -> float:
@@ -215,16 +223,17 @@ def evaluate(
     rates: FloatArray,
     arrival_rate: float,
 ) -> GroupingMetrics:
-    """imbalance, memory, load_std, latency and saturation of one stream; ``rates`` must have length n."""
+    """Load excess (as ``imbalance``, the papers' name), memory, load_std, latency and saturation of one
+    stream; ``rates`` must have length n."""
     count = check("n", n, POSITIVE_INT)
     r = check_rates(rates, count)
     lam = check("arrival_rate", arrival_rate, POSITIVE)
     w = _check_ids(workers, "workers", count, "n")
-    imb = imbalance(w, count)
+    excess = load_excess(w, count)
     lat = latency(w, r, lam)
     return GroupingMetrics(
-        imbalance=imb.final,
-        imbalance_avg=imb.average,
+        imbalance=excess.final,
+        imbalance_avg=excess.average,
         memory=memory(key_ids, w, count, distinct),
         load_std=load_std(w, count),
         latency_mean=lat.mean,

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from repart.partitioning.splitting.base import Grouping
-from repart.partitioning.splitting.dkg import DynamicKeyGrouping
-from repart.partitioning.splitting.fish import Fish
-from repart.partitioning.splitting.greedy import OfflineGreedy, OnlineGreedy, PowerOfTwoChoices
-from repart.partitioning.splitting.hashed import KeyGrouping, PartialKeyGrouping, ShuffleGrouping
-from repart.partitioning.splitting.head import DChoices, RoundRobinHead, WChoices, optimal_choices
+from repart.partitioning.groupings.base import Grouping
+from repart.partitioning.groupings.dkg import DynamicKeyGrouping
+from repart.partitioning.groupings.fish import Fish
+from repart.partitioning.groupings.greedy import OfflineGreedy, OnlineGreedy, PowerOfTwoChoices
+from repart.partitioning.groupings.hashed import KeyGrouping, PartialKeyGrouping, ShuffleGrouping
+from repart.partitioning.groupings.head import DChoices, RoundRobinHead, WChoices, optimal_choices
 from repart.validation import Options, check
 
 GROUPINGS: dict[str, type[Grouping]] = {

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from repart.partitioning.splitting.base import Grouping, IntArray, UIntArray, check_count
-from repart.partitioning.splitting.hashes import choice, function_seed, function_seeds, seed_base
+from repart.partitioning.groupings.base import Grouping, IntArray, UIntArray, check_count
+from repart.partitioning.groupings.hashes import choice, function_seed, function_seeds, seed_base
 
 
 @numba.njit(cache=True, inline="always")

@@ -19,10 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repart.partitioning.splitting import Fish
-from repart.partitioning.splitting.idle import REBASE_AFTER
-from tests.partitioning.splitting import reference as ref
-from tests.partitioning.splitting.reference import Keys, Origins, first_tuple, route_in_chunks, zipf_keys
+from repart.partitioning.groupings import Fish
+from repart.partitioning.groupings.idle import REBASE_AFTER
+from tests.partitioning.groupings import reference as ref
+from tests.partitioning.groupings.reference import Keys, Origins, first_tuple, route_in_chunks, zipf_keys
 
 LOW, HIGH = int(np.iinfo(np.int16).min), int(np.iinfo(np.int16).max)
 #: The parameters these tests do not vary (small summaries and rings keep the reference fast).

@@ -39,9 +39,9 @@ import math
 import numba
 import numpy as np
 
-from repart.partitioning.splitting.base import Grouping, IntArray, UIntArray, check_count
-from repart.partitioning.splitting.hashes import choice
-from repart.partitioning.splitting.keytable import KeyTable, append, find_or_slot
+from repart.partitioning.groupings.base import Grouping, IntArray, UIntArray, check_count
+from repart.partitioning.groupings.hashes import choice
+from repart.partitioning.groupings.keytable import KeyTable, append, find_or_slot
 
 FORGOTTEN, BABY, TEENAGE, OLD = -1, 0, 1, 2
 NEVER = -1  # a key item not yet checked for scaling

@@ -13,7 +13,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from repart.partitioning.splitting.hashes import GOLDEN, mix64
+from repart.partitioning.groupings.hashes import GOLDEN, mix64
 
 IntArray = npt.NDArray[np.int64]
 UIntArray = npt.NDArray[np.uint64]

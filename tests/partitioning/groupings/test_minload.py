@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repart.partitioning.splitting.minload import (
+from repart.partitioning.groupings.minload import (
     MAX_LEVELS,
     add_tuple,
     least_loaded,

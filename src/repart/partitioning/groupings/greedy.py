@@ -11,10 +11,10 @@ import numpy as np
 import numpy.typing as npt
 
 from repart.errors import InvalidInput
-from repart.partitioning.splitting.base import Grouping, IntArray, UIntArray
-from repart.partitioning.splitting.hashed import pkg_pair
-from repart.partitioning.splitting.hashes import seed_base
-from repart.partitioning.splitting.keytable import KeyTable, append, find_or_slot
+from repart.partitioning.groupings.base import Grouping, IntArray, UIntArray
+from repart.partitioning.groupings.hashed import pkg_pair
+from repart.partitioning.groupings.hashes import seed_base
+from repart.partitioning.groupings.keytable import KeyTable, append, find_or_slot
 
 _POTC = 0
 _ON_GREEDY = 1

@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from repart.errors import InvalidInput
-from repart.partitioning.splitting import SCHEMES, Fish, make_grouping, optimal_choices
-from repart.partitioning.splitting.fish import waiting_choice
-from tests.partitioning.splitting import reference as ref
-from tests.partitioning.splitting.reference import check, zipf_keys
+from repart.partitioning.groupings import SCHEMES, Fish, make_grouping, optimal_choices
+from repart.partitioning.groupings.fish import waiting_choice
+from tests.partitioning.groupings import reference as ref
+from tests.partitioning.groupings.reference import check, zipf_keys
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

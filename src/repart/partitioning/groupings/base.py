@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from repart.errors import InvalidInput
-from repart.partitioning.splitting.hashes import function_seeds
+from repart.partitioning.groupings.hashes import function_seeds
 from repart.validation import FRACTION, POSITIVE, Interval, check
 
 IntArray = npt.NDArray[np.int64]

@@ -21,7 +21,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from repart.partitioning.splitting.base import (
+from repart.partitioning.groupings.base import (
     FloatArray,
     Grouping,
     IntArray,
@@ -31,9 +31,9 @@ from repart.partitioning.splitting.base import (
     check_positive,
     default_theta,
 )
-from repart.partitioning.splitting.hashed import pkg_choice, seed_of
-from repart.partitioning.splitting.hashes import choice, seed_base
-from repart.partitioning.splitting.minload import (
+from repart.partitioning.groupings.hashed import pkg_choice, seed_of
+from repart.partitioning.groupings.hashes import choice, seed_base
+from repart.partitioning.groupings.minload import (
     add_tuple,
     least_loaded,
     least_loaded_of,
@@ -41,7 +41,7 @@ from repart.partitioning.splitting.minload import (
     raise_minimum,
     words,
 )
-from repart.partitioning.splitting.spacesaving import (
+from repart.partitioning.groupings.spacesaving import (
     Summaries,
     admit,
     bump,

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 from numba.cpython.unsafe.numbers import leading_zeros
 
-from repart.partitioning.splitting.hashes import GOLDEN
+from repart.partitioning.groupings.hashes import GOLDEN
 
 IntArray = npt.NDArray[np.int64]
 UIntArray = npt.NDArray[np.uint64]

@@ -7,8 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repart.partitioning.splitting import Fish
-from repart.partitioning.splitting.idle import (
+from repart.partitioning.groupings import Fish
+from repart.partitioning.groupings.idle import (
     BUSY,
     LATEST,
     REBASE_AFTER,
@@ -22,8 +22,8 @@ from repart.partitioning.splitting.idle import (
     release_index,
     waiting_choice,
 )
-from tests.partitioning.splitting import reference as ref
-from tests.partitioning.splitting.reference import first_tuple
+from tests.partitioning.groupings import reference as ref
+from tests.partitioning.groupings.reference import first_tuple
 
 
 def oracle(order: list[int], width: int, finish: list[float], now: float) -> int:

@@ -11,7 +11,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from repart.partitioning.splitting.hashes import mix64, mix_array
+from repart.partitioning.groupings.hashes import mix64, mix_array
 
 IntArray = npt.NDArray[np.int64]
 UIntArray = npt.NDArray[np.uint64]

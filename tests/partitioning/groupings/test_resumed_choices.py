@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repart.partitioning.splitting.dkg import RESCAN, least_loaded_run, resume_run, settle_run
+from repart.partitioning.groupings.dkg import RESCAN, least_loaded_run, resume_run, settle_run
 
 
 def oracle_run(loads: list[int], home: int, count: int) -> int:
