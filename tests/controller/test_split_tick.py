@@ -11,10 +11,27 @@ from repart.controller.actions import explain, rollback, scale
 from repart.controller.service import update_region
 from repart.controller.tick import tick
 from repart.migration import MigrationPlan
+from repart.partitioning import initial_function
 from repart.partitioning.split.function import SplitFunction
-from repart.storage import run_in_transaction, set_plan_status, version_function
+from repart.storage import (
+    NewEvent,
+    NewVersion,
+    activate,
+    run_in_transaction,
+    set_plan_status,
+    version_function,
+)
 from repart.storage.jsontext import load_object
-from tests.factories import REGION, add_zipf_region, events, ingest, plans, versions, zipf_snapshot
+from tests.factories import (
+    REGION,
+    SMALL_SLOT_BITS,
+    add_zipf_region,
+    events,
+    ingest,
+    plans,
+    versions,
+    zipf_snapshot,
+)
 
 
 def split_region(engine: Engine, scheme: str = "dchoices") -> None:
@@ -90,3 +107,19 @@ def test_scale_and_rollback_of_a_split_region(engine: Engine) -> None:
     rolled = rollback(engine, REGION, 1, reason="back to p(0)")
     assert version_function(versions(engine)[-1]) == version_function(versions(engine)[0])
     assert rolled.plan_m is not None
+
+
+def test_an_applied_split_function_without_split_keys_is_not_rebuilt_for_the_mode(engine: Engine) -> None:
+    """A split build whose window has no key hot enough to split stores a split function with an empty
+    table; in split mode that is the region's kind, so a calm window changes nothing."""
+    split_mode = {"split_scheme": "dchoices", "merge": "value=sum"}
+    add_zipf_region(engine, n_channels_initial=8, algorithm="redist", **split_mode)
+    empty = SplitFunction(initial_function(8, "int", SMALL_SLOT_BITS))
+    event = NewEvent("activated", "test", "a split function without split keys")
+    new = NewVersion(empty.to_json(), empty.digest, 8, "split-dchoices")
+    run_in_transaction(engine, lambda session: activate(session, REGION, new, None, event))
+    ingest(engine, zipf_snapshot(1, n_channels=8, demand=8, exponent=0.0))  # uniform: b within threshold
+    result = tick(engine, REGION)
+    assert (result.action, result.version) == ("unchanged", None)
+    assert events(engine)[0].rule != "split-mode"
+    assert len(versions(engine)) == 1

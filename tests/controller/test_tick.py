@@ -431,11 +431,11 @@ def test_a_hold_between_read_and_write_discards_the_decision(engine: Engine) -> 
 
 
 def test_a_recommendation_is_what_auto_would_activate(engine: Engine) -> None:
-    observed = window_tick_input(engine, threshold=1.0, mode="recommend")
+    tick_input = window_tick_input(engine, threshold=1.0, mode="recommend")
     now = datetime.now(UTC)
-    recommended = decide(observed, now)
+    recommended = decide(tick_input, now)
     auto = decide(
-        dataclasses.replace(observed, status=dataclasses.replace(observed.status, mode="auto")), now
+        dataclasses.replace(tick_input, status=dataclasses.replace(tick_input.status, mode="auto")), now
     )
     assert (recommended.action, auto.action) == ("recommended", "activated")
     assert recommended.version is None and recommended.plan is None  # nothing to activate

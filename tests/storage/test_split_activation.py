@@ -37,11 +37,13 @@ def test_a_split_region_stores_and_reads_back_a_split_version(engine: Engine) ->
     ("region", "algorithm", "field"),
     [({}, "split-pkg", "function_json"), ({"split_scheme": "pkg", "merge": "pv=sum"}, "redist", "algorithm")],
 )
+@pytest.mark.parametrize("keys", ["one split key", "no split key"])
 def test_a_split_version_needs_a_split_region_and_a_split_algorithm(
-    engine: Engine, region: dict[str, str], algorithm: str, field: str
+    engine: Engine, region: dict[str, str], algorithm: str, field: str, keys: str
 ) -> None:
+    """Also a split function that splits no key: its kind, not its table's size, decides."""
     add_region(engine, "vwap", **region)
-    split = split_function()
+    split = split_function() if keys == "one split key" else SplitFunction(initial_function(4, "str", 16))
     before = row_counts(engine)
     with Session(engine) as session, session.begin(), pytest.raises(InvalidInput) as raised:
         activate(session, "vwap", NewVersion(split.to_json(), split.digest, 4, algorithm), None, EVENT)

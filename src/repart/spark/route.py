@@ -92,7 +92,7 @@ def route(
     key type than ``version``'s, if ``df`` already has a column ``channel_col``, or if ``row_cols``
     is not a non-empty list of distinct hashable columns of ``df``.
     """
-    if not isinstance(version, RoutingFunction):
+    if not isinstance(version, PartitionFunction | SplitFunction):  # an argument check, not dispatch
         raise InvalidInput(
             "version", f"must be a PartitionFunction or a SplitFunction, got {type(version).__name__}"
         )

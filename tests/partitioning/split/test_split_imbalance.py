@@ -58,7 +58,7 @@ def test_b_on_another_window_spreads_only_the_split_keys_it_holds() -> None:
 def test_a_key_preserving_function_s_b_is_the_builder_s_prediction(
     n: int, counts: dict[str, int], untracked: int, explicit: dict[str, int]
 ) -> None:
-    """A key-preserving function is a split function without split keys: its b and max/mean load,
+    """A key-preserving function splits no key: its b and max/mean load,
     untracked mass by slot included, are ``builder.predict``'s (the tick and the demo measure both
     kinds through one function)."""
     function = replace(initial_function(n, "str"), explicit={k: c % n for k, c in explicit.items()})

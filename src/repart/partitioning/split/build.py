@@ -237,7 +237,7 @@ def tail_aware_home(
 
 
 def _home_of(previous: RoutingFunction) -> PartitionFunction:
-    if isinstance(previous, RoutingFunction):
+    if isinstance(previous, PartitionFunction | SplitFunction):  # an argument check, not dispatch
         return previous.home
     raise InvalidInput(
         "previous", f"must be a PartitionFunction or a SplitFunction, got a {type(previous).__name__}"
