@@ -94,3 +94,29 @@ def test_every_example_in_the_help_runs(db_url: str, tmp_path: Path) -> None:
         assert result.exit_code == 0, (example, result.output)
         if arguments[0] == "resume":  # resume needs a held region: hold it again for the next
             assert repart(db_url, "scale", REGION, "--channels", "3").exit_code == 0
+
+
+#: What rich reads as a markup tag, and so drops from the rendered help: ``[low,high]``, ``[default: …]``.
+RICH_TAG = re.compile(r"(?<!\\)\[[a-z#/@][^\[\]]*\]")
+
+
+def help_texts(command: Any, path: str, context: Any) -> Iterator[tuple[str, str]]:
+    """(command, text) for the help of every command and of each of its parameters."""
+    for text in [command.help or "", *(getattr(p, "help", None) or "" for p in command.params)]:
+        yield path, text
+    if hasattr(command, "list_commands"):
+        for name in command.list_commands(context):
+            sub = command.get_command(context, name)
+            yield from help_texts(
+                sub, f"{path} {name}", sub.context_class(sub, info_name=name, parent=context)
+            )
+
+
+def test_no_help_text_holds_what_rich_would_hide_as_markup() -> None:
+    root = typer.main.get_command(app)
+    hidden = [
+        (path, tag.group())
+        for path, text in help_texts(root, "repart", root.context_class(root, info_name="repart"))
+        for tag in RICH_TAG.finditer(text)
+    ]
+    assert hidden == []

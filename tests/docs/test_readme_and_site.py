@@ -30,6 +30,23 @@ def test_the_readme_is_a_front_page() -> None:
     assert not re.search(r"issue #|DESIGN §|#\d+\b", README)
 
 
+INTERNAL_REFERENCE = re.compile(r"\bissues?\s*#?\d|DESIGN §|\bthe issue\b|\bthe brief\b|second reader", re.I)
+
+
+def test_no_user_facing_text_cites_the_team_s_issues_or_design_document() -> None:
+    """The docs pages and the package's code (its docstrings, help and messages) are read by users, who
+    have neither the issue tracker nor the design document."""
+    pages = [p for p in (ROOT / "docs").rglob("*.md") if "results" not in p.parts]
+    sources = list((ROOT / "src" / "repart").rglob("*.py"))
+    cited = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in [ROOT / "README.md", *pages, *sources]
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if INTERNAL_REFERENCE.search(line)
+    ]
+    assert cited == []
+
+
 def test_the_readme_shows_the_streaming_example_as_the_file_holds_it() -> None:
     blocks = [block.split("```", 1)[0] for block in README.split("```python\n")[1:]]
     shown = next(block for block in blocks if "foreachBatch" in block)

@@ -120,8 +120,9 @@ def state_option(given: str | None) -> str:
 
 
 def _line_of(text: str, key: str) -> int:
-    """The line of ``text`` (1-based) where the top-level ``key`` is assigned; 1 when it cannot be told."""
-    pattern = re.compile(rf"^\s*(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')\s*=")
+    """The line of ``text`` (1-based) where the top-level ``key`` is assigned (``key = …``, or a dotted
+    ``key.sub = …``); 1 when it cannot be told."""
+    pattern = re.compile(rf"^\s*(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')\s*[=.]")
     for number, line in enumerate(text.splitlines(), start=1):
         if pattern.match(line):
             return number

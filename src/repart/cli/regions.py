@@ -69,7 +69,7 @@ Settings = Annotated[
     list[str] | None,
     typer.Option(
         "--set",
-        help="Controller setting KEY=VALUE, repeatable: target_utilization, utilization_band=[low,high], "
+        help="Controller setting KEY=VALUE, repeatable: target_utilization, utilization_band=\\[low,high], "
         "batch_interval_seconds, catch_up_seconds, stabilization_batches, scale_down_delay, "
         "max_scale_down_factor, reversal_batches, reversal_margin, effectiveness_threshold, "
         "rebalance_threshold, migration_budget, rebalance_payback_batches, counters, move_limit, "

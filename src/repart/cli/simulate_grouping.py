@@ -57,7 +57,7 @@ def simulate_grouping(
     ] = "1.0",
     keys: Annotated[
         int | None,
-        typer.Option(help="Distinct keys K (zipf, drift, dkg, words) [default: 100000; 204 for dkg]."),
+        typer.Option(help="Distinct keys K (zipf, drift, dkg, words); default 100000, 204 for dkg."),
     ] = None,
     messages: Annotated[int, typer.Option(help="Tuples m per stream.")] = 1_000_000,
     skew: Annotated[float, typer.Option(help="DKG workload: the top key's share, in (0, 1).")] = 0.5,
