@@ -68,6 +68,7 @@ from repart.storage.events import NewEvent, record_batch_report, record_event, r
 from repart.storage.overview import region_overviews
 from repart.storage.plan_reports import report_plan
 from repart.storage.plans import list_plans
+from repart.storage.region_names import REGION_ID
 from repart.storage.schema import check_revision
 from repart.storage.snapshots import ingest_snapshot
 from repart.storage.tables import utc_now
@@ -172,7 +173,7 @@ def _check_grant_region(session: Session, call: Call) -> None:
     grant = call.grant
     if grant.region_id is None or call.region is None:
         return
-    if session.scalar(select(models.Region.id).where(models.Region.name == call.region)) != grant.region_id:
+    if session.scalar(REGION_ID, {"name": call.region}) != grant.region_id:
         raise StaleGrant
 
 

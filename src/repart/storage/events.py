@@ -105,6 +105,15 @@ def batch_reports(session: Session, region: str) -> list[models.BatchReport]:
     return list(session.scalars(select(table).where(table.region_id == region_id).order_by(table.batch)))
 
 
+# A batch report, unless the region has one of its batch: one statement, built once per dialect.
+_INSERT_REPORT = {
+    name: dialect.insert(tables.batch_reports)
+    .on_conflict_do_nothing(index_elements=["region_id", "batch"])
+    .returning(tables.batch_reports.c.id)
+    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
+}
+
+
 def record_batch_report(
     session: Session, region: str, batch: int, payload: Mapping[str, Any], *, plan_id: int | None = None
 ) -> int:
@@ -121,13 +130,9 @@ def record_batch_report(
         if owner != region_id:
             raise NotFound(f"plan {plan_id} is not a plan of region {region!r}")
     table = tables.batch_reports
-    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-    inserted = session.scalar(
-        dialect.insert(table)
-        .values(region_id=region_id, plan_id=plan_id, batch=number, payload_json=payload_json)
-        .on_conflict_do_nothing(index_elements=["region_id", "batch"])
-        .returning(table.c.id)
-    )
+    statement = _INSERT_REPORT[session.get_bind().dialect.name]
+    row = {"region_id": region_id, "plan_id": plan_id, "batch": number, "payload_json": payload_json}
+    inserted = session.scalar(statement, row)
     if inserted is not None:
         return int(inserted)
     first = session.scalar(select(table.c.id).where(table.c.region_id == region_id, table.c.batch == number))

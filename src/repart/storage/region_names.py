@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, bindparam, select
 
 from repart.errors import NotFound
 from repart.storage.tables import regions
@@ -24,9 +24,13 @@ def unknown_region(reader: Connection | Session, name: str) -> NotFound:
     return NotFound(f"unknown region {name!r}; known regions: {', '.join(known) or '(none)'}")
 
 
+REGION_ID = select(regions.c.id).where(regions.c.name == bindparam("name"))
+"""The id of the region named by parameter ``name`` (built once: a statement is cheaper run than built)."""
+
+
 def region_id_by_name(reader: Connection | Session, name: str) -> int:
     """The id of region ``name`` (one Core query, no ORM object); NotFound naming the known regions."""
-    region_id = reader.scalar(select(regions.c.id).where(regions.c.name == name))
+    region_id = reader.scalar(REGION_ID, {"name": name})
     if region_id is None:
         raise unknown_region(reader, name)
     return int(region_id)

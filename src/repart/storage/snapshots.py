@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, cast
 
 import numpy as np
-from sqlalchemy import Connection, Table, delete, func, insert, literal, select
+from sqlalchemy import Connection, Select, Table, bindparam, delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -62,14 +62,9 @@ def ingest_snapshot(session: Session, snapshot: Snapshot, *, source: str | None 
     the region row locked, every window check in one query, the snapshot row, and its items, slots and
     channels (``_insert_children``).
     """
-    regions = tables.regions
     # The region row's lock serializes ingests of one region, so the window checks below see every
     # window committed before (PostgreSQL; SQLite writes are serial anyway).
-    region = session.execute(
-        select(regions.c.id, regions.c.key_type, regions.c.slot_bits, regions.c.max_channels)
-        .where(regions.c.name == snapshot.region)
-        .with_for_update()
-    ).first()
+    region = session.execute(_REGION_LOCKED, {"name": snapshot.region}).first()
     if region is None:
         raise unknown_region(session, snapshot.region)
     window = _window_facts(session, region.id, snapshot)
@@ -96,27 +91,23 @@ def ingest_snapshot(session: Session, snapshot: Snapshot, *, source: str | None 
             "version", f"must be a version of region {snapshot.region!r}; {snapshot.version} is not"
         )
     _check_new_window(session, region.id, snapshot, window)
-    table = tables.snapshots
+    row = {
+        "region_id": region.id,
+        "seq": snapshot.seq,
+        "window_start": snapshot.window_start,
+        "window_end": snapshot.window_end,
+        "tuples": snapshot.tuples,
+        "distinct_estimate": snapshot.distinct_estimate,
+        "epsilon": snapshot.epsilon,
+        "key_type": snapshot.key_type,
+        "slot_bits": snapshot.slot_bits,
+        "version": snapshot.version,
+        "batch": snapshot.batch,
+        "source": source,
+        **(snapshot.progress.to_document() if snapshot.progress else {}),
+    }
     try:
-        snapshot_id = session.scalar(
-            insert(table)
-            .values(
-                region_id=region.id,
-                seq=snapshot.seq,
-                window_start=snapshot.window_start,
-                window_end=snapshot.window_end,
-                tuples=snapshot.tuples,
-                distinct_estimate=snapshot.distinct_estimate,
-                epsilon=snapshot.epsilon,
-                key_type=snapshot.key_type,
-                slot_bits=snapshot.slot_bits,
-                version=snapshot.version,
-                batch=snapshot.batch,
-                source=source,
-                **(snapshot.progress.to_document() if snapshot.progress else {}),
-            )
-            .returning(table.c.id)
-        )
+        snapshot_id = session.scalar(_INSERT_SNAPSHOT, row)
     except IntegrityError:
         raise Conflict(
             f"window.seq {snapshot.seq} was already ingested for region {snapshot.region!r} (concurrently)"
@@ -139,36 +130,55 @@ class _WindowFacts:
     version_exists: bool
 
 
-def _window_facts(session: Session, region_id: int, snapshot: Snapshot) -> _WindowFacts:
-    table = tables.snapshots
-    mine = table.c.region_id == region_id
-    batched = snapshot.batch is not None  # (``batch == None`` would read as ``batch IS NULL``)
-    same_batch = select(table.c.id).where(mine, table.c.batch == snapshot.batch)
-    batch_seq = select(table.c.seq).where(mine, table.c.batch == snapshot.batch)
-    same_seq = select(table.c.id).where(mine, table.c.seq == snapshot.seq).exists()
+def _window_facts_query() -> Select[Any]:
+    """The one query behind ``_WindowFacts``, with the new window's values as parameters (a batch or
+    version of None matches nothing)."""
+    table, versions = tables.snapshots, tables.versions
+    mine = table.c.region_id == bindparam("region_id")
+    start = bindparam("start", type_=table.c.window_start.type)
+    end = bindparam("end", type_=table.c.window_end.type)
+    batch = table.c.batch == bindparam("batch", type_=table.c.batch.type)
     overlapping = (
         select(table.c.seq)
-        .where(mine, table.c.window_start < snapshot.window_end, snapshot.window_start < table.c.window_end)
+        .where(mine, table.c.window_start < end, start < table.c.window_end)
         .order_by(table.c.seq)
         .limit(1)
     )
-    before = select(func.max(table.c.seq)).where(mine, table.c.window_end <= snapshot.window_start)
-    after = select(func.min(table.c.seq)).where(mine, table.c.window_start >= snapshot.window_end)
-    versions = tables.versions
     version = select(versions.c.id).where(
-        versions.c.region_id == region_id, versions.c.number == snapshot.version
+        versions.c.region_id == bindparam("region_id"), versions.c.number == bindparam("version")
     )
-    row = session.execute(
-        select(
-            same_batch.scalar_subquery() if batched else literal(None),
-            batch_seq.scalar_subquery() if batched else literal(None),
-            same_seq,
-            overlapping.scalar_subquery(),
-            before.scalar_subquery(),
-            after.scalar_subquery(),
-            version.exists() if snapshot.version is not None else literal(False),
-        )
-    ).one()
+    return select(
+        select(table.c.id).where(mine, batch).scalar_subquery(),
+        select(table.c.seq).where(mine, batch).scalar_subquery(),
+        select(table.c.id).where(mine, table.c.seq == bindparam("seq")).exists(),
+        overlapping.scalar_subquery(),
+        select(func.max(table.c.seq)).where(mine, table.c.window_end <= start).scalar_subquery(),
+        select(func.min(table.c.seq)).where(mine, table.c.window_start >= end).scalar_subquery(),
+        version.exists(),
+    )
+
+
+# Statements of an ingest, built once (building and keying a statement costs more than running it).
+_REGION = tables.regions.c
+_REGION_LOCKED = (
+    select(_REGION.id, _REGION.key_type, _REGION.slot_bits, _REGION.max_channels)
+    .where(_REGION.name == bindparam("name"))
+    .with_for_update()
+)
+_WINDOW_FACTS = _window_facts_query()
+_INSERT_SNAPSHOT = insert(tables.snapshots).returning(tables.snapshots.c.id)
+
+
+def _window_facts(session: Session, region_id: int, snapshot: Snapshot) -> _WindowFacts:
+    parameters = {
+        "region_id": region_id,
+        "batch": snapshot.batch,
+        "seq": snapshot.seq,
+        "start": snapshot.window_start,
+        "end": snapshot.window_end,
+        "version": snapshot.version,
+    }
+    row = session.execute(_WINDOW_FACTS, parameters).one()
     return _WindowFacts(row[0], row[1], bool(row[2]), row[3], row[4], row[5], bool(row[6]))
 
 
