@@ -1,9 +1,12 @@
-"""The HTTP API: the ``ControllerClient`` port for jobs and read-only views for people and tools.
+"""The HTTP API: the ``ControllerClient`` port for jobs, read-only views for people and tools, and the
+operator's scale, rollback and resume.
 
 ``create_app(engine)`` returns an ASGI application (Starlette) that ``repart.api.server.ApiServer``
 serves. Every endpoint is listed once in ``ENDPOINTS``, with what it needs (``job``: a ``job:REGION``
-token of the region it names; ``read``: a ``read`` or ``operator`` token) and the JSON it takes and
-answers; the OpenAPI document (``repart.api.openapi``) is made from the same list.
+token of the region it names; ``read``: a ``read`` or ``operator`` token; ``operator``: an
+``operator`` token) and the JSON it takes and answers; the OpenAPI document (``repart.api.openapi``)
+is made from the same list. The operator's calls are the service layer's operations
+(``repart.controller.service``), with its checks, as the CLI runs them.
 
 A call goes through three steps:
 
@@ -34,7 +37,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
@@ -57,6 +60,7 @@ from repart.api.bodies import (
     read_body,
 )
 from repart.api.grants import DEFAULT_SECONDS, GrantCache
+from repart.controller import service
 from repart.errors import Conflict, Corrupt, InvalidInput, NotFound, ReparError, Unavailable
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
 from repart.protocol.snapshot import Snapshot
@@ -74,11 +78,13 @@ from repart.storage.snapshots import ingest_snapshot
 from repart.storage.tables import utc_now
 from repart.storage.tokens import JOB_SCOPE, Grant, Refused, authenticate, record_use
 from repart.storage.versions import list_versions, version_function
-from repart.storage.views import event_dict, plan_summary, region_status, version_dict
+from repart.storage.views import event_dict, mode_dict, plan_summary, region_status, version_dict
 from repart.validation import STORED_INT, Options, check
 
 T = TypeVar("T")
-Access = Literal["job", "read"]
+Access = Literal["job", "read", "operator"]
+SCOPES_OF = {"read": ("read", "operator"), "operator": ("operator",)}
+"""The token scopes that may make the calls of each access but ``job`` (a job token of the region)."""
 API_SOURCE = "repart api"
 """The ``source`` recorded with every snapshot the API ingests."""
 DEFAULT_WORKERS = 12
@@ -337,6 +343,47 @@ async def _events(api: Api, request: Request, call: Call) -> list[dict[str, Any]
     return await api.run(lambda: api.read(call, work))
 
 
+# -- operator calls (the service layer's operations, as the CLI runs them) -----------------------------
+
+
+async def _scale(api: Api, request: Request, call: Call) -> dict[str, Any]:
+    raw = await read_body(request, SMALL_BODY_BYTES)
+
+    def work() -> dict[str, Any]:
+        given = fields(json_body(raw), ("n_channels",), ("reason",))
+        reason = optional_text("reason", given["reason"])
+        result = service.scale(api.engine, call.named, given["n_channels"], reason=reason)
+        api.note_use(call)
+        return asdict(result)
+
+    return await api.run(work)
+
+
+async def _rollback(api: Api, request: Request, call: Call) -> dict[str, Any]:
+    raw = await read_body(request, SMALL_BODY_BYTES)
+
+    def work() -> dict[str, Any]:
+        given = fields(json_body(raw), ("to_version",), ("reason",))
+        to_version = check("to_version", given["to_version"], STORED_INT)
+        reason = optional_text("reason", given["reason"])
+        result = service.rollback(api.engine, call.named, to_version, reason=reason)
+        api.note_use(call)
+        return asdict(result)
+
+    return await api.run(work)
+
+
+async def _resume(api: Api, request: Request, call: Call) -> dict[str, Any]:
+    raw = await read_body(request, SMALL_BODY_BYTES)
+
+    def work() -> dict[str, Any]:
+        if raw.strip():  # no body, or an empty object
+            fields(json_body(raw), ())
+        return api.write(call, lambda s: mode_dict(service.resume(s, call.named)))
+
+    return await api.run(work)
+
+
 # -- schemas (for the OpenAPI document) -----------------------------------------------------------------
 
 _INT = {"type": "integer"}
@@ -354,6 +401,22 @@ def _obj(properties: dict[str, Any], required: tuple[str, ...] | None = None) ->
     }
 
 
+_NULLABLE_STR = {"type": ["string", "null"]}
+_ACTION = _obj(
+    {
+        "region": _STR,
+        "action": {"enum": ["scaled", "rollback"]},
+        "reason": _STR,
+        "version": _INT,
+        "plan_id": _INT,
+        "from_version": _INT,
+        "n_channels": _INT,
+        "digest": _STR,
+        "plan_m": {"type": ["number", "null"]},
+        "mode": _STR,
+        "mode_reason": _STR,
+    }
+)
 _PLAN = _obj({"plan_id": _INT, "region": _STR, "from_version": _INT, "to_version": _INT, "plan_json": _STR})
 _REGION = "/v1/regions/{region}"
 
@@ -478,6 +541,40 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         _events,
         query=(("kind", "One of " + ", ".join(EVENT_KINDS) + "."),),
     ),
+    Endpoint(
+        "POST",
+        f"{_REGION}/scale",
+        "scale",
+        "operator",
+        "Activate the next function on n_channels channels, built from the applied version, with a "
+        "pending plan to it, and hold the region (as `repart scale`). A retry is not a no-op: while the "
+        "plan is pending it activates another version on the same N, superseding the first plan.",
+        _ACTION,
+        _scale,
+        body=_obj({"n_channels": {"type": "integer"}, "reason": _NULLABLE_STR}, ("n_channels",)),
+    ),
+    Endpoint(
+        "POST",
+        f"{_REGION}/rollback",
+        "rollback",
+        "operator",
+        "Activate a new version with version to_version's function, with a pending plan to it from the "
+        "applied version, and hold the region (as `repart rollback`). A retry is not a no-op: while the "
+        "plan is pending it activates another such version, superseding the first plan.",
+        _ACTION,
+        _rollback,
+        body=_obj({"to_version": {"type": "integer"}, "reason": _NULLABLE_STR}, ("to_version",)),
+    ),
+    Endpoint(
+        "POST",
+        f"{_REGION}/resume",
+        "resume",
+        "operator",
+        "Return a held region to its previous mode and end its backoff (as `repart resume`); the body is "
+        "empty or {}. A retry once it is resumed is refused (422 naming mode) and writes nothing.",
+        _obj({"region": _STR, "mode": _STR, "mode_reason": {"type": ["string", "null"]}}),
+        _resume,
+    ),
 )
 
 
@@ -500,7 +597,7 @@ def _kept_grant(api: Api, endpoint: Endpoint, request: Request) -> Grant | None:
         region = request.path_params.get("region")
         allowed = region is not None and grant.scope == JOB_SCOPE + region
     else:
-        allowed = grant.scope in ("read", "operator")
+        allowed = grant.scope in SCOPES_OF[endpoint.access]
     return grant if allowed else None
 
 
@@ -513,7 +610,7 @@ def _admit(session: Session, endpoint: Endpoint, request: Request) -> Grant | De
     if endpoint.access == "job":  # a job token only: other scopes learn nothing of the path's ids
         allowed = grant.region_id is not None and grant.region_id == _region_of(session, request)
     else:
-        allowed = grant.scope in ("read", "operator")
+        allowed = grant.scope in SCOPES_OF[endpoint.access]
     if not allowed:
         return _refuse(session, endpoint, request, 403, "scope", grant.token_id, grant.scope)
     return grant
@@ -532,7 +629,9 @@ def _refuse(
     if status == 401:  # one message whatever the reason, which only the audit row keeps
         message = "token must be a valid bearer token (Authorization: Bearer repart_...)"
     else:
-        wanted = "job:<the region of the call>" if endpoint.access == "job" else "read or operator"
+        wanted = {"job": "job:<the region of the call>", "read": "read or operator", "operator": "operator"}[
+            endpoint.access
+        ]
         message = f"token must have scope {wanted}; token {token_id} has scope {scope}"
     data = {"method": request.method, "path": request.url.path, "call": endpoint.name, "token_id": token_id}
     client = request.client
