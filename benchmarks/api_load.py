@@ -26,6 +26,12 @@ sent), ``p99_ms`` of the job calls, ``sweep_on_schedule`` (every region ticked i
 worst start lag below the interval), ``healthz_s`` and ``api_call_s`` (the two calls timed beside the
 slow connections), the comparison, and the load average before and after.
 
+CPU (``cpu``): the CPU seconds each party used during the load (``/proc``): the API server process, the
+client process, this process (the daemon's sweep and ticks, the health server), and PostgreSQL (its
+postmaster with every backend, those that exited included); per call and in cores (CPU seconds over
+the load's wall time), beside the machine's cores. Where the sum approaches the cores, the calls wait
+for a CPU, whatever the server does.
+
 Latency is open-loop: a call is timed from the moment it was due (its batch's second, at the job's
 phase), not from when it was sent, so a client that falls behind its schedule counts its lateness.
 ``calls_per_s`` is the call rate achieved (answers over the clients' wall time ``clients_wall_s``,
@@ -168,8 +174,8 @@ def run_clients(
     out: Any,
 ) -> None:
     """The asynchronous client process: every region's job client for ``seconds``; sends its calls
-    (kind, region, batch, seconds from the call's due moment, status) and the clients' wall time (the
-    first due moment to the last answer) to ``out``."""
+    (kind, region, batch, seconds from the call's due moment, status), the clients' wall time (the
+    first due moment to the last answer) and the CPU seconds the process used to ``out``."""
 
     async def main() -> tuple[list[tuple[str, str, int, float, int]], float]:
         results: list[tuple[str, str, int, float, int]] = []
@@ -195,22 +201,63 @@ def run_clients(
         )
         return results, max(loop.time() - origin, seconds)  # at least the schedule itself
 
-    out.put(asyncio.run(main()))
+    started = time.process_time()
+    results, wall = asyncio.run(main())
+    out.put((results, wall, time.process_time() - started))
 
 
 def load(
     port: int, tokens: dict[str, str], seconds: float, items: int, batch_offset: int, snapshots: bool
-) -> tuple[list[Any], float]:
-    """The calls of ``run_clients`` in a process of its own, and the clients' wall time."""
+) -> tuple[list[Any], float, float]:
+    """The calls of ``run_clients`` in a process of its own, the clients' wall time and the client
+    process's CPU seconds."""
     spawn = multiprocessing.get_context("spawn")
     queue = spawn.Queue()
     process = spawn.Process(
         target=run_clients, args=(port, tokens, seconds, items, batch_offset, snapshots, queue)
     )
     process.start()
-    results, wall = queue.get()
+    results, wall, cpu = queue.get()
     process.join()
-    return results, wall
+    return results, wall, cpu
+
+
+# -- CPU --------------------------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int, children: bool = False) -> float:
+    """CPU seconds process ``pid`` used (user and system, every thread), with those of its exited
+    children when ``children``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    used = sum(int(value) for value in fields[11 : 15 if children else 13])
+    return used / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_cpu_seconds(port: int) -> float:
+    """CPU seconds of the PostgreSQL server listening on ``port``: its postmaster, its exited children
+    and its running ones."""
+    processes = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                stat = (entry / "stat").read_text()
+                processes[int(entry.name)] = (
+                    int(stat.rsplit(")", 1)[1].split()[1]),
+                    (entry / "cmdline").read_bytes().split(b"\0"),
+                )
+    [postmaster] = [
+        pid
+        for pid, (_, argv) in processes.items()
+        if argv[0].endswith(b"/postgres")
+        and b"-p" in argv
+        and argv[argv.index(b"-p") + 1] == str(port).encode()
+    ]
+    total = cpu_seconds(postmaster, children=True)
+    for pid, (parent, _) in processes.items():
+        if parent == postmaster:
+            with contextlib.suppress(OSError):
+                total += cpu_seconds(pid)
+    return total
 
 
 # -- the alternative server ------------------------------------------------------------------------------
@@ -336,7 +383,7 @@ def compare(engine: Engine, tokens: dict[str, str], seconds: float) -> dict[str,
     api = ApiServer(api_engine, 0)
     api.serve()
     try:
-        results, _ = load(api.port, tokens, seconds, 0, COMPARISON_BATCHES, False)
+        results, _, _ = load(api.port, tokens, seconds, 0, COMPARISON_BATCHES, False)
     finally:
         api.close()
         api_engine.dispose()
@@ -348,7 +395,7 @@ def compare(engine: Engine, tokens: dict[str, str], seconds: float) -> dict[str,
     thread = threading.Thread(target=stdlib.serve_forever, daemon=True)
     thread.start()
     try:
-        results, _ = load(int(stdlib.server_address[1]), tokens, seconds, 0, 2 * COMPARISON_BATCHES, False)
+        results, _, _ = load(int(stdlib.server_address[1]), tokens, seconds, 0, 2 * COMPARISON_BATCHES, False)
     finally:
         stdlib.shutdown()
         stdlib.server_close()
@@ -421,11 +468,20 @@ def main() -> None:
             metrics=metrics,
         )
         metrics_server.serve(daemon.health)
+        pg_port = int(str(engine.url.port))
+        cpu_before = (cpu_seconds(api.pid), time.process_time(), postgres_cpu_seconds(pg_port))
         origin = time.monotonic()
         daemon.start()
-        results, clients_wall = load(
+        results, clients_wall, client_cpu = load(
             int(api_url.rsplit(":", 1)[1]), tokens, args.duration, args.items, 0, True
         )
+        load_wall = time.monotonic() - origin
+        used = {
+            "api_server": cpu_seconds(api.pid) - cpu_before[0],
+            "clients": client_cpu,
+            "daemon_and_benchmark": time.process_time() - cpu_before[1],
+            "postgresql": postgres_cpu_seconds(pg_port) - cpu_before[2],
+        }
         health_s, api_s = timed_beside_slow_clients(
             metrics_server.port, api_url, tokens[regions[0]], regions[0]
         )
@@ -475,6 +531,14 @@ def main() -> None:
             "sweep_on_schedule": short == 0 and bool(lags) and max(lags) < args.interval,
             "healthz_s": health_s,
             "api_call_s": api_s,
+            "cpu": {
+                "wall_s": load_wall,
+                "machine_cores": os.cpu_count(),
+                "seconds": used,
+                "ms_per_call": {name: 1000 * value / len(results) for name, value in used.items()},
+                "cores": {name: value / load_wall for name, value in used.items()},
+                "cores_total": sum(used.values()) / load_wall,
+            },
         }
     )
     text = json.dumps(report, indent=1)

@@ -1,5 +1,5 @@
-"""Every job and read call is refused without a token, with a wrong, malformed, expired or revoked one,
-and with a token of another scope or region: 401 or 403, and nothing is written but the refusal's
+"""Every job, read and operator call is refused without a token, with a wrong, malformed, expired or
+revoked one, and with a token of another scope or region: 401 or 403, and nothing is written but the refusal's
 audit row (a dump of every table before and after is the oracle)."""
 
 from __future__ import annotations
@@ -32,6 +32,11 @@ READ_CALLS = (
     ("GET", "/v1/regions/trades/versions", None),
     ("GET", "/v1/regions/trades/plans", None),
     ("GET", "/v1/regions/trades/events", None),
+)
+OPERATOR_CALLS = (
+    ("POST", "/v1/regions/trades/scale", {"n_channels": 4}),
+    ("POST", "/v1/regions/trades/rollback", {"to_version": 1}),
+    ("POST", "/v1/regions/trades/resume", None),
 )
 
 
@@ -76,9 +81,11 @@ REFUSED_READ = {
     key: value for key, value in REFUSED_JOB.items() if key not in ("read", "operator", "other-region")
 }
 REFUSED_READ["job"] = (403, "scope")
+REFUSED_OPERATOR = {key: value for key, value in REFUSED_JOB.items() if key != "operator"}
+REFUSED_OPERATOR["job"] = (403, "scope")
 
 
-@pytest.mark.parametrize("method,path,body", JOB_CALLS + READ_CALLS)
+@pytest.mark.parametrize("method,path,body", JOB_CALLS + READ_CALLS + OPERATOR_CALLS)
 def test_a_refused_call_writes_only_its_audit_row(
     engine: Engine,
     api: ApiServer,
@@ -87,7 +94,13 @@ def test_a_refused_call_writes_only_its_audit_row(
     path: str,
     body: dict[str, object] | None,
 ) -> None:
-    refusals = REFUSED_JOB if (method, path, body) in JOB_CALLS else REFUSED_READ
+    refusals = (
+        REFUSED_JOB
+        if (method, path, body) in JOB_CALLS
+        else REFUSED_OPERATOR
+        if (method, path, body) in OPERATOR_CALLS
+        else REFUSED_READ
+    )
     for holder, (status, reason) in refusals.items():
         before = dump(engine)
         token = None if holder is None else tokens[holder]

@@ -123,10 +123,10 @@ def test_an_unknown_path_answers_json(api: ApiServer, job: str) -> None:
 def test_an_unexpected_error_is_logged_as_json_lines(
     capfd: pytest.CaptureFixture[str], engine: Engine, job: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(self: object, region: str) -> None:
+    def broken(session: object, region: str) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr("repart.storage.client.SqlControllerClient.region_merge", broken)
+    monkeypatch.setattr("repart.api.app.region_merge", broken)
     api = ApiServer(engine, 0)  # made after capfd, so that its log goes to the captured stderr
     api.serve()
     status, answer = call(api, "GET", f"/v1/regions/{REGION}/merge", job)

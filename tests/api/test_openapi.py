@@ -31,7 +31,7 @@ def test_the_document_lists_every_route_of_the_app(engine: Engine) -> None:
     }
     described = {(method, path) for path, item in document()["paths"].items() for method in item}
     assert served == described
-    assert len(described) == 11
+    assert len(described) == 14
 
 
 def test_every_operation_lists_every_error_status_the_api_answers() -> None:

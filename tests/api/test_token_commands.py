@@ -18,7 +18,17 @@ from tests.cli.helpers import repart, repart_json
 from tests.factories import add_region
 
 
-def test_a_token_is_shown_once_and_stored_as_its_hash(engine: Engine, db_url: str, api: ApiServer) -> None:
+def test_a_token_is_shown_once_and_stored_as_its_hash(engine: Engine, db_url: str) -> None:
+    api = ApiServer(engine, 0, token_cache_seconds=0.5)
+    api.serve()
+    try:
+        shown_once(engine, db_url, api)
+    finally:
+        api.close()
+
+
+def shown_once(engine: Engine, db_url: str, api: ApiServer) -> None:
+    """The body of the test above, on ``api``, which keeps a grant 0.5 s."""
     add_region(engine, "trades")
     made = repart_json(db_url, "token", "create", "--scope", "job:trades", "--expires", "30d")
     token = made["token"]
@@ -37,6 +47,7 @@ def test_a_token_is_shown_once_and_stored_as_its_hash(engine: Engine, db_url: st
     assert repart_json(db_url, "token", "list")[0]["last_used_at"] is not None
     revoked = repart_json(db_url, "token", "revoke", str(made["id"]))
     assert revoked["revoked_at"] is not None
+    time.sleep(0.5)  # the server keeps a granted token this long (token_cache_seconds)
     status, answer = call(api, "GET", "/v1/regions/trades/merge", token)
     assert (status, answer["field"]) == (401, "token")
     assert dump(engine)["events"][-1][3:5] == ("access-refused", "revoked")  # the reason: audit only

@@ -1,25 +1,31 @@
-"""The HTTP API: the ``ControllerClient`` port for jobs and read-only views for people and tools.
+"""The HTTP API: the ``ControllerClient`` port for jobs, read-only views for people and tools, and the
+operator's scale, rollback and resume.
 
 ``create_app(engine)`` returns an ASGI application (Starlette) that ``repart.api.server.ApiServer``
 serves. Every endpoint is listed once in ``ENDPOINTS``, with what it needs (``job``: a ``job:REGION``
-token of the region it names; ``read``: a ``read`` or ``operator`` token) and the JSON it takes and
-answers; the OpenAPI document (``repart.api.openapi``) is made from the same list.
+token of the region it names; ``read``: a ``read`` or ``operator`` token; ``operator``: an
+``operator`` token) and the JSON it takes and answers; the OpenAPI document (``repart.api.openapi``)
+is made from the same list. The operator's calls are the service layer's operations
+(``repart.controller.service``), with its checks, as the CLI runs them.
 
 A call goes through three steps:
 
-1. **Admission**, in one transaction: the bearer token is checked (``repart.storage.tokens``); a call
-   without a valid token gets 401 (one message whatever the reason), one whose token's scope does not
-   cover it 403 (a job token of another region, a plan that is not of the token's region, whether or
-   not it exists, a read token on a job call). The scope is checked before anything the path names is
-   looked up. A refused call writes one ``access-refused`` event (no region: the controller's own audit
-   log) naming why, and nothing else.
+1. **Admission**: the bearer token is checked (``repart.storage.tokens``); a call without a valid
+   token gets 401 (one message whatever the reason), one whose token's scope does not cover it 403 (a
+   job token of another region, a plan that is not of the token's region, whether or not it exists, a
+   read token on a job call). The scope is checked before anything the path names is looked up. A
+   refused call writes one ``access-refused`` event (no region: the controller's own audit log) naming
+   why, and nothing else. A token the database granted is kept for a few seconds
+   (``repart.api.grants``: a revocation takes effect within ``token_cache_seconds``; an expiry at
+   once); every refusal is decided by the database.
    A granted call writes its token's last use once it succeeded, at most once a minute.
 2. **The body**, read within its limit (``MAX_SNAPSHOT_BYTES`` for a snapshot, ``SMALL_BODY_BYTES``
    for the others) and checked field by field: malformed JSON, unknown or missing fields and ids of
    another region are refused before anything is written.
-3. **The work**, parsing the body included, through ``SqlControllerClient`` (the job calls, each
-   idempotent under its ids, so a client may retry any of them) or the storage layer's read functions
-   (the views), on a worker thread; at most ``workers`` calls use the database at once.
+3. **The work**, parsing the body included, on a worker thread (at most ``workers`` calls use the
+   database at once), in one transaction: the functions ``SqlControllerClient`` runs (the job calls,
+   each idempotent under its ids, so a client may retry any of them; a job call first checks that its
+   token's region is still the region of that name) or the storage layer's read functions (the views).
 
 Errors answer ``{"error": kind, "field": name or null, "message": text}``: ``invalid-input`` (422; 400
 for a body that is not a JSON object, 413 for one over its limit), ``unauthorized`` (401),
@@ -31,11 +37,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 import anyio
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -52,23 +59,32 @@ from repart.api.bodies import (
     optional_text,
     read_body,
 )
+from repart.api.grants import DEFAULT_SECONDS, GrantCache
+from repart.controller import service
 from repart.errors import Conflict, Corrupt, InvalidInput, NotFound, RepartError, Unavailable
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
 from repart.protocol.snapshot import Snapshot
 from repart.storage import models
-from repart.storage.client import SqlControllerClient
+from repart.storage.client import applied_function, claim_next_plan, region_merge
 from repart.storage.engine import read_connection, read_transaction, run_in_transaction
 from repart.storage.event_kinds import EVENT_KINDS
-from repart.storage.events import NewEvent, record_event, region_events
+from repart.storage.events import NewEvent, record_batch_report, record_event, region_events
 from repart.storage.overview import region_overviews
+from repart.storage.plan_reports import report_plan
 from repart.storage.plans import list_plans
-from repart.storage.tokens import Grant, Refused, authenticate, record_use
+from repart.storage.region_names import REGION_ID
+from repart.storage.schema import check_revision
+from repart.storage.snapshots import ingest_snapshot
+from repart.storage.tables import utc_now
+from repart.storage.tokens import JOB_SCOPE, Grant, Refused, authenticate, record_use
 from repart.storage.versions import list_versions, version_function
-from repart.storage.views import event_dict, plan_summary, region_status, version_dict
+from repart.storage.views import event_dict, mode_dict, plan_summary, region_status, version_dict
 from repart.validation import STORED_INT, Options, check
 
 T = TypeVar("T")
-Access = Literal["job", "read"]
+Access = Literal["job", "read", "operator"]
+SCOPES_OF = {"read": ("read", "operator"), "operator": ("operator",)}
+"""The token scopes that may make the calls of each access but ``job`` (a job token of the region)."""
 API_SOURCE = "repart api"
 """The ``source`` recorded with every snapshot the API ingests."""
 DEFAULT_WORKERS = 12
@@ -83,26 +99,91 @@ class Denied(Exception):
         self.status = status
 
 
+class StaleGrant(Exception):
+    """A kept grant of a job token whose region is gone (deleted, perhaps made again under its name):
+    the database decides the call again."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """A granted call: the region its path names (None for a call about no one region) and its grant."""
+
+    region: str | None
+    grant: Grant
+
+    @property
+    def named(self) -> str:
+        """The region a region's endpoint names (its path always has one)."""
+        assert self.region is not None
+        return self.region
+
+
 @dataclass
 class Api:
-    """What the endpoints share: the database, the port's SQL implementation, the limits."""
+    """What the endpoints share: the database, the limits, the kept grants."""
 
     engine: Engine
     max_snapshot_bytes: int = MAX_SNAPSHOT_BYTES
     workers: int = DEFAULT_WORKERS
-    client: SqlControllerClient = field(init=False)
+    token_cache_seconds: float = DEFAULT_SECONDS
+    grants: GrantCache = field(init=False)
     limiter: anyio.CapacityLimiter = field(init=False)
 
     def __post_init__(self) -> None:
-        self.client = SqlControllerClient(self.engine, source=API_SOURCE)
+        check_revision(self.engine)
+        self.grants = GrantCache(self.token_cache_seconds)
         self.limiter = anyio.CapacityLimiter(self.workers)
 
     async def run(self, work: Callable[[], T]) -> T:
         """``work`` on a worker thread (at most ``workers`` at once)."""
         return await anyio.to_thread.run_sync(work, limiter=self.limiter)
 
+    def write(self, call: Call, work: Callable[[Session], T]) -> T:
+        """``work`` in one write transaction, after checking that a job token's region is still the
+        region of its name, with the token's last use when it is stale (on the calling thread)."""
+        stale = call.grant.use_is_stale()
 
-Handler = Callable[[Api, Request, str | None], Awaitable[Any]]
+        def unit(session: Session) -> tuple[T, datetime | None]:
+            _check_grant_region(session, call)
+            result = work(session)
+            return result, record_use(session, call.grant) if stale else None
+
+        result, used = run_in_transaction(self.engine, unit)
+        if used is not None:
+            self.grants.used(call.grant, used)
+        return result
+
+    def read(self, call: Call, work: Callable[[Session], T]) -> T:
+        """``work`` in one read-only transaction, after checking a job token's region as ``write``
+        does; the token's last use, when stale, in a write transaction of its own (on the calling
+        thread)."""
+
+        def unit(session: Session) -> T:
+            _check_grant_region(session, call)
+            return work(session)
+
+        result = read_transaction(self.engine, unit)
+        self.note_use(call)
+        return result
+
+    def note_use(self, call: Call) -> None:
+        """Write the call's token's last use, if the stored one is stale (on the calling thread)."""
+        if call.grant.use_is_stale():
+            used = run_in_transaction(self.engine, lambda session: record_use(session, call.grant))
+            self.grants.used(call.grant, used)
+
+
+def _check_grant_region(session: Session, call: Call) -> None:
+    """StaleGrant unless a job token's region is still the region the call names (the token is deleted
+    with its region; a kept grant may outlive it by ``token_cache_seconds``)."""
+    grant = call.grant
+    if grant.region_id is None or call.region is None:
+        return
+    if session.scalar(REGION_ID, {"name": call.region}) != grant.region_id:
+        raise StaleGrant
+
+
+Handler = Callable[[Api, Request, Call], Awaitable[Any]]
 
 
 @dataclass(frozen=True)
@@ -124,18 +205,18 @@ class Endpoint:
 # -- job calls (the ControllerClient port) --------------------------------------------------------------
 
 
-async def _applied_function(api: Api, request: Request, region: str | None) -> dict[str, Any]:
-    applied = await api.run(lambda: api.client.applied_function(_named(region)))
+async def _applied_function(api: Api, request: Request, call: Call) -> dict[str, Any]:
+    applied = await api.run(lambda: api.read(call, lambda s: applied_function(s, call.named)))
     return {"version": applied.version, "function_json": applied.function.to_json()}
 
 
-async def _region_merge(api: Api, request: Request, region: str | None) -> dict[str, Any]:
-    merge = await api.run(lambda: api.client.region_merge(_named(region)))
+async def _region_merge(api: Api, request: Request, call: Call) -> dict[str, Any]:
+    merge = await api.run(lambda: api.read(call, lambda s: region_merge(s, call.named)))
     return {"merge": None if merge is None else merge.to_text()}
 
 
-async def _claim_next_plan(api: Api, request: Request, region: str | None) -> dict[str, Any]:
-    plan = await api.run(lambda: api.client.claim_next_plan(_named(region)))
+async def _claim_next_plan(api: Api, request: Request, call: Call) -> dict[str, Any]:
+    plan = await api.run(lambda: api.write(call, lambda s: claim_next_plan(s, call.named)))
     if plan is None:
         return {"plan": None}
     return {
@@ -149,48 +230,63 @@ async def _claim_next_plan(api: Api, request: Request, region: str | None) -> di
     }
 
 
-async def _report_plan(api: Api, request: Request, region: str | None) -> dict[str, Any]:
+async def _report_plan(api: Api, request: Request, call: Call) -> dict[str, Any]:
     raw = await read_body(request, SMALL_BODY_BYTES)
-    given = fields(
-        await api.run(lambda: json_body(raw)), ("outcome",), ("moved_rows", "moved_bytes", "reason")
-    )
-    outcome = check("outcome", given["outcome"], Options(("applied", "failed")))
-    reason = optional_text("reason", given["reason"])
     plan_id = int(request.path_params["plan_id"])
-    await api.run(
-        lambda: api.client.report_plan(
-            plan_id, outcome, moved_rows=given["moved_rows"], moved_bytes=given["moved_bytes"], reason=reason
+
+    def work() -> str:
+        given = fields(json_body(raw), ("outcome",), ("moved_rows", "moved_bytes", "reason"))
+        outcome: str = check("outcome", given["outcome"], Options(("applied", "failed")))
+        reason = optional_text("reason", given["reason"])
+        api.write(
+            call,
+            lambda s: report_plan(
+                s,
+                plan_id,
+                outcome,
+                moved_rows=given["moved_rows"],
+                moved_bytes=given["moved_bytes"],
+                reason=reason,
+            ),
         )
-    )
-    return {"plan_id": plan_id, "outcome": outcome}
+        return outcome
+
+    return {"plan_id": plan_id, "outcome": await api.run(work)}
 
 
-async def _submit_snapshot(api: Api, request: Request, region: str | None) -> dict[str, Any]:
+async def _submit_snapshot(api: Api, request: Request, call: Call) -> dict[str, Any]:
     raw = await read_body(request, api.max_snapshot_bytes)
-    snapshot = await api.run(lambda: Snapshot.from_document(json_body(raw)))
-    if snapshot.region != region:
-        raise InvalidInput(
-            "region", f"must be the region the call names, {region!r}, got {snapshot.region!r}"
-        )
-    if snapshot.batch is None:
-        raise InvalidInput(
-            "batch", "is required over HTTP (the job's batch id, which makes a retried snapshot a no-op)"
-        )
-    return {"snapshot_id": await api.run(lambda: api.client.submit_snapshot(snapshot))}
-
-
-async def _report_batch(api: Api, request: Request, region: str | None) -> dict[str, Any]:
-    raw = await read_body(request, SMALL_BODY_BYTES)
-    given = fields(await api.run(lambda: json_body(raw)), ("batch_id", "payload"), ("plan_id",))
-    batch_id = check("batch_id", given["batch_id"], STORED_INT)
-    payload = json_object("payload", given["payload"])
-    plan_id = None if given["plan_id"] is None else check("plan_id", given["plan_id"], STORED_INT)
-    named = _named(region)
 
     def work() -> int:
-        if plan_id is not None:
-            read_transaction(api.engine, lambda session: _check_plan_of(session, named, plan_id))
-        return api.client.report_batch(named, batch_id, payload, plan_id)
+        snapshot = Snapshot.from_document(json_body(raw))
+        if snapshot.region != call.region:
+            raise InvalidInput(
+                "region", f"must be the region the call names, {call.region!r}, got {snapshot.region!r}"
+            )
+        if snapshot.batch is None:
+            raise InvalidInput(
+                "batch", "is required over HTTP (the job's batch id, which makes a retried snapshot a no-op)"
+            )
+        return api.write(call, lambda s: ingest_snapshot(s, snapshot, source=API_SOURCE))
+
+    return {"snapshot_id": await api.run(work)}
+
+
+async def _report_batch(api: Api, request: Request, call: Call) -> dict[str, Any]:
+    raw = await read_body(request, SMALL_BODY_BYTES)
+
+    def work() -> int:
+        given = fields(json_body(raw), ("batch_id", "payload"), ("plan_id",))
+        batch_id = check("batch_id", given["batch_id"], STORED_INT)
+        payload = json_object("payload", given["payload"])
+        plan_id = None if given["plan_id"] is None else check("plan_id", given["plan_id"], STORED_INT)
+
+        def unit(session: Session) -> int:
+            if plan_id is not None:
+                _check_plan_of(session, call.named, plan_id)
+            return record_batch_report(session, call.named, batch_id, payload, plan_id=plan_id)
+
+        return api.write(call, unit)
 
     return {"report_id": await api.run(work)}
 
@@ -209,47 +305,83 @@ def _check_plan_of(session: Session, region: str, plan_id: int) -> None:
 # -- read-only views ------------------------------------------------------------------------------------
 
 
-async def _all_status(api: Api, request: Request, region: str | None) -> list[dict[str, Any]]:
-    return await api.run(lambda: read_connection(api.engine, lambda c: _status_rows(c, None)))
+async def _all_status(api: Api, request: Request, call: Call) -> list[dict[str, Any]]:
+    return await api.run(lambda: _status_rows(api, call, None))
 
 
-async def _status(api: Api, request: Request, region: str | None) -> dict[str, Any]:
-    rows = await api.run(lambda: read_connection(api.engine, lambda c: _status_rows(c, _named(region))))
-    return rows[0]
+async def _status(api: Api, request: Request, call: Call) -> dict[str, Any]:
+    return (await api.run(lambda: _status_rows(api, call, call.named)))[0]
 
 
-def _status_rows(connection: Connection, region: str | None) -> list[dict[str, Any]]:
-    return [region_status(overview) for overview in region_overviews(connection, region)]
+def _status_rows(api: Api, call: Call, region: str | None) -> list[dict[str, Any]]:
+    rows = read_connection(
+        api.engine, lambda c: [region_status(overview) for overview in region_overviews(c, region)]
+    )
+    api.note_use(call)
+    return rows
 
 
-async def _versions(api: Api, request: Request, region: str | None) -> list[dict[str, Any]]:
+async def _versions(api: Api, request: Request, call: Call) -> list[dict[str, Any]]:
     def work(session: Session) -> list[dict[str, Any]]:
-        return [version_dict(row, version_function(row)) for row in list_versions(session, _named(region))]
+        return [version_dict(row, version_function(row)) for row in list_versions(session, call.named)]
 
-    return await api.run(lambda: read_transaction(api.engine, work))
+    return await api.run(lambda: api.read(call, work))
 
 
-async def _plans(api: Api, request: Request, region: str | None) -> list[dict[str, Any]]:
+async def _plans(api: Api, request: Request, call: Call) -> list[dict[str, Any]]:
     return await api.run(
-        lambda: read_transaction(
-            api.engine, lambda s: [plan_summary(p) for p in list_plans(s, _named(region))]
-        )
+        lambda: api.read(call, lambda s: [plan_summary(p) for p in list_plans(s, call.named)])
     )
 
 
-async def _events(api: Api, request: Request, region: str | None) -> list[dict[str, Any]]:
+async def _events(api: Api, request: Request, call: Call) -> list[dict[str, Any]]:
     kind = request.query_params.get("kind")
 
     def work(session: Session) -> list[dict[str, Any]]:
-        return [event_dict(row) for row in region_events(session, _named(region), kind=kind)]
+        return [event_dict(row) for row in region_events(session, call.named, kind=kind)]
 
-    return await api.run(lambda: read_transaction(api.engine, work))
+    return await api.run(lambda: api.read(call, work))
 
 
-def _named(region: str | None) -> str:
-    """The region a region's endpoint names (its path always has one)."""
-    assert region is not None
-    return region
+# -- operator calls (the service layer's operations, as the CLI runs them) -----------------------------
+
+
+async def _scale(api: Api, request: Request, call: Call) -> dict[str, Any]:
+    raw = await read_body(request, SMALL_BODY_BYTES)
+
+    def work() -> dict[str, Any]:
+        given = fields(json_body(raw), ("n_channels",), ("reason",))
+        reason = optional_text("reason", given["reason"])
+        result = service.scale(api.engine, call.named, given["n_channels"], reason=reason)
+        api.note_use(call)
+        return asdict(result)
+
+    return await api.run(work)
+
+
+async def _rollback(api: Api, request: Request, call: Call) -> dict[str, Any]:
+    raw = await read_body(request, SMALL_BODY_BYTES)
+
+    def work() -> dict[str, Any]:
+        given = fields(json_body(raw), ("to_version",), ("reason",))
+        to_version = check("to_version", given["to_version"], STORED_INT)
+        reason = optional_text("reason", given["reason"])
+        result = service.rollback(api.engine, call.named, to_version, reason=reason)
+        api.note_use(call)
+        return asdict(result)
+
+    return await api.run(work)
+
+
+async def _resume(api: Api, request: Request, call: Call) -> dict[str, Any]:
+    raw = await read_body(request, SMALL_BODY_BYTES)
+
+    def work() -> dict[str, Any]:
+        if raw.strip():  # no body, or an empty object
+            fields(json_body(raw), ())
+        return api.write(call, lambda s: mode_dict(service.resume(s, call.named)))
+
+    return await api.run(work)
 
 
 # -- schemas (for the OpenAPI document) -----------------------------------------------------------------
@@ -269,6 +401,22 @@ def _obj(properties: dict[str, Any], required: tuple[str, ...] | None = None) ->
     }
 
 
+_NULLABLE_STR = {"type": ["string", "null"]}
+_ACTION = _obj(
+    {
+        "region": _STR,
+        "action": {"enum": ["scaled", "rollback"]},
+        "reason": _STR,
+        "version": _INT,
+        "plan_id": _INT,
+        "from_version": _INT,
+        "n_channels": _INT,
+        "digest": _STR,
+        "plan_m": {"type": ["number", "null"]},
+        "mode": _STR,
+        "mode_reason": _STR,
+    }
+)
 _PLAN = _obj({"plan_id": _INT, "region": _STR, "from_version": _INT, "to_version": _INT, "plan_json": _STR})
 _REGION = "/v1/regions/{region}"
 
@@ -393,24 +541,76 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         _events,
         query=(("kind", "One of " + ", ".join(EVENT_KINDS) + "."),),
     ),
+    Endpoint(
+        "POST",
+        f"{_REGION}/scale",
+        "scale",
+        "operator",
+        "Activate the next function on n_channels channels, built from the applied version, with a "
+        "pending plan to it, and hold the region (as `repart scale`). A retry is not a no-op: while the "
+        "plan is pending it activates another version on the same N, superseding the first plan.",
+        _ACTION,
+        _scale,
+        body=_obj({"n_channels": {"type": "integer"}, "reason": _NULLABLE_STR}, ("n_channels",)),
+    ),
+    Endpoint(
+        "POST",
+        f"{_REGION}/rollback",
+        "rollback",
+        "operator",
+        "Activate a new version with version to_version's function, with a pending plan to it from the "
+        "applied version, and hold the region (as `repart rollback`). A retry is not a no-op: while the "
+        "plan is pending it activates another such version, superseding the first plan.",
+        _ACTION,
+        _rollback,
+        body=_obj({"to_version": {"type": "integer"}, "reason": _NULLABLE_STR}, ("to_version",)),
+    ),
+    Endpoint(
+        "POST",
+        f"{_REGION}/resume",
+        "resume",
+        "operator",
+        "Return a held region to its previous mode and end its backoff (as `repart resume`); the body is "
+        "empty or {}. A retry once it is resumed is refused (422 naming mode) and writes nothing.",
+        _obj({"region": _STR, "mode": _STR, "mode_reason": {"type": ["string", "null"]}}),
+        _resume,
+    ),
 )
 
 
 # -- admission and errors --------------------------------------------------------------------------------
 
 
+def _presented(request: Request) -> str | None:
+    """The bearer token the call presents (None without one)."""
+    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+    return presented.strip() if scheme.lower() == "bearer" else None
+
+
+def _kept_grant(api: Api, endpoint: Endpoint, request: Request) -> Grant | None:
+    """The kept grant of the call's token (``GrantCache``) if its scope covers the call by the path's
+    names alone; None when the database must decide (a plan's region is looked up there)."""
+    grant = api.grants.get(_presented(request), utc_now())
+    if grant is None:
+        return None
+    if endpoint.access == "job":
+        region = request.path_params.get("region")
+        allowed = region is not None and grant.scope == JOB_SCOPE + region
+    else:
+        allowed = grant.scope in SCOPES_OF[endpoint.access]
+    return grant if allowed else None
+
+
 def _admit(session: Session, endpoint: Endpoint, request: Request) -> Grant | Denied:
     """The grant of the call's bearer token, or why the call is refused (with its audit event written)."""
-    header = request.headers.get("authorization", "")
-    scheme, _, presented = header.partition(" ")
     try:
-        grant = authenticate(session, presented.strip() if scheme.lower() == "bearer" else None)
+        grant = authenticate(session, _presented(request))
     except Refused as refused:
         return _refuse(session, endpoint, request, 401, refused.reason, refused.token_id, None)
     if endpoint.access == "job":  # a job token only: other scopes learn nothing of the path's ids
         allowed = grant.region_id is not None and grant.region_id == _region_of(session, request)
     else:
-        allowed = grant.scope in ("read", "operator")
+        allowed = grant.scope in SCOPES_OF[endpoint.access]
     if not allowed:
         return _refuse(session, endpoint, request, 403, "scope", grant.token_id, grant.scope)
     return grant
@@ -429,7 +629,9 @@ def _refuse(
     if status == 401:  # one message whatever the reason, which only the audit row keeps
         message = "token must be a valid bearer token (Authorization: Bearer repart_...)"
     else:
-        wanted = "job:<the region of the call>" if endpoint.access == "job" else "read or operator"
+        wanted = {"job": "job:<the region of the call>", "read": "read or operator", "operator": "operator"}[
+            endpoint.access
+        ]
         message = f"token must have scope {wanted}; token {token_id} has scope {scope}"
     data = {"method": request.method, "path": request.url.path, "call": endpoint.name, "token_id": token_id}
     client = request.client
@@ -479,21 +681,43 @@ def _answer_error(error: RepartError) -> JSONResponse:
     return _error(500, "internal", str(error))
 
 
+async def _admitted(api: Api, endpoint: Endpoint, request: Request) -> Grant | Denied:
+    """The call's grant: kept (no database), or decided by the database (``_admit``) and then kept."""
+    kept = _kept_grant(api, endpoint, request)
+    if kept is not None:
+        return kept
+
+    def admit(session: Session) -> Grant | Denied:
+        return _admit(session, endpoint, request)
+
+    admitted = await api.run(functools.partial(run_in_transaction, api.engine, admit))
+    presented = _presented(request)
+    if isinstance(admitted, Grant) and presented is not None:
+        api.grants.keep(presented, admitted)
+    return admitted
+
+
+def _denied(denied: Denied) -> JSONResponse:
+    return _error(
+        denied.status, "unauthorized" if denied.status == 401 else "forbidden", str(denied), "token"
+    )
+
+
 def _route(api: Api, endpoint: Endpoint) -> Route:
     async def respond(request: Request) -> Response:
         try:
-
-            def admit(session: Session) -> Grant | Denied:
-                return _admit(session, endpoint, request)
-
-            admitted = await api.run(functools.partial(run_in_transaction, api.engine, admit))
+            admitted = await _admitted(api, endpoint, request)
             if isinstance(admitted, Denied):
-                kind = "unauthorized" if admitted.status == 401 else "forbidden"
-                return _error(admitted.status, kind, str(admitted), "token")
-            answer = await endpoint.handler(api, request, request.path_params.get("region"))
-            if admitted.use_is_stale():
-                await api.run(lambda: run_in_transaction(api.engine, lambda s: record_use(s, admitted)))
-            return JSONResponse(answer)
+                return _denied(admitted)
+            call = Call(request.path_params.get("region"), admitted)
+            try:
+                return JSONResponse(await endpoint.handler(api, request, call))
+            except StaleGrant:  # the kept grant's region is gone: the database decides again
+                api.grants.forget(admitted.token_id)
+                again = await _admitted(api, endpoint, request)
+                if isinstance(again, Denied):
+                    return _denied(again)
+                raise Conflict("the token's grant changed during the call; retry it") from None
         except RepartError as error:
             return _answer_error(error)
 
@@ -513,12 +737,22 @@ async def _internal_error(request: Request, error: Exception) -> Response:
 
 
 def create_app(
-    engine: Engine, *, max_snapshot_bytes: int = MAX_SNAPSHOT_BYTES, workers: int = DEFAULT_WORKERS
+    engine: Engine,
+    *,
+    max_snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
+    workers: int = DEFAULT_WORKERS,
+    token_cache_seconds: float = DEFAULT_SECONDS,
 ) -> Starlette:
     """The API on ``engine`` (module docstring): snapshots of at most ``max_snapshot_bytes``, at most
-    ``workers`` calls on the database at once. A database at another schema revision is refused
-    (InvalidInput naming ``db``)."""
-    api = Api(engine, max_snapshot_bytes=max_snapshot_bytes, workers=workers)
+    ``workers`` calls on the database at once, a granted token kept ``token_cache_seconds``
+    (``repart.api.grants``). A database at another schema revision is refused (InvalidInput naming
+    ``db``)."""
+    api = Api(
+        engine,
+        max_snapshot_bytes=max_snapshot_bytes,
+        workers=workers,
+        token_cache_seconds=token_cache_seconds,
+    )
     return Starlette(
         routes=[_route(api, endpoint) for endpoint in ENDPOINTS],
         exception_handlers={HTTPException: _http_error, Exception: _internal_error},

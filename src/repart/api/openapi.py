@@ -66,8 +66,9 @@ def document() -> dict[str, Any]:
         "info": {
             "title": "repart controller API",
             "version": repart.__version__,
-            "description": "The ControllerClient port for jobs and read-only views of the controller. "
-            "Every call takes a bearer token (repart token create).",
+            "description": "The ControllerClient port for jobs, read-only views of the controller, and "
+            "the operator's scale, rollback and resume. Every call takes a bearer token (repart token "
+            "create).",
         },
         "paths": paths,
         "components": {
@@ -96,9 +97,11 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
     operation: dict[str, Any] = {
         "operationId": endpoint.name,
         "summary": endpoint.summary,
-        "description": "Scope: job:REGION of the call's region."
-        if endpoint.access == "job"
-        else "Scope: read or operator.",
+        "description": {
+            "job": "Scope: job:REGION of the call's region.",
+            "read": "Scope: read or operator.",
+            "operator": "Scope: operator.",
+        }[endpoint.access],
         "parameters": parameters,
         "responses": {
             "200": {"description": "Done.", "content": {"application/json": {"schema": endpoint.answer}}},

@@ -23,6 +23,7 @@ from sqlalchemy import Engine
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from repart.api.app import DEFAULT_WORKERS, create_app
+from repart.api.grants import DEFAULT_SECONDS
 from repart.controller.listen import LOOPBACK, bound_socket
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
 
@@ -82,7 +83,8 @@ class DeadlineProtocol(H11Protocol):
 class ApiServer:
     """The API on ``host``:``port`` (0: any free port; the one bound is ``port``), serving from
     ``serve`` until ``close``: at most ``max_connections`` connections at once, each closed when a
-    request has not arrived whole within ``request_deadline`` seconds (``DeadlineProtocol``)."""
+    request has not arrived whole within ``request_deadline`` seconds (``DeadlineProtocol``); a token
+    the database granted is kept ``token_cache_seconds`` (``repart.api.grants``)."""
 
     def __init__(
         self,
@@ -92,11 +94,17 @@ class ApiServer:
         host: str = LOOPBACK,
         max_snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
         workers: int = DEFAULT_WORKERS,
+        token_cache_seconds: float = DEFAULT_SECONDS,
         request_deadline: float = REQUEST_DEADLINE,
         max_connections: int = MAX_CONNECTIONS,
     ) -> None:
+        app = create_app(
+            engine,
+            max_snapshot_bytes=max_snapshot_bytes,
+            workers=workers,
+            token_cache_seconds=token_cache_seconds,
+        )
         self._socket = bound_socket(host, port, field="api_port")
-        app = create_app(engine, max_snapshot_bytes=max_snapshot_bytes, workers=workers)
         config = uvicorn.Config(
             app,
             lifespan="off",

@@ -34,7 +34,6 @@ from repart.cli.versions import print_split_keys
 
 if TYPE_CHECKING:
     from repart.controller.actions import ActionResult
-    from repart.storage.models import Region
 
 # The decision's figures ``explain`` shows, each max/mean load beside its b.
 DECISION_FIGURES = (
@@ -168,6 +167,7 @@ def resume(region: RegionName, db: DbOption = None, as_json: JsonOption = False)
     """Return a held region to the mode it had before it was held (`auto` if none), and end its backoff
     after failed ticks, so that the daemon ticks it at its next sweep."""
     from repart.controller.service import resume as resume_region
+    from repart.storage.views import mode_dict
 
     shown = query(db, lambda session: mode_dict(resume_region(session, region)))
     if as_json:
@@ -175,11 +175,6 @@ def resume(region: RegionName, db: DbOption = None, as_json: JsonOption = False)
         return
     reason = "" if shown["mode_reason"] is None else f" ({shown['mode_reason']})"
     console().print(Text(f"{region}: mode {shown['mode']}{reason}; the daemon ticks it at its next sweep"))
-
-
-def mode_dict(row: Region) -> dict[str, Any]:
-    """A region's name, mode and why, as JSON."""
-    return {"region": row.name, "mode": row.mode, "mode_reason": row.mode_reason}
 
 
 def _cell(value: Any) -> str:

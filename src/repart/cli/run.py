@@ -11,6 +11,7 @@ import typer
 
 from repart.cli.database import DbOption, JsonOption, open_database, print_json
 from repart.cli.errors import reports_bad_input
+from repart.cli.serve import TokenCacheOption, kept_seconds
 from repart.controller.defaults import (
     DEFAULT_INTERVAL_SECONDS,
     DEFAULT_LEASE_TTL_SECONDS,
@@ -22,7 +23,7 @@ from repart.errors import InvalidInput
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
+    from repart.api.server import ApiServer
 
 
 @reports_bad_input
@@ -92,6 +93,7 @@ def run(
             "doubles from --interval per failure up to this; `repart resume REGION` ends it)."
         ),
     ] = DEFAULT_MAX_BACKOFF_SECONDS,
+    token_cache_seconds: TokenCacheOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -127,17 +129,24 @@ def run(
         if api_port is None:
             run_daemon(engine, config)
             return
+        from repart.api.server import ApiServer
+
         with open_database(db) as api_engine:
-            serve_api(api_engine, api_port, api_host, max_snapshot_bytes, lambda: run_daemon(engine, config))
+            server = ApiServer(
+                api_engine,
+                api_port,
+                host=api_host,
+                max_snapshot_bytes=max_snapshot_bytes,
+                token_cache_seconds=kept_seconds(token_cache_seconds),
+            )
+            serve_api(server, lambda: run_daemon(engine, config))
 
 
-def serve_api(engine: Engine, port: int, host: str, max_snapshot_bytes: int, run: Callable[[], None]) -> None:
-    """Serve the HTTP API on ``host``:``port`` (its own engine, so its calls never wait for the tick
+def serve_api(server: ApiServer, run: Callable[[], None]) -> None:
+    """Serve the HTTP API (``server``, on an engine of its own, so its calls never wait for the tick
     threads' connections) while ``run`` runs; the port is bound before ``run`` starts."""
-    from repart.api.server import ApiServer
     from repart.controller.logs import log_event
 
-    server = ApiServer(engine, port, host=host, max_snapshot_bytes=max_snapshot_bytes)
     try:
         server.serve()
         log_event("api", url=server.url, paths=["/v1/..."])

@@ -19,6 +19,22 @@ from repart.cli.errors import reports_bad_input
 from repart.controller.listen import LOOPBACK
 from repart.protocol.limits import MAX_SNAPSHOT_BYTES
 
+TokenCacheOption = Annotated[
+    float | None,
+    typer.Option(
+        help="Seconds a server keeps a token the database granted before reading it again: a revoked "
+        "token is refused at most this long after its revocation (default: 10; 0: read it at every call).",
+        show_default=False,
+    ),
+]
+
+
+def kept_seconds(seconds: float | None) -> float:
+    """``--token-cache-seconds``, or the server's default (``repart.api.grants``) when not given."""
+    from repart.api.grants import DEFAULT_SECONDS
+
+    return DEFAULT_SECONDS if seconds is None else seconds
+
 
 @reports_bad_input
 def serve(
@@ -39,6 +55,7 @@ def serve(
             show_default=False,
         ),
     ] = MAX_SNAPSHOT_BYTES,
+    token_cache_seconds: TokenCacheOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -49,7 +66,13 @@ def serve(
 
     stop = threading.Event()
     with json_logging(sys.stderr), open_database(db) as engine:
-        server = ApiServer(engine, api_port, host=api_host, max_snapshot_bytes=max_snapshot_bytes)
+        server = ApiServer(
+            engine,
+            api_port,
+            host=api_host,
+            max_snapshot_bytes=max_snapshot_bytes,
+            token_cache_seconds=kept_seconds(token_cache_seconds),
+        )
         previous = {
             sig: signal.signal(sig, lambda signum, frame: stop.set())
             for sig in (signal.SIGTERM, signal.SIGINT)

@@ -52,26 +52,13 @@ class SqlControllerClient:
         self.source = source
 
     def applied_function(self, region: str) -> AppliedFunction:
-        def work(session: Session) -> AppliedFunction:
-            row = applied_version(session, region)
-            if row is None:
-                raise NotFound(
-                    f"region {region!r} has no applied version yet; "
-                    f"run `repart tick --region {region}` (or the daemon) first"
-                )
-            return AppliedFunction(row.number, version_function(row))
-
-        return read_transaction(self.engine, work)
+        return read_transaction(self.engine, lambda session: applied_function(session, region))
 
     def region_merge(self, region: str) -> MergeSpec | None:
-        def work(session: Session) -> MergeSpec | None:
-            text = region_by_name(session, region).merge
-            return None if text is None else MergeSpec.parse(text)
-
-        return read_transaction(self.engine, work)
+        return read_transaction(self.engine, lambda session: region_merge(session, region))
 
     def claim_next_plan(self, region: str) -> PlanToApply | None:
-        return run_in_transaction(self.engine, lambda session: _claim(session, region))
+        return run_in_transaction(self.engine, lambda session: claim_next_plan(session, region))
 
     def report_plan(
         self,
@@ -103,6 +90,24 @@ class SqlControllerClient:
         )
 
 
+def applied_function(session: Session, region: str) -> AppliedFunction:
+    """The region's applied version (``ControllerClient.applied_function``); NotFound before the
+    controller's first tick."""
+    row = applied_version(session, region)
+    if row is None:
+        raise NotFound(
+            f"region {region!r} has no applied version yet; "
+            f"run `repart tick --region {region}` (or the daemon) first"
+        )
+    return AppliedFunction(row.number, version_function(row))
+
+
+def region_merge(session: Session, region: str) -> MergeSpec | None:
+    """How the region's partial state rows merge (``ControllerClient.region_merge``)."""
+    text = region_by_name(session, region).merge
+    return None if text is None else MergeSpec.parse(text)
+
+
 def _next(session: Session, region: str) -> PlanToApply | None:
     """One plan being applied (a job died applying it) or else the pending one (there is at most
     one)."""
@@ -114,10 +119,11 @@ def _next(session: Session, region: str) -> PlanToApply | None:
     return None
 
 
-def _claim(session: Session, region: str) -> PlanToApply | None:
-    """``_next``, moved to ``applying`` under the region row's lock, then the plan row's (the order
-    ``activate`` takes them in, so a tick that supersedes pending plans and a claim never interleave);
-    None if the plan was superseded meanwhile."""
+def claim_next_plan(session: Session, region: str) -> PlanToApply | None:
+    """The plan to apply (``ControllerClient.claim_next_plan``): ``_next``, moved to ``applying``
+    under the region row's lock, then the plan row's (the order ``activate`` takes them in, so a tick
+    that supersedes pending plans and a claim never interleave); None if the plan was superseded
+    meanwhile."""
     session.execute(select(models.Region.id).where(models.Region.name == region).with_for_update())
     todo = _next(session, region)
     if todo is None:

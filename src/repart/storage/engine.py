@@ -48,6 +48,10 @@ T = TypeVar("T")
 ENV_VAR = "REPART_DB"
 DEFAULT_URL = "sqlite:///./.repart/repart.db"
 DEFAULT_BUSY_TIMEOUT = 5.0
+POOL_SIZE = 15
+"""The most PostgreSQL connections an engine opens at once, each kept open for the next transaction
+(connections beyond a smaller pool would be opened and closed at every transaction, a new server
+process each: most of a short call's time when the API or the daemon is busy)."""
 # The execution option that marks a read-only transaction (see ``read_only``).
 READ_ONLY_OPTION = "repart_read_only"
 # The connection-record key under which ``limit_idle_transactions`` notes the timeout it set.
@@ -115,12 +119,13 @@ def make_engine(url: str | None = None, *, busy_timeout: float = DEFAULT_BUSY_TI
 
     For SQLite the database file's directory is created, and every connection gets WAL,
     ``foreign_keys=ON`` and ``busy_timeout`` (seconds; how long a write waits for the write lock before
-    failing with "database is locked"). PostgreSQL connections are checked before use.
+    failing with "database is locked"). PostgreSQL connections are checked before use, and kept open
+    once opened, up to ``POOL_SIZE`` (opened as needed: a command that uses one opens one).
     """
     resolved = database_url(url)
     check("busy_timeout", busy_timeout, NON_NEGATIVE)
     if resolved.get_backend_name() != "sqlite":
-        return create_engine(resolved, pool_pre_ping=True)
+        return create_engine(resolved, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=0)
     database = resolved.database or ""
     if database and database != ":memory:" and not database.startswith("file:"):
         Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)

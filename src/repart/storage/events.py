@@ -18,14 +18,15 @@ from types import MappingProxyType
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from repart.errors import InvalidInput, NotFound
+from repart.errors import Conflict, InvalidInput, NotFound
 from repart.partitioning.documents import require_int
-from repart.storage import models
+from repart.storage import models, tables
 from repart.storage.event_kinds import EVENT_KINDS
 from repart.storage.jsontext import dump_object
+from repart.storage.region_names import region_id_by_name
 from repart.storage.regions import region_by_name
 from repart.validation import STORED_INT, STRING, Options, check, shown
 
@@ -104,32 +105,37 @@ def batch_reports(session: Session, region: str) -> list[models.BatchReport]:
     return list(session.scalars(select(table).where(table.region_id == region_id).order_by(table.batch)))
 
 
+# A batch report, unless the region has one of its batch: one statement, built once per dialect.
+_INSERT_REPORT = {
+    name: dialect.insert(tables.batch_reports)
+    .on_conflict_do_nothing(index_elements=["region_id", "batch"])
+    .returning(tables.batch_reports.c.id)
+    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
+}
+
+
 def record_batch_report(
     session: Session, region: str, batch: int, payload: Mapping[str, Any], *, plan_id: int | None = None
 ) -> int:
     """Store what Spark batch ``batch`` of ``region`` reported and return the report's id; ``plan_id``
     must be a plan of the region. A batch is reported once: when the region has a report of ``batch``
-    already (a job killed after reporting and run again on the same batch), that report stays as it is
-    and its id is returned."""
+    already (a job killed after reporting and run again on the same batch, or a concurrent retry), that
+    report stays as it is and its id is returned. One ``INSERT … ON CONFLICT DO NOTHING``, so a report
+    costs one statement whether or not it is new."""
     number = check("batch", batch, STORED_INT)
-    region_id = region_by_name(session, region).id
+    payload_json = dump_object(payload, "payload")
+    region_id = region_id_by_name(session, region)
     if plan_id is not None:
         owner = session.scalar(select(models.Plan.region_id).where(models.Plan.id == plan_id))
         if owner != region_id:
             raise NotFound(f"plan {plan_id} is not a plan of region {region!r}")
-    table = models.BatchReport
-    reported = session.scalar(select(table.id).where(table.region_id == region_id, table.batch == number))
-    if reported is not None:
-        return reported
-    payload_json = dump_object(payload, "payload")
-    row = table(region_id=region_id, plan_id=plan_id, batch=number, payload_json=payload_json)
-    try:
-        with session.begin_nested():  # a concurrent report of the same batch may commit first
-            session.add(row)
-            session.flush()
-    except IntegrityError:
-        first = session.scalar(select(table.id).where(table.region_id == region_id, table.batch == number))
-        if first is None:
-            raise
-        return first
-    return row.id
+    table = tables.batch_reports
+    statement = _INSERT_REPORT[session.get_bind().dialect.name]
+    row = {"region_id": region_id, "plan_id": plan_id, "batch": number, "payload_json": payload_json}
+    inserted = session.scalar(statement, row)
+    if inserted is not None:
+        return int(inserted)
+    first = session.scalar(select(table.c.id).where(table.c.region_id == region_id, table.c.batch == number))
+    if first is None:  # the report it conflicted with went with its region, deleted meanwhile
+        raise Conflict(f"region {region!r} was deleted while batch {number} was reported; retry")
+    return int(first)

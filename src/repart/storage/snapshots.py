@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, cast
 
 import numpy as np
-from sqlalchemy import Connection, Table, delete, func, select
+from sqlalchemy import Connection, Select, Table, bindparam, delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -24,10 +24,11 @@ from repart.errors import Conflict, InvalidInput, NotFound
 from repart.partitioning.domain import KeyType
 from repart.protocol.counter_items import CounterItems
 from repart.protocol.snapshot import PROGRESS_FIELDS, BatchProgress, ChannelMeasurement, Snapshot
-from repart.storage import models
+from repart.storage import models, tables
 from repart.storage.events import NewEvent, record_event
 from repart.storage.jsontext import load_object
 from repart.storage.keys import key_from_columns
+from repart.storage.region_names import unknown_region
 from repart.storage.regions import region_by_name
 from repart.validation import POSITIVE_INT, check
 
@@ -54,25 +55,27 @@ def ingest_snapshot(session: Session, snapshot: Snapshot, *, source: str | None 
     Exactly once: a snapshot whose ``batch`` the region already has is not stored again; the stored
     one's id is returned when it is the same window (the job ran the batch again after a crash), and
     InvalidInput naming ``batch`` is raised when it is another.
+
+    A refusal by a check is raised before anything is written, and leaves the session usable; a
+    Conflict (a concurrent ingest of the same window, which the region row's lock makes rare) leaves
+    the transaction to be rolled back, as ``run_in_transaction`` does. An ingest is six statements:
+    the region row locked, every window check in one query, the snapshot row, and its items, slots and
+    channels (``_insert_children``).
     """
-    region = region_by_name(session, snapshot.region)
     # The region row's lock serializes ingests of one region, so the window checks below see every
     # window committed before (PostgreSQL; SQLite writes are serial anyway).
-    session.execute(select(models.Region.id).where(models.Region.id == region.id).with_for_update())
-    if snapshot.batch is not None:
-        stored = session.execute(
-            select(models.Snapshot.id, models.Snapshot.seq).where(
-                models.Snapshot.region_id == region.id, models.Snapshot.batch == snapshot.batch
+    region = session.execute(_REGION_LOCKED, {"name": snapshot.region}).first()
+    if region is None:
+        raise unknown_region(session, snapshot.region)
+    window = _window_facts(session, region.id, snapshot)
+    if window.batch_id is not None:
+        if window.batch_seq != snapshot.seq:
+            raise InvalidInput(
+                "batch",
+                f"must identify one window: batch {snapshot.batch} of region {snapshot.region!r} was "
+                f"observed as window.seq {window.batch_seq}, got {snapshot.seq}",
             )
-        ).first()
-        if stored is not None:
-            if stored.seq != snapshot.seq:
-                raise InvalidInput(
-                    "batch",
-                    f"must identify one window: batch {snapshot.batch} of region {region.name!r} was "
-                    f"observed as window.seq {stored.seq}, got {snapshot.seq}",
-                )
-            return int(stored.id)
+        return int(window.batch_id)
     if snapshot.key_type != region.key_type:
         raise InvalidInput("key_type", f"must be the region's {region.key_type!r}, got {snapshot.key_type!r}")
     if snapshot.slot_bits != region.slot_bits:
@@ -83,79 +86,122 @@ def ingest_snapshot(session: Session, snapshot: Snapshot, *, source: str | None 
             f"must be in [0, {region.max_channels - 1}] (the region's max_channels), "
             f"got {snapshot.channels[-1].channel}",
         )
-    if snapshot.version is not None and not _version_exists(session, region.id, snapshot.version):
+    if snapshot.version is not None and not window.version_exists:
         raise InvalidInput(
-            "version", f"must be a version of region {region.name!r}; {snapshot.version} is not"
+            "version", f"must be a version of region {snapshot.region!r}; {snapshot.version} is not"
         )
-    _check_new_window(session, region.id, snapshot)
+    _check_new_window(session, region.id, snapshot, window)
+    row = {
+        "region_id": region.id,
+        "seq": snapshot.seq,
+        "window_start": snapshot.window_start,
+        "window_end": snapshot.window_end,
+        "tuples": snapshot.tuples,
+        "distinct_estimate": snapshot.distinct_estimate,
+        "epsilon": snapshot.epsilon,
+        "key_type": snapshot.key_type,
+        "slot_bits": snapshot.slot_bits,
+        "version": snapshot.version,
+        "batch": snapshot.batch,
+        "source": source,
+        **(snapshot.progress.to_document() if snapshot.progress else {}),
+    }
     try:
-        with session.begin_nested():
-            row = models.Snapshot(
-                region_id=region.id,
-                seq=snapshot.seq,
-                window_start=snapshot.window_start,
-                window_end=snapshot.window_end,
-                tuples=snapshot.tuples,
-                distinct_estimate=snapshot.distinct_estimate,
-                epsilon=snapshot.epsilon,
-                key_type=snapshot.key_type,
-                slot_bits=snapshot.slot_bits,
-                version=snapshot.version,
-                batch=snapshot.batch,
-                source=source,
-                **(snapshot.progress.to_document() if snapshot.progress else {}),
-            )
-            session.add(row)
-            session.flush()
-            _insert_children(session, row.id, snapshot)
+        snapshot_id = session.scalar(_INSERT_SNAPSHOT, row)
     except IntegrityError:
         raise Conflict(
-            f"window.seq {snapshot.seq} was already ingested for region {region.name!r} (concurrently)"
+            f"window.seq {snapshot.seq} was already ingested for region {snapshot.region!r} (concurrently)"
         ) from None
-    return row.id
+    assert snapshot_id is not None
+    _insert_children(session, snapshot_id, snapshot)
+    return int(snapshot_id)
 
 
-def _version_exists(session: Session, region_id: int, number: int) -> bool:
-    query = select(models.Version.id).where(
-        models.Version.region_id == region_id, models.Version.number == number
+@dataclass(frozen=True)
+class _WindowFacts:
+    """What the checks of a new window need from the region's stored windows, read in one query."""
+
+    batch_id: int | None  # the snapshot of the same batch, if stored
+    batch_seq: int | None
+    same_seq: bool  # a window of the same seq is stored
+    overlapping_seq: int | None  # the seq of one stored window overlapping the new one
+    before: int | None  # the highest seq of a window that ends before the new one starts
+    after: int | None  # the lowest seq of a window that starts after the new one ends
+    version_exists: bool
+
+
+def _window_facts_query() -> Select[Any]:
+    """The one query behind ``_WindowFacts``, with the new window's values as parameters (a batch or
+    version of None matches nothing)."""
+    table, versions = tables.snapshots, tables.versions
+    mine = table.c.region_id == bindparam("region_id")
+    start = bindparam("start", type_=table.c.window_start.type)
+    end = bindparam("end", type_=table.c.window_end.type)
+    batch = table.c.batch == bindparam("batch", type_=table.c.batch.type)
+    overlapping = (
+        select(table.c.seq)
+        .where(mine, table.c.window_start < end, start < table.c.window_end)
+        .order_by(table.c.seq)
+        .limit(1)
     )
-    return session.scalar(query) is not None
+    version = select(versions.c.id).where(
+        versions.c.region_id == bindparam("region_id"), versions.c.number == bindparam("version")
+    )
+    return select(
+        select(table.c.id).where(mine, batch).scalar_subquery(),
+        select(table.c.seq).where(mine, batch).scalar_subquery(),
+        select(table.c.id).where(mine, table.c.seq == bindparam("seq")).exists(),
+        overlapping.scalar_subquery(),
+        select(func.max(table.c.seq)).where(mine, table.c.window_end <= start).scalar_subquery(),
+        select(func.min(table.c.seq)).where(mine, table.c.window_start >= end).scalar_subquery(),
+        version.exists(),
+    )
 
 
-def _check_new_window(session: Session, region_id: int, snapshot: Snapshot) -> None:
-    table = models.Snapshot
-    if session.scalar(select(table.id).where(table.region_id == region_id, table.seq == snapshot.seq)):
+# Statements of an ingest, built once (building and keying a statement costs more than running it).
+_REGION = tables.regions.c
+_REGION_LOCKED = (
+    select(_REGION.id, _REGION.key_type, _REGION.slot_bits, _REGION.max_channels)
+    .where(_REGION.name == bindparam("name"))
+    .with_for_update()
+)
+_WINDOW_FACTS = _window_facts_query()
+_INSERT_SNAPSHOT = insert(tables.snapshots).returning(tables.snapshots.c.id)
+
+
+def _window_facts(session: Session, region_id: int, snapshot: Snapshot) -> _WindowFacts:
+    parameters = {
+        "region_id": region_id,
+        "batch": snapshot.batch,
+        "seq": snapshot.seq,
+        "start": snapshot.window_start,
+        "end": snapshot.window_end,
+        "version": snapshot.version,
+    }
+    row = session.execute(_WINDOW_FACTS, parameters).one()
+    return _WindowFacts(row[0], row[1], bool(row[2]), row[3], row[4], row[5], bool(row[6]))
+
+
+def _check_new_window(session: Session, region_id: int, snapshot: Snapshot, window: _WindowFacts) -> None:
+    if window.same_seq:
         raise InvalidInput(
             "window.seq",
             f"must be new: window.seq {snapshot.seq} was already ingested for region {snapshot.region!r}",
         )
-    overlapping = session.scalars(
-        select(table)
-        .where(
-            table.region_id == region_id,
-            table.window_start < snapshot.window_end,
-            snapshot.window_start < table.window_end,
-        )
-        .limit(1)
-    ).first()
-    if overlapping is not None:
+    if window.overlapping_seq is not None:
+        overlapping = session.execute(
+            select(tables.snapshots.c.window_start, tables.snapshots.c.window_end).where(
+                tables.snapshots.c.region_id == region_id, tables.snapshots.c.seq == window.overlapping_seq
+            )
+        ).one()
         raise InvalidInput(
             "window.start",
             f"must not overlap an ingested window: {snapshot.window_start.isoformat()} .. "
             f"{snapshot.window_end.isoformat()} overlaps "
-            f"window seq {overlapping.seq} ({overlapping.window_start.isoformat()} .. "
+            f"window seq {window.overlapping_seq} ({overlapping.window_start.isoformat()} .. "
             f"{overlapping.window_end.isoformat()}) of region {snapshot.region!r}",
         )
-    before = session.scalar(
-        select(func.max(table.seq)).where(
-            table.region_id == region_id, table.window_end <= snapshot.window_start
-        )
-    )
-    after = session.scalar(
-        select(func.min(table.seq)).where(
-            table.region_id == region_id, table.window_start >= snapshot.window_end
-        )
-    )
+    before, after = window.before, window.after
     if (before is not None and snapshot.seq <= before) or (after is not None and snapshot.seq >= after):
         low = "-inf" if before is None else str(before)
         high = "inf" if after is None else str(after)

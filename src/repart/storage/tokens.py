@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from repart.errors import InvalidInput, NotFound
@@ -52,11 +52,13 @@ class Refused(Exception):
 
 @dataclass(frozen=True)
 class Grant:
-    """What a valid token grants: its id and scope, and for a job token its region's id."""
+    """What a valid token grants: its id and scope, for a job token its region's id, its expiry and
+    its stored last use."""
 
     token_id: int
     scope: str
     region_id: int | None
+    expires_at: datetime | None
     last_used_at: datetime | None
 
     def use_is_stale(self) -> bool:
@@ -120,29 +122,43 @@ def authenticate(session: Session, presented: str | None) -> Grant:
     nothing: a granted call records its use with ``record_use``."""
     if not presented:
         raise Refused("missing")
-    parts = presented.split("_", 2)
-    if len(parts) != 3 or parts[0] != PREFIX or not parts[1].isdigit() or len(parts[1]) > 18:
+    parts = token_parts(presented)
+    if parts is None:
         raise Refused("malformed")
-    token_id = int(parts[1])
+    token_id, secret = parts
     row = session.get(models.ApiToken, token_id)
     if row is None:
         raise Refused("unknown", token_id)
-    if not hmac.compare_digest(_digest(parts[2]), row.secret_sha256):
+    if not hmac.compare_digest(_digest(secret), row.secret_sha256):
         raise Refused("wrong-secret", token_id)
     now = utc_now()
     if row.revoked_at is not None:
         raise Refused("revoked", token_id)
     if row.expires_at is not None and row.expires_at <= now:
         raise Refused("expired", token_id)
-    return Grant(token_id, row.scope, row.region_id, row.last_used_at)
+    return Grant(token_id, row.scope, row.region_id, row.expires_at, row.last_used_at)
 
 
-def record_use(session: Session, grant: Grant) -> None:
-    """Write that ``grant``'s token was used now (a granted call, once it succeeded)."""
-    row = session.get(models.ApiToken, grant.token_id)
-    if row is not None:
-        row.last_used_at = utc_now()
-        session.flush()
+def token_parts(presented: str | None) -> tuple[int, str] | None:
+    """The id and the secret of token text ``presented`` (``repart_<id>_<secret>``); None when it is
+    not of that form."""
+    parts = (presented or "").split("_", 2)
+    if len(parts) != 3 or parts[0] != PREFIX or not parts[1].isdigit() or len(parts[1]) > 18:
+        return None
+    return int(parts[1]), parts[2]
+
+
+def record_use(session: Session, grant: Grant) -> datetime:
+    """Write that ``grant``'s token was used now (a granted call, once it succeeded); returns the time
+    written."""
+    now = utc_now()
+    session.execute(
+        update(models.ApiToken)
+        .where(models.ApiToken.id == grant.token_id)
+        .values(last_used_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return now
 
 
 def _digest(secret: str) -> str:

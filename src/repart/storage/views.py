@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from repart.partitioning.routing import RoutingFunction
-    from repart.storage.models import Event, Plan, Version
+    from repart.storage.models import Event, Plan, Region, Version
     from repart.storage.overview import RegionOverview
 
 
@@ -104,3 +104,8 @@ def event_dict(row: Event) -> dict[str, Any]:
         "created_at": timestamp(row.at),
         "data": load_object(row.data_json),
     }
+
+
+def mode_dict(row: Region) -> dict[str, Any]:
+    """A region's name, mode and why, as JSON (``repart resume --json``, the API's resume)."""
+    return {"region": row.name, "mode": row.mode, "mode_reason": row.mode_reason}
