@@ -29,8 +29,11 @@ typecheck: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir .site
 
+# The suite without Spark on two workers (its tests wait on servers, subprocesses and locks), then the
+# Spark tests in one process: one SparkSession, one Spark at a time, as their kill trials assume.
 unit: $(STAMP) clean-kernels
-	$(BIN)/pytest -q -n 2 --dist loadgroup
+	$(BIN)/pytest -q -n 2 -m "not spark"
+	$(BIN)/pytest -q -m spark
 
 test: lint typecheck docs unit
 

@@ -1,6 +1,6 @@
 """Construction time of scan, redist and readj: production vs the reference, side by side in one run.
 
-Setting (issue #2, Gedik Fig. 12): N^(t) = 9 → N^(t+1) = 10, |D| = 10^6, Zipf z = 1, LCL, α = 1.2,
+Setting (Gedik Fig. 12): N^(t) = 9 → N^(t+1) = 10, |D| = 10^6, Zipf z = 1, LCL, α = 1.2,
 U^APM, σ ∈ {0.1, 0.03, 0.008}. p^(t) is built by the same algorithm (production) from the consistent
 hash at N = 8, so both implementations start from the same realistic previous function and the same
 window estimate. Each time is the best of ``--repeat`` runs; the script also checks that both return the

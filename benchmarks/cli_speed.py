@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/cli_speed.py [--runs 11]
 
 Each command runs ``--runs`` times as a new process (as a user types it), after one unmeasured run that
-warms the file cache and writes the bytecode; the median wall time is compared with issue #10's targets
+warms the file cache and writes the bytecode; the median wall time is compared with the targets
 (``--help`` ≤ 0.3 s, ``status`` ≤ 0.6 s). Other read-only commands are timed for reference, and so are
 the floors of the database commands: a Python process that only imports typer and the schema's Core
 tables (SQLAlchemy's core with them: what ``status`` cannot avoid, as it reads without the ORM), and one

@@ -4,7 +4,7 @@ For each channel count N the script builds both tables at S = 16 slot bits from 
 the max/min ratio and the coefficient of variation (CV) of the slot count per channel, and the build
 time, for the default seed. A second table averages the same ratios over several seeds, since one seed
 is one sample of each method's spread. This measurement chose ``DEFAULT_METHOD`` in
-``repart.partitioning.consistent`` (DESIGN §2).
+``repart.partitioning.consistent``.
 
 Run: ``.venv/bin/python benchmarks/consistent_balance.py [--slot-bits S] [--replicas V] [--seeds K]``
 """

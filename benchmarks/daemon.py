@@ -1,4 +1,4 @@
-"""The daemon under load: 200 regions every 10 s on SQLite (issue #3), 1,000 on PostgreSQL (issue #9).
+"""The daemon under load: 200 regions every 10 s on SQLite, 1,000 on PostgreSQL.
 
 Setup (not timed): a fresh SQLite database with ``--regions`` regions (str keys, fixed policy on
 N = 4 channels, algorithm ``redist``, 2^10 slots, x = 3 counters, rebalance threshold 10^-6 so that
@@ -18,7 +18,7 @@ for ``--duration`` seconds; its sweep k is due at ``k · interval`` after the st
 the tick threads at ``k · interval`` plus the region's phase. A
 feeder process ingests new windows half an interval after the ticks are due: in each round, to every
 ``--feed-every``-th region (in turn), so that a region gets a new window every ``--feed-every`` intervals; a
-tick with a new window decides on it, the others are idle (the status check alone: DESIGN §12.2). The
+tick with a new window decides on it, the others are idle (the status check alone). The
 feeder has a process of its own, as the jobs that submit windows have. The
 daemon's ticker is wrapped to record each tick's region, start and end; the daemon counts the sweeps it
 coalesced (``missed_sweeps``: due while the previous one still ran) and the regions a sweep skipped because

@@ -1,7 +1,7 @@
 """Keys per second of ``PartitionFunction.lookup_many`` against the hashing floor, side by side.
 
 The floor is a bare Python loop of ``xxhash.xxh64_intdigest(bytes, 42)`` over the same keys (int keys as
-8 little-endian bytes, str keys as UTF-8): hashing every key once, which any lookup must do (DESIGN §2).
+8 little-endian bytes, str keys as UTF-8): hashing every key once, which any lookup must do.
 The function has N = 10 channels and an explicit map of the most frequent keys; keys are drawn uniformly
 or Zipf-distributed (exponent 1.1) from a universe of 100,000 keys, every str key a distinct object as
 it would be after decoding a batch. Each timing is the best of a few repetitions. The "hashing" column

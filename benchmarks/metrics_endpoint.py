@@ -1,4 +1,4 @@
-"""The metrics endpoint under the daemon benchmark's load (issue 10: ``/metrics`` answers within 50 ms
+"""The metrics endpoint under the daemon benchmark's load (the target: ``/metrics`` answers within 50 ms
 with 200 regions under ``benchmarks/daemon.py``).
 
 The load is ``benchmarks/daemon.py``'s, built with its own functions: a fresh database with ``--regions``

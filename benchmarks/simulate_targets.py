@@ -1,4 +1,4 @@
-"""Check issue #2's simulation targets on records written by ``repart simulate --json FILE``.
+"""Check the simulation targets on records written by ``repart simulate --json FILE``.
 
     .venv/bin/repart simulate --runs 5 --json docs/results/paper-default.json
     .venv/bin/python benchmarks/simulate_targets.py docs/results/paper-default.json

@@ -1,4 +1,4 @@
-"""``partition()`` against Spark's own ``df.repartition(N, key)`` on the same skewed DataFrame (DESIGN §9).
+"""``partition()`` against Spark's own ``df.repartition(N, key)`` on the same skewed DataFrame.
 
 The DataFrame has ``--rows`` rows (default 10,000,000) of str keys drawn Zipf-like (``--zipf``, default
 0.9) from ``--keys`` keys (default 1,000,000), generated inside Spark from ``spark.range``, cached and

@@ -1,4 +1,4 @@
-"""Split functions on Spark (DESIGN §11.3): routing cost, balance, and a VWAP-style update against salting.
+"""Split functions on Spark: routing cost, balance, and a VWAP-style update against salting.
 
 The DataFrame has ``--rows`` rows (default 10,000,000) of str keys drawn Zipf(``--zipf``, default 1.2)
 from ``--keys`` keys (default 1,000,000) with a price, a volume and a row id, generated inside Spark,

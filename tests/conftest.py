@@ -215,13 +215,10 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-@pytest.hookimpl(trylast=True)  # after tests/spark/conftest.py has marked its tests
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that uses the ``spark`` fixture is a Spark test: ``pytest -m 'not spark'`` leaves it out.
-    Spark tests share one xdist group: under ``make test`` (``-n 2 --dist loadgroup``) one worker runs
-    them all, one Spark at a time, while the other runs the rest."""
+    """A test that uses the ``spark`` fixture is a Spark test: ``pytest -m 'not spark'`` leaves it out
+    (``make test`` runs the rest on two workers, then the Spark tests in one process, one Spark at a
+    time)."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
-        if item.get_closest_marker("spark") is not None:
-            item.add_marker(pytest.mark.xdist_group("spark"))

@@ -91,6 +91,10 @@ RESULTS: dict[str, tuple[str, str]] = {
         "The HTTP API under 200 job clients (first run: the API inside the daemon's process)",
         f"{PY} benchmarks/api_load.py --json FILE",
     ),
+    "api-load-100": (
+        "The HTTP API under 50 job clients (100 calls/s)",
+        f"{PY} benchmarks/api_load.py --regions 50 --duration 15 --compare-seconds 5 --json FILE",
+    ),
     "policy-traces": (
         "The channel-count policy on daily, weekly and bursty traces",
         f"{PY} benchmarks/policy_traces.py --json FILE",

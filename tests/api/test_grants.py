@@ -113,13 +113,27 @@ def test_a_cache_of_zero_seconds_keeps_nothing() -> None:
 
     cache = GrantCache(0)
     grant = Grant(1, "read", None, None, None)
-    cache.keep("repart_1_secret", grant)
+    cache.keep("repart_1_secret", grant, time.monotonic())
     assert cache.get("repart_1_secret", utc_now()) is None
     kept = GrantCache(60)
-    kept.keep("repart_1_secret", grant)
+    kept.keep("repart_1_secret", grant, time.monotonic())
     assert kept.get("repart_1_secret", utc_now()) == grant
     assert kept.get("repart_1_other", utc_now()) is None
     assert kept.get("repart_2_secret", utc_now()) is None
     assert kept.get("not-a-token", utc_now()) is None
     with pytest.raises(InvalidInput, match="token_cache_seconds"):
         GrantCache(-1)
+    with pytest.raises(InvalidInput, match="token_cache_seconds"):
+        GrantCache(3601)
+
+
+def test_a_grant_is_kept_from_the_moment_the_database_read_it() -> None:
+    """The bound counts from the admission's read, not from when the call got round to keeping it."""
+    from repart.storage.tokens import Grant
+
+    grant = Grant(1, "read", None, None, None)
+    cache = GrantCache(5)
+    cache.keep("repart_1_secret", grant, time.monotonic() - 6)  # read 6 s ago: already past the bound
+    assert cache.get("repart_1_secret", utc_now()) is None
+    cache.keep("repart_1_secret", grant, time.monotonic() - 4)
+    assert cache.get("repart_1_secret", utc_now()) == grant

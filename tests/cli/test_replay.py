@@ -165,6 +165,7 @@ def test_mixed_regions_and_duplicate_seqs_name_the_window(
         ("migration_budget=1.5", "migration_budget"),
         ("rebalance_payback_batches=0", "rebalance_payback_batches"),
         ("rebalance_payback_batches=2.5", "rebalance_payback_batches"),
+        ("rebalance_payback_batches=1000001", "rebalance_payback_batches"),
     ],
 )
 def test_bad_candidate_settings_exit_2_and_write_nothing(

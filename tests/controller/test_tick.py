@@ -514,12 +514,12 @@ def test_a_rebalance_whose_gain_does_not_pay_for_its_move_is_a_recorded_no_chang
     assert len(versions(engine)) == 2
 
 
-@pytest.mark.parametrize(("payback", "action"), [(1, "unchanged"), (None, "activated")])
+@pytest.mark.parametrize(("payback", "action"), [(1, "unchanged"), (2, "activated"), (None, "activated")])
 def test_a_rebalance_pays_for_its_move_within_the_payback_batches(
     engine: Engine, payback: int | None, action: str
 ) -> None:
-    """b 1.83 -> 0.92 at m 0.94 (a quarter of the state): not worth it in one batch under APM
-    (b' + m >= b), worth it over the default 10 (b' + m / 10 < b)."""
+    """b 1.83 -> 0.92 at m 0.94 (a quarter of the state): under APM the move pays over H batches when
+    b' + m / H < b, i.e. H > m / (b - b') = 1.03: not in one batch, in two, and in the default 10."""
     settings: dict[str, Any] = {"rebalance_threshold": 0.5}
     if payback is not None:
         settings["rebalance_payback_batches"] = payback
@@ -531,8 +531,9 @@ def test_a_rebalance_pays_for_its_move_within_the_payback_batches(
     event = events(engine)[0]
     data = load_object(event.data_json)
     b_after, m, b_before = data["predicted_b"], data["predicted_m"], data["b_before"]
-    assert b_after + m >= b_before > data["threshold"]
-    assert b_after + m / 10 < b_before
+    horizon = 10 if payback is None else payback
+    assert b_before > data["threshold"]
+    assert (b_after + m / horizon < b_before) == (action == "activated")
     if action == "unchanged":
         assert event.rule == "rebalance-gain" and "within 1 batch(es) under the utility APM" in event.message
         assert len(versions(engine)) == 1
@@ -541,16 +542,22 @@ def test_a_rebalance_pays_for_its_move_within_the_payback_batches(
 
 
 @pytest.mark.parametrize(
-    ("utility", "cost", "action"),
+    ("utility", "cost", "payback", "action"),
     [
-        ("A", lambda b, m: b, "activated"),  # any gain in b pays
-        ("APLM", lambda b, m: b + math.log1p(m), "unchanged"),
+        ("A", lambda b, m: b, 1, "activated"),  # any gain in b pays
+        ("APLM", lambda b, m: b + math.log1p(m), 1, "unchanged"),
+        ("APLM", lambda b, m: b + math.log1p(m), 10, "activated"),
+        ("ATM", lambda b, m: b * (1 + m), 1, "activated"),
+        ("ATM", lambda b, m: b * (1 + m), 10, "activated"),
+        ("ATLM", lambda b, m: b * (1 + math.log1p(m)), 10, "unchanged"),
     ],
 )
 def test_the_rebalance_gain_is_judged_under_the_regions_utility(
-    engine: Engine, utility: str, cost: Callable[[float, float], float], action: str
+    engine: Engine, utility: str, cost: Callable[[float, float], float], payback: int, action: str
 ) -> None:
-    settings = {"migration_budget": 1.0, "rebalance_payback_batches": 1}
+    """The move's batch costs U(b', m), each of the next H - 1 costs b': the rebalance happens when
+    that mean is below b."""
+    settings = {"migration_budget": 1.0, "rebalance_payback_batches": payback}
     add_zipf_region(engine, n_channels_initial=4, algorithm="redist", utility=utility, settings=settings)
     tick(engine, REGION)
     ingest(engine, zipf_snapshot(1, n_channels=4, demand=4, exponent=1.3))
@@ -564,11 +571,10 @@ def test_the_rebalance_gain_is_judged_under_the_regions_utility(
     data = load_object(event.data_json)
     assert data["utility"] == utility
     b_after, m, b_before = data["predicted_b"], data["predicted_m"], data["b_before"]
-    # Under b·(1 + m) both would be held: the region's utility decides (over one batch).
-    assert b_after * (1 + m) >= b_before > data["threshold"]
-    assert result.action == action
-    assert (cost(b_after, m) < b_before) == (action == "activated")
-    if action == "unchanged":
+    assert b_before > data["threshold"]
+    pays = (cost(b_after, m) + (payback - 1) * b_after) / payback < b_before
+    assert result.action == action == ("activated" if pays else "unchanged")
+    if not pays:
         assert event.rule == "rebalance-gain" and f"utility {utility}" in event.message
 
 

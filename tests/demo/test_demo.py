@@ -91,6 +91,7 @@ def test_the_demo_runs_both_modes_and_every_batch_is_exact(spark: SparkSession, 
     assert all(row.b is not None and row.b_hash is not None and row.b < row.b_hash for row in steady)
     assert all(row.memory == 1.0 for row in preserve)
     assert all(row.b is not None and row.b_hash is not None and row.b < row.b_hash for row in split[1:])
+    assert all(row.b is not None for row in result.rows)
     assert sum(row.b or 0.0 for row in split) < sum(row.b or 0.0 for row in preserve)
     assert any(row.memory > 1.0 for row in split)
     for p, s in zip(preserve, split, strict=True):

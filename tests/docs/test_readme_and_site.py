@@ -30,17 +30,20 @@ def test_the_readme_is_a_front_page() -> None:
     assert not re.search(r"issue #|DESIGN §|#\d+\b", README)
 
 
-INTERNAL_REFERENCE = re.compile(r"\bissues?\s*#?\d|DESIGN §|\bthe issue\b|\bthe brief\b|second reader", re.I)
+INTERNAL_REFERENCE = re.compile(
+    r"\bissues?\s*#\d|\bissue\s+\d|DESIGN(\.md)?\s*§|\bthe brief\b|second reader", re.IGNORECASE
+)
 
 
 def test_no_user_facing_text_cites_the_team_s_issues_or_design_document() -> None:
-    """The docs pages and the package's code (its docstrings, help and messages) are read by users, who
-    have neither the issue tracker nor the design document."""
+    """The docs pages, the changelog, the package's code (its docstrings, help and messages), the
+    benchmarks and the examples are read by users, who have neither the issue tracker nor the design
+    document."""
     pages = [p for p in (ROOT / "docs").rglob("*.md") if "results" not in p.parts]
-    sources = list((ROOT / "src" / "repart").rglob("*.py"))
+    sources = [p for folder in ("src", "benchmarks", "examples") for p in (ROOT / folder).rglob("*.py")]
     cited = [
         f"{path.relative_to(ROOT)}:{number}"
-        for path in [ROOT / "README.md", *pages, *sources]
+        for path in [ROOT / "README.md", ROOT / "CHANGELOG.md", *pages, *sources]
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
         if INTERNAL_REFERENCE.search(line)
     ]
@@ -52,6 +55,14 @@ def test_the_readme_shows_the_streaming_example_as_the_file_holds_it() -> None:
     shown = next(block for block in blocks if "foreachBatch" in block)
     assert len(shown.strip().splitlines()) <= 10
     assert shown.strip() in (ROOT / "examples" / "streaming_job.py").read_text(encoding="utf-8")
+
+
+def test_the_readme_shows_the_batch_example_as_the_file_holds_it() -> None:
+    """(tests/spark/test_job.py runs the example.)"""
+    blocks = [block.split("```", 1)[0] for block in README.split("```python\n")[1:]]
+    shown = next(block for block in blocks if "job.process(" in block)
+    assert len(shown.strip().splitlines()) <= 10
+    assert shown.strip() in (ROOT / "examples" / "batch_job.py").read_text(encoding="utf-8")
 
 
 def test_every_link_of_the_readme_names_a_file_that_exists() -> None:

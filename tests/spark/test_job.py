@@ -335,11 +335,3 @@ def test_the_examples_run_and_stay_short(
         assert got["volume"].to_dict() == expected["sum"].to_dict()
     else:
         assert int(state["trades"].sum()) == 150_000
-
-
-def test_the_readme_shows_the_batch_example_as_the_tests_run_it() -> None:
-    readme = (EXAMPLES.parent / "README.md").read_text(encoding="utf-8")
-    blocks = [block.split("```", 1)[0] for block in readme.split("```python\n")[1:]]
-    shown = next(block for block in blocks if "job.process(" in block)
-    assert len(shown.strip().splitlines()) <= 10
-    assert shown.strip() in (EXAMPLES / "batch_job.py").read_text(encoding="utf-8")

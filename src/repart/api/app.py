@@ -36,6 +36,7 @@ state damaged), ``unavailable`` (503).
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -690,10 +691,11 @@ async def _admitted(api: Api, endpoint: Endpoint, request: Request) -> Grant | D
     def admit(session: Session) -> Grant | Denied:
         return _admit(session, endpoint, request)
 
+    read_at = time.monotonic()  # before the transaction reads the token: the cache's bound counts from here
     admitted = await api.run(functools.partial(run_in_transaction, api.engine, admit))
     presented = _presented(request)
     if isinstance(admitted, Grant) and presented is not None:
-        api.grants.keep(presented, admitted)
+        api.grants.keep(presented, admitted, read_at)
     return admitted
 
 

@@ -29,10 +29,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from repart.storage.tokens import Grant, token_parts
-from repart.validation import NON_NEGATIVE, check
+from repart.validation import Interval, check
 
 DEFAULT_SECONDS = 10.0
 """How long a grant is kept: a revoked token is refused at most this long after its revocation."""
+MAX_SECONDS = Interval(float, 0, 3600)
+"""The accepted keeping times: up to an hour, so that a revocation always takes effect."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ class GrantCache:
     """Grants of tokens the database accepted, each kept ``seconds`` (module docstring); thread-safe."""
 
     def __init__(self, seconds: float = DEFAULT_SECONDS) -> None:
-        self.seconds = check("token_cache_seconds", seconds, NON_NEGATIVE)
+        self.seconds = check("token_cache_seconds", seconds, MAX_SECONDS)
         self._kept: dict[int, _Kept] = {}
         self._lock = threading.Lock()
 
@@ -67,14 +69,16 @@ class GrantCache:
             return None
         return kept.grant
 
-    def keep(self, presented: str, grant: Grant) -> None:
-        """Keep ``grant``, which the database just gave token text ``presented``, for ``seconds``."""
+    def keep(self, presented: str, grant: Grant, read_at: float) -> None:
+        """Keep ``grant``, which the database gave token text ``presented`` in a transaction that began
+        at ``read_at`` (``time.monotonic()``), until ``seconds`` after that moment: a revocation
+        committed after the read is honoured within ``seconds`` of it, however long the call took."""
         parts = token_parts(presented)
         if parts is None or self.seconds == 0:
             return
         digest = hashlib.sha256(parts[1].encode()).hexdigest()
         with self._lock:
-            self._kept[grant.token_id] = _Kept(digest, grant, time.monotonic() + self.seconds)
+            self._kept[grant.token_id] = _Kept(digest, grant, read_at + self.seconds)
 
     def used(self, grant: Grant, at: datetime) -> None:
         """Note that ``grant``'s last use was written at ``at``, so that the kept grant does not ask

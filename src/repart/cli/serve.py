@@ -23,7 +23,8 @@ TokenCacheOption = Annotated[
     float | None,
     typer.Option(
         help="Seconds a server keeps a token the database granted before reading it again: a revoked "
-        "token is refused at most this long after its revocation (default: 10; 0: read it at every call).",
+        "token is refused at most this long after its revocation (default: 10; 0: read it at every call; "
+        "at most 3600).",
         show_default=False,
     ),
 ]

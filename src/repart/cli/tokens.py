@@ -117,7 +117,8 @@ def revoke(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Revoke a token: every call with it is refused from now on."""
+    """Revoke a token: every call with it is refused from now on by a server that reads it, and by a
+    running server within its --token-cache-seconds (10 s by default)."""
     from repart.storage.tokens import revoke_token
 
     row = query(db, lambda session: token_dict(revoke_token(session, token_id)))

@@ -1,4 +1,4 @@
-"""Prometheus metrics and a health check for ``repart run --metrics-port`` .
+"""Prometheus metrics and a health check for ``repart run --metrics-port``.
 
 ``DaemonMetrics`` holds the daemon's metrics — its own ``CollectorRegistry`` (never prometheus_client's
 global one, so that several daemons can run in one process, as the tests do) and a cache of per-region

@@ -33,10 +33,11 @@ all optional:
 - ``migration_budget``: the largest share of the state one rebalance at unchanged N may move, in
   (0, 1], default 0.5.
 - ``rebalance_payback_batches``: H, the batches over which a rebalance at unchanged N must pay for its
-  migration, an integer >= 1, default 10. Its gain in b recurs in every batch the new function serves
-  while its m is paid once, so it happens only when U(b', m / H) < b under the region's utility
-  (``repart.partitioning.utility.function_cost``; H = 1 is the paper's one-step objective). A rebalance
-  over the migration budget, or one that does not pay back, is a recorded ``no-change`` with its reason.
+  migration, an integer in [1, 10^6], default 10. Keeping the applied function costs b in each batch;
+  the new one costs U(b', m) under the region's utility in the batch that moves the state and b' in
+  each batch after it, so it happens only when (U(b', m) + (H - 1)·b') / H < b
+  (``repart.partitioning.utility.function_cost``; under APM: b' + m / H < b). A rebalance over the
+  migration budget, or one that does not pay back, is a recorded ``no-change`` with its reason.
 - ``move_limit``: readj's move limit c (Gedik Algorithm 4), an integer >= 1, default 5.
 - ``split``: the parameters of a split-mode region's scheme, an object checked by
   ``repart.partitioning.split.params.SplitParams`` (θ, ε, spread, virtual nodes, seed); the scheme
@@ -105,7 +106,7 @@ SETTINGS: dict[str, tuple[Constraint, ...]] = {
     "effectiveness_threshold": (PROBABILITY,),
     "rebalance_threshold": (POSITIVE,),
     "migration_budget": (FRACTION,),
-    "rebalance_payback_batches": (POSITIVE_INT,),
+    "rebalance_payback_batches": (Interval(int, 1, 1_000_000),),
     "move_limit": (POSITIVE_INT,),
     "split": (Kind(Mapping, "an object of the split scheme's parameters"),),
     "plan_keep_versions": (KEEP_VERSIONS,),

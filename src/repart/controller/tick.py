@@ -545,23 +545,24 @@ def _rebalance_held(
 ) -> tuple[str, str] | None:
     """Why a rebalance at unchanged N is not worth it, or None when it is: it moves more of the state
     than the region's ``migration_budget`` (rule ``migration-budget``), or it does not pay back within
-    ``rebalance_payback_batches`` H (rule ``rebalance-gain``). Its predicted b' holds in every batch the
-    new function serves while its m is paid once, so the move pays when U(b', m / H) < U(b, 0) = b under
-    the region's utility (``repart.partitioning.utility.function_cost``; H = 1 is the one-step objective
-    of Gedik Eq. 13 under ATM)."""
+    ``rebalance_payback_batches`` H (rule ``rebalance-gain``). Keeping the applied function costs b in
+    each batch; the new one costs U(b', m) under the region's utility in the batch that moves the state
+    (``repart.partitioning.utility.function_cost``) and b' in each of the H - 1 after it, so the move
+    pays when (U(b', m) + (H - 1)·b') / H < b. H = 1 is the one-step comparison of U(b', m) with b
+    (Gedik Eq. 13 under ATM); under APM it is b' + m / H < b."""
     share, b_after, m = data.get("moved_state_share"), data.get("predicted_b"), data.get("predicted_m")
     budget, horizon = settings.migration_budget, settings.rebalance_payback_batches
     if isinstance(share, float) and share > budget:
         return "migration-budget", f"it would move {share:.3g} of the state, over the budget {budget:g}"
     if isinstance(b_after, int | float) and isinstance(m, int | float):
         utility = settings.params.utility
-        cost = function_cost(utility, b_after, m / horizon)
+        cost = (function_cost(utility, b_after, m) + (horizon - 1) * b_after) / horizon
         if cost >= b_before:
             return (
                 "rebalance-gain",
                 f"its predicted b = {b_after:.4g} at m = {m:.3g} does not pay back within {horizon} "
-                f"batch(es) under the utility {utility} (U(b, m / {horizon}) = {cost:.4g} >= b = "
-                f"{b_before:.4g} now)",
+                f"batch(es) under the utility {utility} (mean cost {cost:.4g} over {horizon} batch(es) "
+                f">= b = {b_before:.4g} now)",
             )
     return None
 

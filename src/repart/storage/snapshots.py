@@ -2,8 +2,10 @@
 
 The document itself (``Snapshot``, ``Snapshot.from_document``) is ``repart.protocol.snapshot``'s.
 ``ingest_snapshot`` checks a parsed snapshot against its region (known region, same key type and slot
-bits, a new window whose seq agrees with its time) and stores it in one SAVEPOINT, so a rejected
-snapshot leaves the database unchanged. Every error names the field and the accepted values.
+bits, a new window whose seq agrees with its time) before it writes anything, so a rejected snapshot
+leaves the database unchanged; a Conflict found by the insert (a concurrent ingest of the same
+window) leaves the caller's transaction to be rolled back. Every error names the field and the
+accepted values.
 ``snapshot_summaries`` lists a region's windows without their items, and ``delete_snapshot`` removes
 one ingested by mistake, unless a decision depends on it (see there).
 """

@@ -106,8 +106,9 @@ def list_tokens(session: Session) -> list[models.ApiToken]:
 
 
 def revoke_token(session: Session, token_id: int) -> models.ApiToken:
-    """Revoke token ``token_id`` from now on (a token already revoked keeps its first revocation);
-    NotFound for an unknown id."""
+    """Revoke token ``token_id`` from now on (a token already revoked keeps its first revocation); a
+    running API server that kept its grant refuses it within its ``token_cache_seconds``. NotFound for
+    an unknown id."""
     row = session.get(models.ApiToken, token_id)
     if row is None:
         raise NotFound(f"token {token_id} does not exist; `repart token list` shows the tokens")
