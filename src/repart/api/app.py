@@ -347,31 +347,35 @@ async def _events(api: Api, request: Request, call: Call) -> list[dict[str, Any]
 # -- operator calls (the service layer's operations, as the CLI runs them) -----------------------------
 
 
-async def _scale(api: Api, request: Request, call: Call) -> dict[str, Any]:
+async def _operator_action(
+    api: Api, request: Request, call: Call, field: str, act: Callable[[Any, str | None], Any]
+) -> dict[str, Any]:
+    """An operator's scale or rollback: the body's required ``field`` and optional ``reason``, the
+    service's ``act(value, reason)``, and its result as JSON."""
     raw = await read_body(request, SMALL_BODY_BYTES)
 
     def work() -> dict[str, Any]:
-        given = fields(json_body(raw), ("n_channels",), ("reason",))
-        reason = optional_text("reason", given["reason"])
-        result = service.scale(api.engine, call.named, given["n_channels"], reason=reason)
+        given = fields(json_body(raw), (field,), ("reason",))
+        result = act(given[field], optional_text("reason", given["reason"]))
         api.note_use(call)
         return asdict(result)
 
     return await api.run(work)
+
+
+async def _scale(api: Api, request: Request, call: Call) -> dict[str, Any]:
+    def act(n_channels: Any, reason: str | None) -> Any:
+        return service.scale(api.engine, call.named, n_channels, reason=reason)
+
+    return await _operator_action(api, request, call, "n_channels", act)
 
 
 async def _rollback(api: Api, request: Request, call: Call) -> dict[str, Any]:
-    raw = await read_body(request, SMALL_BODY_BYTES)
+    def act(to_version: Any, reason: str | None) -> Any:
+        checked = check("to_version", to_version, STORED_INT)
+        return service.rollback(api.engine, call.named, checked, reason=reason)
 
-    def work() -> dict[str, Any]:
-        given = fields(json_body(raw), ("to_version",), ("reason",))
-        to_version = check("to_version", given["to_version"], STORED_INT)
-        reason = optional_text("reason", given["reason"])
-        result = service.rollback(api.engine, call.named, to_version, reason=reason)
-        api.note_use(call)
-        return asdict(result)
-
-    return await api.run(work)
+    return await _operator_action(api, request, call, "to_version", act)
 
 
 async def _resume(api: Api, request: Request, call: Call) -> dict[str, Any]:
