@@ -552,8 +552,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "scale",
         "operator",
         "Activate the next function on n_channels channels, built from the applied version, with a "
-        "pending plan to it, and hold the region (as `repart scale`). A retry is not a no-op: while the "
-        "plan is pending it activates another version on the same N, superseding the first plan.",
+        "pending plan to it, and hold the region (as `repart scale REGION --channels 8` does for "
+        "n_channels 8). A retry is not a no-op: while the plan is pending it activates another "
+        "version on the same N, superseding the first plan.",
         _ACTION,
         _scale,
         body=_obj({"n_channels": {"type": "integer"}, "reason": _NULLABLE_STR}, ("n_channels",)),
@@ -564,8 +565,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "rollback",
         "operator",
         "Activate a new version with version to_version's function, with a pending plan to it from the "
-        "applied version, and hold the region (as `repart rollback`). A retry is not a no-op: while the "
-        "plan is pending it activates another such version, superseding the first plan.",
+        "applied version, and hold the region (as `repart rollback REGION --to 2` does for to_version "
+        "2). A retry is not a no-op: while the plan is pending it activates another such version, "
+        "superseding the first plan.",
         _ACTION,
         _rollback,
         body=_obj({"to_version": {"type": "integer"}, "reason": _NULLABLE_STR}, ("to_version",)),
@@ -575,8 +577,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         f"{_REGION}/resume",
         "resume",
         "operator",
-        "Return a held region to its previous mode and end its backoff (as `repart resume`); the body is "
-        "empty or {}. A retry once it is resumed is refused (422 naming mode) and writes nothing.",
+        "Return a held region to its previous mode and end its backoff (as `repart resume REGION`); "
+        "the body is empty or {}. A retry once it is resumed is refused (422 naming mode) and writes "
+        "nothing.",
         _obj({"region": _STR, "mode": _STR, "mode_reason": {"type": ["string", "null"]}}),
         _resume,
     ),
