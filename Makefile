@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck docs unit clean clean-kernels
+.PHONY: demo test lint typecheck docs unit unit-spark unit-rest clean clean-kernels
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -29,11 +29,17 @@ typecheck: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir .site
 
-# The suite without Spark on two workers (its tests wait on servers, subprocesses and locks), then the
-# Spark tests in one process: one SparkSession, one Spark at a time, as their kill trials assume.
+# The Spark tests in one process (one SparkSession, one Spark at a time, as their kill trials assume)
+# beside the rest on two workers: both wait on servers, subprocesses and the JVM for much of their time.
+# Each one's output is printed when it ends; either failing fails the target.
 unit: $(STAMP) clean-kernels
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit-spark unit-rest
+
+unit-spark:
+	$(BIN)/pytest -q -p no:cacheprovider -m spark
+
+unit-rest:
 	$(BIN)/pytest -q -n 2 -m "not spark"
-	$(BIN)/pytest -q -m spark
 
 test: lint typecheck docs unit
 

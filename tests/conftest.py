@@ -217,7 +217,7 @@ def spark() -> Iterator[Any]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that uses the ``spark`` fixture is a Spark test: ``pytest -m 'not spark'`` leaves it out
-    (``make test`` runs the rest on two workers, then the Spark tests in one process, one Spark at a
+    (``make test`` runs the rest on two workers beside the Spark tests' one process, one Spark at a
     time)."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
