@@ -49,11 +49,16 @@ def create_and_initialize(db_url: str, *options: str) -> None:
     assert repart_json(db_url, "tick")[0]["action"] == "initialized"
 
 
-def test_scale_then_rollback_then_explain(db_url: str, tmp_path: Path) -> None:
-    create_and_initialize(db_url, "--max-channels", "8", "--algorithm", "auto")
+def ingest_skewed_window(db_url: str, tmp_path: Path) -> None:
+    """Ingest window 1 of region ops: ``skewed_keys`` counted, through ``repart snapshot ingest``."""
     document = tmp_path / "window.json"
     document.write_text(json.dumps(counter_document("ops", 1, skewed_keys())))
     assert repart(db_url, "snapshot", "ingest", str(document)).exit_code == 0
+
+
+def test_scale_then_rollback_then_explain(db_url: str, tmp_path: Path) -> None:
+    create_and_initialize(db_url, "--max-channels", "8", "--algorithm", "auto")
+    ingest_skewed_window(db_url, tmp_path)
 
     scaled = repart_json(db_url, "scale", "ops", "--channels", "6")
     assert set(scaled) == RESULT_FIELDS
@@ -92,9 +97,7 @@ def test_scale_then_rollback_then_explain(db_url: str, tmp_path: Path) -> None:
 
 def test_explain_after_an_auto_tick_lists_the_candidates(db_url: str, tmp_path: Path) -> None:
     create_and_initialize(db_url, "--algorithm", "auto")
-    document = tmp_path / "window.json"
-    document.write_text(json.dumps(counter_document("ops", 1, skewed_keys())))
-    assert repart(db_url, "snapshot", "ingest", str(document)).exit_code == 0
+    ingest_skewed_window(db_url, tmp_path)
     assert repart_json(db_url, "tick")[0]["action"] == "activated"
 
     shown = repart_json(db_url, "explain", "ops")
@@ -145,9 +148,7 @@ def test_explain_after_an_auto_tick_lists_the_candidates(db_url: str, tmp_path: 
 
 def test_explain_of_an_event_without_max_mean_load_shows_a_dash(db_url: str, tmp_path: Path) -> None:
     create_and_initialize(db_url, "--algorithm", "auto")
-    document = tmp_path / "window.json"
-    document.write_text(json.dumps(counter_document("ops", 1, skewed_keys())))
-    assert repart(db_url, "snapshot", "ingest", str(document)).exit_code == 0
+    ingest_skewed_window(db_url, tmp_path)
     assert repart_json(db_url, "tick")[0]["action"] == "activated"
     strip_max_mean_load(db_url, "ops")  # as an older repart wrote the event
 

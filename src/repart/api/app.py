@@ -658,9 +658,7 @@ def _region_of(session: Session, request: Request) -> int | None:
     region or a plan that does not exist, which is no token's: a job token cannot tell a plan of
     another region from a missing one)."""
     if "region" in request.path_params:
-        return session.scalar(
-            select(models.Region.id).where(models.Region.name == request.path_params["region"])
-        )
+        return session.scalar(REGION_ID, {"name": request.path_params["region"]})
     plan_id = request.path_params.get("plan_id")
     if plan_id is None:
         return None
