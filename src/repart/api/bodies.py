@@ -23,19 +23,30 @@ class TooLarge(InvalidInput):
     """A body over its route's limit (answered 413)."""
 
 
+DRAINED_MULTIPLE = 2
+"""A body over its limit but within this multiple of it is read to its end and dropped before the 413
+is sent: a client still sending when the server closes gets a reset instead of the answer (Broken pipe
+from urllib). A larger one is answered unread, and its connection closed."""
+
+
 async def read_body(request: Request, limit: int) -> bytes:
-    """The request's body, of at most ``limit`` bytes: a body declared larger (``Content-Length``) is
-    refused before it is read, one that turns out larger as soon as it does. ``json_body`` parses it,
-    on a worker thread (parsing a large body would hold the event loop, and every call, up)."""
+    """The request's body, of at most ``limit`` bytes, or ``TooLarge``: one declared (``Content-Length``)
+    over ``DRAINED_MULTIPLE`` times the limit before it is read, a smaller one over the limit once it
+    has arrived, read to its end and dropped (``DRAINED_MULTIPLE``). ``json_body`` parses it, on a
+    worker thread (parsing a large body would hold the event loop, and every call, up)."""
+    drained = DRAINED_MULTIPLE * limit
     declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+    if declared is not None and (not declared.isdigit() or int(declared) > drained):
         raise TooLarge("body", f"must be at most {limit} bytes, got Content-Length {declared}")
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
-        if size > limit:
-            raise TooLarge("body", f"must be at most {limit} bytes, got more")
-        chunks.append(chunk)
+        if size > drained:
+            break
+        if size <= limit:
+            chunks.append(chunk)
+    if size > limit:
+        raise TooLarge("body", f"must be at most {limit} bytes, got {size if size <= drained else 'more'}")
     return b"".join(chunks)
 
 
