@@ -7,6 +7,7 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from repart.controller.tick import tick
 from repart.storage import models
 from repart.storage.engine import run_in_transaction
 from repart.storage.tokens import create_token
-from tests.factories import REGION, add_zipf_region, ingest, zipf_snapshot
+from tests.factories import REGION, add_region, add_zipf_region, ingest, zipf_snapshot
 
 
 @pytest.fixture
@@ -84,4 +85,15 @@ def with_pending_plan(engine: Engine) -> int:
     ingest(engine, *(zipf_snapshot(seq, n_channels=2, demand=3.6) for seq in (1, 2, 3)))
     result = tick(engine, REGION)
     assert result.action == "activated" and result.plan_id is not None
+    return result.plan_id
+
+
+def plan_of_other_region(engine: Engine) -> int:
+    """The id of a pending plan of a new region ``other``, beside ``REGION``."""
+    add_region(engine, "other", "int", n_channels_initial=2, slot_bits=10, policy="target-utilization")
+    tick(engine, "other")
+    windows = [replace(zipf_snapshot(seq, n_channels=2, demand=3.6), region="other") for seq in (1, 2, 3)]
+    ingest(engine, *windows)
+    result = tick(engine, "other")
+    assert result.plan_id is not None
     return result.plan_id

@@ -7,15 +7,21 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-from dataclasses import replace
 
 import pytest
 from sqlalchemy import Engine
 
 from repart.api.bodies import DRAINED_MULTIPLE, SMALL_BODY_BYTES
 from repart.api.server import ApiServer
-from tests.api.conftest import call, dump, new_token, with_pending_plan, zipf_region
-from tests.factories import REGION, add_region, counted_snapshot, zipf_snapshot
+from tests.api.conftest import (
+    call,
+    dump,
+    new_token,
+    plan_of_other_region,
+    with_pending_plan,
+    zipf_region,
+)
+from tests.factories import REGION, counted_snapshot, zipf_snapshot
 
 BATCHES = f"/v1/regions/{REGION}/batches"
 SNAPSHOTS = f"/v1/regions/{REGION}/snapshots"
@@ -23,26 +29,10 @@ SNAPSHOTS = f"/v1/regions/{REGION}/snapshots"
 
 @pytest.fixture
 def job(engine: Engine) -> str:
-    """A job token of ``REGION``, which has plan 1 pending, beside region ``other`` with a plan of its own."""
+    """A job token of ``REGION``, which has plan 1 pending."""
     zipf_region(engine)
     with_pending_plan(engine)
-    add_region(engine, "other", "int", n_channels_initial=2, slot_bits=10, policy="target-utilization")
-    from repart.controller.tick import tick
-
-    tick(engine, "other")
     return new_token(engine, f"job:{REGION}")
-
-
-def other_plan(engine: Engine) -> int:
-    """The id of a plan of region ``other`` (ticked to a pending plan here)."""
-    from repart.controller.tick import tick
-    from tests.factories import ingest
-
-    windows = [replace(zipf_snapshot(seq, n_channels=2, demand=3.6), region="other") for seq in (1, 2, 3)]
-    ingest(engine, *windows)
-    result = tick(engine, "other")
-    assert result.plan_id is not None
-    return result.plan_id
 
 
 CASES = {
@@ -93,7 +83,7 @@ def test_bad_input_is_refused_naming_the_field_and_writes_nothing(
     elif body == "EXTRA-FIELD":
         body = {**zipf_snapshot(9, n_channels=2, demand=1.0).to_document(), "surprise": 1}
     elif isinstance(body, dict) and body.get("plan_id") == "OTHER":
-        body = {**body, "plan_id": other_plan(engine)}
+        body = {**body, "plan_id": plan_of_other_region(engine)}
     before = dump(engine)
     answer_status, answer = call(api, "POST", path, job, body, {"Content-Type": "application/json"})
     assert (answer_status, answer["field"]) == (status, field), answer
@@ -161,7 +151,7 @@ def test_a_body_declared_over_the_drained_size_is_answered_unread(
 def test_a_plan_reported_with_another_regions_token_is_refused(
     engine: Engine, api: ApiServer, job: str
 ) -> None:
-    plan = other_plan(engine)
+    plan = plan_of_other_region(engine)
     before = dump(engine)
     status, answer = call(api, "POST", f"/v1/plans/{plan}/outcome", job, {"outcome": "applied"})
     assert (status, answer["error"], answer["field"]) == (403, "forbidden", "token")

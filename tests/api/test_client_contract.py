@@ -18,7 +18,7 @@ from repart.protocol.http_client import HttpControllerClient
 from repart.storage import models
 from repart.storage.client import SqlControllerClient
 from repart.storage.versions import version_function
-from tests.api.conftest import new_token, with_pending_plan, zipf_region
+from tests.api.conftest import new_token, plan_of_other_region, with_pending_plan, zipf_region
 from tests.factories import (
     REGION,
     events,
@@ -81,6 +81,17 @@ def test_a_failed_plan_is_recorded_with_its_reason(engine: Engine, client: Contr
     [stored] = plans(engine)
     assert stored.status == "failed"
     assert events(engine)[0].message == "store damaged at part 3"
+
+
+def test_a_batch_reported_with_a_plan_of_another_region_is_refused_naming_plan_id(
+    engine: Engine, client: ControllerClient
+) -> None:
+    other_plan = plan_of_other_region(engine)
+    before = row_counts(engine)
+    with pytest.raises(InvalidInput) as raised:
+        client.report_batch(REGION, 7, {"rows": 1}, other_plan)
+    assert raised.value.field == "plan_id"
+    assert row_counts(engine) == before
 
 
 def snapshot_rows(engine: Engine) -> list[models.Snapshot]:

@@ -282,25 +282,11 @@ async def _report_batch(api: Api, request: Request, call: Call) -> dict[str, Any
         payload = json_object("payload", given["payload"])
         plan_id = None if given["plan_id"] is None else check("plan_id", given["plan_id"], STORED_INT)
 
-        def unit(session: Session) -> int:
-            if plan_id is not None:
-                _check_plan_of(session, call.named, plan_id)
-            return record_batch_report(session, call.named, batch_id, payload, plan_id=plan_id)
-
-        return api.write(call, unit)
+        return api.write(
+            call, lambda s: record_batch_report(s, call.named, batch_id, payload, plan_id=plan_id)
+        )
 
     return {"report_id": await api.run(work)}
-
-
-def _check_plan_of(session: Session, region: str, plan_id: int) -> None:
-    """InvalidInput naming ``plan_id`` unless it is the id of a plan of ``region``."""
-    owner = session.scalar(
-        select(models.Region.name)
-        .join(models.Plan, models.Plan.region_id == models.Region.id)
-        .where(models.Plan.id == plan_id)
-    )
-    if owner != region:
-        raise InvalidInput("plan_id", f"must be the id of a plan of region {region!r}, got {plan_id}")
 
 
 # -- read-only views ------------------------------------------------------------------------------------

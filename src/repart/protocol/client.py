@@ -95,5 +95,6 @@ class ControllerClient(Protocol):
         self, region: str, batch_id: int, payload: Mapping[str, Any], plan_id: int | None
     ) -> int:
         """Record what batch ``batch_id`` did (``payload``: a JSON object; ``plan_id``: the plan it
-        applied); returns the report's id. A batch already reported keeps its first report."""
+        applied, InvalidInput naming ``plan_id`` unless it is a plan of ``region``); returns the report's
+        id. A batch already reported keeps its first report."""
         ...

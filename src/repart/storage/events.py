@@ -21,7 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from repart.errors import Conflict, InvalidInput, NotFound
+from repart.errors import Conflict, InvalidInput
 from repart.partitioning.documents import require_int
 from repart.storage import models, tables
 from repart.storage.event_kinds import EVENT_KINDS
@@ -118,17 +118,17 @@ def record_batch_report(
     session: Session, region: str, batch: int, payload: Mapping[str, Any], *, plan_id: int | None = None
 ) -> int:
     """Store what Spark batch ``batch`` of ``region`` reported and return the report's id; ``plan_id``
-    must be a plan of the region. A batch is reported once: when the region has a report of ``batch``
-    already (a job killed after reporting and run again on the same batch, or a concurrent retry), that
-    report stays as it is and its id is returned. One ``INSERT … ON CONFLICT DO NOTHING``, so a report
-    costs one statement whether or not it is new."""
+    must be a plan of the region (InvalidInput naming ``plan_id`` otherwise). A batch is reported
+    once: when the region has a report of ``batch`` already (a job killed after reporting and run again
+    on the same batch, or a concurrent retry), that report stays as it is and its id is returned. One
+    ``INSERT … ON CONFLICT DO NOTHING``, so a report costs one statement whether or not it is new."""
     number = check("batch", batch, STORED_INT)
     payload_json = dump_object(payload, "payload")
     region_id = region_id_by_name(session, region)
     if plan_id is not None:
         owner = session.scalar(select(models.Plan.region_id).where(models.Plan.id == plan_id))
         if owner != region_id:
-            raise NotFound(f"plan {plan_id} is not a plan of region {region!r}")
+            raise InvalidInput("plan_id", f"must be the id of a plan of region {region!r}, got {plan_id}")
     table = tables.batch_reports
     statement = _INSERT_REPORT[session.get_bind().dialect.name]
     row = {"region_id": region_id, "plan_id": plan_id, "batch": number, "payload_json": payload_json}
