@@ -59,6 +59,7 @@ from repart.spark.batch_counts import (
     merged_counts,
 )
 from repart.spark.keys import key_column
+from repart.spark.task_memory import TaskMemory
 from repart.state.batches import ChannelUpdate, QueryBatch, absorbed_batch
 from repart.state.files import DELETED_COLUMN
 from repart.state.store import FileEntry, StateStore
@@ -237,24 +238,24 @@ class _ChannelTask:
     counting: Counting | None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        memory = TaskMemory.start()
         context = TaskContext.get()
         channel = context.partitionId() if context is not None else 0
         received = list(batches)
         rows = pa.Table.from_batches(received) if received else None
         if rows is None or rows.num_rows == 0:
             return
-        held = pa.total_allocated_bytes()
         started = time.perf_counter()
         partials = self.combine is None
         input_rows = int(pc.sum(rows.column(ROWS_COLUMN)).as_py()) if partials else rows.num_rows
         try:
-            entries, peak = self._fold(channel, rows)
+            entries = self._fold(channel, rows)
         except (Corrupt, InvalidInput) as error:
-            yield _report(channel, input_rows, 0.0, held, [], _error_to_report(error), None)
+            yield _report(channel, input_rows, 0.0, memory.peak(), [], _error_to_report(error), None)
             return
         counts = None if self.counting is None else self._counts(rows).to_bytes()
         seconds = time.perf_counter() - started
-        yield _report(channel, input_rows, seconds, max(held, peak), entries, None, counts)
+        yield _report(channel, input_rows, seconds, memory.peak(), entries, None, counts)
 
     def _counts(self, rows: pa.Table) -> ChannelCounts:
         """The channel's counts for the batch's snapshot (``repart.spark.batch_counts``)."""
@@ -262,9 +263,8 @@ class _ChannelTask:
         tuples = rows.column(ROWS_COLUMN) if self.combine is None else None
         return channel_counts(rows, self.store.key_col, tuples, self.counting.epsilon, self.counting.always)
 
-    def _fold(self, channel: int, rows: pa.Table) -> tuple[list[FileEntry], int]:
-        """The channel's delta: its partials, or ``combine``'s upserts and tombstones; and the most
-        Arrow memory the task held at its steps (rows received, state read, state combined)."""
+    def _fold(self, channel: int, rows: pa.Table) -> list[FileEntry]:
+        """The channel's delta: its partials, or ``combine``'s upserts and tombstones."""
         channels = rows.column(self.channel_col).to_numpy()
         stray = channels != channel
         if stray.any():
@@ -276,17 +276,16 @@ class _ChannelTask:
         store, key = self.store, self.store.key_col
         if self.combine is None:
             partials = rows.select(store.schema.names).cast(store.schema)
-            return store.write(channel, partials), pa.total_allocated_bytes()
+            return store.write(channel, partials)
         batch = rows.drop_columns(
             [name for name in (self.channel_col, SLOT_COLUMN, REGISTER_COLUMN) if name in rows.column_names]
         )
         old = store.read_keys(channel, pc.unique(batch.column(key)))
         state = self.combine(old, batch)
-        peak = pa.total_allocated_bytes()
         _check_combined(old, batch, state, key, channel)
         kept = pc.is_in(old.column(key), value_set=state.column(key).combine_chunks())
         gone = pc.filter(old.column(key), pc.invert(kept))
-        return store.write(channel, _upserts(state.select(store.schema.names), gone, store)), peak
+        return store.write(channel, _upserts(state.select(store.schema.names), gone, store))
 
 
 def _upserts(state: pa.Table, gone: pa.ChunkedArray, store: StateStore) -> pa.Table:
@@ -308,13 +307,13 @@ def _report(
     channel: int,
     input_rows: int,
     busy: float,
-    peak: int,
+    peak: int | None,
     entries: list[FileEntry],
     error: dict[str, Any] | None,
     counts: bytes | None,
 ) -> pa.RecordBatch:
-    """A task's result row: its channel's new files, or the error it met, and the most Arrow memory
-    it held at its steps."""
+    """A task's result row: its channel's new files, or the error it met, and the memory it added to
+    its worker at its peak (``repart.spark.task_memory``)."""
     row = {
         "channel": channel,
         "input_rows": input_rows,

@@ -39,15 +39,15 @@ _CHANNEL_COLUMNS = ("channel", "input_rows", "state_rows", "state_bytes", "busy_
 class ChannelUpdate:
     """What one channel's task did with a batch: the batch rows it absorbed, the rows and bytes it wrote,
     and the seconds it was busy (reading, combining and writing), the channel measurement the
-    controller reads; and the most Arrow memory the task held at its steps (``peak_bytes``: after
-    receiving its rows, after reading and combining state, after writing; not recorded in the log)."""
+    controller reads; and the memory the task added to its Python worker at its peak (``peak_bytes``,
+    ``repart.spark.task_memory``; None where it cannot be measured; not recorded in the log)."""
 
     channel: int
     input_rows: int
     state_rows: int
     state_bytes: int
     busy_seconds: float
-    peak_bytes: int = field(default=0, compare=False)
+    peak_bytes: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
