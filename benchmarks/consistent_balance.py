@@ -1,10 +1,11 @@
-"""Balance of the consistent slot tables: ring (1000 virtual nodes) against jump, side by side.
+"""Balance of the consistent slot tables: ring (1000 virtual nodes), jump and prefix, side by side.
 
-For each channel count N the script builds both tables at S = 16 slot bits from cold caches and prints
-the max/min ratio and the coefficient of variation (CV) of the slot count per channel, and the build
-time, for the default seed. A second table averages the same ratios over several seeds, since one seed
-is one sample of each method's spread. This measurement chose ``DEFAULT_METHOD`` in
-``repart.partitioning.consistent``.
+For each channel count N the script builds the three tables at S = 16 slot bits from cold caches and
+prints the max/min ratio and the coefficient of variation (CV) of the slot count per channel, and the
+build time, for the default seed. A second table averages the same ratios over several seeds, since
+one seed is one sample of a method's spread (prefix has no seed: its row is the same in both). With
+``benchmarks/state_scaling.py`` (what a scale-out costs the state store) this measurement chose
+``DEFAULT_METHOD`` in ``repart.partitioning.consistent``.
 
 Run: ``.venv/bin/python benchmarks/consistent_balance.py [--slot-bits S] [--replicas V] [--seeds K]``
 """
@@ -40,11 +41,12 @@ def measure(n: int, spec: ConsistentSpec, slot_bits: int) -> Balance:
     return Balance(float(counts.max() / counts.min()), float(counts.std() / counts.mean()), build_ms)
 
 
-def print_row(n: int, ring: Balance, jump: Balance) -> None:
-    print(
-        f"{n:>3} | {ring.max_min:>12.3f} {ring.cv:>7.2%} {ring.build_ms:>8.1f} ms"
-        f" | {jump.max_min:>12.3f} {jump.cv:>7.2%} {jump.build_ms:>8.1f} ms"
-    )
+METHODS = ("ring", "jump", "prefix")
+
+
+def print_row(n: int, balances: list[Balance]) -> None:
+    cells = [f"{got.max_min:>14.3f} {got.cv:>9.2%} {got.build_ms:>9.1f} ms" for got in balances]
+    print(f"{n:>3} | " + " | ".join(cells))
 
 
 def mean_balance(n: int, specs: list[ConsistentSpec], slot_bits: int) -> Balance:
@@ -59,19 +61,22 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=20, help="seeds 0..K-1 for the averaged table")
     args = parser.parse_args()
     bits = args.slot_bits
-    ring = ConsistentSpec(method="ring", replicas=args.replicas)
-    jump = ConsistentSpec(method="jump")
-    header = "  N | ring max/min  ring CV  ring build | jump max/min  jump CV  jump build"
-    print(f"S = {bits}, ring replicas = {args.replicas}, default seed {ring.seed:#x}")
+    specs = [ConsistentSpec(method=method, replicas=args.replicas) for method in METHODS]
+    header = "  N | " + " | ".join(f"{m + ' max/min':>14} {m + ' CV':>9} {m + ' build':>12}" for m in METHODS)
+    print(f"S = {bits}, ring replicas = {args.replicas}, default seed {specs[0].seed:#x}")
     print(header)
     for n in CHANNEL_COUNTS:
-        print_row(n, measure(n, ring, bits), measure(n, jump, bits))
+        print_row(n, [measure(n, spec, bits) for spec in specs])
     print(f"\nmean over seeds 0..{args.seeds - 1}")
     print(header)
     for n in CHANNEL_COUNTS:
-        rings = [replace(ring, seed=seed) for seed in range(args.seeds)]
-        jumps = [replace(jump, seed=seed) for seed in range(args.seeds)]
-        print_row(n, mean_balance(n, rings, bits), mean_balance(n, jumps, bits))
+        print_row(
+            n,
+            [
+                mean_balance(n, [replace(spec, seed=seed) for seed in range(args.seeds)], bits)
+                for spec in specs
+            ],
+        )
 
 
 if __name__ == "__main__":

@@ -533,6 +533,10 @@ def partial_store(
     return store.commit(replaced, version=1, function_digest=function.digest, n_channels=function.n_channels)
 
 
+#: The function a churned store (``churned_store``) ends on: 4 jump channels.
+CHURNED_FUNCTION = initial_function(4, "str", SMALL_SLOT_BITS, ConsistentSpec("jump"))
+
+
 def churned_store(
     root: Path | str,
     rows: int,
@@ -541,17 +545,19 @@ def churned_store(
 ) -> StateStore:
     """A store of ``rows`` state rows (``state_table(rows, "str")``, 4 slot groups, row groups of 64
     rows) taken 4 -> 5 -> 4 channels: from 4 ring channels to 5 jump channels, then to 4 jump channels
-    (``initial_function(4)``), at version 3, generation 3. Each file is listed under several channels
+    (``CHURNED_FUNCTION``), at version 3, generation 3. Jump scatters the slots a step moves over every
+    file, as the default ``prefix`` does not. Each file is listed under several channels
     with filters and a channel's slot groups hold several files, so every channel is due for
     compaction. (Plans that lead back to the first function would list every file as it was.)"""
     monkeypatch.setattr(files_module, "ROW_GROUP_ROWS", 64)
     ring = PartitionFunction(
         n_channels=4, key_type="str", slot_bits=SMALL_SLOT_BITS, consistent=ConsistentSpec("ring")
     )
-    five, four = initial_function(5, "str", SMALL_SLOT_BITS), initial_function(4, "str", SMALL_SLOT_BITS)
+    five = initial_function(5, "str", SMALL_SLOT_BITS, ConsistentSpec("jump"))
     store = new_store(root, ring, state_table(rows, "str"), slot_groups=4, options=options)
     store.apply(plan_migration(ring, five), plan_id=1, region=REGION, from_version=1, to_version=2)
-    store.apply(plan_migration(five, four), plan_id=2, region=REGION, from_version=2, to_version=3)
+    back = plan_migration(five, CHURNED_FUNCTION)
+    store.apply(back, plan_id=2, region=REGION, from_version=2, to_version=3)
     return store
 
 

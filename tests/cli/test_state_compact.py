@@ -28,6 +28,7 @@ from repart.state.compact import (
 )
 from repart.state.store import StateStore
 from tests.factories import (
+    CHURNED_FUNCTION,
     SMALL_SLOT_BITS,
     all_files,
     check_oracle,
@@ -39,7 +40,7 @@ from tests.factories import (
     state_table,
 )
 
-FOUR = initial_function(4, "str", SMALL_SLOT_BITS)
+FOUR = CHURNED_FUNCTION
 
 
 def run(command: str, location: Path | str, *options: str) -> tuple[int, str, str]:

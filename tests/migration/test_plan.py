@@ -501,8 +501,9 @@ def test_from_json_rejects_a_repeated_field() -> None:
 
 def test_a_plan_at_16_slot_bits_takes_milliseconds() -> None:
     estimate = zipf_estimate(1.0)
-    a = PartitionFunction(9, explicit={k: k % 9 for k in range(100)})
-    b = PartitionFunction(10, explicit={k: k % 10 for k in range(50, 150)})
+    scattered = ConsistentSpec("jump")  # its moved slots are scattered: a plan of many slot runs
+    a = PartitionFunction(9, explicit={k: k % 9 for k in range(100)}, consistent=scattered)
+    b = PartitionFunction(10, explicit={k: k % 10 for k in range(50, 150)}, consistent=scattered)
     plan_migration(a, b, estimate)  # builds and caches both slot tables
     timings = []
     for _ in range(5):

@@ -241,20 +241,25 @@ def zipf_like(keys: list[Key], key_type: KeyType, slot_bits: int) -> FrequencyEs
 def plain_plans() -> dict[str, MigrationPlan]:
     ints: list[Key] = list(range(300))
     strs: list[Key] = [f"k{i}" for i in range(300)]
-    a = PartitionFunction(5, slot_bits=10, explicit={k: k % 5 for k in range(0, 30)})
+    jump = ConsistentSpec("jump")  # the default when the digests were pinned
+    a = PartitionFunction(5, slot_bits=10, explicit={k: k % 5 for k in range(0, 30)}, consistent=jump)
     b = PartitionFunction(
-        7, slot_bits=10, explicit={k: (k * 3) % 7 for k in range(10, 50)}, slot_overrides={3: 6, 4: 6}
+        7,
+        slot_bits=10,
+        explicit={k: (k * 3) % 7 for k in range(10, 50)},
+        slot_overrides={3: 6, 4: 6},
+        consistent=jump,
     )
     ring = ConsistentSpec("ring", replicas=20, seed=3)
     s1 = PartitionFunction(3, explicit={"k1": 0, "k2": 2}, consistent=ring, slot_bits=12)
-    s2 = PartitionFunction(4, explicit={"k1": 3, "k3": 1}, slot_bits=12)
+    s2 = PartitionFunction(4, explicit={"k1": 3, "k3": 1}, slot_bits=12, consistent=jump)
     return {
         "int": plan_migration(a, b),
         "int-estimate": plan_migration(a, b, zipf_like(ints, "int", 10)),
         "int-estimate-QCL": plan_migration(b, a, zipf_like(ints, "int", 10), Resources.parse("QCL")),
         "str-estimate": plan_migration(s1, s2, zipf_like(strs, "str", 12)),
         "same": plan_migration(s1, s1, zipf_like(strs, "str", 12)),
-        "grow": plan_migration(PartitionFunction(9), PartitionFunction(10)),
+        "grow": plan_migration(PartitionFunction(9, consistent=jump), PartitionFunction(10, consistent=jump)),
     }
 
 

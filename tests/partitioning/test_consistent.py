@@ -66,6 +66,28 @@ def ring_oracle(n: int, replicas: int, seed: int, slot_bits: int) -> list[int]:
     return owners
 
 
+def prefix_oracle(n: int, slot_bits: int) -> list[int]:
+    """Channels join one by one; each earlier channel, lowest id first, keeps ⌊2^S/c⌋ slots, one more
+    while the remainder lasts and it has one more to keep, and gives its lowest other slots to the new
+    one: lists of slots, one slot at a time."""
+    total = 2**slot_bits
+    owned = [list(range(total))]
+    for joining in range(1, n):
+        base, extra = divmod(total, joining + 1)
+        taken: list[int] = []
+        for slots in owned:
+            keep = base + 1 if extra and len(slots) > base else base
+            extra -= keep - base
+            taken += slots[: len(slots) - keep]
+            del slots[: len(slots) - keep]
+        owned.append(sorted(taken))
+    table = [0] * total
+    for channel, slots in enumerate(owned):
+        for slot in slots:
+            table[slot] = channel
+    return table
+
+
 def test_oracles_reproduce_published_values() -> None:
     # Test vectors shared by jump hash implementations (python-jump-consistent-hash, jmphash-rs).
     vectors = [(1, 1, 0), (42, 57, 43), (0xDEAD10CC, 1, 0), (0xDEAD10CC, 666, 361), (256, 1024, 520)]
@@ -117,6 +139,34 @@ def test_ring_node_at_a_slot_start_owns_it_and_ties_go_to_the_lower_channel(
     assert table == expected
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 1500), st.integers(10, 11))
+def test_prefix_table_equals_oracle(n: int, slot_bits: int) -> None:
+    assert slot_table(n, ConsistentSpec("prefix"), slot_bits).tolist() == prefix_oracle(n, slot_bits)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 3000), st.integers(10, 16))
+def test_prefix_counts_differ_by_at_most_one_and_a_join_takes_each_channels_lowest_slots(
+    n: int, slot_bits: int
+) -> None:
+    before, after = (
+        slot_table(n, ConsistentSpec("prefix"), slot_bits),
+        slot_table(n + 1, ConsistentSpec("prefix"), slot_bits),
+    )
+    counts = np.bincount(after, minlength=n + 1)
+    assert counts.max() - counts.min() <= 1
+    slots = np.arange(2**slot_bits)
+    for channel in np.unique(before[after == n]):  # every slot a channel gives is below all it keeps
+        owned = before == channel
+        assert slots[owned & (after == n)].max() < slots[owned & (after == channel)].min()
+
+
+def test_a_large_prefix_table_builds_in_seconds() -> None:
+    table = slot_table(65_536, ConsistentSpec("prefix"), 20)  # the largest N at the most slots
+    assert np.bincount(table).tolist() == [16] * 65_536
+
+
 @given(st.integers(1, 1000), st.integers(10, 14))
 def test_mod_table_is_slot_mod_n(n: int, slot_bits: int) -> None:
     table = slot_table(n, ConsistentSpec("mod"), slot_bits)
@@ -125,6 +175,7 @@ def test_mod_table_is_slot_mod_n(n: int, slot_bits: int) -> None:
 
 consistent_specs = st.one_of(
     st.builds(ConsistentSpec, st.just("jump"), st.just(DEFAULT_REPLICAS), seeds),
+    st.builds(ConsistentSpec, st.just("prefix")),
     st.builds(ConsistentSpec, st.just("ring"), st.integers(1, 200), seeds),
 )
 
@@ -170,6 +221,7 @@ PINNED = {
     # The routing of stored functions depends on these tables: they must never change.
     "jump": "15cdaef242144df531284af8448f03f6a850580c486a534f73b97c55f45a2267",
     "ring": "a0a4e2386832956f1e8204985fa9368f54c1e19bcafd332bb8a001cb65643b28",
+    "prefix": "444fd5a7532a2988899eaac91aa04754b6e2290461ef9610f9fcaab3114b36df",
     "mod": "56c2db9d28680cb6f466a92552b7737c0c57e1b472ba8c0cda98a55083784ffa",
 }
 
@@ -225,7 +277,7 @@ def test_one_channel_owns_every_slot() -> None:
 def test_spec_defaults() -> None:
     spec = ConsistentSpec()
     assert (spec.method, spec.replicas, spec.seed) == (DEFAULT_METHOD, DEFAULT_REPLICAS, RING_SEED)
-    assert DEFAULT_METHOD == "jump"
+    assert DEFAULT_METHOD == "prefix"
     assert ConsistentSpec(replicas=np.int64(5)).replicas == 5  # type: ignore[arg-type]
     assert type(ConsistentSpec(replicas=np.int64(5)).replicas) is int  # type: ignore[arg-type]
 
@@ -233,7 +285,7 @@ def test_spec_defaults() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"method": "hash"}, r"method must be one of 'ring', 'jump', 'mod'"),
+        ({"method": "hash"}, r"method must be one of 'ring', 'jump', 'prefix', 'mod'"),
         ({"replicas": 0}, r"replicas must be an integer in \[1, 100000\]"),
         ({"replicas": 100_001}, r"replicas must be an integer in \[1, 100000\]"),
         ({"replicas": 1.5}, r"replicas must be an integer"),

@@ -29,6 +29,7 @@ from repart.state.files import FileKindName
 from repart.state.filters import SlotFilter
 from repart.state.store import FileEntry, StateStore
 from tests.factories import (
+    CHURNED_FUNCTION,
     SMALL_SLOT_BITS,
     all_files,
     check_oracle,
@@ -42,7 +43,7 @@ from tests.factories import (
 )
 
 ROWS = 6000
-FOUR = initial_function(4, "str", SMALL_SLOT_BITS)
+FOUR = CHURNED_FUNCTION
 #: Any delta makes a channel due.
 FOLD_EVERY_DELTA = CompactionPolicy(max_delta_share=0)
 

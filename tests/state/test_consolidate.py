@@ -53,6 +53,9 @@ KEYS: dict[KeyType, list[Key]] = {
 }
 HEAD = 8  # the first keys are the hot ones: the ones split tables pick from
 SPECS = [ConsistentSpec("jump"), ConsistentSpec("mod"), ConsistentSpec("ring", replicas=20, seed=3)]
+#: The consistent hash of the hand-made scenarios below: jump spreads every channel over every slot
+#: group, so each channel holds a file in the split key's slot group (the default, prefix, does not).
+SCATTERED = ConsistentSpec("jump")
 Function = PartitionFunction | SplitFunction
 COMMIT_NAME = re.compile(rf"{LOG_PREFIX}[0-9]{{20}}\.json")
 
@@ -328,7 +331,12 @@ def hot_split(
 ) -> SplitFunction:
     """``key`` split over ``candidates`` (its home pinned to the first) on ``n`` channels."""
     home = PartitionFunction(
-        n, key_type="str", slot_bits=BITS, explicit={key: candidates[0]}, slot_overrides=slot_overrides or {}
+        n,
+        key_type="str",
+        slot_bits=BITS,
+        explicit={key: candidates[0]},
+        slot_overrides=slot_overrides or {},
+        consistent=SCATTERED,
     )
     return SplitFunction(home, {key: SplitEntry(candidates, tuple([1 / len(candidates)] * len(candidates)))})
 
@@ -351,7 +359,7 @@ def leaving_head(
     """``sym-0`` split over channels 0, 1, 2 leaves the head of ``b`` and goes home to channel 3: its
     partials on 0, 1 and 2 all meet there."""
     a = hot_split()
-    b = PartitionFunction(4, key_type="str", slot_bits=BITS, explicit={"sym-0": 3})
+    b = PartitionFunction(4, key_type="str", slot_bits=BITS, explicit={"sym-0": 3}, consistent=SCATTERED)
     rows = trades("str", count, seed=7)
     return partial_store(tmp_path / "s", a, rows, PARTIAL_STATE_MERGE, 4), a, b, rows
 

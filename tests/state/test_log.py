@@ -33,6 +33,7 @@ from repart.cli.app import app
 from repart.errors import Conflict, Corrupt, InvalidInput
 from repart.migration import plan_migration
 from repart.partitioning import initial_function
+from repart.partitioning.consistent import ConsistentSpec
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.state.checksum import checksum, key_hashes, row_hashes
 from repart.state.log import HINT, checkpoint_path, commit_path
@@ -725,7 +726,7 @@ def legacy_store(root: Path, version: int) -> pa.Table:
     two channels, two slot groups, a MANIFEST naming generation 3 (older generation documents beside
     it), and in format 2 one entry whose slot filter hides the slots whose rows a migration moved to
     channel 1 (into a file of their own). Returns the rows readers must see, with their channel."""
-    layout = function(2)
+    layout = initial_function(2, "str", SLOT_BITS, ConsistentSpec("jump"))  # the default of those formats
     keys = [f"k{i}" for i in range(400)]
     slots = slots_of_hashes(hash_keys(keys), SLOT_BITS)
     channels = layout.lookup_many(keys)

@@ -37,6 +37,7 @@ from repart.state.migrate import migrate_files
 from repart.state.partial import SourceFile
 from repart.state.store import FileEntry, StateStore
 from tests.factories import (
+    CHURNED_FUNCTION,
     REGION,
     SMALL_SLOT_BITS,
     all_files,
@@ -706,7 +707,7 @@ def test_vacuum_deletes_unlisted_files_by_age_and_keeps_the_store_readable(
     exactly the data files the newest generation does not list. (The age rule itself, per generation
     and log document, is tests/state/test_log.py's.)"""
     table = state_table(1500, "str")
-    four = initial_function(4, "str", SMALL_SLOT_BITS)
+    four = CHURNED_FUNCTION
     store = churned_store(tmp_path / "s", 1500, monkeypatch)
     reader = StateStore.open(store.url)  # a slow reader on generation 3
     assert store.compact().compacted

@@ -11,13 +11,13 @@ import pytest
 from typer.testing import CliRunner
 
 from repart.cli.app import app
-from repart.partitioning import initial_function
+from repart.partitioning import ConsistentSpec, initial_function
 from repart.state.batches import absorbed_batch
 from repart.state.store import StateStore
 from tests.factories import legacy_store, new_store
 
 SCHEMA = pa.schema([("key", pa.string()), ("n", pa.int64())])
-FUNCTION = initial_function(3, "str", 12)
+FUNCTION = initial_function(3, "str", 12, ConsistentSpec("jump"))  # every channel in every slot group
 
 
 def table(rows: int) -> pa.Table:

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from repart.errors import Conflict, InvalidInput, NotFound
 from repart.migration import MigrationPlan, plan_migration
+from repart.partitioning.consistent import ConsistentSpec
 from repart.partitioning.function import PartitionFunction
 from repart.storage import (
     NewEvent,
@@ -33,8 +34,11 @@ from repart.storage.models import Event
 from tests.factories import REBALANCE_EVENT as EVENT
 from tests.factories import add_region, new_plan, new_version, row_counts
 
-V1 = PartitionFunction(n_channels=4, key_type="str", explicit={"AAPL": 1, "nul\x00": 2})
-V2 = PartitionFunction(n_channels=5, key_type="str", explicit={"AAPL": 4, "nul\x00": 2, "日本": 0})
+SCATTERED = ConsistentSpec("jump")  # N 4 -> 5 moves slots scattered in more than 1000 runs, all stored
+V1 = PartitionFunction(n_channels=4, key_type="str", explicit={"AAPL": 1, "nul\x00": 2}, consistent=SCATTERED)
+V2 = PartitionFunction(
+    n_channels=5, key_type="str", explicit={"AAPL": 4, "nul\x00": 2, "日本": 0}, consistent=SCATTERED
+)
 PLAN_1_2 = new_plan(V1, V2)
 
 
@@ -113,7 +117,7 @@ def test_activation_writes_version_plan_moves_and_event(engine: Engine, trades_a
     # from its slot's channel to 0; 'nul\x00' keeps channel 2 and is pinned; N 4 → 5 moves slots to 4.
     assert moves[:2] == [
         ("explicit", b"AAPL", None, None, 1, 4, pytest.approx(0.4)),
-        ("explicit", "日本".encode(), None, None, 3, 0, 0.0),
+        ("explicit", "日本".encode(), None, None, V1.lookup("日本"), 0, 0.0),
     ]
     assert PLAN_1_2.pinned_keys == ("nul\x00",) and counts[:2] == (2, len(moves) - 2) and counts[1] > 1000
     assert moves == stored_moves(PLAN_1_2)

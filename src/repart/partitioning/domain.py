@@ -17,7 +17,7 @@ from repart.validation import FRACTION, Interval, Options, check, shown
 
 KeyType = Literal["str", "int"]
 Key = str | int
-ConsistentMethod = Literal["ring", "jump", "mod"]
+ConsistentMethod = Literal["ring", "jump", "prefix", "mod"]
 UtilityName = Literal["A", "APM", "APLM", "ATM", "ATLM"]
 SplitScheme = Literal["pkg", "dchoices", "wchoices", "rr", "fish", "dkg"]
 
@@ -27,7 +27,7 @@ MAX_SLOT_BITS = 20
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 METHODS: tuple[ConsistentMethod, ...] = get_args(ConsistentMethod)
-DEFAULT_METHOD: ConsistentMethod = "jump"
+DEFAULT_METHOD: ConsistentMethod = "prefix"
 MAX_CHANNELS = 65_536
 UTILITY_NAMES: tuple[UtilityName, ...] = get_args(UtilityName)
 #: The rules split mode picks a hot key's candidate channels by, one per seed paper.
