@@ -6,9 +6,10 @@ The PostgreSQL server is started once per session from the image's ``initdb``/``
 on failure. Each test gets a fresh, migrated database: a copy of a template migrated once per session
 (a file copy for SQLite, ``CREATE DATABASE … TEMPLATE`` for PostgreSQL).
 
-The S3 endpoint is moto's server (``moto_server`` from the ``moto[server]`` dev extra) on a free
-loopback port, started once per session and stopped by its process id; each test gets a bucket of
-its own. ``store_url`` is a fresh store location on either backend (``store_backend``).
+The S3 endpoint is moto's server (the ``moto[server]`` dev extra, run by ``tests/s3_endpoint.py``,
+which makes its conditional puts atomic as S3's are) on a free loopback port, started once per
+session and stopped by its process id; each test gets a bucket of its own. ``store_url`` is a fresh
+store location on either backend (``store_backend``).
 """
 
 from __future__ import annotations
@@ -152,10 +153,12 @@ def s3_endpoint() -> Iterator[str]:
     """The URL of a local S3-compatible endpoint: moto's server on loopback, for the whole session."""
     port = _free_port()
     log = Path(tempfile.mkdtemp(prefix="repart-moto-")) / "moto.log"
-    server = Path(sys.executable).parent / "moto_server"
+    server = Path(__file__).parent / "s3_endpoint.py"  # moto's server, its conditional puts atomic
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [str(server), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT
+            [sys.executable, str(server), "-H", "127.0.0.1", "-p", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     url = f"http://127.0.0.1:{port}"
     try:
