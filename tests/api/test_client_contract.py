@@ -90,7 +90,7 @@ def test_a_batch_reported_with_a_plan_of_another_region_is_refused_naming_plan_i
     before = row_counts(engine)
     with pytest.raises(InvalidInput) as raised:
         client.report_batch(REGION, 7, {"rows": 1}, other_plan)
-    assert raised.value.field == "plan_id"
+    assert raised.type is InvalidInput and raised.value.field == "plan_id"
     assert row_counts(engine) == before
 
 
