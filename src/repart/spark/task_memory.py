@@ -1,20 +1,40 @@
 """The memory a task adds to its Python worker at its peak.
 
 Linux keeps a process's peak resident set (``VmHWM`` in ``/proc/self/status``) and resets it to the
-current resident set when ``5`` is written to ``/proc/self/clear_refs``. A task resets it when it
-starts and reads it when it ends: the peak above the resident set it started with is what the task's
-rows, the state it read and the files it wrote held at once, whatever allocated them (Arrow's pool,
-the buffers Spark's Arrow stream hands over, Python objects), also in a Python worker that Spark
-reuses for task after task. Elsewhere nothing is measured (None).
+current resident set when ``5`` is written to ``/proc/self/clear_refs``. A task first hands back to
+the system what the worker's allocators keep unused (Arrow's pool, and glibc's heap by
+``malloc_trim``), then resets the peak, and reads it when it ends: the peak above where it started is
+what the task's rows, the state it read and the files it wrote took at once, whatever allocated them
+(Arrow's pool, the buffers Spark's Arrow stream hands over, Python objects). In a worker that Spark
+reuses for task after task, memory an allocator keeps without handing it back (Python's own small
+object arenas, for one) is resident already and not counted again. Elsewhere than Linux nothing is
+measured (None).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+from collections.abc import Callable
 from pathlib import Path
+
+import pyarrow as pa
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 _RESET_PEAK = "5"
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, where the C library has it."""
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        return None
+
+
+_TRIM = _malloc_trim()
 
 
 def _kib(field: str) -> int:
@@ -34,9 +54,12 @@ class TaskMemory:
 
     @classmethod
     def start(cls) -> TaskMemory:
+        pa.default_memory_pool().release_unused()
+        if _TRIM is not None:
+            _TRIM(0)
         try:
             _CLEAR_REFS.write_text(_RESET_PEAK)
-            return cls(_kib("VmRSS"))
+            return cls(_kib("VmHWM"))  # the peak just reset: the resident set now
         except OSError:
             return cls(None)
 
