@@ -533,6 +533,13 @@ def partial_store(
     return store.commit(replaced, version=1, function_digest=function.digest, n_channels=function.n_channels)
 
 
+#: One consistent spec of every method, for property tests drawn over all of them.
+CONSISTENT_SPECS = [
+    ConsistentSpec("prefix"),
+    ConsistentSpec("jump"),
+    ConsistentSpec("mod"),
+    ConsistentSpec("ring", replicas=20, seed=3),
+]
 #: The function a churned store (``churned_store``) ends on: 4 jump channels.
 CHURNED_FUNCTION = initial_function(4, "str", SMALL_SLOT_BITS, ConsistentSpec("jump"))
 

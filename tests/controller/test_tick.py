@@ -504,6 +504,8 @@ def test_a_rebalance_whose_gain_does_not_pay_for_its_move_is_a_recorded_no_chang
     assert first.plan_id is not None
     for status in ("applying", "applied"):
         run_in_transaction(engine, lambda session, s=status: set_plan_status(session, first.plan_id, s))
+    # A window close to the first: a rebuild gains little, under jump and prefix alike (at exponent 1.6
+    # prefix's rebuild gains 0.015 in b for m 0.036, which pays within 10 batches).
     ingest(engine, zipf_snapshot(2, n_channels=4, demand=4, exponent=1.4))
     result = tick(engine, REGION)
     assert result.action == "unchanged"

@@ -25,7 +25,8 @@ from repart.partitioning.function import PartitionFunction
 from repart.partitioning.metrics import migration_cost
 from repart.partitioning.resources import Resources
 from repart.sim.workload import ZipfWorkload
-from tests.migration.universe import KEY_TYPES, SPECS, UNIVERSE, UNTRACKED, estimate_of, slot_of
+from tests.factories import CONSISTENT_SPECS
+from tests.migration.universe import KEY_TYPES, UNIVERSE, UNTRACKED, estimate_of, slot_of
 
 CONSISTENT_METHODS: tuple[ConsistentMethod, ...] = ("jump", "ring")
 DIGEST = "0" * 64
@@ -64,7 +65,7 @@ def functions(draw: st.DrawFn, key_type: KeyType, slot_bits: int) -> PartitionFu
         n,
         key_type=key_type,
         slot_bits=slot_bits,
-        consistent=draw(st.sampled_from(SPECS)),
+        consistent=draw(st.sampled_from(CONSISTENT_SPECS)),
         explicit=draw(
             st.dictionaries(st.sampled_from(UNIVERSE[key_type]), st.integers(0, n - 1), max_size=10)
         ),

@@ -24,7 +24,8 @@ from repart.partitioning.function import PartitionFunction
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.partitioning.resources import Resources
 from repart.partitioning.split.function import SplitEntry, SplitFunction
-from tests.migration.universe import KEY_TYPES, SPECS, UNIVERSE, UNTRACKED, estimate_of, slot_of
+from tests.factories import CONSISTENT_SPECS
+from tests.migration.universe import KEY_TYPES, UNIVERSE, UNTRACKED, estimate_of, slot_of
 
 BITS = 10
 MOD = ConsistentSpec("mod")
@@ -50,7 +51,7 @@ def homes(draw: st.DrawFn, key_type: KeyType) -> PartitionFunction:
         n,
         key_type=key_type,
         slot_bits=BITS,
-        consistent=draw(st.sampled_from(SPECS)),
+        consistent=draw(st.sampled_from(CONSISTENT_SPECS)),
         explicit=draw(
             st.dictionaries(st.sampled_from(UNIVERSE[key_type]), st.integers(0, n - 1), max_size=8)
         ),

@@ -9,11 +9,9 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from repart.partitioning.consistent import ConsistentSpec
 from repart.partitioning.domain import INT64_MAX, INT64_MIN, Key, KeyType
 from repart.partitioning.frequency import FrequencyEstimate
 
-SPECS = [ConsistentSpec("jump"), ConsistentSpec("mod"), ConsistentSpec("ring", replicas=20, seed=3)]
 UNIVERSE: dict[KeyType, list[Key]] = {
     "str": ["", "a", "b", "é", "日本語", "🙂", "\x00", "hot", "k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8"],
     "int": [0, 1, -1, 2, 3, 5, 8, 13, 21, 34, 55, INT64_MIN, INT64_MAX, 10**12, -(10**12), 777],

@@ -162,7 +162,7 @@ def test_prefix_counts_differ_by_at_most_one_and_a_join_takes_each_channels_lowe
         assert slots[owned & (after == n)].max() < slots[owned & (after == channel)].min()
 
 
-def test_a_large_prefix_table_builds_in_seconds() -> None:
+def test_prefix_balances_at_the_largest_n_and_slot_bits() -> None:
     table = slot_table(65_536, ConsistentSpec("prefix"), 20)  # the largest N at the most slots
     assert np.bincount(table).tolist() == [16] * 65_536
 

@@ -18,6 +18,7 @@ from repart.errors import InvalidInput
 from repart.partitioning.consistent import ConsistentSpec, slot_table
 from repart.partitioning.domain import INT64_MAX, INT64_MIN, Key, KeyType
 from repart.partitioning.function import PartitionFunction
+from tests.factories import CONSISTENT_SPECS
 
 int_keys = st.integers(INT64_MIN, INT64_MAX)
 str_keys = st.text(max_size=12)
@@ -25,7 +26,6 @@ EDGE_KEYS: dict[KeyType, list[Key]] = {
     "int": [0, 1, -1, INT64_MIN, INT64_MAX],
     "str": ["", "a", "é", "日本語", "🙂", "\x00"],
 }
-SPECS = [ConsistentSpec("jump"), ConsistentSpec("mod"), ConsistentSpec("ring", replicas=20, seed=3)]
 
 
 def key_hash(key: Key) -> int:
@@ -53,7 +53,7 @@ def functions(draw: st.DrawFn, key_type: KeyType) -> PartitionFunction:
         n,
         key_type=draw(st.sampled_from([None, key_type])),
         slot_bits=bits,
-        consistent=draw(st.sampled_from(SPECS)),
+        consistent=draw(st.sampled_from(CONSISTENT_SPECS)),
         explicit=draw(st.dictionaries(keys, st.integers(0, n - 1), max_size=20)),
         slot_overrides=draw(st.dictionaries(st.integers(0, 2**bits - 1), st.integers(0, n - 1), max_size=20)),
     )

@@ -36,7 +36,7 @@ from repart.state.consolidate import Pools
 from repart.state.log import LOG_PREFIX
 from repart.state.merge import merge_function
 from repart.state.store import ApplyResult, StateStore
-from tests.factories import PARTIAL_STATE_MERGE, REGION, partial_state_schema, partial_store
+from tests.factories import CONSISTENT_SPECS, PARTIAL_STATE_MERGE, REGION, partial_state_schema, partial_store
 
 BITS = 10
 AGGREGATES = [
@@ -52,7 +52,6 @@ KEYS: dict[KeyType, list[Key]] = {
     "int": [i * 7919 - 50_000 for i in range(40)],
 }
 HEAD = 8  # the first keys are the hot ones: the ones split tables pick from
-SPECS = [ConsistentSpec("jump"), ConsistentSpec("mod"), ConsistentSpec("ring", replicas=20, seed=3)]
 #: The consistent hash of the hand-made scenarios below: jump spreads every channel over every slot
 #: group, so each channel holds a file in the split key's slot group (the default, prefix, does not).
 SCATTERED = ConsistentSpec("jump")
@@ -179,7 +178,7 @@ def homes(draw: st.DrawFn, key_type: KeyType, like: PartitionFunction | None = N
             n,
             key_type=key_type,
             slot_bits=BITS,
-            consistent=draw(st.sampled_from(SPECS)),
+            consistent=draw(st.sampled_from(CONSISTENT_SPECS)),
             explicit=draw(
                 st.dictionaries(st.sampled_from(KEYS[key_type]), st.integers(0, n - 1), max_size=8)
             ),

@@ -27,7 +27,8 @@ import repart.state.files as files_module
 from repart.errors import Corrupt, InvalidInput
 from repart.migration import plan_migration
 from repart.partitioning import PartitionFunction, initial_function
-from repart.partitioning.domain import KeyType
+from repart.partitioning.consistent import ConsistentSpec
+from repart.partitioning.domain import ConsistentMethod, KeyType
 from repart.partitioning.hashing import hash_keys, slots_of_hashes
 from repart.state.batches import absorbed_batch
 from repart.state.filters import SlotFilter
@@ -538,3 +539,32 @@ def test_a_written_file_has_row_groups_sorted_by_slot(
     )
     expected = slots_of_hashes(hash_keys(table.column("key").to_pylist(), "int"), SMALL_SLOT_BITS)
     assert file.read(columns=["_slot"]).column(0).to_pylist() == sorted(expected.tolist())
+
+
+@pytest.mark.parametrize(("method", "most", "least"), [("prefix", 1.3, 1.0), ("jump", None, 2.0)])
+def test_a_scale_out_reads_the_new_channel_in_runs_under_prefix_and_scattered_under_jump(
+    tmp_path: Path, method: ConsistentMethod, most: float | None, least: float
+) -> None:
+    """4 -> 5 channels, 100,000 keys over 1,024 slots (about 100 rows a slot), 1,024-row row groups.
+    Under prefix every channel gives its lowest slots: each file loses one run of slots and the new
+    channel reads about what a fresh store's channel 4 reads (1.13 times, the four footers included);
+    under jump its slots are scattered over the row groups of every file, and it reads 4.9 times that."""
+    spec = ConsistentSpec(method)
+    a = initial_function(4, "str", SMALL_SLOT_BITS, spec)
+    b = initial_function(5, "str", SMALL_SLOT_BITS, spec)
+    table = state_table(100_000, "str")
+    store = new_store(tmp_path / "s", a, table, slot_groups=1)
+    files = {entry.path for entry in all_files(store)}
+    result = store.apply(plan_migration(a, b), plan_id=1, region=REGION, from_version=1, to_version=2)
+    check_oracle(store, table, b)
+    # every moved row stays in its file, listed under channel 4 too
+    assert result.rewritten_files == 0 and {entry.path for entry in all_files(store)} == files
+    fresh = new_store(tmp_path / "fresh", b, table, slot_groups=1)
+    ratio = store.read_bytes(4) / fresh.read_bytes(4)
+    filters = [entry.filter for entry in all_files(store) if entry.filter is not None and entry.channel != 4]
+    assert len(filters) == 4
+    if most is not None:
+        assert all(len(kept.runs) == 1 for kept in filters)
+        assert least <= ratio <= most, ratio
+    else:
+        assert ratio >= least, ratio

@@ -117,7 +117,7 @@ def test_activation_writes_version_plan_moves_and_event(engine: Engine, trades_a
     # from its slot's channel to 0; 'nul\x00' keeps channel 2 and is pinned; N 4 → 5 moves slots to 4.
     assert moves[:2] == [
         ("explicit", b"AAPL", None, None, 1, 4, pytest.approx(0.4)),
-        ("explicit", "日本".encode(), None, None, V1.lookup("日本"), 0, 0.0),
+        ("explicit", "日本".encode(), None, None, 3, 0, 0.0),
     ]
     assert PLAN_1_2.pinned_keys == ("nul\x00",) and counts[:2] == (2, len(moves) - 2) and counts[1] > 1000
     assert moves == stored_moves(PLAN_1_2)

@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from repart.partitioning.algorithms.builder import ALGORITHMS, build, initial_function
 from repart.partitioning.algorithms.problem import BuildParams
+from repart.partitioning.consistent import ConsistentSpec
 from repart.partitioning.domain import DEFAULT_SLOT_BITS, SPLIT_SCHEMES
 from repart.partitioning.frequency import FrequencyEstimate, SlidingWindow
 from repart.partitioning.function import PartitionFunction
@@ -41,6 +42,10 @@ from repart.validation import POSITIVE, POSITIVE_INT, Interval, Options, check, 
 IntArray = npt.NDArray[np.int64]
 
 DEFAULT_ALGORITHMS = ("scan", "redist", "readj", "uniform", "consistent")
+SIMULATED_CONSISTENT = ConsistentSpec("jump")
+"""The consistent hash of the simulated functions: jump, a pseudo-random consistent hash as the paper's
+ring is, on which the recorded reproductions of the paper were measured (the regions' default,
+prefix, balances slot counts exactly, which would flatter the ``consistent`` baseline)."""
 TAIL_AWARE_ALGORITHMS = ("scan", "redist", "readj")
 RECORD_FIELDS = (
     "algorithm",
@@ -182,7 +187,7 @@ def run_experiment(config: ExperimentConfig, progress: Progress | None = None) -
         scorer = SplitScorer(
             evaluator.keys, evaluator.frequencies, evaluator.slots, config.slot_bits, config.params(False)
         )
-        first = initial_function(1, "int", config.slot_bits)
+        first = initial_function(1, "int", config.slot_bits, SIMULATED_CONSISTENT)
         current: dict[tuple[str, bool], RoutingFunction] = dict.fromkeys(variants, first)
         routed = dict.fromkeys(variants, evaluator.route(first))
         for v in variants:

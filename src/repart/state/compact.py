@@ -3,7 +3,8 @@
 Three things make a channel's reads cost more than its state: the deltas batches add (a reader
 resolves them against the base, ``repart.state.resolve``), the rows a migration's slot filters hide
 (``repart.state.filters``: read and dropped), and the extra files a migration brings (a scale-in
-33 → 32 gives every remaining channel a second file in every slot group). A channel is **due**
+33 → 32 under jump gives every remaining channel a second file in every slot group; under prefix, in
+the slot groups of the slots it gets back). A channel is **due**
 (``CompactionPolicy``) when
 
 - its deltas hold more than ``max_delta_share`` of the rows of its base files, or it has more than
