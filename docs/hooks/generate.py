@@ -76,7 +76,7 @@ RESULTS: dict[str, tuple[str, str]] = {
     ),
     "state-scaling": (
         "State store: per-batch cost against the state's size",
-        f"{PY} benchmarks/state_scaling.py --sizes 100000 10000000 --batches 10 --json FILE",
+        f"{PY} benchmarks/state_scaling.py --json FILE",
     ),
     "spark-route": ("Routing on Spark", f"{PY} benchmarks/spark_route.py"),
     "spark-observe": ("Observing a batch on Spark", f"{PY} benchmarks/spark_observe.py --json FILE"),

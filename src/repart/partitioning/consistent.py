@@ -56,8 +56,8 @@ a spread approaching 1/sqrt(replicas) (about 3 %) and jump's a binomial's (CV up
 sqrt((N − 1) / 2^S)); it builds in under 15 ms at these N (2.6 s at the extreme N = 65,536 with
 S = 20), and has no parameter. What chose it is the state store: with jump, the slots a new channel
 takes are scattered over every file's row groups, and after a scale-out 32 → 33 of a 10^7-key store
-the new channel read 7.4 times what a fresh store's channel reads, its migration wrote 0.54 % of the
-state and took 4.7 s; with prefix they are one run of every file: 1.23 times, 0.02 % and 0.36 s
+the new channel read 7.35 times what a fresh store's channel reads, its migration wrote 0.54 % of the
+state and took 3.4 s; with prefix they are one run of every file: 1.23 times, 0.02 % and 0.36 s
 (``benchmarks/state_scaling.py``). ``jump`` and ``ring`` stay available (``ring`` for fidelity to
 the paper), and a stored function keeps the method it was built with.
 """
