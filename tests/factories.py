@@ -534,12 +534,12 @@ def partial_store(
 
 
 #: One consistent spec of every method, for property tests drawn over all of them.
-CONSISTENT_SPECS = [
+CONSISTENT_SPECS = (
     ConsistentSpec("prefix"),
     ConsistentSpec("jump"),
     ConsistentSpec("mod"),
     ConsistentSpec("ring", replicas=20, seed=3),
-]
+)
 #: The function a churned store (``churned_store``) ends on: 4 jump channels.
 CHURNED_FUNCTION = initial_function(4, "str", SMALL_SLOT_BITS, ConsistentSpec("jump"))
 

@@ -4,7 +4,10 @@ moto checks ``If-None-Match: *`` and then stores the object as two steps on whic
 threads serves the put, so two puts of one key racing on two threads can both succeed. S3 itself
 decides a conditional put atomically, and the state store's commit rests on that (two writers racing
 for one log document: exactly one wins), so this server makes moto's put of an object one step under
-a lock. Everything else is moto's server as ``moto_server`` runs it. Run:
+a lock. Only the one-request PutObject is made atomic (moto's multipart completion and CopyObject
+keep their check-then-store), which is the request the store's ``create`` sends: obstore's put with
+``mode="create"`` never uploads in parts. Everything else is moto's server as ``moto_server`` runs it.
+Run:
 ``python tests/s3_endpoint.py -H 127.0.0.1 -p PORT``.
 """
 

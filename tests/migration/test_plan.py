@@ -28,7 +28,7 @@ from repart.sim.workload import ZipfWorkload
 from tests.factories import CONSISTENT_SPECS
 from tests.migration.universe import KEY_TYPES, UNIVERSE, UNTRACKED, estimate_of, slot_of
 
-CONSISTENT_METHODS: tuple[ConsistentMethod, ...] = ("jump", "ring")
+CONSISTENT_METHODS: tuple[ConsistentMethod, ...] = ("prefix", "jump", "ring")
 DIGEST = "0" * 64
 
 

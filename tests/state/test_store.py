@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +38,7 @@ from repart.state.partial import SourceFile
 from repart.state.store import FileEntry, StateStore
 from tests.factories import (
     CHURNED_FUNCTION,
+    CONSISTENT_SPECS,
     REGION,
     SMALL_SLOT_BITS,
     all_files,
@@ -200,14 +201,13 @@ def test_apply_matches_the_target_function_on_random_states(
         overrides = data.draw(
             st.dictionaries(st.integers(0, 2**SMALL_SLOT_BITS - 1), st.integers(0, n - 1), max_size=50)
         )
-        method: Literal["jump", "ring"] = data.draw(st.sampled_from(["jump", "ring"]))
         return PartitionFunction(
             n_channels=n,
             key_type=key_type,
             slot_bits=SMALL_SLOT_BITS,
             explicit=explicit,
             slot_overrides=overrides,
-            consistent=ConsistentSpec(method=method),
+            consistent=data.draw(st.sampled_from(CONSISTENT_SPECS)),
         )
 
     a, b = random_function(n_a), random_function(n_b)

@@ -52,14 +52,14 @@ then averaged over seeds 0..19::
      64 |   1.167  3.32%  59.4 ms |   1.131  2.96%  15.4 ms |   1.000  0.00%   6.1 ms
 
 ``prefix`` is the default. Its slot counts differ by at most one at every N, where the ring's arcs keep
-a spread approaching 1/sqrt(replicas) (about 3 %) and jump's a binomial's (CV up to about
-sqrt((N − 1) / 2^S)); it builds in under 15 ms at these N (2.6 s at the extreme N = 65,536 with
-S = 20), and has no parameter. What chose it is the state store: with jump, the slots a new channel
-takes are scattered over every file's row groups, and after a scale-out 32 → 33 of a 10^7-key store
-the new channel read 7.35 times what a fresh store's channel reads, its migration wrote 0.54 % of the
-state and took 3.4 s; with prefix they are one run of every file: 1.23 times, 0.02 % and 0.36 s
-(``benchmarks/state_scaling.py``). ``jump`` and ``ring`` stay available (``ring`` for fidelity to
-the paper), and a stored function keeps the method it was built with.
+a spread approaching 1/sqrt(replicas) (about 3 %) and jump's a binomial's (CV up to about sqrt((N − 1)
+/ 2^S)); it builds in under 15 ms at these N (slower than jump at large N: each join walks every
+earlier channel while ⌊2^S / N⌋ drops), and has no parameter. What chose it is the state store: with
+jump, the slots a new channel takes are scattered over every file's row groups, and after a scale-out
+32 → 33 of a 10^7-key store the new channel read 7.35 times what a fresh store's channel reads, its
+migration wrote 0.54 % of the state and took 3.4 s; with prefix they are one run of every file: 1.23
+times, 0.02 % and 0.36 s (``benchmarks/state_scaling.py``). ``jump`` and ``ring`` stay available
+(``ring`` for fidelity to the paper), and a stored function keeps the method it was built with.
 """
 
 from __future__ import annotations
@@ -182,8 +182,8 @@ def _prefix_table(n: int, slot_bits: int) -> npt.NDArray[np.int32]:
     channel ``i``'s from ``offsets[i]``, ``starts[i]`` of them given up), and a join gathers the
     givers' prefixes at once. The lists add up to 2^S + Σ_{c=2..n} ⌊2^S / c⌋ ≤ 2^S · (1 + ln n) slots.
     A join walks every earlier channel while the floor drops (up to about c = 2^(S/2)), and the
-    givers alone after that; each is a few numpy calls, so the n − 1 joins cost milliseconds up to a
-    few hundred channels and seconds at the largest N (module docstring)."""
+    givers alone after that; each is a few numpy calls (under 15 ms in all at N ≤ 64, module
+    docstring; seconds at the largest N)."""
     total = 2**slot_bits
     starts, offsets = np.zeros(n, np.int64), np.zeros(n, np.int64)
     pool = np.empty(total + int((total // np.arange(2, n + 1, dtype=np.int64)).sum()), np.int32)
