@@ -26,8 +26,8 @@ class TooLarge(InvalidInput):
 DRAINED_MULTIPLE = 2
 """A body over its limit but within this multiple of it is read to its end and dropped before the 413
 is sent: answered while still sending, a client may see its connection reset instead of the answer
-(urllib's Broken pipe, 2 in 300 oversized calls before). One declared larger is answered before its
-body is read."""
+(urllib's Broken pipe, in 2 of 300 oversized calls before bodies were drained). One declared larger,
+or one without ``Content-Length`` once it passes the multiple, is answered before the rest is read."""
 
 
 async def read_body(request: Request, limit: int) -> bytes:
