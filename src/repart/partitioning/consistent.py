@@ -195,19 +195,22 @@ def _prefix_table(n: int, slot_bits: int) -> npt.NDArray[np.int32]:
         low, high = (0, joining) if held_base > base else (extra, held_extra)
         channels = np.arange(low, high)
         given = held_base - base + (channels < held_extra) - (channels < extra)
-        count = int(given.sum())
-        firsts = offsets[low:high] + starts[low:high]
-        index = np.repeat(firsts - (np.cumsum(given) - given), given) + np.arange(count)
-        pool[end : end + count] = np.sort(pool[index])
+        taken = _runs(offsets[low:high] + starts[low:high], given)
+        pool[end : end + taken.size] = np.sort(pool[taken])
         offsets[joining] = end
-        end += count
+        end += taken.size
         starts[low:high] += given
     base, extra = divmod(total, n)
     sizes = base + (np.arange(n) < extra)
-    index = np.repeat(offsets + starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(total)
     table = np.empty(total, np.int32)
-    table[pool[index]] = np.repeat(np.arange(n, dtype=np.int32), sizes)
+    table[pool[_runs(offsets + starts, sizes)]] = np.repeat(np.arange(n, dtype=np.int32), sizes)
     return table
+
+
+def _runs(firsts: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The positions ``firsts[i], firsts[i] + 1, …, firsts[i] + lengths[i] - 1`` of every run ``i``, in
+    order."""
+    return np.repeat(firsts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
 
 
 def _mix(values: npt.NDArray[np.uint64], seed: int) -> npt.NDArray[np.uint64]:
