@@ -14,11 +14,20 @@ before it is timed. Rounds alternate the two jobs on the same batch, after an un
 2. ``large_batch_ratio``: a batch of ``--large-rows`` (2,000,000) rows (target <= 1.3);
    ``large_batch_ratio_split``: the same in split mode (a D-Choices split function, built by the
    controller from the warm-up batches' snapshots) against the same plain job.
-3. ``observe_ratio``: ``observe`` alone on the large batch over an exact ``groupBy(key).count()``
-   (target <= 0.7).
+   In split mode the stateful stage's tasks (the stage whose tasks fold the channels, and the plain
+   job's stage that aggregates, joins and writes) are timed from Spark's event log (each task's
+   executor run time): ``split_longest_task_ratio``, repart's longest task over plain Spark's
+   (target <= 1), and ``split_task_max_over_mean`` (target <= 1.25), medians over the rounds.
+3. ``observe_ratio``: a job's update counts the batch's snapshot as it folds it, so observing costs no
+   pass of its own; the update and observe steps of the key-preserving large batch together, over an
+   exact ``groupBy(key).count()`` plus the plain job on the same batch (target <= 0.7).
+   ``observe_alone_ratio``: ``observe`` run on its own (two passes, the second over the hot slots'
+   rows) over the ``groupBy``, for a batch that no update reads.
 4. ``foreach_batch_ratio``: a Structured Streaming query whose ``foreachBatch`` is ``job.foreach_batch``,
    one small-batch file per trigger: its micro-batch time (``triggerExecution``) over ``process`` of
-   the same batch (target <= 1.2).
+   the same batch read from the same file (target <= 1.2); ``foreach_batch_add_batch_ratio``: the
+   part of it Spark spends calling ``foreach_batch`` (``addBatch``), the rest being the query's own
+   bookkeeping (listing the source, writing the offset and commit logs).
 
 Every ratio is the median over rounds of the per-round ratio (a burst of load hits both sides of a
 round alike); the medians of ``BatchResult.steps`` show where repart's batch time goes. The load
@@ -66,6 +75,8 @@ TARGETS = {
     "small_batch_ratio": 3.0,
     "large_batch_ratio": 1.3,
     "large_batch_ratio_split": 1.3,
+    "split_longest_task_ratio": 1.0,
+    "split_task_max_over_mean": 1.25,
     "observe_ratio": 0.7,
     "foreach_batch_ratio": 1.2,
 }
@@ -150,21 +161,97 @@ def repart_job(root: Path, channels: int, split: bool, spark: SparkSession, keys
 
 
 def paired(
-    rounds: int,
-    make_batch: Callable[[int], DataFrame],
-    first: Callable[[DataFrame], float],
-    second: Callable[[DataFrame], float],
-) -> tuple[list[float], list[float]]:
-    """``first`` and ``second`` timed on the same batch per round, after an untimed warm-up round."""
-    times_a, times_b = [], []
+    rounds: int, make_batch: Callable[[int], DataFrame], *sides: Callable[[DataFrame], float]
+) -> list[list[float]]:
+    """Each of ``sides`` timed on the same batch per round, in turn, after an untimed warm-up round:
+    one list of times per side."""
+    times: list[list[float]] = [[] for _ in sides]
     for number in range(rounds + 1):
         batch = make_batch(number)
-        a, b = first(batch), second(batch)
+        measured = [side(batch) for side in sides]
         batch.unpersist()
         if number:
-            times_a.append(a)
-            times_b.append(b)
-    return times_a, times_b
+            for side_times, seconds in zip(times, measured, strict=True):
+                side_times.append(seconds)
+    return times
+
+
+def described(
+    spark: SparkSession, prefix: str, side: Callable[[DataFrame], float]
+) -> Callable[[DataFrame], float]:
+    """``side`` with its Spark jobs described as ``prefix-<call number>`` (the event log's handle on
+    them; call 0 is the warm-up)."""
+    calls = itertools.count()
+
+    def run(batch: DataFrame) -> float:
+        spark.sparkContext.setJobDescription(f"{prefix}-{next(calls)}")
+        try:
+            return side(batch)
+        finally:
+            spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]
+
+    return run
+
+
+def last_stage_task_times(event_log: Path) -> dict[str, list[float]]:
+    """Per job description, the executor run times (seconds) of the tasks of the last stage that ran
+    under it (the stage that writes: repart's channel tasks, the plain job's join and write), read
+    from Spark's event log."""
+    stage_description: dict[int, str] = {}
+    task_times: dict[int, list[float]] = {}
+    with event_log.open(encoding="utf-8") as lines:
+        for line in lines:
+            event = json.loads(line)
+            kind = event["Event"]
+            if kind == "SparkListenerJobStart":
+                description = (event.get("Properties") or {}).get("spark.job.description")
+                if description:
+                    for stage in event["Stage IDs"]:
+                        stage_description[stage] = description
+            elif kind == "SparkListenerTaskEnd" and event.get("Task Metrics"):
+                task_times.setdefault(event["Stage ID"], []).append(
+                    event["Task Metrics"]["Executor Run Time"] / 1000
+                )
+    last: dict[str, int] = {}
+    for stage in task_times:
+        description = stage_description.get(stage)
+        if description is not None and stage > last.get(description, -1):
+            last[description] = stage
+    return {description: task_times[stage] for description, stage in last.items()}
+
+
+def grouped(batch: DataFrame) -> float:
+    """An exact ``groupBy(key).count()`` of ``batch``, written to Spark's no-op sink: its seconds."""
+    started = time.perf_counter()
+    batch.groupBy(KEY).count().write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - started
+
+
+def batch_figures(ours: list[float], theirs: list[float], steps: dict[str, list[float]]) -> dict[str, Any]:
+    """The medians of both sides and of repart's steps (the warm-up round's steps left out)."""
+    return {
+        "repart_median_s": statistics.median(ours),
+        "plain_median_s": statistics.median(theirs),
+        "steps_median_s": {step: statistics.median(values[1:]) for step, values in steps.items()},
+    }
+
+
+def split_task_figures(events: Path, rounds: int) -> dict[str, Any]:
+    """The split rounds' stateful-stage task times from the event log in ``events``: per round,
+    repart's longest task over the plain job's and repart's max/mean (and the plain job's), medians."""
+    (log,) = events.iterdir()
+    tasks = last_stage_task_times(log)
+    longest, ours, theirs = [], [], []
+    for number in range(1, rounds + 1):
+        repart, plain = tasks[f"split-repart-{number}"], tasks[f"split-plain-{number}"]
+        longest.append(max(repart) / max(plain))
+        ours.append(max(repart) / statistics.mean(repart))
+        theirs.append(max(plain) / statistics.mean(plain))
+    return {
+        "split_longest_task_ratio": statistics.median(longest),
+        "split_task_max_over_mean": statistics.median(ours),
+        "split_task_max_over_mean_plain": statistics.median(theirs),
+    }
 
 
 def median_ratio(a: list[float], b: list[float]) -> float:
@@ -179,7 +266,7 @@ def streaming_ratio(spark: SparkSession, root: Path, args: argparse.Namespace) -
     processed = repart_job(root / "processed", args.channels, False, spark, args.keys)
     incoming = root / "incoming"
     incoming.mkdir()
-    query_times, process_times = [], []
+    query_times, process_times, in_foreach_batch = [], [], []
     stream = spark.readStream.schema(f"{KEY} string, qty long").option("maxFilesPerTrigger", 1)
     query = (
         stream.parquet(str(incoming)).writeStream.foreachBatch(streamed.foreach_batch)
@@ -195,17 +282,25 @@ def streaming_ratio(spark: SparkSession, root: Path, args: argparse.Namespace) -
             query.processAllAvailable()
             progress = query.lastProgress
             timed = progress["durationMs"]["triggerExecution"] / 1000
-            process_seconds = processed.process(batch, 10_000 + number).seconds
+            inside = progress["durationMs"]["addBatch"] / 1000  # Spark's call of foreach_batch
+            # The same batch read the same way: the query reads the file, so process reads it too.
+            same = spark.read.schema(f"{KEY} string, qty long").parquet(
+                str(incoming / f"{number:04d}.parquet")
+            )
+            process_seconds = processed.process(same, 10_000 + number).seconds
             batch.unpersist()
             if number:
                 query_times.append(timed)
                 process_times.append(process_seconds)
+                in_foreach_batch.append(inside)
     finally:
         query.stop()
     return {
         "foreach_batch_median_s": statistics.median(query_times),
+        "foreach_batch_add_batch_median_s": statistics.median(in_foreach_batch),
         "process_median_s": statistics.median(process_times),
         "foreach_batch_ratio": median_ratio(query_times, process_times),
+        "foreach_batch_add_batch_ratio": median_ratio(in_foreach_batch, process_times),
     }
 
 
@@ -221,8 +316,18 @@ def main() -> int:
     figures: dict[str, Any] = {"args": {k: v for k, v in vars(args).items() if k != "json"}}
     figures["load_average_before"] = os.getloadavg()
     print(f"load average before: {figures['load_average_before']}", flush=True)
-    spark = spark_session("local[2]", "job-overhead", shuffle_partitions=args.channels)
     scratch = Path(tempfile.mkdtemp(prefix="repart-job-overhead-"))
+    events = scratch / "events"
+    events.mkdir()
+    spark = spark_session(
+        "local[2]", "job-overhead", shuffle_partitions=args.channels,
+        config={
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": events.as_uri(),
+            "spark.eventLog.rolling.enabled": "false",  # one file, as plain JSON lines
+            "spark.eventLog.compress": "false",
+        },
+    )  # fmt: skip
     steps: dict[str, list[float]] = {}
 
     batch_ids = itertools.count(1_000)  # one sequence for every job: ids grow from batch to batch
@@ -239,29 +344,39 @@ def main() -> int:
     try:
         plain = PlainJob(spark, scratch / "plain", args.channels, args.keys)
         job = repart_job(scratch / "preserve", args.channels, False, spark, args.keys)
-        for name, rows in (("small", args.small_rows), ("large", args.large_rows)):
-            steps.clear()
-            ours, theirs = paired(
-                args.rounds, lambda n, r=rows: zipf_batch(spark, n, r, args.keys), timed(job), plain.process
-            )
-            figures[f"{name}_batch"] = {
-                "repart_median_s": statistics.median(ours),
-                "plain_median_s": statistics.median(theirs),
-                "steps_median_s": {step: statistics.median(values) for step, values in steps.items()},
-            }
-            figures[f"{name}_batch_ratio"] = median_ratio(ours, theirs)
-            print(f"{name} batch: {figures[f'{name}_batch']}", flush=True)
+        steps.clear()
+        ours, theirs = paired(
+            args.rounds, lambda n: zipf_batch(spark, n, args.small_rows, args.keys), timed(job), plain.process
+        )
+        figures["small_batch"] = batch_figures(ours, theirs, steps)
+        figures["small_batch_ratio"] = median_ratio(ours, theirs)
+        print(f"small batch: {figures['small_batch']}", flush=True)
+        steps.clear()
+        ours, theirs, grouped_times = paired(
+            args.rounds, lambda n: zipf_batch(spark, 20 + n, args.large_rows, args.keys), timed(job),
+            plain.process, grouped,
+        )  # fmt: skip
+        figures["large_batch"] = batch_figures(ours, theirs, steps)
+        figures["large_batch_ratio"] = median_ratio(ours, theirs)
+        print(f"large batch: {figures['large_batch']}", flush=True)
+        # The large batch's update and observe steps (warm-up round left out) against groupBy + plain.
+        counted = [u + o for u, o in zip(steps["update"][1:], steps["observe"][1:], strict=True)]
+        separate = [g + p for g, p in zip(grouped_times, theirs, strict=True)]
+        figures["observe"] = {
+            "update_and_observe_median_s": statistics.median(counted),
+            "groupby_median_s": statistics.median(grouped_times),
+            "groupby_and_plain_median_s": statistics.median(separate),
+        }
+        figures["observe_ratio"] = median_ratio(counted, separate)
         split_job = repart_job(scratch / "split", args.channels, True, spark, args.keys)
         steps.clear()
         ours, theirs = paired(
-            args.rounds, lambda n: zipf_batch(spark, 50 + n, args.large_rows, args.keys), timed(split_job),
-            plain.process,
-        )  # fmt: skip
-        figures["large_batch_split"] = {
-            "repart_median_s": statistics.median(ours),
-            "plain_median_s": statistics.median(theirs),
-            "steps_median_s": {step: statistics.median(values) for step, values in steps.items()},
-        }
+            args.rounds,
+            lambda n: zipf_batch(spark, 50 + n, args.large_rows, args.keys),
+            described(spark, "split-repart", timed(split_job)),
+            described(spark, "split-plain", plain.process),
+        )
+        figures["large_batch_split"] = batch_figures(ours, theirs, steps)
         figures["large_batch_ratio_split"] = median_ratio(ours, theirs)
         spool = scratch / "spool"
         spool.mkdir()
@@ -273,20 +388,19 @@ def main() -> int:
                 leftover.unlink()
             return time.perf_counter() - started
 
-        def grouped(batch: DataFrame) -> float:
-            started = time.perf_counter()
-            batch.groupBy(KEY).count().write.format("noop").mode("overwrite").save()
-            return time.perf_counter() - started
-
-        ours, theirs = paired(
+        alone, theirs = paired(
             args.rounds, lambda n: zipf_batch(spark, 70 + n, args.large_rows, args.keys), observed, grouped
         )
-        figures["observe"] = {
-            "observe_median_s": statistics.median(ours),
-            "groupby_median_s": statistics.median(theirs),
-        }
-        figures["observe_ratio"] = median_ratio(ours, theirs)
+        figures["observe"].update(
+            {
+                "observe_alone_median_s": statistics.median(alone),
+                "observe_alone_groupby_median_s": statistics.median(theirs),
+            }
+        )
+        figures["observe_alone_ratio"] = median_ratio(alone, theirs)
         figures.update(streaming_ratio(spark, scratch / "stream", args))
+        spark.stop()  # the event log is complete once the application ends
+        figures.update(split_task_figures(events, args.rounds))
     finally:
         spark.stop()
         shutil.rmtree(scratch, ignore_errors=True)

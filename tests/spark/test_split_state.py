@@ -13,15 +13,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from repart.errors import InvalidInput
 from repart.partitioning import PartitionFunction
 from repart.partitioning.split.function import SplitEntry, SplitFunction
 from repart.protocol.merge import MergeSpec
-from repart.spark.route import partition
-from repart.spark.stateful import update_state
+from repart.spark.route import partition, route
+from repart.spark.stateful import _partials, update_state
 from repart.state.store import StateStore
 
 N = 5
@@ -121,3 +121,69 @@ def test_a_split_store_refuses_the_home_function_alone(spark: SparkSession, tmp_
     with pytest.raises(InvalidInput, match=r"function must be the store's layout"):
         update_state(store, frame, add_up, version=1, function=version.home)
     assert StateStore.open(tmp_path / "state").generation == 0
+
+
+def test_a_mergeable_update_keeps_each_rows_candidate_in_its_partial(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A mergeable store under a split function: routed rows (no partition()) aggregate on their
+    channel's partition, so each (key, channel) partial sums exactly the rows the row hash sent there."""
+    table = batch(5)
+    version = split_version(table)
+    store = StateStore.create(
+        tmp_path / "state", region="vwap", version=1, function_digest=version.digest, n_channels=N,
+        slot_bits=version.slot_bits, key_type="str", key_col="k", schema=SCHEMA, slot_groups=4,
+        merge={"n": "count", "total": "sum"},
+    )  # fmt: skip
+    df = spark.createDataFrame(table)
+    hashes = df.select(F.xxhash64(*(c for c in df.columns if c != "k")).alias("h")).toArrow()["h"].to_pylist()
+    expected: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
+    for key, value, row_hash in zip(table["k"].to_pylist(), table["v"].to_pylist(), hashes, strict=True):
+        partial = expected[(key, version.lookup(key, row_hash))]
+        partial[0] += 1
+        partial[1] += value
+    store, updates, _ = update_state(
+        store, route(df, "k", version), version=1, function=version, sources={"total": "v"}
+    )
+    assert sorted((update.channel, update.input_rows) for update in updates) == sorted(
+        Counter(channel for (_, channel), (n, _) in expected.items() for _ in range(n)).items()
+    )
+    state = store.read()
+    got = {(row["k"], row["channel"]): [row["n"], row["total"]] for row in state.to_pylist()}
+    assert len(got) == state.num_rows and got == dict(expected)
+
+
+def plan_lines(frame: DataFrame) -> list[str]:
+    """The physical plan Spark would run for ``frame``, one node per line, the root first."""
+    return str(frame._jdf.queryExecution().executedPlan().toString()).splitlines()
+
+
+def test_a_mergeable_update_reduces_by_key_before_any_shuffle_unless_keys_are_split(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Under a key-preserving function the batch is reduced by key in each map task before the first
+    shuffle (its rows are neither routed nor shuffled one by one); under a split function the routed
+    rows are shuffled once, to their channel, and aggregated there."""
+    table = batch(6, 2000)
+    split = split_version(table)
+    for function in (split.home, split):
+        store = StateStore.create(
+            tmp_path / function.kind, region="vwap", version=1, function_digest=function.digest,
+            n_channels=N, slot_bits=function.slot_bits, key_type="str", key_col="k", schema=SCHEMA,
+            merge={"n": "count", "total": "sum"},
+        )  # fmt: skip
+        lines = plan_lines(
+            _partials(
+                route(spark.createDataFrame(table), "k", function), store, function, "channel", {"total": "v"}
+            )
+        )
+        exchanges = [number for number, line in enumerate(lines) if "Exchange " in line]
+        if function.kind == "preserve":
+            (partial,) = [number for number, line in enumerate(lines) if "partial_count" in line]
+            assert len(exchanges) == 2 and "shufflepartitionidpassthrough" in lines[exchanges[0]]
+            assert "hashpartitioning(k#" in lines[exchanges[1]] and exchanges[1] < partial  # above it
+            assert "HashAggregate" in lines[partial] and "Scan" in lines[-1]
+        else:
+            assert len(exchanges) == 1 and "shufflepartitionidpassthrough" in lines[exchanges[0]]
+            assert "HashAggregate(keys=[channel#" in lines[exchanges[0] - 1]
+            assert not any("partial_" in line for line in lines)

@@ -15,6 +15,8 @@ Kill points (``SPEC["kill"]``), injected by wrapping ``LocalObjects``/``RemoteOb
 and ``create`` in the child:
 
 - ``{"point": "data", "n": k}``: before the k-th data file write (k = 1: before any data is written);
+  the child makes its data writes one at a time (an operation may write from several threads, as a
+  compaction does), so the k - 1 writes before the k-th are complete when it dies;
 - ``{"point": "before-commit"}``: before the conditional put of the commit document;
 - ``{"point": "after-commit"}``: right after that put succeeded (no checkpoint, no hint yet);
 - ``{"point": "after-hint"}``: right after the hint was written (the operation is complete);
@@ -178,11 +180,12 @@ def instrument(kill: Mapping[str, Any] | None) -> tuple[list[str], list[str]]:
 
         def write(self: Any, path: str, data: bytes, _real: Callable[..., None] = real_write) -> None:
             if path.startswith("data/"):
-                with lock:
+                with lock:  # one data write at a time, so the k - 1 before the k-th are complete
                     written.append(path)
-                    number = len(written)
-                if point == "data" and number == kill["n"]:  # type: ignore[index]
-                    _die()
+                    if point == "data" and len(written) == kill["n"]:  # type: ignore[index]
+                        _die()
+                    _real(self, path, data)
+                return
             _real(self, path, data)
             if path == HINT and point == "after-hint":
                 _die()

@@ -59,6 +59,7 @@ from repart.spark.batch_counts import (
     merged_counts,
 )
 from repart.spark.keys import key_column
+from repart.spark.route import route
 from repart.spark.task_memory import TaskMemory
 from repart.state.batches import ChannelUpdate, QueryBatch, absorbed_batch
 from repart.state.files import DELETED_COLUMN
@@ -158,14 +159,15 @@ def update_state(
         raise InvalidInput(
             "channel_col", f"must be a column; {channel_col!r} is not: partition the batch with repart first"
         )
-    if counting is not None:
-        key = key_column(partitioned, store.key_col)
-        partitioned = partitioned.select("*", *counted_columns(key.value, key.hash, counting.slot_bits))
     rows = (
         partitioned
         if combine is not None
-        else _partials(partitioned, store, channel_col, sources or {}, counting is not None)
+        else _partials(partitioned, store, function, channel_col, sources or {})
     )
+    if counting is not None:
+        # A mergeable update counts its partials: one hash per (channel, key), not per batch row.
+        key = key_column(rows, store.key_col)
+        rows = rows.select("*", *counted_columns(key.value, key.hash, counting.slot_bits))
     task = _ChannelTask(store, combine, channel_col, counting)
     reports = rows.mapInArrow(task, _REPORT_DDL).collect()
     for row in reports:
@@ -201,14 +203,21 @@ def update_state(
 def _partials(
     partitioned: DataFrame,
     store: StateStore,
+    function: RoutingFunction,
     channel_col: str,
     sources: Mapping[str, str | None],
-    counted: bool,
 ) -> DataFrame:
     """The batch reduced in the JVM to one partial row per (channel, key) by the store's merge (each
     state column aggregating its source column; nulls skipped), with the batch rows each partial
-    stands for (``_rows``), in partitions that hold one channel each; ``counted``: with the key's slot
-    and register (functions of the key, so grouping by them splits no group)."""
+    stands for (``_rows``), in partitions that hold one channel each.
+
+    Under a key-preserving ``function`` a key's channel is a function of the key, so Spark reduces
+    the batch by key first (its map-side partial aggregation shrinks the rows before they are
+    shuffled), routes the reduced rows and moves them to their channel's partition: the batch's rows
+    are neither routed nor shuffled one by one, and ``channel_col`` is not read (Spark prunes it). A
+    split key's rows go to several channels, each by its row's hash, so under a split ``function``
+    the routed rows go to their channel's partition (``repartitionById``), where the aggregation by
+    (channel, key) runs with no shuffle of its own."""
     merge = store.merge or {}
     key = store.key_col
     read = {name: str(sources.get(name) or name) for name, op in merge.items() if op != "count"}
@@ -223,9 +232,14 @@ def _partials(
         (F.count(F.lit(1)) if op == "count" else PARTIALS_MERGED[op](F.col(read[name]))).alias(name)
         for name, op in merge.items()
     ]
-    groups = [channel_col, key, *((SLOT_COLUMN, REGISTER_COLUMN) if counted else ())]
-    reduced = partitioned.groupBy(*groups).agg(*columns, F.count(F.lit(1)).alias(ROWS_COLUMN))
-    return reduced.repartitionById(store.n_channels, channel_col)
+    rows = F.count(F.lit(1)).alias(ROWS_COLUMN)
+    if not function.split:
+        reduced = partitioned.groupBy(key).agg(*columns, rows)
+        return route(reduced, key, function, channel_col=channel_col).repartitionById(
+            store.n_channels, channel_col
+        )
+    placed = partitioned.repartitionById(store.n_channels, channel_col)
+    return placed.groupBy(channel_col, key).agg(*columns, rows)
 
 
 @dataclass(frozen=True)

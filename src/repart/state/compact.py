@@ -22,8 +22,10 @@ stays newer than the compacted rows. ``StateStore.compact`` commits the result a
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -104,13 +106,15 @@ class CompactionPolicy:
 @dataclass
 class Compaction:
     """The next generation's files after compacting ``channels``: the files written, and how many
-    files they replace and rows they drop (hidden by filters, or folded away from deltas)."""
+    files they replace and rows they drop (hidden by filters, or folded away from deltas); ``folded``:
+    a channel's deltas were folded (its rows may change, as the deltas say)."""
 
     channels: list[int]
     files: list[FileEntry] = field(default_factory=list)
     written: list[FileEntry] = field(default_factory=list)
     replaced_files: int = 0
     dropped_rows: int = 0
+    folded: bool = False
 
 
 def compact_files(
@@ -118,7 +122,12 @@ def compact_files(
 ) -> Compaction:
     """Compact ``channels`` (module docstring); writes only new files, made durable and verified.
     Corrupt naming a damaged file, or when a channel without deltas would change its rows or checksum
-    (nothing is committed then)."""
+    (nothing is committed then).
+
+    The channels are independent (each reads and writes only its own files), so they are compacted
+    side by side on up to ``os.cpu_count()`` threads: Parquet's reader and writer, the object store's
+    requests and numpy's hashing release the GIL. The result does not depend on the threads: the
+    files are listed in channel order."""
     compaction = Compaction(sorted(channels))
     by_channel: dict[int, list[FileEntry]] = defaultdict(list)
     for entry in files:
@@ -126,25 +135,40 @@ def compact_files(
             by_channel[entry.channel].append(entry)
         else:
             compaction.files.append(entry)
-    folded = []
-    for channel in compaction.channels:
-        entries = by_channel[channel]
-        if any(entry.kind == "delta" for entry in entries):
-            _fold(objects, compaction, channel, entries, layout)
-            folded.append(channel)
-        else:
-            _regroup(objects, compaction, channel, entries, layout)
-    objects.sync([entry.path for entry in compaction.written])
-    for entry in compaction.written:
-        read_verified(objects, entry, layout)
+    workers = max(1, min(len(compaction.channels), os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        parts = list(
+            pool.map(
+                lambda channel: _compacted(objects, channel, by_channel[channel], layout), compaction.channels
+            )
+        )
+        for part in parts:
+            compaction.files.extend(part.files)
+            compaction.written.extend(part.written)
+            compaction.replaced_files += part.replaced_files
+            compaction.dropped_rows += part.dropped_rows
+        objects.sync([entry.path for entry in compaction.written])
+        list(pool.map(lambda entry: read_verified(objects, entry, layout), compaction.written))
     old, new = channel_totals(files), channel_totals(compaction.files)
-    for channel in compaction.channels:
-        if channel not in folded and old.get(channel) != new.get(channel):
+    for channel, part in zip(compaction.channels, parts, strict=True):
+        if not part.folded and old.get(channel) != new.get(channel):
             raise Corrupt(
                 f"verification failed for channel {channel}: compaction would change its (rows, checksum) "
                 f"from {old.get(channel)} to {new.get(channel)}; nothing was committed",
                 path=objects.url,
             )
+    return compaction
+
+
+def _compacted(objects: Objects, channel: int, entries: Sequence[FileEntry], layout: Layout) -> Compaction:
+    """``channel`` compacted on its own: its deltas folded into base files (``folded``), or, without
+    deltas, its slot groups regrouped."""
+    compaction = Compaction([channel])
+    if any(entry.kind == "delta" for entry in entries):
+        _fold(objects, compaction, channel, entries, layout)
+        compaction.folded = True
+    else:
+        _regroup(objects, compaction, channel, entries, layout)
     return compaction
 
 
