@@ -183,7 +183,38 @@ def test_a_mergeable_update_reduces_by_key_before_any_shuffle_unless_keys_are_sp
             assert len(exchanges) == 2 and "shufflepartitionidpassthrough" in lines[exchanges[0]]
             assert "hashpartitioning(k#" in lines[exchanges[1]] and exchanges[1] < partial  # above it
             assert "HashAggregate" in lines[partial] and "Scan" in lines[-1]
+            assert not any("xxhash64" in line for line in lines[partial:])  # no row is routed
         else:
             assert len(exchanges) == 1 and "shufflepartitionidpassthrough" in lines[exchanges[0]]
             assert "HashAggregate(keys=[channel#" in lines[exchanges[0] - 1]
-            assert not any("partial_" in line for line in lines)
+            assert not any("HashAggregate" in line for line in lines[exchanges[0] :])  # after it only
+
+
+def test_a_split_update_places_channels_whatever_spark_requires_of_a_clustering(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A session that requires every clustering key of a distribution (the channel partitioning then
+    does not cluster by (channel, key)) still gets each channel's partials on the channel's task."""
+    table = batch(7, 3000)
+    version = split_version(table)
+    store = StateStore.create(
+        tmp_path / "state", region="vwap", version=1, function_digest=version.digest, n_channels=N,
+        slot_bits=version.slot_bits, key_type="str", key_col="k", schema=SCHEMA, slot_groups=4,
+        merge={"n": "count", "total": "sum"},
+    )  # fmt: skip
+    setting = "spark.sql.requireAllClusterKeysForDistribution"
+    spark.conf.set(setting, "true")
+    try:
+        store, updates, _ = update_state(
+            store, route(spark.createDataFrame(table), "k", version), version=1, function=version,
+            sources={"total": "v"},
+        )  # fmt: skip
+    finally:
+        spark.conf.unset(setting)
+    assert sum(update.input_rows for update in updates) == table.num_rows
+    merged = {row["k"]: [row["n"], row["total"]] for row in store.read_merged(MERGE).to_pylist()}
+    oracle: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for key, value in zip(table["k"].to_pylist(), table["v"].to_pylist(), strict=True):
+        oracle[key][0] += 1
+        oracle[key][1] += value
+    assert merged == dict(oracle)

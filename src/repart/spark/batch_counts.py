@@ -23,10 +23,11 @@ refused rather than described by items whose counts disagree with their slots'. 
 slots are read by the slot pass only, so a difference confined to them goes unseen, and the snapshot
 describes the slot pass's read.
 
-A job that updates keyed state reads the batch once already: its update groups the rows by channel
-and key (mergeable state) or hands each channel's rows to a task (general state). The same counts
-then come from that read (``channel_counts``, ``merged_counts``): the JVM adds each row's slot and
-HyperLogLog register as columns, each channel's task counts its keys, slots and registers in Arrow,
+A job that updates keyed state reads the batch once already: its update reduces the rows to one
+partial per channel and key (mergeable state, each partial with the number of rows it stands for) or
+hands each channel's rows to a task (general state). The same counts then come from that read
+(``channel_counts``, ``merged_counts``): the JVM adds each partial's or row's slot and HyperLogLog
+register as columns, each channel's task counts its keys, slots and registers in Arrow,
 and keeps the keys above the channel's own bound ``floor(n_c / ceil(1/ε))``, a bound no larger than
 the batch's (``n_c <= n``), so every key above the batch's bound is kept by the channel that holds
 all its rows; a split key's rows are spread over channels, so its every channel keeps it. The driver

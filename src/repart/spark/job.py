@@ -340,8 +340,8 @@ class StatefulJob:
         version, function = self._applied_function(store)
         self._require_merge_for(function, version)
         watch.lap("apply")
-        # A mergeable update groups the rows by (channel, key) itself: routed rows suffice, and only
-        # the partials are shuffled (a general update needs each channel's rows on its partition).
+        # A mergeable update reduces the rows itself (by key, or by channel and key under a split
+        # function): routed rows suffice. A general update needs each channel's rows on its partition.
         placed = (
             route(df, self.key, function) if self.merge is not None else partition(df, self.key, function)
         )

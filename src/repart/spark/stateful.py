@@ -73,6 +73,8 @@ Combine = Callable[[pa.Table, pa.Table], pa.Table]
 PARTIALS_MERGED = {"sum": F.sum, "count": F.sum, "min": F.min, "max": F.max}
 #: The batch rows a partial stands for (mergeable stores: the channel's input rows).
 ROWS_COLUMN = "_rows"
+#: Spark's setting under which a partitioning by channel does not cluster rows by (channel, key).
+_ALL_CLUSTER_KEYS = "spark.sql.requireAllClusterKeysForDistribution"
 _REPORT_FIELDS = [
     ("channel", pa.int32()),
     ("input_rows", pa.int64()),
@@ -122,7 +124,8 @@ def update_state(
 
     ``partitioned`` must come from ``repart.spark.partition(df, key, function)`` (partition i holds
     channel i; a row found on another partition is InvalidInput); for a mergeable store, whose update
-    groups the rows by (channel, key) itself, ``repart.spark.route`` suffices. ``function`` must be the
+    reduces the rows itself, ``repart.spark.route`` suffices (under a key-preserving ``function`` its
+    ``channel_col`` is not read: the key decides the channel). ``function`` must be the
     layout the store is in: the store's version, digest and channel count (InvalidInput otherwise:
     apply the pending plan first). A mergeable store takes no ``combine``: each state column aggregates
     its source column of the batch (``sources``, a ``MergeSpec``'s; by default the column of the same
@@ -212,12 +215,15 @@ def _partials(
     stands for (``_rows``), in partitions that hold one channel each.
 
     Under a key-preserving ``function`` a key's channel is a function of the key, so Spark reduces
-    the batch by key first (its map-side partial aggregation shrinks the rows before they are
-    shuffled), routes the reduced rows and moves them to their channel's partition: the batch's rows
-    are neither routed nor shuffled one by one, and ``channel_col`` is not read (Spark prunes it). A
-    split key's rows go to several channels, each by its row's hash, so under a split ``function``
-    the routed rows go to their channel's partition (``repartitionById``), where the aggregation by
-    (channel, key) runs with no shuffle of its own."""
+    the batch by the key alone first (its partial aggregation shrinks the rows before the first
+    shuffle), then routes the reduced rows and moves them to their channel's partition: the batch's
+    rows are never routed one by one, and ``channel_col`` is not read (Spark prunes the routing of a
+    ``route()`` caller). A split key's rows go to several channels, each by its row's hash, so under a
+    split ``function`` the routed rows go to their channel's partition (``repartitionById``), where
+    the aggregation by (channel, key) runs with no shuffle of its own: Spark takes the channel
+    partitioning as a clustering by (channel, key) unless the session sets
+    ``spark.sql.requireAllClusterKeysForDistribution``, and then the rows are aggregated first and
+    the partials moved to their channel."""
     merge = store.merge or {}
     key = store.key_col
     read = {name: str(sources.get(name) or name) for name, op in merge.items() if op != "count"}
@@ -238,6 +244,9 @@ def _partials(
         return route(reduced, key, function, channel_col=channel_col).repartitionById(
             store.n_channels, channel_col
         )
+    if str(partitioned.sparkSession.conf.get(_ALL_CLUSTER_KEYS, "false")).lower() == "true":
+        reduced = partitioned.groupBy(channel_col, key).agg(*columns, rows)
+        return reduced.repartitionById(store.n_channels, channel_col)
     placed = partitioned.repartitionById(store.n_channels, channel_col)
     return placed.groupBy(channel_col, key).agg(*columns, rows)
 

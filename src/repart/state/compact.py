@@ -106,15 +106,13 @@ class CompactionPolicy:
 @dataclass
 class Compaction:
     """The next generation's files after compacting ``channels``: the files written, and how many
-    files they replace and rows they drop (hidden by filters, or folded away from deltas); ``folded``:
-    a channel's deltas were folded (its rows may change, as the deltas say)."""
+    files they replace and rows they drop (hidden by filters, or folded away from deltas)."""
 
     channels: list[int]
     files: list[FileEntry] = field(default_factory=list)
     written: list[FileEntry] = field(default_factory=list)
     replaced_files: int = 0
     dropped_rows: int = 0
-    folded: bool = False
 
 
 def compact_files(
@@ -125,9 +123,10 @@ def compact_files(
     (nothing is committed then).
 
     The channels are independent (each reads and writes only its own files), so they are compacted
-    side by side on up to ``os.cpu_count()`` threads: Parquet's reader and writer, the object store's
-    requests and numpy's hashing release the GIL. The result does not depend on the threads: the
-    files are listed in channel order."""
+    side by side on as many threads as the process may use cores (``usable_cores``): Parquet's reader
+    and writer, the object store's requests and numpy's hashing release the GIL. That many channels'
+    rows are in memory at once. The result does not depend on the threads: the files are listed in
+    channel order, and a failure raises the first failing channel's error."""
     compaction = Compaction(sorted(channels))
     by_channel: dict[int, list[FileEntry]] = defaultdict(list)
     for entry in files:
@@ -135,14 +134,14 @@ def compact_files(
             by_channel[entry.channel].append(entry)
         else:
             compaction.files.append(entry)
-    workers = max(1, min(len(compaction.channels), os.cpu_count() or 1))
+    workers = max(1, min(len(compaction.channels), usable_cores()))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         parts = list(
             pool.map(
                 lambda channel: _compacted(objects, channel, by_channel[channel], layout), compaction.channels
             )
         )
-        for part in parts:
+        for part, _ in parts:
             compaction.files.extend(part.files)
             compaction.written.extend(part.written)
             compaction.replaced_files += part.replaced_files
@@ -150,8 +149,8 @@ def compact_files(
         objects.sync([entry.path for entry in compaction.written])
         list(pool.map(lambda entry: read_verified(objects, entry, layout), compaction.written))
     old, new = channel_totals(files), channel_totals(compaction.files)
-    for channel, part in zip(compaction.channels, parts, strict=True):
-        if not part.folded and old.get(channel) != new.get(channel):
+    for channel, (_, folded) in zip(compaction.channels, parts, strict=True):
+        if not folded and old.get(channel) != new.get(channel):
             raise Corrupt(
                 f"verification failed for channel {channel}: compaction would change its (rows, checksum) "
                 f"from {old.get(channel)} to {new.get(channel)}; nothing was committed",
@@ -160,16 +159,22 @@ def compact_files(
     return compaction
 
 
-def _compacted(objects: Objects, channel: int, entries: Sequence[FileEntry], layout: Layout) -> Compaction:
-    """``channel`` compacted on its own: its deltas folded into base files (``folded``), or, without
-    deltas, its slot groups regrouped."""
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which a container's CPU set limits)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _compacted(
+    objects: Objects, channel: int, entries: Sequence[FileEntry], layout: Layout
+) -> tuple[Compaction, bool]:
+    """``channel`` compacted on its own, and whether its deltas were folded into base files (its rows
+    may change, as the deltas say) rather than its slot groups regrouped (its rows may not)."""
     compaction = Compaction([channel])
     if any(entry.kind == "delta" for entry in entries):
         _fold(objects, compaction, channel, entries, layout)
-        compaction.folded = True
-    else:
-        _regroup(objects, compaction, channel, entries, layout)
-    return compaction
+        return compaction, True
+    _regroup(objects, compaction, channel, entries, layout)
+    return compaction, False
 
 
 def _fold(
