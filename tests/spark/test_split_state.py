@@ -61,7 +61,14 @@ def split_version(table: pa.Table) -> SplitFunction:
     return SplitFunction(home, split)
 
 
-def new_store(root: Path, version: SplitFunction) -> StateStore:
+#: The mergeable stores' merge: ``n`` counts a key's rows, ``total`` sums their ``v``.
+COUNTED = {"n": "count", "total": "sum"}
+
+
+def new_store(
+    root: Path, version: PartitionFunction | SplitFunction, merge: dict[str, str] | None = None
+) -> StateStore:
+    """An empty store laid out by ``version``: general, or mergeable by ``merge``."""
     return StateStore.create(
         root,
         region="vwap",
@@ -73,6 +80,7 @@ def new_store(root: Path, version: SplitFunction) -> StateStore:
         key_col="k",
         schema=SCHEMA,
         slot_groups=4,
+        merge=merge,
     )
 
 
@@ -130,11 +138,7 @@ def test_a_mergeable_update_keeps_each_rows_candidate_in_its_partial(
     channel's partition, so each (key, channel) partial sums exactly the rows the row hash sent there."""
     table = batch(5)
     version = split_version(table)
-    store = StateStore.create(
-        tmp_path / "state", region="vwap", version=1, function_digest=version.digest, n_channels=N,
-        slot_bits=version.slot_bits, key_type="str", key_col="k", schema=SCHEMA, slot_groups=4,
-        merge={"n": "count", "total": "sum"},
-    )  # fmt: skip
+    store = new_store(tmp_path / "state", version, COUNTED)
     df = spark.createDataFrame(table)
     hashes = df.select(F.xxhash64(*(c for c in df.columns if c != "k")).alias("h")).toArrow()["h"].to_pylist()
     expected: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
@@ -167,11 +171,7 @@ def test_a_mergeable_update_reduces_by_key_before_any_shuffle_unless_keys_are_sp
     table = batch(6, 2000)
     split = split_version(table)
     for function in (split.home, split):
-        store = StateStore.create(
-            tmp_path / function.kind, region="vwap", version=1, function_digest=function.digest,
-            n_channels=N, slot_bits=function.slot_bits, key_type="str", key_col="k", schema=SCHEMA,
-            merge={"n": "count", "total": "sum"},
-        )  # fmt: skip
+        store = new_store(tmp_path / function.kind, function, COUNTED)
         lines = plan_lines(
             _partials(
                 route(spark.createDataFrame(table), "k", function), store, function, "channel", {"total": "v"}
@@ -197,11 +197,7 @@ def test_a_split_update_places_channels_whatever_spark_requires_of_a_clustering(
     does not cluster by (channel, key)) still gets each channel's partials on the channel's task."""
     table = batch(7, 3000)
     version = split_version(table)
-    store = StateStore.create(
-        tmp_path / "state", region="vwap", version=1, function_digest=version.digest, n_channels=N,
-        slot_bits=version.slot_bits, key_type="str", key_col="k", schema=SCHEMA, slot_groups=4,
-        merge={"n": "count", "total": "sum"},
-    )  # fmt: skip
+    store = new_store(tmp_path / "state", version, COUNTED)
     setting = "spark.sql.requireAllClusterKeysForDistribution"
     spark.conf.set(setting, "true")
     try:
