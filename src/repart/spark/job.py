@@ -300,7 +300,7 @@ class StatefulJob:
     # --- a batch -------------------------------------------------------------------------------------
 
     def process(self, df: DataFrame, batch_id: int, *, query_id: str | None = None) -> BatchResult:
-        """Apply, partition, update, observe and report one batch (module docstring), exactly once under
+        """Apply, route, update, observe and report one batch (module docstring), exactly once under
         ``batch_id`` (an integer ≥ 0 that grows from batch to batch) or, for a streaming query, under
         ``(query_id, batch_id)``. The result's ``steps`` say where the batch's time went.
 

@@ -1,10 +1,11 @@
-"""Folding a partitioned batch into the keyed state store, each channel on the executor that holds it.
+"""Folding a batch into the keyed state store, each channel on the executor that holds it.
 
-``partition(df, key, version)`` makes Spark partition i hold exactly channel i; ``update_state`` then
-writes, per channel, one **delta** of what the batch changes, and the driver commits every channel's
-delta as one new generation of the store (a conditional put of its commit document), so a batch's
-update is all or nothing. No task reads or writes a channel's whole state, so a batch costs what the
-batch touches, not what the store holds:
+A general update is given ``partition(df, key, version)``'s rows (Spark partition i holds exactly
+channel i); a mergeable one ``route(df, key, version)``'s, which it reduces and places itself
+(``_partials``). ``update_state`` then writes, per channel, one **delta** of what the batch
+changes, and the driver commits every channel's delta as one new generation of the store (a
+conditional put of its commit document), so a batch's update is all or nothing. No task reads or
+writes a channel's whole state, so a batch costs what the batch touches, not what the store holds:
 
 - a **mergeable** store (created with a merge: every state column a ``sum``, ``count``, ``min`` or
   ``max``) needs no state at all: Spark's own aggregate reduces the batch to one partial row per
@@ -244,7 +245,7 @@ def _partials(
         return route(reduced, key, function, channel_col=channel_col).repartitionById(
             store.n_channels, channel_col
         )
-    if str(partitioned.sparkSession.conf.get(_ALL_CLUSTER_KEYS, "false")).lower() == "true":
+    if str(partitioned.sparkSession.conf.get(_ALL_CLUSTER_KEYS, "false")).strip().lower() == "true":
         reduced = partitioned.groupBy(channel_col, key).agg(*columns, rows)
         return reduced.repartitionById(store.n_channels, channel_col)
     placed = partitioned.repartitionById(store.n_channels, channel_col)
@@ -293,8 +294,8 @@ class _ChannelTask:
         if stray.any():
             raise InvalidInput(
                 "partitioned",
-                f"must be the DataFrame repart.spark.partition() returns: partition {channel} holds rows "
-                f"of channel {int(channels[stray.argmax()])}",
+                f"must be the DataFrame repart.spark.partition() (general state) or route() (mergeable "
+                f"state) returns: partition {channel} holds rows of channel {int(channels[stray.argmax()])}",
             )
         store, key = self.store, self.store.key_col
         if self.combine is None:

@@ -123,7 +123,7 @@ def compact_files(
     (nothing is committed then).
 
     The channels are independent (each reads and writes only its own files), so they are compacted
-    side by side on as many threads as the process may use cores (``usable_cores``): Parquet's reader
+    side by side on as many threads as the process may use cores (``_usable_cores``): Parquet's reader
     and writer, the object store's requests and numpy's hashing release the GIL. That many channels'
     rows are in memory at once. The result does not depend on the threads: the files are listed in
     channel order, and a failure raises the first failing channel's error."""
@@ -134,7 +134,7 @@ def compact_files(
             by_channel[entry.channel].append(entry)
         else:
             compaction.files.append(entry)
-    workers = max(1, min(len(compaction.channels), usable_cores()))
+    workers = max(1, min(len(compaction.channels), _usable_cores()))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         parts = list(
             pool.map(
@@ -159,8 +159,10 @@ def compact_files(
     return compaction
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity, which a container's CPU set limits)."""
+def _usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, which a container's CPU set limits (a CPU
+    quota, such as a Kubernetes CPU limit, does not: the pool then has a thread per core of the
+    node, and as many channels' rows in memory)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
