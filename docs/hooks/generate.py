@@ -70,6 +70,10 @@ RESULTS: dict[str, tuple[str, str]] = {
         f"{PY} benchmarks/grouping_targets.py --sections dchoices-sweep,dkg-check",
     ),
     "job-overhead": ("A job's batch against plain Spark", f"{PY} benchmarks/job_overhead.py --json FILE"),
+    "job-overhead-run1": (
+        "A job's batch against plain Spark (the run before, medians only)",
+        f"{PY} benchmarks/job_overhead.py --json FILE",
+    ),
     "consistent-balance": (
         "Slot-count balance of the consistent methods",
         f"{PY} benchmarks/consistent_balance.py",

@@ -199,6 +199,7 @@ def test_a_split_update_places_channels_whatever_spark_requires_of_a_clustering(
     version = split_version(table)
     store = new_store(tmp_path / "state", version, COUNTED)
     setting = "spark.sql.requireAllClusterKeysForDistribution"
+    before = spark.conf.get(setting, None)
     spark.conf.set(setting, "true")
     try:
         store, updates, _ = update_state(
@@ -206,7 +207,10 @@ def test_a_split_update_places_channels_whatever_spark_requires_of_a_clustering(
             sources={"total": "v"},
         )  # fmt: skip
     finally:
-        spark.conf.unset(setting)
+        if before is None:
+            spark.conf.unset(setting)
+        else:
+            spark.conf.set(setting, before)
     assert sum(update.input_rows for update in updates) == table.num_rows
     merged = {row["k"]: [row["n"], row["total"]] for row in store.read_merged(MERGE).to_pylist()}
     oracle: dict[str, list[int]] = defaultdict(lambda: [0, 0])
