@@ -169,7 +169,7 @@ def update_state(
         else _partials(partitioned, store, function, channel_col, sources or {})
     )
     if counting is not None:
-        # A mergeable update counts its partials: one hash per (channel, key), not per batch row.
+        # A mergeable update counts its partials (one hash per channel and key), a general one its rows.
         key = key_column(rows, store.key_col)
         rows = rows.select("*", *counted_columns(key.value, key.hash, counting.slot_bits))
     task = _ChannelTask(store, combine, channel_col, counting)
