@@ -47,7 +47,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,7 +54,6 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +64,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.s3_endpoint import running
 
 from repart.migration import plan_migration
 from repart.partitioning import ConsistentSpec, PartitionFunction, initial_function
@@ -287,36 +287,6 @@ def scale_out(
     }
 
 
-@contextmanager
-def moto_server() -> Iterator[str]:
-    """A local S3 endpoint (moto's server) on a free loopback port, stopped by its process id. moto as
-    it is: its conditional puts are not atomic across its request threads (``tests/s3_endpoint.py``),
-    which no writer here races on."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = Path(sys.executable).parent / "moto_server"
-    process = subprocess.Popen(
-        [str(server), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(150):
-            try:
-                urllib.request.urlopen(f"{url}/moto-api/", timeout=1).close()
-                break
-            except (urllib.error.URLError, ConnectionError):
-                time.sleep(0.2)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
 def backend_locations(
     name: str, scratch: Path, endpoint: str | None
 ) -> tuple[Callable[[], str], dict[str, str] | None]:
@@ -409,7 +379,9 @@ def main() -> int:
         "load_average_before": load_before,
     }
     try:
-        with moto_server() as endpoint:
+        # moto as it is: its conditional puts are not atomic across its request threads
+        # (tests/s3_endpoint.py), which no writer here races on.
+        with running(atomic=False) as endpoint:
             for name in args.backends:
                 print(f"backend {name}:", flush=True)
                 result = run_backend(spark, name, scratch, endpoint, args)

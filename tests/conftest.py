@@ -18,11 +18,7 @@ import itertools
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +28,7 @@ from sqlalchemy import Engine, create_engine, text
 
 from repart.storage import make_engine, upgrade
 from tests.factories import s3_bucket
+from tests.s3_endpoint import running
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 BACKENDS = ("sqlite", "postgresql")
@@ -150,31 +147,10 @@ S3_OPTIONS = {"aws_access_key_id": "repart-test", "aws_secret_access_key": "repa
 
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
-    """The URL of a local S3-compatible endpoint: moto's server on loopback, for the whole session."""
-    port = _free_port()
-    log = Path(tempfile.mkdtemp(prefix="repart-moto-")) / "moto.log"
-    server = Path(__file__).parent / "s3_endpoint.py"  # moto's server, its conditional puts atomic
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, str(server), "-H", "127.0.0.1", "-p", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/moto-api/", timeout=1).close()
-                break
-            except (urllib.error.URLError, ConnectionError):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto's server did not start: {log.read_text()}") from None
-                time.sleep(0.2)
+    """The URL of a local S3-compatible endpoint: moto's server on loopback, its conditional puts
+    atomic, for the whole session."""
+    with running(log=Path(tempfile.mkdtemp(prefix="repart-moto-")) / "moto.log") as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 @pytest.fixture
