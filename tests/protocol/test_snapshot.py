@@ -15,6 +15,7 @@ import repart.protocol
 from repart.errors import InvalidInput
 from repart.partitioning.domain import Key, KeyType
 from repart.protocol.counter_items import _checked_items, _well_formed_items
+from repart.protocol.slot_columns import SlotColumns, _checked_rows, _well_formed_rows, checked_slots
 from repart.protocol.snapshot import (
     CHANNEL_FIELDS,
     OPTIONAL_FIELDS,
@@ -24,8 +25,6 @@ from repart.protocol.snapshot import (
     ChannelMeasurement,
     CounterEntry,
     Snapshot,
-    _checked_slots,
-    _well_formed_slots,
     check_region_name,
     closed_buckets,
 )
@@ -223,13 +222,52 @@ def test_the_bulk_item_checks_accept_exactly_what_the_row_checks_accept(
 @settings(max_examples=300, deadline=None)
 @given(rows_maybe_spoiled(st.tuples(st.integers(0, 1023), st.integers(0, 2**63 - 1)).map(list)))
 def test_the_bulk_slot_checks_accept_exactly_what_the_row_checks_accept(rows: list[Any]) -> None:
-    bulk = _well_formed_slots(rows, 10)
+    bulk = _well_formed_rows(rows, 10)
     try:
-        checked = _checked_slots(rows, 10)
+        checked = _checked_rows(rows, 10)
     except InvalidInput:
         assert bulk is None
     else:
         assert bulk == checked
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 1026), st.integers(-3, 2**63 - 1)), max_size=6))
+def test_slot_columns_built_in_code_pass_exactly_the_rows_a_document_passes(
+    pairs: list[tuple[int, int]],
+) -> None:
+    rows = [list(pair) for pair in pairs]
+    tuples = sum(count for _, count in pairs)
+    try:
+        expected: SlotColumns | InvalidInput = _checked_rows(rows, 10)
+        if sum(count for _, count in expected) != tuples:
+            raise InvalidInput("slots", "sum")
+    except InvalidInput as error:
+        expected = error
+    try:
+        got: SlotColumns | InvalidInput = checked_slots(SlotColumns.of(pairs), 10, tuples)
+    except InvalidInput as error:
+        got = error
+    if isinstance(expected, InvalidInput):
+        assert isinstance(got, InvalidInput)
+        assert got.field == expected.field
+    else:
+        assert got == expected
+        assert list(got.slots) == sorted(got.slots)
+
+
+@pytest.mark.parametrize(
+    ("slots", "field"),
+    [(((5, 60), (5, 40)), "slots[1]"), (((1024, 100),), "slots[0].slot"), (((5, 60),), "slots")],
+)
+def test_a_bad_slot_built_in_code_is_named_as_a_document_would_name_it(
+    slots: tuple[tuple[int, int], ...], field: str
+) -> None:
+    snapshot = small_snapshot(slots=None, channels=None)
+    built = Snapshot(**{**snapshot.__dict__, "tuples": 100, "items": (), "slot_bits": 10, "slots": slots})
+    with pytest.raises(InvalidInput) as raised:
+        built.checked()
+    assert raised.value.field == field
 
 
 @pytest.mark.parametrize(

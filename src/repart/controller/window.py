@@ -116,6 +116,7 @@ def _slot_counts(snapshots: Sequence[Snapshot]) -> npt.NDArray[np.float64] | Non
         return None
     dense = np.zeros(1 << snapshots[0].slot_bits, dtype=np.float64)
     for snapshot in snapshots:
-        for slot, count in snapshot.slots or ():
-            dense[slot] += count
+        columns = snapshot.slot_columns
+        if columns is not None:
+            dense[columns.slots] += columns.counts  # a snapshot's slots are unique
     return dense

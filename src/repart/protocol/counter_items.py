@@ -60,8 +60,8 @@ class CounterItems(Sequence[CounterEntry]):
         if not len(keys) == len(counts) == len(deltas):
             raise ValueError(f"columns of different lengths: {len(keys)}, {len(counts)}, {len(deltas)}")
         self.keys = keys
-        self.counts = _frozen(counts)
-        self.deltas = _frozen(deltas)
+        self.counts = read_only(counts)
+        self.deltas = read_only(deltas)
 
     @classmethod
     def of(cls, entries: Iterable[CounterEntry]) -> CounterItems:
@@ -110,16 +110,22 @@ class CounterItems(Sequence[CounterEntry]):
         return f"CounterItems({list(self)!r})"
 
     def total_count(self) -> int:
-        """Σ counts, exactly: the sums of the high and the low 32 bits of the counts (each fits int64
-        for fewer than 2^31 items, where a million counts near 2^63 would overflow one int64 sum)."""
-        high = int((self.counts >> 32).sum())
-        low = int((self.counts & 0xFFFFFFFF).sum())
-        return (high << 32) + low
+        """Σ counts, exactly (``exact_sum``)."""
+        return exact_sum(self.counts)
 
 
-def _frozen(values: IntArray) -> IntArray:
-    """``values`` as a read-only int64 array (the items own it: an int64 array is made read-only, not
-    copied)."""
+def exact_sum(values: IntArray) -> int:
+    """Σ ``values`` (int64, each >= 0), exactly: the sums of the high and the low 32 bits of the
+    values (each fits int64 for fewer than 2^31 values, where a million values near 2^63 would
+    overflow one int64 sum)."""
+    high = int((values >> 32).sum())
+    low = int((values & 0xFFFFFFFF).sum())
+    return (high << 32) + low
+
+
+def read_only(values: IntArray) -> IntArray:
+    """``values`` as a read-only int64 array (its holder owns it: an int64 array is made read-only,
+    not copied)."""
     array = np.asarray(values, dtype=np.int64)
     array.flags.writeable = False
     return array

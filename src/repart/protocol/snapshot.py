@@ -37,9 +37,8 @@ exactly the tables ``LossyCounter.from_entries`` accepts, so the controller merg
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from operator import itemgetter
 from typing import Any, cast
 
 import numpy as np
@@ -52,12 +51,12 @@ from repart.partitioning.documents import (
     require_list,
     require_number,
     require_object,
-    require_row,
 )
-from repart.partitioning.domain import INT64_MAX, KeyType, check_slot_bits
+from repart.partitioning.domain import KeyType, check_slot_bits
 from repart.partitioning.frequency import FrequencyEstimate, bucket_width
 from repart.protocol.counter_items import CounterEntry as CounterEntry
 from repart.protocol.counter_items import CounterItems, parse_items
+from repart.protocol.slot_columns import SlotColumns, checked_slots, parse_slots
 from repart.validation import POSITIVE, REGION_NAME, check
 
 FORMAT_VERSION = 1
@@ -124,7 +123,7 @@ class Snapshot:
     key_type: KeyType
     items: Sequence[CounterEntry]
     slot_bits: int
-    slots: tuple[tuple[int, int], ...] | None = None
+    slots: Sequence[tuple[int, int]] | None = None
     version: int | None = None
     channels: tuple[ChannelMeasurement, ...] | None = None
     batch: int | None = None
@@ -132,11 +131,19 @@ class Snapshot:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "items", CounterItems.of(self.items))
+        if self.slots is not None:
+            slots = SlotColumns.of(self.slots)
+            object.__setattr__(self, "slots", slots if len(slots) else None)
 
     @property
     def item_columns(self) -> CounterItems:
         """``items`` as the columns they are held in."""
         return cast(CounterItems, self.items)
+
+    @property
+    def slot_columns(self) -> SlotColumns | None:
+        """``slots`` as the columns they are held in (None when the snapshot has none)."""
+        return cast(SlotColumns | None, self.slots)
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> Snapshot:
@@ -154,11 +161,18 @@ class Snapshot:
     def checked(self) -> Snapshot:
         """This snapshot, if its document passes every check of ``from_document`` (InvalidInput naming
         the field otherwise): what the sinks run before a snapshot built in code is written or
-        submitted, so that the spool and the controller never receive one a document could not hold."""
-        return _parse(self.to_document())
+        submitted, so that the spool and the controller never receive one a document could not hold.
+        The slot histogram, the bulk of a large window, is checked on its columns rather than through
+        a document (``repart.protocol.slot_columns.checked_slots``: the same checks)."""
+        parsed = _parse(self.to_document(slots=False))
+        columns = self.slot_columns
+        if columns is None:
+            return parsed
+        return replace(parsed, slots=checked_slots(columns, parsed.slot_bits, parsed.tuples))
 
-    def to_document(self) -> dict[str, Any]:
-        """The snapshot as its JSON document (optional fields only when set)."""
+    def to_document(self, *, slots: bool = True) -> dict[str, Any]:
+        """The snapshot as its JSON document (optional fields only when set; ``slots=False`` leaves the
+        slot histogram out)."""
         items = self.item_columns
         document: dict[str, Any] = {
             "format": FORMAT_VERSION,
@@ -180,8 +194,9 @@ class Snapshot:
             ],
             "slot_bits": self.slot_bits,
         }
-        if self.slots is not None:
-            document["slots"] = [[slot, count] for slot, count in self.slots]
+        columns = self.slot_columns
+        if slots and columns is not None:
+            document["slots"] = columns.rows()
         if self.version is not None:
             document["version"] = self.version
         if self.batch is not None:
@@ -203,10 +218,10 @@ class Snapshot:
     def to_estimate(self) -> FrequencyEstimate:
         """The window as a ``FrequencyEstimate``: item counts, ``total = tuples``, dense slot counts."""
         slot_counts = None
-        if self.slots is not None:
+        columns = self.slot_columns
+        if columns is not None:
             slot_counts = np.zeros(1 << self.slot_bits, dtype=np.float64)
-            for slot, count in self.slots:
-                slot_counts[slot] = count
+            slot_counts[columns.slots] = columns.counts
         return FrequencyEstimate(
             keys=self.item_columns.keys,
             counts=self.item_columns.counts.astype(np.float64),
@@ -248,7 +263,7 @@ def _parse(document: Mapping[str, Any]) -> Snapshot:
         key_type=key_type,
         items=items,
         slot_bits=slot_bits,
-        slots=None if doc.get("slots") in (None, []) else _slots(doc["slots"], slot_bits, tuples),
+        slots=None if doc.get("slots") in (None, []) else parse_slots(doc["slots"], slot_bits, tuples),
         version=None if version is None else require_int(version, "version", 1),
         channels=None if doc.get("channels") in (None, []) else channel_measurements(doc["channels"]),
         batch=None if batch is None else require_int(batch, "batch"),
@@ -300,54 +315,6 @@ def _timestamp(value: object, name: str) -> datetime:
     raise InvalidInput(
         name, f"must be an ISO-8601 timestamp with a UTC offset in years 1-9999 UTC, got {value!r}"
     )
-
-
-def _slots(value: object, slot_bits: int, tuples: int) -> tuple[tuple[int, int], ...]:
-    """The ``slots`` field, sorted by slot: checked row by row (``_checked_slots``) unless the whole
-    list passes the bulk checks of ``_well_formed_slots`` (up to 2^20 slots: as for the items,
-    ``repart.protocol.counter_items``, the bulk checks call no function per row and accept exactly what
-    the row checks do); the counts must sum to ``tuples``."""
-    rows = require_list(value, "slots")
-    pairs = _well_formed_slots(rows, slot_bits)
-    if pairs is None:
-        pairs = _checked_slots(rows, slot_bits)
-    total = sum(count for _, count in pairs)
-    if total != tuples:
-        raise InvalidInput(
-            "slots", f"counts sum to {total}, but tuples is {tuples}; slots must count every tuple"
-        )
-    return pairs
-
-
-def _well_formed_slots(rows: list[Any], slot_bits: int) -> tuple[tuple[int, int], ...] | None:
-    """``rows`` sorted by slot if every row is a ``[slot, count]`` list with a unique slot in
-    [0, 2^slot_bits) and a count in [0, 2^63 - 1]; None when any is not (then ``_checked_slots`` names
-    the first bad row)."""
-    if not rows:
-        return ()
-    if set(map(type, rows)) != {list} or set(map(len, rows)) != {2}:
-        return None
-    slots, counts = (tuple(map(itemgetter(column), rows)) for column in range(2))
-    if set(map(type, slots)) != {int} or set(map(type, counts)) != {int}:
-        return None
-    if min(slots) < 0 or max(slots) >= 1 << slot_bits or min(counts) < 0 or max(counts) > INT64_MAX:
-        return None
-    if len(set(slots)) != len(slots):
-        return None
-    return tuple(sorted(zip(slots, counts, strict=True)))
-
-
-def _checked_slots(rows: list[Any], slot_bits: int) -> tuple[tuple[int, int], ...]:
-    """``rows`` sorted by slot, each row checked in turn: InvalidInput naming the first bad one."""
-    high = (1 << slot_bits) - 1
-    pairs: dict[int, int] = {}
-    for i, row in enumerate(rows):
-        raw_slot, raw_count = require_row(row, f"slots[{i}]", ("slot", "count"))
-        slot = require_int(raw_slot, f"slots[{i}].slot", 0, high)
-        if slot in pairs:
-            raise InvalidInput(f"slots[{i}]", f"repeats slot {slot}; slots must be unique")
-        pairs[slot] = require_int(raw_count, f"slots[{i}].count")
-    return tuple(sorted(pairs.items()))
 
 
 def channel_measurements(value: object) -> tuple[ChannelMeasurement, ...]:

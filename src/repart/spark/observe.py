@@ -35,6 +35,7 @@ from repart.errors import InvalidInput
 from repart.partitioning.documents import require_int
 from repart.partitioning.domain import DEFAULT_SLOT_BITS, KeyType, check_slot_bits
 from repart.protocol.counter_items import CounterItems
+from repart.protocol.slot_columns import SlotColumns
 from repart.protocol.snapshot import (
     BatchProgress,
     ChannelMeasurement,
@@ -248,7 +249,7 @@ def _snapshot(
         key_type=key_type,
         items=items,
         slot_bits=slot_bits,
-        slots=tuple(zip(slots.slots.tolist(), slots.tuples.tolist(), strict=True)) or None,
+        slots=SlotColumns(slots.slots, slots.tuples),
         version=version,
         channels=channels,
         batch=batch,

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from repart.errors import Conflict, InvalidInput, NotFound
 from repart.partitioning.domain import KeyType
 from repart.protocol.counter_items import CounterItems
+from repart.protocol.slot_columns import SlotColumns
 from repart.protocol.snapshot import PROGRESS_FIELDS, BatchProgress, ChannelMeasurement, Snapshot
 from repart.storage import models, tables
 from repart.storage.events import NewEvent, record_event
@@ -242,7 +243,12 @@ def _insert_children(session: Session, snapshot_id: int, snapshot: Snapshot) -> 
 
     for low in range(0, len(items), INSERT_CHUNK):
         _insert_rows(connection, models.SnapshotItem, ITEM_COLUMNS, item_rows(low, low + INSERT_CHUNK))
-    slots = [(snapshot_id, slot, count) for slot, count in snapshot.slots or ()]
+    columns = snapshot.slot_columns
+    slots = (
+        []
+        if columns is None
+        else list(zip(itertools.repeat(snapshot_id), columns.slots.tolist(), columns.counts.tolist()))
+    )
     for low in range(0, len(slots), INSERT_CHUNK):
         _insert_rows(connection, models.SnapshotSlot, SLOT_COLUMNS, slots[low : low + INSERT_CHUNK])
     channels = [(snapshot_id, *astuple(measured)) for measured in snapshot.channels or ()]
@@ -346,7 +352,10 @@ def _from_row(
             np.array([delta for _, _, _, delta in items], dtype=np.int64),
         ),
         slot_bits=row.slot_bits,
-        slots=tuple((slot, count) for slot, count in slots) or None,
+        slots=SlotColumns(
+            np.array([slot for slot, _ in slots], dtype=np.int64),
+            np.array([count for _, count in slots], dtype=np.int64),
+        ),
         version=row.version,
         channels=tuple(ChannelMeasurement(*values) for values in channels) or None,
         batch=row.batch,
