@@ -3,13 +3,14 @@ of keys that consistent hashing would, ``|ΔN| / max(N, N')``.
 
 The step should also leave b at or below the region's rebalance threshold. ``build_step`` keeps the
 region's build when it meets both; otherwise it builds every candidate for the new N (scan, redist,
-readj and the slot table alone, and scan, redist and readj with the tail-aware slot rebalancing) and keeps the one of lowest cost U(b, m) under the region's utility
-(``repart.partitioning.utility.function_cost``) among those meeting both, else among those within the
-bound. On small key sets no candidate may meet both (a few hot keys decide b): the bound wins, and the
-step records that b missed. On a key set of about a thousand keys, the keys below the build's
-frequency threshold, which follow the slot table, decide b: only a tail-aware candidate, which also
-moves whole slots of them, brings b under the threshold. The moved share is measured on the window's keys, routed by the applied
-function and by the candidate.
+readj and the slot table alone, and, when the window reports per-slot counts, scan, redist and readj
+with the tail-aware slot rebalancing) and keeps the one of lowest cost U(b, m) under the region's
+utility (``repart.partitioning.utility.function_cost``) among those meeting both, else among those
+within the bound. On small key sets no candidate may meet both (a few hot keys decide b): the bound
+wins, and the step records that b missed. On about a thousand keys, the keys below the build's
+frequency threshold, which follow the slot table, decide b: a tail-aware candidate, which also moves
+whole slots of them, brings b under the threshold. The moved share is measured on the window's keys,
+routed by the applied function and by the candidate.
 """
 
 from __future__ import annotations
