@@ -89,7 +89,8 @@ def load_factors(spec: TraceSpec) -> np.ndarray:
     if spec.daily_amplitude:
         hour = (t * spec.batch_seconds / 3600.0) % 24
         factors *= 1 - spec.daily_amplitude * np.cos(2 * math.pi * hour / 24)
-    return factors * bursts(spec)[0]
+    factors *= bursts(spec)[0]
+    return factors
 
 
 def bursts(spec: TraceSpec) -> tuple[np.ndarray, np.ndarray]:
