@@ -107,6 +107,10 @@ RESULTS: dict[str, tuple[str, str]] = {
         "The channel-count policy on daily, weekly and bursty traces",
         f"{PY} benchmarks/policy_traces.py --json FILE",
     ),
+    "policy-sweep": (
+        "The channel-count policy's defaults swept on a fast model of the traces",
+        f"{PY} benchmarks/policy_sweep.py",
+    ),
     "plan-retention": (
         "The database's size per plan, before and after retention",
         f"{PY} benchmarks/plan_retention.py",

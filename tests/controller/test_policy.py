@@ -276,7 +276,7 @@ def test_an_infinite_b_always_rebalances() -> None:
 
 
 @pytest.mark.parametrize(
-    ("target", "band"), [(0.7, (0.45, 0.9)), (0.95, (0.45, 0.95)), (0.3, (0.3, 0.9)), (1.0, (0.45, 1.0))]
+    ("target", "band"), [(0.7, (0.4, 0.9)), (0.95, (0.4, 0.95)), (0.3, (0.3, 0.9)), (1.0, (0.4, 1.0))]
 )
 def test_the_default_band_holds_any_target(target: float, band: tuple[float, float]) -> None:
     built = TargetUtilizationPolicy(target, 1, 8, batch_interval_seconds=10.0)
@@ -293,3 +293,56 @@ def test_batches_still_at_the_old_count_are_a_pending_plan(stabilization: int) -
     decision = policy(stabilization_batches=stabilization).decide(run(1, 4, [0.95, 0.95]), 5)
     assert (decision.n_channels, decision.held_by) == (5, "pending-plan")
     assert "ran at 4 channels" in decision.reason
+
+
+def test_a_scale_up_keeps_the_lowest_recent_batch_inside_the_band() -> None:
+    # Band [0.4, 0.9] at u = 0.7; batches at 0.5 then a jump to 1.0 on 4 channels. The target asks for
+    # ceil(4 * 1.0 / 0.7) = 6, where the batches before the jump would run at 0.33, below the band;
+    # 5 channels hold the jump at 0.8 and the earlier load at 0.4 (floor(4 * 0.5 / 0.4) = 5).
+    history = run(1, 4, [0.5, 0.5, 0.5, 1.0])
+    decision = policy(utilization_band=(0.4, 0.9)).decide(history, 4)
+    assert (decision.n_channels, decision.held_by) == (5, None)
+    assert decision.numbers["scale_up_sized"] == 6
+    assert decision.numbers["scale_up_lowest_recent"] == pytest.approx(0.5)
+    kept = "5 rather than 6 keeps the lowest of the last 6 batches (pressure 0.5) in the band"
+    assert kept in decision.reason
+    # Without the lookback, the target decides.
+    assert policy(utilization_band=(0.4, 0.9), scale_up_lookback=0).decide(history, 4).n_channels == 6
+
+
+def test_a_steady_rise_still_scales_up_to_the_target() -> None:
+    # The batches before the newest are close to it: keeping the lowest (0.85) in the band allows
+    # floor(4 * 0.85 / 0.4) = 8 channels, more than the target's ceil(4 * 0.95 / 0.7) = 6.
+    decision = policy(utilization_band=(0.4, 0.9)).decide(run(1, 4, [0.85, 0.88, 0.95]), 4)
+    assert decision.n_channels == 6
+    assert "rather than" not in decision.reason
+
+
+def test_a_jump_wider_than_the_band_lands_inside_the_band_for_the_newest_batch() -> None:
+    # From 0.3 to 1.2 (4x, wider than the band's 2.25x): no count keeps both; the smallest count
+    # holding the newest at or below 0.9 is ceil(4 * 1.2 / 0.9) = 6 (the target asks for 7).
+    decision = policy(utilization_band=(0.4, 0.9)).decide(run(1, 4, [0.3, 0.3, 1.2]), 4)
+    assert decision.n_channels == 6
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(0.05, 2.0), min_size=1, max_size=8),
+    st.floats(0.91, 3.0),
+    st.integers(1, 12),
+    st.integers(0, 8),
+)
+def test_a_scale_up_is_the_largest_count_between_the_fit_and_the_target_keeping_the_recent_low(
+    before: list[float], newest: float, n: int, lookback: int
+) -> None:
+    """Oracle by enumeration: among the counts from the smallest holding the newest batch at or below
+    the band's top to the target's, the largest whose lowest recent batch stays at or above the band's
+    low end; the smallest of them when none does."""
+    built = policy(utilization_band=(0.4, 0.9), scale_up_lookback=lookback, reversal_batches=0)
+    decision = built.decide(run(1, n, [*before, newest]), n)
+    recent = before[-lookback:] if lookback else []
+    sized = max(n + 1, math.ceil(n * newest / 0.7 - 1e-9))
+    fits = max(n + 1, math.ceil(n * newest / 0.9 - 1e-9))
+    keeping = [c for c in range(fits, sized + 1) if recent and min(recent) * n / c >= 0.4 - 1e-12]
+    expected = sized if not recent else (max(keeping) if keeping else fits)
+    assert decision.n_channels == min(expected, 32)

@@ -11,7 +11,7 @@ import pytest
 
 from repart.errors import InvalidInput
 from repart.protocol.snapshot import Snapshot
-from repart.sim.traces import DAY_SECONDS, TraceSpec, load_factors, named_traces, trace_snapshots
+from repart.sim.traces import DAY_SECONDS, TraceSpec, bursts, load_factors, named_traces, trace_snapshots
 
 
 def test_weekly_cycle_and_drift_are_exact_without_bursts() -> None:
@@ -36,6 +36,28 @@ def test_bursts_are_reproducible_and_within_their_factors() -> None:
     assert len(bursts) > 20
     assert bursts.min() >= 1.5 and bursts.max() <= 2.0
     assert not np.array_equal(factors, load_factors(TraceSpec(500, burst_probability=0.1, seed=4)))
+
+
+def test_each_burst_starts_where_its_factor_begins_and_lasts_one_to_three_batches() -> None:
+    spec = TraceSpec(500, batch_seconds=3_600, burst_probability=0.1, burst_factor=2.5, seed=4)
+    factors, starts = bursts(spec)
+    assert load_factors(spec) == pytest.approx(load_factors(TraceSpec(500, batch_seconds=3_600)) * factors)
+    assert starts.any()
+    in_burst = factors > 1
+    for index in np.flatnonzero(starts):
+        length = 1
+        while (
+            index + length < len(factors)
+            and factors[index + length] == factors[index]
+            and not starts[index + length]
+        ):
+            length += 1
+        assert 1 <= length <= 3
+        assert 1.5 <= factors[index] <= 2.5
+    # Every batch in a burst belongs to one that started at or before it, within three batches.
+    for index in np.flatnonzero(in_burst):
+        assert starts[max(0, index - 2) : index + 1].any()
+    assert not (starts & ~in_burst).any()
 
 
 @pytest.mark.parametrize("distribution", ["zipf", "words"])

@@ -397,8 +397,8 @@ def test_regions_with_a_target_outside_the_default_band_still_tick_after_revisio
             assert isinstance(policy, TargetUtilizationPolicy)
             switched[name] = policy
         assert {name: policy.band for name, policy in switched.items()} == {
-            "high-tu": (0.45, 0.95),
-            "high-fixed": (0.45, 0.95),
+            "high-tu": (0.4, 0.95),
+            "high-fixed": (0.4, 0.95),
             "low-tu": (0.3, 0.9),
             "low-fixed": (pytest.approx(0.15), pytest.approx(0.45)),  # the hysteresis's band
         }

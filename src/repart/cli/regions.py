@@ -72,6 +72,7 @@ Settings = Annotated[
         help="Controller setting KEY=VALUE, repeatable: target_utilization, utilization_band=\\[low,high], "
         "batch_interval_seconds, catch_up_seconds, stabilization_batches, scale_down_delay, "
         "max_scale_down_factor, reversal_batches, reversal_margin, effectiveness_threshold, "
+        "scale_up_lookback, "
         "rebalance_threshold, migration_budget, rebalance_payback_batches, counters, move_limit, "
         "plan_keep_versions, plan_keep_days; "
         "split.<parameter> for the split scheme's (split.theta, …). On update, KEY=null removes a "

@@ -44,21 +44,22 @@ from repart.validation import (
 _CEIL_SLACK = 1e-9
 
 DEFAULT_TARGET_UTILIZATION = 0.7
-DEFAULT_BAND = (0.45, 0.9)
+DEFAULT_BAND = (0.4, 0.9)
 """The default utilization band around the default target; ``default_band`` widens it to any target."""
 DEFAULT_STABILIZATION_BATCHES = 0
-DEFAULT_SCALE_DOWN_DELAY = 3
+DEFAULT_SCALE_DOWN_DELAY = 2
 DEFAULT_MAX_SCALE_DOWN_FACTOR = 0.5
 DEFAULT_REVERSAL_BATCHES = 3
 DEFAULT_REVERSAL_MARGIN = 0.1
 DEFAULT_EFFECTIVENESS_THRESHOLD = 0.1
+DEFAULT_SCALE_UP_LOOKBACK = 6
 CATCH_UP_BUDGETS = 5.0
 """Without a declared catch-up time, a backlog is to be caught up within this many batch budgets."""
 
 
 def default_band(target_utilization: float) -> tuple[float, float]:
     """The band a region gets without ``utilization_band``: ``DEFAULT_BAND`` widened to hold the target,
-    ``[min(0.45, u), max(0.9, u)]``, so that every target in (0, 1] has a default band."""
+    ``[min(0.4, u), max(0.9, u)]``, so that every target in (0, 1] has a default band."""
     low, high = DEFAULT_BAND
     return min(low, target_utilization), max(high, target_utilization)
 
@@ -169,7 +170,14 @@ class TargetUtilizationPolicy:
        are not used (they carry the migration); with none left, keep.
     5. ``band``: with the newest batch's pressure inside ``utilization_band`` (default
        ``default_band(target_utilization)``), keep.
-    6. Above the band, scale up to ``ceil(demand)`` (at least one more channel), unless
+    6. Above the band, scale up to ``ceil(demand)`` (at least one more channel), or fewer when
+       ``ceil(demand)`` would put a recent batch below the band: the count is lowered, not below the
+       smallest count that brings the newest batch inside the band, to the largest that keeps the
+       lowest of the ``scale_up_lookback`` batches before the newest (at the current N) at or above
+       the band's low end. A jump that is as likely to pass (a burst) or to swing back (a daily or
+       weekly cycle) then lands where both the jump and the load before it fit the band, when the
+       band is wide enough for both; a steady rise, whose recent batches are close to the newest,
+       still lands at the target. Unless
        ``reversal``: the last step was a scale-down less than ``reversal_batches`` batches ago and the
        pressure is not above the band by ``reversal_margin``; or ``effectiveness``: the last step
        was a scale-up that raised the measured capacity by less than ``effectiveness_threshold`` of
@@ -198,6 +206,7 @@ class TargetUtilizationPolicy:
     reversal_batches: int = DEFAULT_REVERSAL_BATCHES
     reversal_margin: float = DEFAULT_REVERSAL_MARGIN
     effectiveness_threshold: float = DEFAULT_EFFECTIVENESS_THRESHOLD
+    scale_up_lookback: int = DEFAULT_SCALE_UP_LOOKBACK
 
     def __post_init__(self) -> None:
         target = check("target_utilization", self.target_utilization, FRACTION)
@@ -219,6 +228,7 @@ class TargetUtilizationPolicy:
         check("reversal_batches", self.reversal_batches, NON_NEGATIVE_INT)
         check("reversal_margin", self.reversal_margin, NON_NEGATIVE)
         check("effectiveness_threshold", self.effectiveness_threshold, PROBABILITY)
+        check("scale_up_lookback", self.scale_up_lookback, NON_NEGATIVE_INT)
 
     @property
     def band(self) -> tuple[float, float]:
@@ -227,9 +237,10 @@ class TargetUtilizationPolicy:
 
     @property
     def history_batches(self) -> int:
-        """Enough batches to see the stabilized run at the current N, the delay or the reversal window,
-        and the batch before the last change (for the effectiveness check)."""
-        return self.stabilization_batches + max(self.scale_down_delay, self.reversal_batches) + 2
+        """Enough batches to see the stabilized run at the current N, the delay, the reversal window or
+        the scale-up lookback, and the batch before the last change (for the effectiveness check)."""
+        window = max(self.scale_down_delay, self.reversal_batches, self.scale_up_lookback)
+        return self.stabilization_batches + window + 2
 
     def decide(
         self, history: Sequence[BatchLoad], current: int, before_change: BatchLoad | None = None
@@ -297,7 +308,8 @@ class TargetUtilizationPolicy:
         if newest.backlog_rows:
             signal += f", {newest.backlog_rows} rows waiting (pressure {pressure:.3g})"
         if pressure > high:
-            return self._scale_up(current, demand, pressure, signal, since_change, previous, stable, numbers)
+            target = self._scale_up_count(current, demand, stable, catch_up, numbers)
+            return self._scale_up(current, target, pressure, signal, since_change, previous, stable, numbers)
         if pressure < low:
             return self._scale_down(
                 current, pressure, signal, since_change, previous_n, stable, catch_up, numbers
@@ -306,10 +318,35 @@ class TargetUtilizationPolicy:
         reason = f"{signal} is inside the band [{low:g}, {high:g}]"
         return _result(current, current, "target-utilization", reason, numbers, held)
 
-    def _scale_up(
+    def _scale_up_count(
         self,
         current: int,
         demand: float,
+        stable: Sequence[BatchSignal],
+        catch_up: float,
+        numbers: dict[str, float],
+    ) -> int:
+        """The count a scale-up goes to, before the bounds (rule 6 of the class docstring)."""
+        low, high = self.band
+        u = self.target_utilization
+        sized = max(current + 1, _ceil(demand))
+        recent = stable[-self.scale_up_lookback - 1 : -1] if self.scale_up_lookback else []
+        if not recent or low == 0:
+            return sized
+        lowest = min(signal.pressure(u, catch_up) for signal in recent)
+        fits = max(current + 1, _ceil(demand * u / high))  # the newest batch at or below the band's top
+        keeps_low = _floor(current * lowest / low)  # the lowest recent batch at or above its low end
+        numbers |= {
+            "scale_up_sized": sized,
+            "scale_up_lowest_recent": lowest,
+            "scale_up_keeps_low": keeps_low,
+        }
+        return min(sized, max(fits, keeps_low))
+
+    def _scale_up(
+        self,
+        current: int,
+        sized: int,
         pressure: float,
         signal: str,
         since_change: int | None,
@@ -319,7 +356,7 @@ class TargetUtilizationPolicy:
     ) -> Decision:
         high = self.band[1]
         previous_n = None if previous is None else previous.n_channels
-        target = min(max(current + 1, _ceil(demand)), self.max_channels)
+        target = min(sized, self.max_channels)
         if target == current:
             return _held(current, "bounds", f"{signal} is above the band, at max_channels {current}", numbers)
         recent = since_change is not None and since_change <= self.reversal_batches
@@ -346,7 +383,14 @@ class TargetUtilizationPolicy:
                     f"outside the channels?); further scale-ups are held (target would be {target})"
                 )
                 return _held(current, "effectiveness", message, numbers)
-        return _result(target, current, "target-utilization", f"{signal} is above the band", numbers)
+        reason = f"{signal} is above the band"
+        if "scale_up_sized" in numbers and target < min(numbers["scale_up_sized"], self.max_channels):
+            lowest = numbers["scale_up_lowest_recent"]
+            reason += (
+                f"; {target} rather than {numbers['scale_up_sized']:g} keeps the lowest of the last "
+                f"{self.scale_up_lookback} batches (pressure {lowest:.3g}) in the band"
+            )
+        return _result(target, current, "target-utilization", reason, numbers)
 
     def _scale_down(
         self,
@@ -399,6 +443,10 @@ def _run_at(history: Sequence[BatchLoad], current: int) -> list[BatchLoad]:
 
 def _ceil(demand: float) -> int:
     return math.ceil(demand - _CEIL_SLACK * max(1.0, demand))
+
+
+def _floor(count: float) -> int:
+    return math.floor(count + _CEIL_SLACK * max(1.0, count))
 
 
 def _held(current: int, rule: str, message: str, numbers: dict[str, float]) -> Decision:

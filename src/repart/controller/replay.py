@@ -136,7 +136,7 @@ def replay(
     ordered = _checked(snapshots, config)
     settings = ControllerSettings.from_config(config)
     band = _band(settings)
-    costs = _costs_per_row(ordered)
+    costs = costs_per_row(ordered)
     region = ordered[0].region
     with tempfile.TemporaryDirectory(prefix="repart-replay-") as folder:
         engine = make_engine(f"sqlite:///{Path(folder) / 'replay.db'}")
@@ -166,7 +166,7 @@ def _replay_batch(
     applied = client.applied_function(snapshot.region)
     function = applied.function
     per_channel = channel_rows(function, snapshot)
-    budget = _budget(snapshot, settings)
+    budget = batch_budget(snapshot, settings)
     measured = tuple(
         ChannelMeasurement(channel, int(rows), float(rows) * cost, 0)
         for channel, rows in enumerate(per_channel)
@@ -281,7 +281,9 @@ def _checked(snapshots: Sequence[Snapshot], config: RegionConfig) -> list[Snapsh
     return ordered
 
 
-def _budget(snapshot: Snapshot, settings: ControllerSettings) -> float:
+def batch_budget(snapshot: Snapshot, settings: ControllerSettings) -> float:
+    """The budget a replayed batch is judged by: the declared ``batch_interval_seconds``, else the
+    window's reported ``progress.interval_seconds``; ``InvalidInput`` when it has neither."""
     policy = settings.policy
     declared = policy.batch_interval_seconds if isinstance(policy, TargetUtilizationPolicy) else None
     reported = None if snapshot.progress is None else snapshot.progress.interval_seconds
@@ -299,7 +301,7 @@ def _band(settings: ControllerSettings) -> tuple[float, float]:
     return policy.band if isinstance(policy, TargetUtilizationPolicy) else (0.0, 1.0)
 
 
-def _costs_per_row(snapshots: Sequence[Snapshot]) -> list[float]:
+def costs_per_row(snapshots: Sequence[Snapshot]) -> list[float]:
     """Each window's recorded cost per row; the median of the others for a window without one."""
     measured: list[float | None] = []
     for snapshot in snapshots:

@@ -12,7 +12,7 @@ all optional:
   - ``target_utilization``: u, the busiest channel's busy share of the batch budget to size for, in
     (0, 1], default 0.7.
   - ``utilization_band``: ``[low, high]`` with ``0 <= low <= target_utilization <= high``: no change
-    while the utilization is inside it; default ``[min(0.45, u), max(0.9, u)]`` (``[0.45, 0.9]`` at
+    while the utilization is inside it; default ``[min(0.4, u), max(0.9, u)]`` (``[0.4, 0.9]`` at
     the default target), so that any target has a band.
   - ``batch_interval_seconds``: the time budget of one batch (a trigger interval), > 0; absent, the
     budget a batch reports, else the time measured between batches.
@@ -20,12 +20,15 @@ all optional:
   - ``stabilization_batches``: batches after a change of N that are not used, an integer >= 0,
     default 0.
   - ``scale_down_delay``: batches in a row below the band before a scale-down, an integer >= 1,
-    default 3.
+    default 2.
   - ``max_scale_down_factor``: the largest share of the channels one scale-down removes, in (0, 1),
     default 0.5.
   - ``reversal_batches`` and ``reversal_margin``: a scale-up is never reversed within that many
     batches (an integer >= 0, default 3); a scale-down only when the utilization is above the band
     by the margin (>= 0, default 0.1).
+  - ``scale_up_lookback``: the batches before the newest whose lowest load a scale-up keeps inside
+    the band when it can (it then adds fewer channels than the target asks for), an integer >= 0,
+    default 6; 0 sizes every scale-up to the target.
   - ``effectiveness_threshold``: the share of the promised capacity a scale-up must deliver before
     further scale-ups, in [0, 1], default 0.1.
 - ``rebalance_threshold``: rebalance when b of the applied function exceeds it, > 0, default 1.0
@@ -104,6 +107,7 @@ SETTINGS: dict[str, tuple[Constraint, ...]] = {
     "reversal_batches": (NON_NEGATIVE_INT,),
     "reversal_margin": (NON_NEGATIVE,),
     "effectiveness_threshold": (PROBABILITY,),
+    "scale_up_lookback": (NON_NEGATIVE_INT,),
     "rebalance_threshold": (POSITIVE,),
     "migration_budget": (FRACTION,),
     "rebalance_payback_batches": (Interval(int, 1, 1_000_000),),
@@ -216,6 +220,7 @@ _POLICY_SETTINGS = (
     "reversal_batches",
     "reversal_margin",
     "effectiveness_threshold",
+    "scale_up_lookback",
 )
 
 

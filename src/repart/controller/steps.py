@@ -3,11 +3,14 @@ of keys that consistent hashing would, ``|ΔN| / max(N, N')``.
 
 The step should also leave b at or below the region's rebalance threshold. ``build_step`` keeps the
 region's build when it meets both; otherwise it builds every candidate for the new N (scan, redist,
-readj, and the slot table alone) and keeps the one of lowest cost U(b, m) under the region's utility
-(``repart.partitioning.utility.function_cost``) among those meeting both, else among those within the
-bound. On small key sets no candidate may meet both (a few hot keys decide b): the bound wins, and the
-step records that b missed. The moved share is measured on the window's keys, routed by the applied
-function and by the candidate.
+readj and the slot table alone, and, when the window reports per-slot counts, scan, redist and readj
+with the tail-aware slot rebalancing) and keeps the one of lowest cost U(b, m) under the region's
+utility (``repart.partitioning.utility.function_cost``) among those meeting both, else among those
+within the bound. On small key sets no candidate may meet both (a few hot keys decide b): the bound
+wins, and the step records that b missed. On about a thousand keys, the keys below the build's
+frequency threshold, which follow the slot table, decide b: a tail-aware candidate, which also moves
+whole slots of them, brings b under the threshold. The moved share is measured on the window's keys,
+routed by the applied function and by the candidate.
 """
 
 from __future__ import annotations
@@ -28,7 +31,17 @@ from repart.partitioning.utility import function_cost
 STEP_SLACK = 1.5
 """The most a scale step may move, as a multiple of the ideal share ``|ΔN| / max(N, N')``."""
 
-STEP_CANDIDATES = ("scan", "redist", "readj", "consistent")
+STEP_CANDIDATES = (
+    ("scan", False),
+    ("redist", False),
+    ("readj", False),
+    ("consistent", False),
+    ("scan", True),
+    ("redist", True),
+    ("readj", True),
+)
+"""The builds a scale step may choose from, as (algorithm, tail-aware) pairs; the tail-aware ones only
+when the window reports per-slot counts (``step_candidates``)."""
 
 
 def ideal_share(n_before: int, n_after: int) -> float:
@@ -67,9 +80,9 @@ def build_step(
     chosen, share = built, moved
     if moved > limit or not _balanced(built, threshold):
         within = []
-        for algorithm in STEP_CANDIDATES:
+        for algorithm, tail_aware in step_candidates(estimate):
             candidate = build_next(
-                current, estimate, n_channels, dataclasses.replace(settings, algorithm=algorithm)
+                current, estimate, n_channels, step_settings(settings, algorithm, tail_aware)
             )
             candidate_share = moved_key_share(current, candidate.function, estimate.keys)
             if candidate_share <= limit:
@@ -87,6 +100,18 @@ def build_step(
         "b_within_threshold": _balanced(chosen, threshold),
     }
     return dataclasses.replace(chosen, event_data=chosen.event_data | {"step": step})
+
+
+def step_candidates(estimate: FrequencyEstimate) -> tuple[tuple[str, bool], ...]:
+    """``STEP_CANDIDATES`` that can be built on ``estimate``: a tail-aware build needs its slot counts."""
+    has_slots = estimate.slot_counts is not None
+    return tuple((algorithm, tail) for algorithm, tail in STEP_CANDIDATES if has_slots or not tail)
+
+
+def step_settings(settings: ControllerSettings, algorithm: str, tail_aware: bool) -> ControllerSettings:
+    """The region's settings with a candidate's algorithm and tail-aware flag."""
+    params = dataclasses.replace(settings.params, tail_aware=tail_aware)
+    return dataclasses.replace(settings, algorithm=algorithm, params=params)
 
 
 def _balanced(built: Built, threshold: float) -> bool:

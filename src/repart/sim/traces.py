@@ -81,7 +81,6 @@ class TraceSpec:
 
 def load_factors(spec: TraceSpec) -> np.ndarray:
     """The load multiplier of every batch (module docstring), the same for the same ``seed``."""
-    rng = np.random.default_rng(spec.seed)
     t = np.arange(spec.batches, dtype=np.float64)
     span = max(spec.batches - 1, 1)
     factors = spec.drift ** (t / span)
@@ -90,14 +89,25 @@ def load_factors(spec: TraceSpec) -> np.ndarray:
     if spec.daily_amplitude:
         hour = (t * spec.batch_seconds / 3600.0) % 24
         factors *= 1 - spec.daily_amplitude * np.cos(2 * math.pi * hour / 24)
+    factors *= bursts(spec)[0]
+    return factors
+
+
+def bursts(spec: TraceSpec) -> tuple[np.ndarray, np.ndarray]:
+    """The burst multiplier of every batch (1 outside bursts) and whether the batch starts a burst
+    (module docstring), the same for the same ``seed``."""
+    rng = np.random.default_rng(spec.seed)
+    factors = np.ones(spec.batches, dtype=np.float64)
+    starts = np.zeros(spec.batches, dtype=bool)
     left, factor = 0, 1.0
     for index in range(spec.batches):
         if left == 0 and rng.random() < spec.burst_probability:
             left, factor = int(rng.integers(1, 4)), float(rng.uniform(1.5, spec.burst_factor))
+            starts[index] = True
         if left:
-            factors[index] *= factor
+            factors[index] = factor
             left -= 1
-    return factors
+    return factors, starts
 
 
 def trace_snapshots(spec: TraceSpec) -> list[Snapshot]:

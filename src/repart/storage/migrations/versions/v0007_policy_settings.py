@@ -15,7 +15,7 @@ their successors, so a region keeps the damping it was given:
   ``stabilization_batches = ceil(c / t)``, with t the median time between the region's last snapshots'
   ingestion (the daemon's 10 s interval when it has fewer than two).
 
-Settings at zero, which damped nothing, are dropped. A target outside [0.45, 0.9] needs no band
+Settings at zero, which damped nothing, are dropped. A target outside the default band needs no band
 written: the default band widens to hold any target (``repart.controller.policy.default_band``). The
 downgrade drops the new columns and leaves the settings as mapped: the old code refuses the new
 settings by name, and the region is edited then.
