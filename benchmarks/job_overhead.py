@@ -168,11 +168,15 @@ def paired(
     rounds: int, make_batch: Callable[[int], DataFrame], *sides: Callable[[DataFrame], float]
 ) -> list[list[float]]:
     """Each of ``sides`` timed on the same batch per round, in turn, after an untimed warm-up round:
-    one list of times per side."""
+    one list of times per side. The order of the sides is reversed every other round, so that what a
+    side leaves behind (a warmer JIT, garbage to collect, busy Python workers) weighs on each side as
+    often."""
     times: list[list[float]] = [[] for _ in sides]
     for number in range(rounds + 1):
         batch = make_batch(number)
-        measured = [side(batch) for side in sides]
+        order = range(len(sides)) if number % 2 else range(len(sides) - 1, -1, -1)
+        seconds = {index: sides[index](batch) for index in order}
+        measured = [seconds[index] for index in range(len(sides))]
         batch.unpersist()
         if number:
             for side_times, seconds in zip(times, measured, strict=True):
