@@ -39,7 +39,10 @@ DbOption = Annotated[
     str | None,
     typer.Option(
         "--db",
-        help="Database URL (default: $REPART_DB, else db in repart.toml, else sqlite:///./.repart/repart.db).",
+        help=(
+            "Database URL (default: $REPART_DB, else db in repart.toml or the file $REPART_CONFIG names, "
+            "else sqlite:///./.repart/repart.db)."
+        ),
         show_default=False,
     ),
 ]

@@ -39,7 +39,7 @@ StateOption = Annotated[
     typer.Option(
         "--state",
         help="The state store: a directory, or a file://, s3://, gs:// or az:// URL "
-        "(default: state in repart.toml).",
+        "(default: state in repart.toml or the file $REPART_CONFIG names).",
         show_default=False,
     ),
 ]
