@@ -88,6 +88,17 @@ def test_without_a_file_the_built_in_default_is_used(tmp_path: Path, monkeypatch
     assert result.exit_code == 2
 
 
+def test_a_database_named_by_the_environment_is_named_so_in_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("REPART_DB", "sqlite:///missing.db")
+    monkeypatch.delenv("REPART_CONFIG", raising=False)
+    result = runner.invoke(app, ["status"])
+    assert one_error(result.output).startswith("error: $REPART_DB names no database: ")
+    assert result.exit_code == 2
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -108,8 +119,10 @@ def test_without_a_file_the_built_in_default_is_used(tmp_path: Path, monkeypatch
          "directory or an object store URL (the default of --state)), got 7"),
         ('db = ""\n', "error: {path}:1: key 'db' must be a non-empty string (the controller's database URL "
          "(the default of --db)), got ''"),
-        ('db = "sqlite:///x.db"\ndb "oops"\n', "error: {path}:2: is not valid TOML: Expected '=' after a key "
-         "in a key/value pair"),
+        ('db = "sqlite:///x.db"\ndb "oops"\n', "error: {path}:2: key 'db' is not valid TOML: Expected '=' after "
+         "a key in a key/value pair"),
+        ('db = "sqlite:///x.db"\n[state\n', "error: {path}:2: is not valid TOML: Expected ']' at the end of a "
+         "table declaration"),
     ],
 )  # fmt: skip
 def test_a_bad_file_is_one_line_naming_the_file_line_and_key_and_nothing_is_done(

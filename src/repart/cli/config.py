@@ -76,7 +76,11 @@ def load_config(path: Path | None = None) -> Config:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as problem:
         line = _error_line(str(problem))
-        raise InvalidInput(f"{path}:{line}:", f"is not valid TOML: {_error_text(str(problem))}") from None
+        key = _key_on(text, line)
+        raise InvalidInput(
+            f"{path}:{line}:" if key is None else f"{path}:{line}: key {key!r}",
+            f"is not valid TOML: {_error_text(str(problem))}",
+        ) from None
     values: dict[str, str] = {}
     for key, value in document.items():
         line = _line_of(text, key)
@@ -94,10 +98,12 @@ def load_config(path: Path | None = None) -> Config:
 
 def database_option(given: str | None) -> tuple[str | None, str]:
     """The database URL a command uses and the name to show in its errors: ``--db`` if given, else
-    ``$REPART_DB`` (returned as None: the storage layer reads it), else the file's ``db`` (shown as the
-    file, its line and key), else None (the built-in default)."""
-    if given or os.environ.get(DB_ENV_VAR):
+    ``$REPART_DB`` (returned as None: the storage layer reads it; shown as the variable), else the
+    file's ``db`` (shown as the file, its line and key), else None (the built-in default)."""
+    if given:
         return given, "--db"
+    if os.environ.get(DB_ENV_VAR):
+        return None, f"${DB_ENV_VAR}"
     configured = load_config()
     if configured.db is None or configured.path is None:
         return None, "--db"
@@ -131,6 +137,16 @@ def _line_of(text: str, key: str) -> int:
         if table.match(line):
             return number
     return 1
+
+
+def _key_on(text: str, line: int) -> str | None:
+    """The key that line ``line`` (1-based) of ``text`` begins with (bare, quoted or dotted, as in
+    ``key = …``), or None when it begins with none."""
+    lines = text.splitlines()
+    if not 1 <= line <= len(lines):
+        return None
+    found = re.match(r"\s*(\"[^\"]*\"|'[^']*'|[A-Za-z0-9_-]+)", lines[line - 1])
+    return None if found is None else found.group(1).strip("\"'")
 
 
 def _error_line(message: str) -> int:
