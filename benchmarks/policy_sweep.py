@@ -45,7 +45,7 @@ from repart.sim.traces import trace_snapshots
 
 GRID = {
     "utilization_band": ([0.4, 0.9], [0.45, 0.9]),
-    "scale_down_delay": (2, 3),
+    "scale_down_delay": (1, 2, 3),
     "scale_up_lookback": (0, 3, 6),
     "max_scale_down_factor": (0.5, 0.75),
 }

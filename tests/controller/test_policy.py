@@ -115,9 +115,13 @@ def test_a_recent_scale_down_is_not_reversed_unless_the_band_is_broken_by_the_ma
     held = policy(reversal_batches=3, reversal_margin=0.1).decide(history, 3)
     assert (held.n_channels, held.held_by) == (3, "reversal")
     broken = run(1, 4, [0.3, 0.3, 0.3]) + run(4, 3, [1.05])
-    assert policy(reversal_batches=3, reversal_margin=0.1).decide(broken, 3).n_channels == 5
+    # The target's count, ceil(3 * 1.05 / 0.7) = 5, without the lookback (which would land at 4).
+    unlooked = policy(reversal_batches=3, reversal_margin=0.1, scale_up_lookback=0)
+    assert unlooked.decide(broken, 3).n_channels == 5
     later = run(1, 4, [0.3]) + run(2, 3, [0.8, 0.8, 0.8, 0.95])  # four batches ago: not recent
-    assert policy(reversal_batches=3).decide(later, 3).n_channels == 5  # ceil(3 * 0.95 / 0.7)
+    # Not held: the target's ceil(3 * 0.95 / 0.7) = 5 would put the batch at 4 x 0.3 below the band,
+    # so the step lands at the fit, ceil(3 * 0.95 / 0.9) = 4.
+    assert policy(reversal_batches=3).decide(later, 3).n_channels == 4
 
 
 def test_a_recent_scale_up_is_never_reversed_within_the_reversal_batches() -> None:
@@ -135,7 +139,9 @@ def test_stabilization_ignores_the_first_batches_after_a_change() -> None:
     assert (held.n_channels, held.held_by) == (4, "stabilization")
     waiting = policy(stabilization_batches=0).decide(run(1, 2, [0.95]), 4)  # no batch at 4 yet
     assert (waiting.n_channels, waiting.held_by) == (4, "pending-plan")
-    assert policy(stabilization_batches=1).decide(history + run(3, 4, [0.99]), 4).n_channels == 6
+    # Batch 3 decides: the target's ceil(4 * 0.99 / 0.7) = 6 would put batch 1 (2 x 0.95, 0.32 at 6)
+    # below the band, so the step lands at the fit, ceil(4 * 0.99 / 0.9) = 5.
+    assert policy(stabilization_batches=1).decide(history + run(3, 4, [0.99]), 4).n_channels == 5
 
 
 def test_an_ineffective_scale_up_holds_further_scale_ups() -> None:
@@ -149,7 +155,7 @@ def test_an_ineffective_scale_up_holds_further_scale_ups() -> None:
     assert held.numbers["capacity_promised"] == pytest.approx(2000 / 9.5)
     assert "fewer cores than channels" in held.reason
     grew = [batch(2, 4, [9.5, 9.5, 9.5, 9.5], tuples=1000)]  # twice the rows in the same time
-    assert policy().decide(before + grew, 4).n_channels == 6
+    assert policy().decide(before + grew, 4).n_channels == 5  # the fit, as batch 1 would go below at 6
 
 
 def test_a_backlog_is_caught_up_within_the_catch_up_time() -> None:
@@ -323,6 +329,54 @@ def test_a_jump_wider_than_the_band_lands_inside_the_band_for_the_newest_batch()
     # holding the newest at or below 0.9 is ceil(4 * 1.2 / 0.9) = 6 (the target asks for 7).
     decision = policy(utilization_band=(0.4, 0.9)).decide(run(1, 4, [0.3, 0.3, 1.2]), 4)
     assert decision.n_channels == 6
+
+
+def costed(seq: int, n: int, permille: int) -> BatchLoad:
+    """Batch ``seq`` at ``n`` balanced channels, each with ``permille`` tuples busy ``permille / 100``
+    seconds: utilization ``permille / 1000`` of the 10 s budget at one cost per row, so that the
+    capacity is ``100 · n`` rows/s at any load and a scale-up is effective."""
+    return batch(seq, n, [permille / 100] * n, tuples=permille)
+
+
+def test_a_bursts_second_scale_up_looks_back_past_the_first() -> None:
+    # 4 channels at 0.5, a burst (4 -> 6), and the burst still at 0.95 on 6 channels. The target asks
+    # for ceil(6 * 0.95 / 0.7) = 9; the batches before the burst would run at 4 * 0.5 / 9 = 0.22 there.
+    # Judged at 6 channels they run at 0.33, below the band at any count above 6, so the step lands at
+    # the smallest count holding the newest batch inside the band: ceil(6 * 0.95 / 0.9) = 7.
+    history = [costed(seq, 4, 500) for seq in (1, 2, 3)] + [costed(4, 6, 950)]
+    decision = policy(utilization_band=(0.4, 0.9)).decide(history, 6)
+    assert (decision.n_channels, decision.held_by) == (7, None)
+    assert decision.numbers["scale_up_sized"] == 9
+    assert decision.numbers["scale_up_lowest_recent"] == pytest.approx(4 * 0.5 / 6)
+    # A milder burst: 4 channels at 0.7 judged at 6 run at 0.467, in the band up to 7 channels.
+    milder = [costed(seq, 4, 700) for seq in (1, 2, 3)] + [costed(4, 6, 1000)]
+    assert policy(utilization_band=(0.4, 0.9)).decide(milder, 6).n_channels == 7
+    # With no batch before the first step in the lookback, the target decides.
+    assert policy(utilization_band=(0.4, 0.9), scale_up_lookback=0).decide(history, 6).n_channels == 9
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 12), st.integers(50, 2000)), min_size=1, max_size=8),
+    st.integers(901, 3000),
+    st.integers(1, 12),
+    st.integers(0, 8),
+)
+def test_a_scale_up_judges_recent_batches_at_other_counts_by_their_demand(
+    before: list[tuple[int, int]], newest: int, n: int, lookback: int
+) -> None:
+    """Oracle by enumeration, with the batches before the newest at any counts: a batch at n_i
+    channels and utilization u_i runs at n_i · u_i / c on c channels."""
+    built = policy(utilization_band=(0.4, 0.9), scale_up_lookback=lookback, reversal_batches=0)
+    history = [costed(seq, count, permille) for seq, (count, permille) in enumerate(before)]
+    history.append(costed(len(before), n, newest))
+    decision = built.decide(history, n)
+    work = [count * permille / 1000 for count, permille in before[-lookback:]] if lookback else []
+    sized = max(n + 1, math.ceil(n * newest / 700 - 1e-9))
+    fits = max(n + 1, math.ceil(n * newest / 900 - 1e-9))
+    keeping = [c for c in range(fits, sized + 1) if work and min(work) / c >= 0.4 - 1e-12]
+    expected = sized if not work else (max(keeping) if keeping else fits)
+    assert (decision.n_channels, decision.held_by) == (min(expected, 32), None)
 
 
 @settings(max_examples=200, deadline=None)

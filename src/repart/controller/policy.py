@@ -47,7 +47,7 @@ DEFAULT_TARGET_UTILIZATION = 0.7
 DEFAULT_BAND = (0.4, 0.9)
 """The default utilization band around the default target; ``default_band`` widens it to any target."""
 DEFAULT_STABILIZATION_BATCHES = 0
-DEFAULT_SCALE_DOWN_DELAY = 2
+DEFAULT_SCALE_DOWN_DELAY = 1
 DEFAULT_MAX_SCALE_DOWN_FACTOR = 0.5
 DEFAULT_REVERSAL_BATCHES = 3
 DEFAULT_REVERSAL_MARGIN = 0.1
@@ -173,11 +173,12 @@ class TargetUtilizationPolicy:
     6. Above the band, scale up to ``ceil(demand)`` (at least one more channel), or fewer when
        ``ceil(demand)`` would put a recent batch below the band: the count is lowered, not below the
        smallest count that brings the newest batch inside the band, to the largest that keeps the
-       lowest of the ``scale_up_lookback`` batches before the newest (at the current N) at or above
-       the band's low end. A jump that is as likely to pass (a burst) or to swing back (a daily or
-       weekly cycle) then lands where both the jump and the load before it fit the band, when the
-       band is wide enough for both; a steady rise, whose recent batches are close to the newest,
-       still lands at the target. Unless
+       lowest of the ``scale_up_lookback`` batches before the newest at or above the band's low end
+       (a batch that ran at another count is judged by its demand, as it would run at the current
+       count: a burst's second scale-up looks back past its first). A jump that is as likely to pass
+       (a burst) or to swing back (a daily or weekly cycle) then lands where both the jump and the
+       load before it fit the band, when the band is wide enough for both; a steady rise, whose
+       recent batches are close to the newest, still lands at the target. Unless
        ``reversal``: the last step was a scale-down less than ``reversal_batches`` batches ago and the
        pressure is not above the band by ``reversal_margin``; or ``effectiveness``: the last step
        was a scale-up that raised the measured capacity by less than ``effectiveness_threshold`` of
@@ -308,7 +309,9 @@ class TargetUtilizationPolicy:
         if newest.backlog_rows:
             signal += f", {newest.backlog_rows} rows waiting (pressure {pressure:.3g})"
         if pressure > high:
-            target = self._scale_up_count(current, demand, stable, catch_up, numbers)
+            unsettled = {load.seq for load in run[:skipped]}
+            settled = [signal for signal in signals if signal.load.seq not in unsettled]
+            target = self._scale_up_count(current, demand, settled, catch_up, numbers)
             return self._scale_up(current, target, pressure, signal, since_change, previous, stable, numbers)
         if pressure < low:
             return self._scale_down(
@@ -322,18 +325,21 @@ class TargetUtilizationPolicy:
         self,
         current: int,
         demand: float,
-        stable: Sequence[BatchSignal],
+        settled: Sequence[BatchSignal],
         catch_up: float,
         numbers: dict[str, float],
     ) -> int:
-        """The count a scale-up goes to, before the bounds (rule 6 of the class docstring)."""
+        """The count a scale-up goes to, before the bounds (rule 6 of the class docstring). ``settled``
+        holds the signals of the history but the current run's stabilization batches, newest last."""
         low, high = self.band
         u = self.target_utilization
         sized = max(current + 1, _ceil(demand))
-        recent = stable[-self.scale_up_lookback - 1 : -1] if self.scale_up_lookback else []
+        recent = settled[-self.scale_up_lookback - 1 : -1] if self.scale_up_lookback else []
         if not recent or low == 0:
             return sized
-        lowest = min(signal.pressure(u, catch_up) for signal in recent)
+        # A recent batch's pressure at the current count: its demand (channels) · u / current, whatever
+        # count it ran at.
+        lowest = min(signal.demand(u, catch_up) for signal in recent) * u / current
         fits = max(current + 1, _ceil(demand * u / high))  # the newest batch at or below the band's top
         keeps_low = _floor(current * lowest / low)  # the lowest recent batch at or above its low end
         numbers |= {

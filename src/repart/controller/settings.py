@@ -20,15 +20,15 @@ all optional:
   - ``stabilization_batches``: batches after a change of N that are not used, an integer >= 0,
     default 0.
   - ``scale_down_delay``: batches in a row below the band before a scale-down, an integer >= 1,
-    default 2.
+    default 1 (the first batch below the band).
   - ``max_scale_down_factor``: the largest share of the channels one scale-down removes, in (0, 1),
     default 0.5.
   - ``reversal_batches`` and ``reversal_margin``: a scale-up is never reversed within that many
     batches (an integer >= 0, default 3); a scale-down only when the utilization is above the band
     by the margin (>= 0, default 0.1).
-  - ``scale_up_lookback``: the batches before the newest whose lowest load a scale-up keeps inside
-    the band when it can (it then adds fewer channels than the target asks for), an integer >= 0,
-    default 6; 0 sizes every scale-up to the target.
+  - ``scale_up_lookback``: the batches before the newest (at whatever N they ran) whose lowest load
+    a scale-up keeps inside the band when it can (it then adds fewer channels than the target asks
+    for), an integer >= 0, default 6; 0 sizes every scale-up to the target.
   - ``effectiveness_threshold``: the share of the promised capacity a scale-up must deliver before
     further scale-ups, in [0, 1], default 0.1.
 - ``rebalance_threshold``: rebalance when b of the applied function exceeds it, > 0, default 1.0
