@@ -175,8 +175,8 @@ def paired(
     for number in range(rounds + 1):
         batch = make_batch(number)
         order = range(len(sides)) if number % 2 else range(len(sides) - 1, -1, -1)
-        seconds = {index: sides[index](batch) for index in order}
-        measured = [seconds[index] for index in range(len(sides))]
+        by_side = {index: sides[index](batch) for index in order}
+        measured = [by_side[index] for index in range(len(sides))]
         batch.unpersist()
         if number:
             for side_times, seconds in zip(times, measured, strict=True):

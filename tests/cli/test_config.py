@@ -119,10 +119,12 @@ def test_a_database_named_by_the_environment_is_named_so_in_errors(
          "directory or an object store URL (the default of --state)), got 7"),
         ('db = ""\n', "error: {path}:1: key 'db' must be a non-empty string (the controller's database URL "
          "(the default of --db)), got ''"),
-        ('db = "sqlite:///x.db"\ndb "oops"\n', "error: {path}:2: key 'db' is not valid TOML: Expected '=' after "
-         "a key in a key/value pair"),
-        ('db = "sqlite:///x.db"\n[state\n', "error: {path}:2: is not valid TOML: Expected ']' at the end of a "
-         "table declaration"),
+        ('db = "sqlite:///x.db"\ndb "oops"\n',
+         "error: {path}:2: key 'db' is not valid TOML: Expected '=' after a key in a key/value pair"),
+        ('db = "sqlite:///x.db"\n[state\n',
+         "error: {path}:2: is not valid TOML: Expected ']' at the end of a table declaration"),
+        ('state = [\n"a",\n"b" "c",\n]\n',
+         "error: {path}:3: is not valid TOML: Unclosed array"),
     ],
 )  # fmt: skip
 def test_a_bad_file_is_one_line_naming_the_file_line_and_key_and_nothing_is_done(

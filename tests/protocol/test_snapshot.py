@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -293,3 +294,32 @@ def test_progress_reads_back_with_only_the_reported_fields() -> None:
     snapshot = Snapshot.from_document(document)
     assert snapshot.progress == BatchProgress(interval_seconds=60.0, backlog_rows=12)
     assert snapshot.to_document()["progress"] == {"interval_seconds": 60.0, "backlog_rows": 12}
+
+
+@pytest.mark.parametrize(
+    ("slots", "field"),
+    [
+        (((1.5, 10),), "slots[0].slot"),
+        (((True, 10),), "slots[0].slot"),
+        (((3, "3"),), "slots[0].count"),
+        (((3, 2**63),), "slots[0].count"),
+        (((3, 1), (4,)), "slots[1]"),
+    ],
+)
+def test_slots_given_in_code_must_be_integer_pairs_an_int64_column_holds(
+    slots: tuple[Any, ...], field: str
+) -> None:
+    with pytest.raises(InvalidInput) as raised:
+        SlotColumns.of(slots)
+    assert raised.value.field == field
+
+
+def test_slot_columns_equal_hash_and_pickle_as_their_pairs() -> None:
+    columns = SlotColumns.of(((1, 5), (7, 2)))
+    assert columns == ((1, 5), (7, 2)) == columns
+    assert columns == [[1, 5], [7, 2]]
+    assert columns != [1, 2] and columns != ((1, 5),)
+    assert hash(columns) == hash(((1, 5), (7, 2)))
+    copied = pickle.loads(pickle.dumps(columns))
+    assert copied == columns
+    assert not copied.slots.flags.writeable and not copied.counts.flags.writeable

@@ -140,13 +140,15 @@ def _line_of(text: str, key: str) -> int:
 
 
 def _key_on(text: str, line: int) -> str | None:
-    """The key that line ``line`` (1-based) of ``text`` begins with (bare, quoted or dotted, as in
-    ``key = …``), or None when it begins with none."""
+    """The setting whose assignment line ``line`` (1-based) of ``text`` begins (``db = …``, perhaps
+    without its ``=``), or None when the line begins with no setting's name (a value inside a
+    multi-line array, a table header, a key repart does not know)."""
     lines = text.splitlines()
     if not 1 <= line <= len(lines):
         return None
-    found = re.match(r"\s*(\"[^\"]*\"|'[^']*'|[A-Za-z0-9_-]+)", lines[line - 1])
-    return None if found is None else found.group(1).strip("\"'")
+    found = re.match(r"\s*(?:\"([^\"]*)\"|'([^']*)'|([A-Za-z0-9_-]+))(?=[\s=]|$)", lines[line - 1])
+    name = None if found is None else next(part for part in found.groups() if part is not None)
+    return name if name in KEYS else None
 
 
 def _error_line(message: str) -> int:

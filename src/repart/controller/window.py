@@ -118,5 +118,5 @@ def _slot_counts(snapshots: Sequence[Snapshot]) -> npt.NDArray[np.float64] | Non
     for snapshot in snapshots:
         columns = snapshot.slot_columns
         if columns is not None:
-            dense[columns.slots] += columns.counts  # a snapshot's slots are unique
+            np.add.at(dense, columns.slots, columns.counts)
     return dense

@@ -21,7 +21,7 @@ import numpy as np
 
 from repart.errors import InvalidInput
 from repart.partitioning.documents import require_int, require_list, require_row
-from repart.partitioning.domain import INT64_MAX
+from repart.partitioning.domain import INT64_MAX, INT64_MIN
 from repart.protocol.counter_items import IntArray, exact_sum, read_only
 
 
@@ -44,14 +44,16 @@ class SlotColumns(Sequence[tuple[int, int]]):
 
     @classmethod
     def of(cls, pairs: Iterable[tuple[int, int]]) -> SlotColumns:
-        """``pairs`` as columns (``pairs`` itself when it is a ``SlotColumns`` already)."""
+        """``pairs`` as columns (``pairs`` itself when it is a ``SlotColumns`` already). InvalidInput
+        naming the first bad pair (``slots[3].count``) for a pair that is not two integers (not bools
+        or floats) in the int64 range, which is what an int64 column holds (a document's row check
+        refuses such a pair too); the other checks are ``checked_slots``'s."""
         if isinstance(pairs, SlotColumns):
             return pairs
-        listed = list(pairs)
-        return cls(
-            np.array([slot for slot, _ in listed], dtype=np.int64),
-            np.array([count for _, count in listed], dtype=np.int64),
-        )
+        rows = [require_row(pair, f"slots[{i}]", ("slot", "count")) for i, pair in enumerate(pairs)]
+        slots = [require_int(row[0], f"slots[{i}].slot", INT64_MIN) for i, row in enumerate(rows)]
+        counts = [require_int(row[1], f"slots[{i}].count", INT64_MIN) for i, row in enumerate(rows)]
+        return cls(np.array(slots, dtype=np.int64), np.array(counts, dtype=np.int64))
 
     def __len__(self) -> int:
         return len(self.slots)
@@ -74,11 +76,16 @@ class SlotColumns(Sequence[tuple[int, int]]):
         if isinstance(other, SlotColumns):
             return np.array_equal(self.slots, other.slots) and np.array_equal(self.counts, other.counts)
         if isinstance(other, Sequence) and not isinstance(other, str | bytes):
-            return tuple(self) == tuple(tuple(pair) for pair in other)
+            return tuple(self) == tuple(
+                tuple(pair) if isinstance(pair, list | tuple) else pair for pair in other
+            )
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash((self.slots.tobytes(), self.counts.tobytes()))
+        return hash(tuple(self))  # the hash of the equal tuple of pairs
+
+    def __reduce__(self) -> tuple[type[SlotColumns], tuple[IntArray, IntArray]]:
+        return SlotColumns, (self.slots, self.counts)  # a copy's arrays are read-only too
 
     def __repr__(self) -> str:
         return f"SlotColumns({list(self)!r})"

@@ -106,11 +106,13 @@ class BatchProgress:
 class Snapshot:
     """A snapshot. One read by ``from_document`` is validated; one built in code (as
     ``observe`` builds it) is validated by ``checked`` before it leaves the job: the constructor only
-    holds the fields.
+    holds the fields, in columns.
 
     ``items`` are held as columns (``CounterItems``; any sequence of ``CounterEntry`` given is turned
-    into one). ``slots`` is sparse ``(slot, count)`` pairs sorted by slot and ``channels`` is sorted by
-    channel; each is None when the document has none (an empty list counts as none).
+    into one). ``slots`` is sparse ``(slot, count)`` pairs sorted by slot, held as columns
+    (``SlotColumns``; any sequence of pairs given is turned into one, InvalidInput naming a pair that
+    is not two integers an int64 column holds), and ``channels`` is sorted by channel; each is None
+    when the document has none (an empty list counts as none).
     """
 
     region: str
