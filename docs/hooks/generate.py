@@ -103,6 +103,19 @@ RESULTS: dict[str, tuple[str, str]] = {
         "The HTTP API under 50 job clients (100 calls/s)",
         f"{PY} benchmarks/api_load.py --regions 50 --duration 15 --compare-seconds 5 --json FILE",
     ),
+    "api-load-run2": (
+        "The HTTP API under 200 job clients (the run before uvloop, httptools and the tick's cuts)",
+        f"{PY} benchmarks/api_load.py --json FILE",
+    ),
+    "api-load-100-before": (
+        "The HTTP API under 50 job clients, before uvloop, httptools and the tick's cuts (commit 494047a, "
+        "asyncio's loop and h11), run just before api-load-100-after",
+        f"{PY} benchmarks/api_load.py --regions 50 --duration 15 --json FILE",
+    ),
+    "api-load-100-after": (
+        "The HTTP API under 50 job clients, after them (commit eb865ff), run just after api-load-100-before",
+        f"{PY} benchmarks/api_load.py --regions 50 --duration 15 --json FILE",
+    ),
     "policy-traces": (
         "The channel-count policy on daily, weekly and bursty traces",
         f"{PY} benchmarks/policy_traces.py --json FILE",

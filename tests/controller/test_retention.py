@@ -16,9 +16,10 @@ from sqlalchemy.orm import Session
 import repart.storage.retention as retention_module
 from repart.controller import service
 from repart.controller.daemon import Daemon, DaemonConfig
+from repart.controller.settings import ControllerSettings, plan_retention
 from repart.errors import InvalidInput
 from repart.migration import MigrationPlan
-from repart.storage import models, run_in_transaction
+from repart.storage import RegionConfig, models, run_in_transaction
 from repart.storage.client import SqlControllerClient
 from repart.storage.jsontext import load_object
 from repart.storage.retention import OPERATOR_RULE, SETTINGS_RULE, PlanRetention, prune_plans
@@ -295,3 +296,24 @@ def test_the_older_than_refusal_names_a_value_that_keeps_the_plan(
     assert refused.value.requirement.startswith("must be at least 1.001 days to keep the plan of the applied")
     assert refused.value.requirement.endswith("got 1")
     assert prune(engine, now=later, older_than=1.001) == []  # accepted: every plan is as young
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"plan_keep_versions": 3},
+        {"plan_keep_days": 7},
+        {"plan_keep_days": 2, "plan_keep_versions": 1, "rebalance_threshold": 0.2, "counters": 4},
+    ],
+)
+def test_the_daemons_retention_read_is_the_one_the_settings_make(settings: dict[str, Any]) -> None:
+    config = RegionConfig(key_type="int", n_channels_initial=2, settings=settings)
+    expected = ControllerSettings.from_config(config).retention
+    assert plan_retention(settings) == expected
+
+
+def test_the_daemons_retention_read_names_a_bad_value() -> None:
+    with pytest.raises(InvalidInput) as refused:
+        plan_retention({"plan_keep_days": -1})
+    assert refused.value.field == "settings.plan_keep_days"

@@ -613,3 +613,18 @@ def test_an_ineffective_scale_up_holds_further_ones_until_n_changes_again(engine
         held = tick(engine, REGION)
         assert (held.action, held.n_channels) == ("unchanged", 4), seq
         assert load_object(events(engine)[0].data_json)["held_by"] == "effectiveness", seq
+
+
+def test_a_tick_carries_the_b_its_decision_event_recorded(engine: Engine) -> None:
+    add_zipf_region(engine, settings={"rebalance_threshold": 50.0})
+    first = tick(engine, REGION)
+    assert (first.action, first.b_before) == ("initialized", None)  # p(0) measured no window
+    ingest(engine, *(zipf_snapshot(seq, n_channels=2, demand=1.0) for seq in (1, 2)))
+
+    decided = tick(engine, REGION)
+    assert decided.action == "unchanged"
+    recorded = load_object(events(engine)[0].data_json)["b_before"]
+    assert isinstance(recorded, float) and recorded > 0
+    assert decided.b_before == recorded
+    idle = tick(engine, REGION)
+    assert (idle.action, idle.b_before) == ("idle", None)

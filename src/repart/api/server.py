@@ -2,10 +2,11 @@
 
 The socket is bound when the server is made (``repart.controller.listen``: InvalidInput naming
 ``api_port`` or ``api_host``), on loopback unless another host is given: the API speaks plain HTTP,
-and TLS belongs to a reverse proxy in front of it (docs/how-to/api.md). uvicorn's event loop handles every
-connection, so a client that sends slowly holds none of the others back; a connection idle between
-requests is closed after ``KEEP_ALIVE_SECONDS``, one that has not sent a whole request within
-``REQUEST_DEADLINE`` seconds is closed too, and at most ``MAX_CONNECTIONS`` are served at once.
+and TLS belongs to a reverse proxy in front of it (docs/how-to/api.md). uvicorn's event loop (uvloop)
+handles every connection, its requests parsed by httptools, so a client that sends slowly holds none of
+the others back; a connection idle between requests is closed after ``KEEP_ALIVE_SECONDS``, one that
+has not sent a whole request within ``REQUEST_DEADLINE`` seconds is closed too, and at most
+``MAX_CONNECTIONS`` are served at once.
 Requests are not logged; uvicorn's errors are, as JSON lines (``UVICORN_LOGGING``).
 """
 
@@ -17,10 +18,9 @@ import threading
 import time
 from typing import Any
 
-import h11
 import uvicorn
 from sqlalchemy import Engine
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from repart.api.app import DEFAULT_WORKERS, create_app
 from repart.api.grants import DEFAULT_SECONDS
@@ -47,9 +47,11 @@ daemon logs (``repart.controller.logs``)."""
 START_TIMEOUT = 10.0
 
 
-class DeadlineProtocol(H11Protocol):
-    """uvicorn's HTTP/1.1 connection, closed when a request has not arrived whole within ``deadline``
-    seconds: a client that trickles its headers or its body holds a connection that long at most."""
+class DeadlineProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 connection (parsed by httptools), closed when a request has not arrived whole
+    within ``deadline`` seconds: a client that trickles its headers or its body holds a connection that
+    long at most. The deadline runs from the connection's start and from the end of each answer; it
+    spares a connection while a request that arrived whole is still unanswered."""
 
     def __init__(self, *args: Any, deadline: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -75,8 +77,12 @@ class DeadlineProtocol(H11Protocol):
         self._timer = self.loop.call_later(self._deadline, self._deadline_passed)
 
     def _deadline_passed(self) -> None:
-        """Close the connection unless its request arrived whole (the answer may still be in the making)."""
-        if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and not self.transport.is_closing():
+        """Close the connection unless a request arrived whole and is still being answered (the newest
+        one, or one queued behind it: a pipelined request is queued once its headers are in, and only
+        after the request before it arrived whole)."""
+        cycle = self.cycle
+        answering = cycle is not None and not cycle.more_body and not cycle.response_complete
+        if not answering and not self.pipeline and not self.transport.is_closing():
             self.transport.close()
 
 
@@ -114,6 +120,7 @@ class ApiServer:
             timeout_keep_alive=KEEP_ALIVE_SECONDS,
             limit_concurrency=max_connections,
             http=functools.partial(DeadlineProtocol, deadline=request_deadline),  # type: ignore[arg-type]
+            loop="uvloop",
             server_header=False,
         )
         self._server = uvicorn.Server(config)

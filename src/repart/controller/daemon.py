@@ -34,7 +34,8 @@ With ``metrics_port``, ``run`` first binds a ``repart.controller.metrics.Metrics
 cannot be bound starts nothing: no sweep, no lease), and the daemon feeds its ``DaemonMetrics``: each
 sweep reads every region's applied version and oldest unapplied plan in one more query
 (``repart.controller.readings``), each tick records its action, duration and schedule lag, and a tick
-that decided (any action but ``idle``, and a region's first tick) reads the b its decision measured.
+that decided (any action but ``idle``, and a region's first tick) feeds the b of the region's newest
+decision: its own when it recorded that decision (``DECISION_ACTIONS``), else read from the database.
 ``health`` is what ``/healthz`` answers: healthy while the sweep thread runs and a sweep read the
 regions within the last two intervals.
 
@@ -81,7 +82,7 @@ from repart.controller.listen import LOOPBACK
 from repart.controller.logs import log_event
 from repart.controller.metrics import DaemonMetrics, Health, MetricsServer, check_metrics_port
 from repart.controller.readings import decided_imbalance, region_readings
-from repart.controller.settings import ControllerSettings
+from repart.controller.settings import ControllerSettings, plan_retention
 from repart.controller.spool import SpoolOutcome, check_max_bytes, ingest_spool
 from repart.controller.tick import TickResult, tick
 from repart.errors import Conflict, InvalidInput, NotFound
@@ -101,9 +102,13 @@ from repart.storage import (
 from repart.storage.backoff import record_failure
 from repart.storage.engine import limit_idle_transactions
 from repart.storage.leases import RegionLease, claim_leases, region_leases
-from repart.storage.regions import RegionConfig
+from repart.storage.regions import RegionConfig, region_settings
 from repart.storage.retention import SETTINGS_RULE, prunable_plans, prune_plans
 from repart.validation import LEASE_HOLDER, Interval, check
+
+DECISION_ACTIONS = ("initialized", "unchanged", "activated")
+"""The tick actions that record the region's newest decision (an ``initialized``, ``no-change`` or
+``activated`` event): the b the metrics show is then the tick's own (``TickResult.b_before``)."""
 
 
 def default_holder() -> str:
@@ -530,10 +535,10 @@ class Daemon:
         now = datetime.now(UTC)
 
         def find(session: Session) -> list[int]:
-            settings = ControllerSettings.from_config(RegionConfig.from_row(region_by_name(session, region)))
-            if settings.retention is None:
+            retention = plan_retention(region_settings(session, region))
+            if retention is None:
                 return []
-            return prunable_plans(session, region, settings.retention, now)
+            return prunable_plans(session, region, retention, now)
 
         def prune(session: Session) -> list[int]:
             settings = ControllerSettings.from_config(RegionConfig.from_row(region_by_name(session, region)))
@@ -564,7 +569,10 @@ class Daemon:
         if result.action == "idle" and known:
             return
         try:
-            imbalance = read_transaction(self.engine, lambda session: decided_imbalance(session, region))
+            if result.action in DECISION_ACTIONS:  # its event is the newest decision: its b is the tick's
+                imbalance = result.b_before
+            else:
+                imbalance = read_transaction(self.engine, lambda session: decided_imbalance(session, region))
         except Exception as error:  # the metrics stay as they were; the next decision reads again
             log_event("error", region=region, holder=self.config.holder, metrics=True, error=repr(error))
             self._failed("metrics", error)

@@ -6,9 +6,10 @@ Two reads, both cheap and neither on a scrape:
   oldest plan not yet applied (``pending``, or ``applying``: a job has started it) was created, in one
   query. A job reporting a plan applied, or an operator's ``scale``, changes these without a tick, so
   they are read from the database rather than derived from the daemon's ticks.
-- ``decided_imbalance``, after a tick: the b of the applied function on the window that the region's
-  newest decision (an event of ``EXPLAINED_KINDS``, the ones ``repart explain`` shows) measured; the
-  tick computes it (``b_before``) and records it in that event, and ``TickResult`` does not carry it.
+- ``decided_imbalance``, after a tick that did not itself record the region's newest decision (a
+  ``recommended``, ``blocked`` or ``held`` tick, or a region's first idle tick): the b of the applied
+  function on the window that the region's newest decision (an event of ``EXPLAINED_KINDS``, the ones
+  ``repart explain`` shows) measured. A tick that recorded it carries it (``TickResult.b_before``).
 """
 
 from __future__ import annotations

@@ -116,6 +116,8 @@ SETTINGS: dict[str, tuple[Constraint, ...]] = {
     "plan_keep_versions": (KEEP_VERSIONS,),
     "plan_keep_days": (KEEP_DAYS,),
 }
+RETENTION_SETTINGS = ("plan_keep_versions", "plan_keep_days")
+"""The settings of plan retention (``plan_retention``)."""
 
 
 @dataclass(frozen=True)
@@ -175,9 +177,18 @@ def _split(config: RegionConfig, parameters: Mapping[str, Any]) -> SplitParams |
     return None if config.split_scheme is None else params
 
 
+def plan_retention(settings: Mapping[str, Any]) -> PlanRetention | None:
+    """The plan retention of a region's ``settings`` (its stored JSON object) alone, as
+    ``ControllerSettings.from_config`` makes it, without checking or building the other settings (the
+    daemon asks after every tick); InvalidInput naming ``settings.<field>`` for a bad value."""
+    retention_fields = {name: SETTINGS[name] for name in RETENTION_SETTINGS}
+    chosen = {name: settings[name] for name in RETENTION_SETTINGS if name in settings}
+    return _retention(check_all(chosen, retention_fields, within="settings"))
+
+
 def _retention(settings: Mapping[str, Any]) -> PlanRetention | None:
-    """The plan retention of ``settings.plan_keep_versions`` and ``settings.plan_keep_days``; None
-    without either."""
+    """The plan retention of checked ``settings.plan_keep_versions`` and ``settings.plan_keep_days``;
+    None without either."""
     keep_versions, keep_days = settings.get("plan_keep_versions"), settings.get("plan_keep_days")
     if keep_versions is None and keep_days is None:
         return None

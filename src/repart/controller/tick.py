@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from repart.controller.policy import Decision, RebalanceDecision, needs_rebalance
@@ -80,6 +80,7 @@ from repart.storage import (
     record_event,
     region_by_name,
     run_in_transaction,
+    tables,
 )
 from repart.storage.backoff import clear_backoff
 from repart.storage.snapshots import stored_progress
@@ -106,6 +107,9 @@ class TickResult:
     function and its plan), ``storage_seconds`` the time in the database: ``read_seconds`` in the read
     transaction plus ``write_seconds`` in the write transaction (0 when nothing was written), which
     is the time the tick holds SQLite's write lock.
+    ``b_before`` is the imbalance b of the applied function on the window the tick decided on (Gedik
+    Eq. 11), as its event records it: None when it recorded none (no decision on a window, an empty
+    window, or an infinite b).
     """
 
     region: str
@@ -118,6 +122,7 @@ class TickResult:
     storage_seconds: float
     read_seconds: float
     write_seconds: float
+    b_before: float | None = None
 
 
 @dataclass(frozen=True)
@@ -241,21 +246,37 @@ def _iterate(engine: Engine, region: str, moment: datetime, fence: Fence | None)
         storage_seconds=read_seconds + write_seconds,
         read_seconds=read_seconds,
         write_seconds=write_seconds,
+        b_before=None if verdict.event is None else verdict.event.data.get("b_before"),
     )
     return result, tick_input.newest_seq is not None
+
+
+# The statements of ``read_tick_input``, built once (a tick runs them for every region every interval).
+_NEWEST_SEQ_AND_APPLIED_N = select(
+    select(func.max(tables.snapshots.c.seq))
+    .where(tables.snapshots.c.region_id == bindparam("region_id"))
+    .scalar_subquery(),
+    select(tables.versions.c.n_channels)
+    .where(
+        tables.versions.c.region_id == bindparam("region_id"),
+        tables.versions.c.number == bindparam("number"),
+    )
+    .scalar_subquery(),
+)
+_APPLYING_PLAN = select(func.min(tables.plans.c.id)).where(
+    tables.plans.c.region_id == bindparam("region_id"), tables.plans.c.status == "applying"
+)
+_APPLIED_FUNCTION = select(tables.versions.c.function_json).where(
+    tables.versions.c.region_id == bindparam("region_id"), tables.versions.c.number == bindparam("number")
+)
 
 
 def read_tick_input(session: Session, region: str) -> TickInput:
     """Step 1: the status check, then, only when a decision on a new window is due, the applied
     function and the window (see ``TickInput``)."""
     row = region_by_name(session, region)
-    newest = select(func.max(models.Snapshot.seq)).where(models.Snapshot.region_id == row.id)
-    applied_n = select(models.Version.n_channels).where(
-        models.Version.region_id == row.id, models.Version.number == row.applied_version
-    )
-    newest_seq, applied_n_channels = session.execute(
-        select(newest.scalar_subquery(), applied_n.scalar_subquery())
-    ).one()
+    applied = {"region_id": row.id, "number": row.applied_version}
+    newest_seq, applied_n_channels = session.execute(_NEWEST_SEQ_AND_APPLIED_N, applied).one()
     config = RegionConfig.from_row(row)
     settings = ControllerSettings.from_config(config)
     tick_input = TickInput(
@@ -270,18 +291,10 @@ def read_tick_input(session: Session, region: str) -> TickInput:
     )
     if not awaits_decision(tick_input):
         return tick_input
-    applying = session.scalar(
-        select(func.min(models.Plan.id)).where(
-            models.Plan.region_id == row.id, models.Plan.status == "applying"
-        )
-    )
+    applying = session.scalar(_APPLYING_PLAN, {"region_id": row.id})
     if applying is not None:
         return dataclasses.replace(tick_input, applying_plan=applying)
-    function_json = session.scalar(
-        select(models.Version.function_json).where(
-            models.Version.region_id == row.id, models.Version.number == row.applied_version
-        )
-    )
+    function_json = session.scalar(_APPLIED_FUNCTION, applied)
     window = latest_snapshots(session, region, window_size(settings.counters))
     history = batch_history(session, row.id, settings.policy.history_batches, applied_n_channels)
     return dataclasses.replace(
@@ -580,8 +593,7 @@ def persist(
     if verdict.event is None:
         raise TypeError(f"persist needs a verdict with something to write, got a {verdict.action!r} verdict")
     region = tick_input.region
-    row = region_by_name(session, region)
-    session.refresh(row, with_for_update=True)  # region row, then lease row: the order acquire_lease locks
+    row = region_by_name(session, region, lock=True)  # region row, then lease row: acquire_lease's order
     if fence is not None:
         check_fence(session, region, row.id, fence, datetime.now(UTC))
     if tick_input.tick_failures:
@@ -613,8 +625,7 @@ def persist(
 def end_backoff(session: Session, region: str, fence: Fence | None) -> None:
     """End ``region``'s backoff after a tick that had nothing else to write (with a ``fence``, only while
     its lease is still the caller's; Conflict otherwise, and nothing is written)."""
-    row = region_by_name(session, region)
-    session.refresh(row, with_for_update=True)  # region row, then lease row, as ``persist`` locks them
+    row = region_by_name(session, region, lock=True)  # region row, then lease row, as ``persist`` locks
     if fence is not None:
         check_fence(session, region, row.id, fence, datetime.now(UTC))
     clear_backoff(session, row.id)

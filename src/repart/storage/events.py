@@ -52,7 +52,7 @@ class NewEvent:
 
 def record_event(session: Session, region: str | None, event: NewEvent, *, at: datetime | None = None) -> int:
     """Append ``event`` to the audit log (for ``region``, or the whole controller) and return its id."""
-    region_id = None if region is None else region_by_name(session, region).id
+    region_id = None if region is None else region_id_by_name(session, region)
     row = models.Event(
         region_id=region_id,
         kind=event.kind,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import bindparam, delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -139,12 +139,30 @@ def create_region(session: Session, name: str, checked: CheckedRegion) -> models
     return row
 
 
-def region_by_name(session: Session, name: str) -> models.Region:
-    """The region called ``name``; NotFound naming the known regions if there is none."""
-    row = session.scalar(select(models.Region).where(models.Region.name == name))
+def region_by_name(session: Session, name: str, *, lock: bool = False) -> models.Region:
+    """The region called ``name``; NotFound naming the known regions if there is none. With ``lock``,
+    its row is read as committed now and locked until the transaction ends (``SELECT … FOR UPDATE``),
+    in one statement."""
+    query = select(models.Region).where(models.Region.name == name)
+    if lock:
+        query = query.with_for_update().execution_options(populate_existing=True)
+    row = session.scalar(query)
     if row is None:
         raise unknown_region(session, name)
     return row
+
+
+REGION_SETTINGS = select(models.Region.settings_json).where(models.Region.name == bindparam("name"))
+"""The settings of the region named by parameter ``name`` (built once)."""
+
+
+def region_settings(session: Session, name: str) -> dict[str, Any]:
+    """The stored settings (a JSON object) of region ``name``, read alone; NotFound naming the known
+    regions if there is none."""
+    settings_json = session.scalar(REGION_SETTINGS, {"name": name})
+    if settings_json is None:
+        raise unknown_region(session, name)
+    return load_object(settings_json)
 
 
 def list_regions(session: Session) -> list[models.Region]:

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, cast
 
 import numpy as np
-from sqlalchemy import Connection, Select, Table, bindparam, delete, func, insert, select
+from sqlalchemy import Connection, Integer, Select, Table, bindparam, delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -31,7 +31,7 @@ from repart.storage import models, tables
 from repart.storage.events import NewEvent, record_event
 from repart.storage.jsontext import load_object
 from repart.storage.keys import key_from_columns
-from repart.storage.region_names import unknown_region
+from repart.storage.region_names import region_id_by_name, unknown_region
 from repart.storage.regions import region_by_name
 from repart.validation import POSITIVE_INT, check
 
@@ -294,45 +294,67 @@ def _load(
 ) -> list[Snapshot]:
     """Snapshots with their items, slots and channels, read as plain rows.
 
-    A window's slot counts alone are up to 2^S rows; building ORM objects for them would dominate a
-    controller tick, so the child tables are read with one Core query each and grouped here.
+    A window's slot counts alone are up to 2^S rows, and a controller tick loads a window at every
+    decision: every table is read with a Core query built once (``_NEWEST_SNAPSHOTS``,
+    ``_SNAPSHOT_OF_SEQ``, ``_CHILDREN``), no ORM object is made, and the rows are grouped here.
     """
-    region_id = region_by_name(session, region).id
-    table = models.Snapshot
-    query = select(table).where(table.region_id == region_id).order_by(table.seq.desc())
-    if seq is not None:
-        query = query.where(table.seq == seq)
-    rows = list(reversed(session.scalars(query.limit(limit)).all()))
+    region_id = region_id_by_name(session, region)
+    if seq is None:
+        found = session.execute(_NEWEST_SNAPSHOTS, {"region_id": region_id, "limit": limit})
+    else:
+        found = session.execute(_SNAPSHOT_OF_SEQ, {"region_id": region_id, "seq": seq})
+    rows = list(reversed(found.all()))
     ids = [row.id for row in rows]
-    items = _children(session, models.SnapshotItem, ids, "idx", ("key_int", "key_utf8", "count", "delta"))
-    slots = _children(session, models.SnapshotSlot, ids, "slot", ("slot", "count"))
-    channels = _children(
-        session, models.SnapshotChannel, ids, "channel", ("channel", "tuples", "busy_seconds", "state_bytes")
-    )
+    items, slots, channels = (_children(session, query, ids) for query in _CHILDREN)
     return [
         _from_row(region, row, items.get(row.id, []), slots.get(row.id, []), channels.get(row.id, []))
         for row in rows
     ]
 
 
-def _children(
-    session: Session, child: Any, ids: list[int], order: str, columns: tuple[str, ...]
-) -> dict[int, list[tuple[Any, ...]]]:
-    """Rows of a child table of ``snapshots`` as ``{snapshot_id: [(column values…), …]}``, in ``order``."""
-    query = (
-        select(child.snapshot_id, *(getattr(child, name) for name in columns))
-        .where(child.snapshot_id.in_(ids))
-        .order_by(child.snapshot_id, getattr(child, order))
+def _children_query(child: Table, order: str, columns: tuple[str, ...]) -> Select[Any]:
+    """The rows of child table ``child`` of the snapshots whose ids are parameter ``ids``:
+    ``(snapshot_id, column values…)`` by snapshot and ``order``."""
+    return (
+        select(child.c.snapshot_id, *(child.c[name] for name in columns))
+        .where(child.c.snapshot_id.in_(bindparam("ids", expanding=True)))
+        .order_by(child.c.snapshot_id, child.c[order])
     )
+
+
+# The statements of ``_load``, built once (building a statement costs more than running it).
+_SNAPSHOT = tables.snapshots.c
+_NEWEST_SNAPSHOTS = (
+    select(tables.snapshots)
+    .where(_SNAPSHOT.region_id == bindparam("region_id"))
+    .order_by(_SNAPSHOT.seq.desc())
+    .limit(bindparam("limit", type_=Integer))
+)
+_SNAPSHOT_OF_SEQ = select(tables.snapshots).where(
+    _SNAPSHOT.region_id == bindparam("region_id"), _SNAPSHOT.seq == bindparam("seq")
+)
+_CHILDREN = (
+    _children_query(tables.snapshot_items, "idx", ("key_int", "key_utf8", "count", "delta")),
+    _children_query(tables.snapshot_slots, "slot", ("slot", "count")),
+    _children_query(
+        tables.snapshot_channels, "channel", ("channel", "tuples", "busy_seconds", "state_bytes")
+    ),
+)
+
+
+def _children(session: Session, query: Select[Any], ids: list[int]) -> dict[int, list[tuple[Any, ...]]]:
+    """The rows of a ``_CHILDREN`` query as ``{snapshot_id: [(column values…), …]}``, in its order."""
     grouped: dict[int, list[tuple[Any, ...]]] = {}
-    for snapshot_id, *values in session.execute(query):
+    if not ids:
+        return grouped
+    for snapshot_id, *values in session.execute(query, {"ids": ids}):
         grouped.setdefault(snapshot_id, []).append(tuple(values))
     return grouped
 
 
 def _from_row(
     region: str,
-    row: models.Snapshot,
+    row: Any,
     items: list[tuple[Any, ...]],
     slots: list[tuple[Any, ...]],
     channels: list[tuple[Any, ...]],
