@@ -7,9 +7,10 @@ simpler busy-time model: batch ``t`` at ``n`` channels runs at its best key-pres
 ``max(rows / n, hottest key's rows) · cost per row / budget`` (``repart.controller.bound``) times a
 fixed imbalance (``--imbalance``: the functions' max/mean load, 1.03 and 1.1 by default). The model is
 optimistic about a step's balance: the replay's step functions have run at max/mean 1.35 (b 2.34).
-The oracle is the replay's (``repart.controller.replay.oracle_channels``). The figures are the replay's (``repart.controller.replay.summarize``)
-and the targets ``policy_traces.py``'s. The settings it points to are then confirmed by a full run
-of ``policy_traces.py``.
+The oracle is the replay's (``repart.controller.replay.oracle_channels``), the figures too
+(``repart.controller.replay.summarize``), and the targets ``policy_traces.py``'s. A setting is judged
+on every named trace, so all of them are in-sample. The settings it points to are then confirmed by
+a full run of ``policy_traces.py``.
 
     .venv/bin/python benchmarks/policy_sweep.py [--seeds 3] [--imbalance 1.03 1.1]
 """
