@@ -10,9 +10,9 @@ for a region with the default settings (target-utilization policy, 4 channels to
 - ``bursty-words``: a week of hourly batches, a daily cycle (amplitude 0.3), a 20 % drift, and bursts
   (a 4 % chance per batch of 1-3 batches at 1.5-2.5x the load).
 
-- ``weekly-drift-zipf-weekend-0.6`` (held out): ``weekly-drift-zipf`` with a deeper weekly cycle
-  (weekend load 0.6x). The defaults were chosen on the three traces above (in-sample); this variant
-  was not used to choose them, so its figures show how they carry over.
+- ``weekly-drift-zipf-weekend-0.6``: ``weekly-drift-zipf`` with a deeper weekly cycle (weekend load
+  0.6x). It is in-sample like the others: ``benchmarks/policy_sweep.py``, which chose the defaults,
+  judges every trace here, this one included, so none is held out.
 
 Each is run over several seeds (``--seeds``); a trace's figure is the median over seeds, and its
 target is checked on the worst seed. Side by side, one seed of each trace runs *undamped*: the same
@@ -29,8 +29,9 @@ best in-band share any sequence of channel counts reaches under the same rules (
 within 3 batches, at most 2 batches in a row over budget, at most 8 changes where that target
 applies), knowing every batch's load in advance and with every function within the region's
 tolerance α (``in_band_share_bound``), and the same with the first batch of every burst unforeseen
-(``in_band_share_bound_reactive``). A policy cannot beat the first; a target above it is infeasible
-on that trace.
+(``in_band_share_bound_reactive``). No policy whose functions stay within α of the best balance beats
+the first, so a target above it is infeasible for such policies on that trace; a bound at or above
+the target leaves room but does not show the target reachable.
 
 Scale steps on key sets of 100 to 10^6 keys (``scale_steps``): a Zipf(0.8) window of 20 rows per
 key, counted by a lossy counter (epsilon 1e-4) with exact slot counts, and the controller's build
@@ -112,10 +113,6 @@ def traces(seed: int) -> dict[str, TraceSpec]:
     return named_traces(seed)
 
 
-HELD_OUT = frozenset({"weekly-drift-zipf-weekend-0.6"})
-"""Traces the defaults were not chosen on."""
-
-
 def region(spec: TraceSpec, settings: dict[str, Any] | None = None) -> RegionConfig:
     return RegionConfig(
         key_type="str" if spec.distribution == "words" else "int",
@@ -140,9 +137,9 @@ def figures(result: Replay) -> dict[str, Any]:
     }
 
 
-def in_band_bounds(name: str, spec: TraceSpec, settings: dict[str, Any] | None = None) -> dict[str, float]:
+def in_band_bounds(name: str, spec: TraceSpec) -> dict[str, float]:
     """The trace's in-band bounds under the region's band (module docstring)."""
-    config = region(spec, settings)
+    config = region(spec)
     controller = ControllerSettings.from_config(config)
     policy = controller.policy
     assert isinstance(policy, TargetUtilizationPolicy)
@@ -283,12 +280,10 @@ def main() -> None:
             "worst": worst,
             "targets": checks,
             "runs": runs,
-            "held_out": name in HELD_OUT,
             "undamped_seed_0": figures(undamped),
             "replay_seconds_median": statistics.median(seconds),
         }
-        sample = "held out: the defaults were not chosen on it" if name in HELD_OUT else "in-sample"
-        print(f"\n{name} ({sample}; {args.seeds} seeds; replay {statistics.median(seconds):.1f} s median)")
+        print(f"\n{name} (in-sample; {args.seeds} seeds; replay {statistics.median(seconds):.1f} s median)")
         print(f"  {'figure':30} {'median':>9} {'worst':>9} {'undamped(seed 0)':>17}")
         for field in FIELDS:
             value, bad = median[field], worst.get(field)
@@ -300,13 +295,13 @@ def main() -> None:
         print(
             "  targets: " + ", ".join(f"{check} {'met' if ok else 'MISSED'}" for check, ok in checks.items())
         )
-        feasible = worst["in_band_share_bound"] >= IN_BAND_TARGET
+        room = worst["in_band_share_bound"] >= IN_BAND_TARGET
         print(
             f"  bound: in_band_share_at_least_{IN_BAND_TARGET:g} "
             + (
-                "feasible on every seed"
-                if feasible
-                else f"INFEASIBLE (bound {worst['in_band_share_bound']:.3g})"
+                "not shown infeasible on any seed (the bound leaves room)"
+                if room
+                else f"INFEASIBLE within alpha (bound {worst['in_band_share_bound']:.3g})"
             )
         )
         print(f"  N over time (seed 0): {' '.join(map(str, runs[0]['n_over_time']))}")

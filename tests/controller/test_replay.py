@@ -10,7 +10,19 @@ from typing import Any
 import numpy as np
 import pytest
 
-from repart.controller.replay import MODEL, ReplayedBatch, channel_rows, replay, summarize
+from repart.controller.bound import best_balance_utilization
+from repart.controller.replay import (
+    MODEL,
+    ReplayedBatch,
+    batch_budget,
+    channel_rows,
+    costs_per_row,
+    oracle_channels,
+    oracle_target,
+    replay,
+    summarize,
+)
+from repart.controller.settings import ControllerSettings
 from repart.errors import InvalidInput
 from repart.partitioning import ConsistentSpec, initial_function
 from repart.protocol.snapshot import BatchProgress
@@ -125,3 +137,30 @@ def test_bad_replays_name_their_field() -> None:
         with pytest.raises(InvalidInput) as caught:
             replay(windows, config)
         assert caught.value.field == field
+
+
+def test_the_replay_and_the_sweep_take_the_same_oracle() -> None:
+    """The replay's oracle per batch is the smallest N whose best balance meets the target, the largest
+    N when none does (a hot key above the target at every N), computed here by hand; the sweep's,
+    ``oracle_channels`` on a row of ``best_balance_utilization``, agrees on every batch."""
+    config = region(min_channels=2)
+    snapshots = trace_snapshots(dataclasses.replace(growing(), zipf_exponent=1.3))
+    batches = replay(snapshots, config).batches
+    settings = ControllerSettings.from_config(config)
+    target = oracle_target(settings)
+    costs = costs_per_row(snapshots)
+    budgets = [batch_budget(snapshot, settings) for snapshot in snapshots]
+    by_hand = []
+    for snapshot, cost, budget in zip(snapshots, costs, budgets, strict=True):
+        hottest = max(snapshot.item_columns.counts.tolist())
+        fits = [n for n in range(2, 13) if max(snapshot.tuples / n, hottest) * cost / budget <= target]
+        by_hand.append(fits[0] if fits else 12)
+    assert [batch.oracle_channels for batch in batches] == by_hand
+    assert 12 in by_hand and min(by_hand) < 12  # both cases occur
+    assert not any(
+        max(snapshot.tuples / 12, max(snapshot.item_columns.counts.tolist())) * cost / budget <= target
+        for snapshot, cost, budget, n in zip(snapshots, costs, budgets, by_hand, strict=True)
+        if n == 12
+    )
+    swept = best_balance_utilization(snapshots, costs, budgets, 12)
+    assert [oracle_channels(row, target, 2) for row in swept] == by_hand

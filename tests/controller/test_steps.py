@@ -112,3 +112,20 @@ def test_a_step_on_a_thousand_keys_meets_both_targets(seed: int, n_next: int) ->
     assert loads.max() / loads.mean() < 1.2  # the computation resource within its tolerance α
     assert built.event_data["predicted_b"] <= settings.rebalance_threshold
     assert built.event_data["step"]["b_within_threshold"]
+
+
+@pytest.mark.parametrize("algorithm", ["scan", "redist", "readj"])
+def test_a_tail_aware_regions_plain_candidates_stay_tail_aware(algorithm: str) -> None:
+    """A plain candidate of a tail-aware region is built tail-aware: it starts from the previous slot
+    overrides instead of dropping them, so it is the tail-aware candidate's build."""
+    [snapshot] = trace_snapshots(TraceSpec(1, rows=20_000, keys=1_000, zipf_exponent=0.8, seed=0))
+    estimate = merge_snapshots([with_slot_counts(snapshot)])
+    config = RegionConfig(key_type="int", n_channels_initial=4, slot_bits=TRACE_SLOT_BITS, tail_aware=True)
+    settings = ControllerSettings.from_config(config)
+    assert step_settings(settings, algorithm, False).params.tail_aware
+    current = build_next(initial_function(4, "int", TRACE_SLOT_BITS), estimate, 4, settings).function
+    assert current.home.slot_overrides
+    plain = build_next(current, estimate, 5, step_settings(settings, algorithm, False)).function
+    tail = build_next(current, estimate, 5, step_settings(settings, algorithm, True)).function
+    assert plain.home == tail.home
+    assert plain.home.slot_overrides

@@ -116,6 +116,6 @@ def test_the_named_traces_size_their_first_batch_for_the_target_on_four_channels
         assert spec.seed == 7
         # rows · cost / (batch seconds · 4 channels) = 0.7 on the first batch (load factor 1 on a Monday)
         assert spec.rows * spec.cost_seconds_per_row / (spec.batch_seconds * 4) == pytest.approx(0.7)
-    held_out, base = traces["weekly-drift-zipf-weekend-0.6"], traces["weekly-drift-zipf"]
-    assert (base.weekend_factor, held_out.weekend_factor) == (0.7, 0.6)
-    assert held_out == TraceSpec(**{**vars(base), "weekend_factor": 0.6})
+    deeper, base = traces["weekly-drift-zipf-weekend-0.6"], traces["weekly-drift-zipf"]
+    assert (base.weekend_factor, deeper.weekend_factor) == (0.7, 0.6)
+    assert deeper == TraceSpec(**{**vars(base), "weekend_factor": 0.6})

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from repart.controller.actions import explain
+from repart.controller.bound import best_balance_utilization
 from repart.controller.policy import TargetUtilizationPolicy
 from repart.controller.service import create_region, ingest_snapshot
 from repart.controller.settings import ControllerSettings
@@ -189,7 +190,11 @@ def _replay_batch(
         n_channels=function.n_channels,
         utilization=float(per_channel.max()) * cost / budget,
         budget_seconds=budget,
-        oracle_channels=oracle_channels(snapshot, cost, budget, settings.policy, config),
+        oracle_channels=oracle_channels(
+            best_balance_utilization([snapshot], [cost], [budget], config.max_channels)[0],
+            oracle_target(settings),
+            config.min_channels,
+        ),
         action=result.action,
         held_by=shown.get("held_by"),
         n_next=result.n_channels or function.n_channels,
@@ -213,16 +218,18 @@ def channel_rows(function: RoutingFunction, snapshot: Snapshot) -> np.ndarray:
     return rows
 
 
-def oracle_channels(snapshot: Snapshot, cost: float, budget: float, policy: Any, config: RegionConfig) -> int:
-    """The smallest N in the region's bounds whose best balance keeps the busiest channel at or below
-    the target utilization (module docstring); the upper bound when none does."""
-    target = policy.target_utilization if isinstance(policy, TargetUtilizationPolicy) else 1.0
-    counts = snapshot.item_columns.counts
-    hottest = float(counts.max()) if len(counts) else 0.0
-    for n in range(config.min_channels, config.max_channels + 1):
-        if max(snapshot.tuples / n, hottest) * cost / budget <= target:
-            return n
-    return config.max_channels
+def oracle_channels(utilization: np.ndarray, target: float, min_channels: int = 1) -> int:
+    """The oracle's N for one batch: the smallest N from ``min_channels`` whose best-balance utilization
+    ``utilization[N - 1]`` (a row of ``repart.controller.bound.best_balance_utilization``) is at or below
+    ``target``; the largest N, ``len(utilization)``, when none is (module docstring)."""
+    meets = np.flatnonzero(np.asarray(utilization)[min_channels - 1 :] <= target)
+    return int(meets[0]) + min_channels if len(meets) else len(utilization)
+
+
+def oracle_target(settings: ControllerSettings) -> float:
+    """The utilization the oracle sizes N for: the policy's target, 1 (the budget) for other policies."""
+    policy = settings.policy
+    return policy.target_utilization if isinstance(policy, TargetUtilizationPolicy) else 1.0
 
 
 def summarize(rows: Sequence[ReplayedBatch], band: tuple[float, float]) -> ReplaySummary:

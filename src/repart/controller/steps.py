@@ -109,8 +109,9 @@ def step_candidates(estimate: FrequencyEstimate) -> tuple[tuple[str, bool], ...]
 
 
 def step_settings(settings: ControllerSettings, algorithm: str, tail_aware: bool) -> ControllerSettings:
-    """The region's settings with a candidate's algorithm and tail-aware flag."""
-    params = dataclasses.replace(settings.params, tail_aware=tail_aware)
+    """The region's settings with a candidate's algorithm, tail-aware when the candidate or the region is
+    (a plain candidate of a tail-aware region keeps the region's slot overrides)."""
+    params = dataclasses.replace(settings.params, tail_aware=tail_aware or settings.params.tail_aware)
     return dataclasses.replace(settings, algorithm=algorithm, params=params)
 
 
