@@ -70,6 +70,10 @@ RESULTS: dict[str, tuple[str, str]] = {
         f"{PY} benchmarks/grouping_targets.py --sections dchoices-sweep,dkg-check",
     ),
     "job-overhead": ("A job's batch against plain Spark", f"{PY} benchmarks/job_overhead.py --json FILE"),
+    "job-overhead-run2": (
+        "A job's batch against plain Spark (the run before, commit 3a16b9c)",
+        f"{PY} benchmarks/job_overhead.py --json FILE",
+    ),
     "job-overhead-run1": (
         "A job's batch against plain Spark (the run before, medians only)",
         f"{PY} benchmarks/job_overhead.py --json FILE",
@@ -94,7 +98,19 @@ RESULTS: dict[str, tuple[str, str]] = {
         "benchmarks/state_churn.py, removed with the format-2 store",
     ),
     "tick": ("One controller tick", f"{PY} benchmarks/tick.py"),
-    "api-load": ("The HTTP API under 200 job clients", f"{PY} benchmarks/api_load.py --json FILE"),
+    "api-load": (
+        "The HTTP API under 200 job clients (commit 66a839e), run just before api-load-494047a",
+        f"{PY} benchmarks/api_load.py --json FILE",
+    ),
+    "api-load-494047a": (
+        "The HTTP API under 200 job clients, the code before uvloop, httptools and the tick's cuts "
+        "(commit 494047a), run just after api-load",
+        f"{PY} benchmarks/api_load.py --json FILE",
+    ),
+    "api-load-run3": (
+        "The HTTP API under 200 job clients (commit eb865ff, on a machine busy with Spark runs)",
+        f"{PY} benchmarks/api_load.py --json FILE",
+    ),
     "api-load-run1": (
         "The HTTP API under 200 job clients (first run: the API inside the daemon's process)",
         f"{PY} benchmarks/api_load.py --json FILE",
