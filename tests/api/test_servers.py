@@ -3,6 +3,7 @@ default."""
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -170,3 +171,64 @@ def test_the_health_server_serves_a_bounded_number_of_connections(metrics_server
     finally:
         for connection in held:
             connection.close()
+
+
+def raw_answers(connection: socket.socket, count: int, seconds: float) -> list[bytes]:
+    """The status lines of the first ``count`` answers on ``connection`` (fewer if the server closed
+    it or ``seconds`` passed first)."""
+    connection.settimeout(seconds)
+    received = b""
+    try:
+        while received.count(b"HTTP/1.1 ") < count or not received.endswith(b"}"):
+            chunk = connection.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+    except TimeoutError:
+        pass
+    return re.findall(rb"HTTP/1\.1 \d{3} [A-Za-z ]*", received)
+
+
+@pytest.fixture
+def slow_status(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The status call's work takes 0.4 s longer (on the server's worker thread)."""
+    import repart.api.app
+
+    original = repart.api.app.region_status
+
+    def slowly(*args: object, **kwargs: object) -> object:
+        time.sleep(0.4)
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(repart.api.app, "region_status", slowly)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_the_deadline_spares_requests_that_arrived_whole_and_cuts_a_trickled_body(
+    engine: Engine, slow_status: None
+) -> None:
+    """A request whose answer takes longer than the deadline is answered, and so are two pipelined
+    requests that take longer together; a request whose body trickles is cut off at the deadline."""
+    add_region(engine, "trades")
+    token = new_token(engine, "read")
+    request = f"GET /v1/regions/trades/status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n"
+    server = ApiServer(engine, 0, request_deadline=0.3)
+    server.serve()
+    try:
+        slow = socket.create_connection(("127.0.0.1", server.port))
+        slow.sendall(request.encode())
+        assert raw_answers(slow, 1, 5.0) == [b"HTTP/1.1 200 OK"]
+        slow.close()
+        pipelined = socket.create_connection(("127.0.0.1", server.port))
+        pipelined.sendall(request.encode() * 2)
+        assert raw_answers(pipelined, 2, 5.0) == [b"HTTP/1.1 200 OK"] * 2
+        pipelined.close()
+        trickling = socket.create_connection(("127.0.0.1", server.port))
+        trickling.sendall(
+            f"POST /v1/regions/trades/batches/1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{".encode()
+        )
+        assert closed_within(trickling, 3.0) is not None
+        trickling.close()
+    finally:
+        server.close()

@@ -125,6 +125,8 @@ def test_a_database_named_by_the_environment_is_named_so_in_errors(
          "error: {path}:2: is not valid TOML: Expected ']' at the end of a table declaration"),
         ('state = [\n"a",\n"b" "c",\n]\n',
          "error: {path}:3: is not valid TOML: Unclosed array"),
+        ('state = [\n"a",\n"db" "c",\n]\n',
+         "error: {path}:3: is not valid TOML: Unclosed array"),
     ],
 )  # fmt: skip
 def test_a_bad_file_is_one_line_naming_the_file_line_and_key_and_nothing_is_done(

@@ -36,8 +36,9 @@ def with_slot_counts(snapshot: Snapshot) -> Snapshot:
 
 def test_step_candidates_build_tail_aware_only_with_slot_counts() -> None:
     [snapshot] = trace_snapshots(TraceSpec(1, rows=2_000, keys=100, seed=1))
-    assert step_candidates(merge_snapshots([snapshot])) == tuple(c for c in STEP_CANDIDATES if not c[1])
-    assert step_candidates(merge_snapshots([with_slot_counts(snapshot)])) == STEP_CANDIDATES
+    plain = tuple(candidate for candidate in STEP_CANDIDATES if not candidate[1])
+    assert step_candidates(merge_snapshots([snapshot]), False) == plain
+    assert step_candidates(merge_snapshots([with_slot_counts(snapshot)]), False) == STEP_CANDIDATES
 
 
 def test_ideal_share_is_the_consistent_hashing_share() -> None:
@@ -77,7 +78,7 @@ def test_a_step_prefers_a_candidate_that_also_meets_the_threshold(seed: int, key
     # Oracle: every build the step may choose from, with its moved share and b.
     options = [build_next(current, estimate, n_next, settings)] + [
         build_next(current, estimate, n_next, step_settings(settings, algorithm, tail_aware))
-        for algorithm, tail_aware in step_candidates(estimate)
+        for algorithm, tail_aware in step_candidates(estimate, settings.params.tail_aware)
     ]
     both = [
         option
@@ -122,10 +123,10 @@ def test_a_tail_aware_regions_plain_candidates_stay_tail_aware(algorithm: str) -
     estimate = merge_snapshots([with_slot_counts(snapshot)])
     config = RegionConfig(key_type="int", n_channels_initial=4, slot_bits=TRACE_SLOT_BITS, tail_aware=True)
     settings = ControllerSettings.from_config(config)
-    assert step_settings(settings, algorithm, False).params.tail_aware
+    candidates = step_candidates(estimate, True)
+    assert (algorithm, True) in candidates and (algorithm, False) not in candidates
+    assert len(candidates) == len(set(candidates))
     current = build_next(initial_function(4, "int", TRACE_SLOT_BITS), estimate, 4, settings).function
     assert current.home.slot_overrides
-    plain = build_next(current, estimate, 5, step_settings(settings, algorithm, False)).function
-    tail = build_next(current, estimate, 5, step_settings(settings, algorithm, True)).function
-    assert plain.home == tail.home
-    assert plain.home.slot_overrides
+    stepped = build_next(current, estimate, 5, step_settings(settings, algorithm, True)).function
+    assert stepped.home.slot_overrides

@@ -140,13 +140,15 @@ def _line_of(text: str, key: str) -> int:
 
 
 def _key_on(text: str, line: int) -> str | None:
-    """The setting whose assignment line ``line`` (1-based) of ``text`` begins (``db = …``, perhaps
-    without its ``=``), or None when the line begins with no setting's name (a value inside a
+    """The setting whose assignment line ``line`` (1-based) of ``text`` begins (``db = …``, a bare name
+    perhaps without its ``=``), or None when the line begins with no setting's name (a value inside a
     multi-line array, a table header, a key repart does not know)."""
     lines = text.splitlines()
     if not 1 <= line <= len(lines):
         return None
-    found = re.match(r"\s*(?:\"([^\"]*)\"|'([^']*)'|([A-Za-z0-9_-]+))(?=[\s=]|$)", lines[line - 1])
+    found = re.match(
+        r"\s*(?:(?:\"([^\"]*)\"|'([^']*)')(?=\s*[=.])|([A-Za-z0-9_-]+)(?=[\s=.]|$))", lines[line - 1]
+    )
     name = None if found is None else next(part for part in found.groups() if part is not None)
     return name if name in KEYS else None
 

@@ -19,7 +19,8 @@ previous one within 3 batches); ``max_consecutive_over_budget`` (batches in a ro
 ran over the budget); ``in_band_share`` (batches whose utilization is within the region's band);
 ``cost_over_oracle`` (the sum of N over the batches against an oracle's, which takes per batch the
 smallest N whose best possible key-preserving balance, ``max(rows / N, hottest key's rows)``, keeps the
-busiest channel at or below the target utilization); ``moved_over_ideal_max`` (the largest share of
+busiest channel at or below the target utilization, or the largest N when none does);
+``moved_over_ideal_max`` (the largest share of
 the keys one scale step moved, over the ideal ``|ΔN| / max(N, N')``); ``rebalance_moved_max`` (the
 largest share one rebalance at unchanged N moved) and ``seconds_over_budget`` (the busy time past the
 budget, summed over batches).

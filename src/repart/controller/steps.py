@@ -80,7 +80,7 @@ def build_step(
     chosen, share = built, moved
     if moved > limit or not _balanced(built, threshold):
         within = []
-        for algorithm, tail_aware in step_candidates(estimate):
+        for algorithm, tail_aware in step_candidates(estimate, settings.params.tail_aware):
             candidate = build_next(
                 current, estimate, n_channels, step_settings(settings, algorithm, tail_aware)
             )
@@ -102,16 +102,20 @@ def build_step(
     return dataclasses.replace(chosen, event_data=chosen.event_data | {"step": step})
 
 
-def step_candidates(estimate: FrequencyEstimate) -> tuple[tuple[str, bool], ...]:
-    """``STEP_CANDIDATES`` that can be built on ``estimate``: a tail-aware build needs its slot counts."""
+def step_candidates(estimate: FrequencyEstimate, region_tail_aware: bool) -> tuple[tuple[str, bool], ...]:
+    """``STEP_CANDIDATES`` that can be built on ``estimate`` (a tail-aware build needs its slot counts),
+    each once: a tail-aware region's plain candidates are built tail-aware, so that they keep the
+    region's slot overrides, and are then its tail-aware candidates."""
     has_slots = estimate.slot_counts is not None
-    return tuple((algorithm, tail) for algorithm, tail in STEP_CANDIDATES if has_slots or not tail)
+    effective = (
+        (algorithm, tail or region_tail_aware) for algorithm, tail in STEP_CANDIDATES if has_slots or not tail
+    )
+    return tuple(dict.fromkeys(effective))
 
 
 def step_settings(settings: ControllerSettings, algorithm: str, tail_aware: bool) -> ControllerSettings:
-    """The region's settings with a candidate's algorithm, tail-aware when the candidate or the region is
-    (a plain candidate of a tail-aware region keeps the region's slot overrides)."""
-    params = dataclasses.replace(settings.params, tail_aware=tail_aware or settings.params.tail_aware)
+    """The region's settings with a candidate's algorithm and tail-awareness (``step_candidates``)."""
+    params = dataclasses.replace(settings.params, tail_aware=tail_aware)
     return dataclasses.replace(settings, algorithm=algorithm, params=params)
 
 
