@@ -173,6 +173,8 @@ def test_the_job_install_lacks_the_controller_and_simulator_packages() -> None:
         "prometheus_client",
         "starlette",
         "uvicorn",
+        "uvloop",
+        "httptools",
         "psycopg",
         "matplotlib",
         "wordfreq",
