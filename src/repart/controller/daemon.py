@@ -82,7 +82,7 @@ from repart.controller.listen import LOOPBACK
 from repart.controller.logs import log_event
 from repart.controller.metrics import DaemonMetrics, Health, MetricsServer, check_metrics_port
 from repart.controller.readings import decided_imbalance, region_readings
-from repart.controller.settings import ControllerSettings, plan_retention
+from repart.controller.settings import plan_retention
 from repart.controller.spool import SpoolOutcome, check_max_bytes, ingest_spool
 from repart.controller.tick import TickResult, tick
 from repart.errors import Conflict, InvalidInput, NotFound
@@ -102,7 +102,7 @@ from repart.storage import (
 from repart.storage.backoff import record_failure
 from repart.storage.engine import limit_idle_transactions
 from repart.storage.leases import RegionLease, claim_leases, region_leases
-from repart.storage.regions import RegionConfig, region_settings
+from repart.storage.regions import region_settings
 from repart.storage.retention import SETTINGS_RULE, prunable_plans, prune_plans
 from repart.validation import LEASE_HOLDER, Interval, check
 
@@ -541,10 +541,10 @@ class Daemon:
             return prunable_plans(session, region, retention, now)
 
         def prune(session: Session) -> list[int]:
-            settings = ControllerSettings.from_config(RegionConfig.from_row(region_by_name(session, region)))
-            if settings.retention is None:
+            retention = plan_retention(region_settings(session, region))
+            if retention is None:
                 return []
-            pruned = prune_plans(session, region, settings.retention, now, strict=False, rule=SETTINGS_RULE)
+            pruned = prune_plans(session, region, retention, now, strict=False, rule=SETTINGS_RULE)
             return [plan.summary["id"] for plan in pruned]
 
         try:

@@ -100,8 +100,7 @@ def activate(
     wanted, of the wrong type or not from the applied version to the new one) or ``plan_json`` (plan
     text that is not a migration plan).
     """
-    row = region_by_name(session, region)
-    session.refresh(row, with_for_update=True)
+    row = region_by_name(session, region, lock=True)
     moment = utc_now() if at is None else at
     current = RegionStatus.of(row)
     if expected is not None:

@@ -37,8 +37,7 @@ def set_mode(
     ``mode`` for a mode outside ``auto``, ``recommend``, ``hold``; NotFound for an unknown region.
     """
     check("mode", mode, Options(REGION_MODES))
-    row = region_by_name(session, region)
-    session.refresh(row, with_for_update=True)
+    row = region_by_name(session, region, lock=True)
     before = row.mode
     if mode == before and reason == row.mode_reason:
         return row  # nothing changes, so nothing to record

@@ -205,8 +205,7 @@ def delete_region(session: Session, name: str, *, force: bool = False) -> Delete
     children go by the foreign keys' ``ON DELETE CASCADE`` (SQLite connections enable foreign keys,
     ``repart.storage.engine``). NotFound for an unknown region.
     """
-    row = region_by_name(session, name)
-    session.refresh(row, with_for_update=True)
+    row = region_by_name(session, name, lock=True)
     counts = DeletedRegion(
         *(
             session.scalar(select(func.count()).select_from(table).where(table.region_id == row.id)) or 0

@@ -78,11 +78,10 @@ def prune_plans(
     docstring), oldest first, each with a ``plan-pruned`` event of ``rule``. With ``strict``, a retention
     that selects the applied version's plan raises InvalidInput naming ``keep_versions`` or
     ``older_than`` before anything is written. NotFound for an unknown region."""
-    row = region_by_name(session, region)
     # The region row's lock first, as a plan's claim and activation take it: a job cannot report the
     # plan of a new applied version between the read of the applied version and the selection, and two
     # prunes of one region run one after the other.
-    session.refresh(row, with_for_update=True)
+    row = region_by_name(session, region, lock=True)
     selected = _selected(session, row, retention, now)
     applied = [plan for plan in selected if plan.to_version == row.applied_version]
     if applied and strict:
