@@ -200,7 +200,7 @@ def test_other_input_is_refused() -> None:
     with pytest.raises(InvalidInput, match=r"^values must be a pyarrow string or large_string array"):
         spark_hash_strings(pa.array([b"a"]))
     with pytest.raises(InvalidInput, match=r"^values must be a pyarrow string or large_string array"):
-        spark_hash_strings(["a"])  # type: ignore[arg-type]
+        spark_hash_strings(["a"])
     with pytest.raises(InvalidInput, match=r"^values must be a 1-d array of integers .*got dtype float64"):
         spark_hash_longs([1.5])
     with pytest.raises(

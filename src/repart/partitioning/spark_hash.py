@@ -151,8 +151,9 @@ def _hash_string_array(values: pa.Array) -> I32:
     return hashes.view(np.int32)
 
 
-def spark_partitions(hashes: I32, n_partitions: int) -> npt.NDArray[np.int64]:
+def spark_partitions(hashes: npt.ArrayLike, n_partitions: int) -> npt.NDArray[np.int64]:
     """``pmod(hash, n)``: the state partition of each key (by its Spark hash) among ``n_partitions``
     (an integer >= 1), in [0, n_partitions)."""
     n = check("n_partitions", n_partitions, POSITIVE_INT)
-    return np.mod(np.asarray(hashes, dtype=np.int64), n)
+    partitions: npt.NDArray[np.int64] = np.mod(np.asarray(hashes, dtype=np.int64), n)
+    return partitions
