@@ -89,6 +89,10 @@ RESULTS: dict[str, tuple[str, str]] = {
     "spark-route": ("Routing on Spark", f"{PY} benchmarks/spark_route.py"),
     "spark-observe": ("Observing a batch on Spark", f"{PY} benchmarks/spark_observe.py --json FILE"),
     "spark-split": ("Split functions on Spark", f"{PY} benchmarks/spark_split.py"),
+    "spark-state-skew": (
+        "Spark-managed state: the skew-aware partition count against a plain rule's",
+        f"{PY} benchmarks/spark_state.py --sections skew --json FILE",
+    ),
     "spark-migrate": (
         "Migrations of the format-2 store (history)",
         "benchmarks/spark_migrate.py, removed with the format-2 store",
