@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repart.controller.state_count import DominantKey, choose_state_count, state_count_candidates
+from repart.controller.state_count import DominantKey, choose_state_count
 from repart.errors import InvalidInput
 
 HASHES = st.integers(-(2**31), 2**31 - 1)
@@ -146,10 +146,15 @@ def test_document_is_json_ready() -> None:
         (64, 0.1, 60, 66, list(range(60, 67))),
         (5, 0.1, 1, 100, [5]),
         (1, 0.0, 1, 1, [1]),
+        (8, 0.1, 1, 100, [8]),
+        (10, 0.7, 1, 100, list(range(3, 18))),
+        (20, 0.35, 1, 100, list(range(13, 28))),
     ],
 )
 def test_candidates(n: int, tolerance: float, low: int, high: int, expected: list[int]) -> None:
-    assert state_count_candidates(n, low, high, tolerance).tolist() == expected
+    """The bounds are exact for the decimal tolerance: 0.7 of 10 admits 3 although (1 - 0.7) * 10 is
+    3.0000000000000004 in floats, and 0.35 of 20 admits 13 and 27 (0.65 * 20 and 1.35 * 20 exactly)."""
+    assert list(choose_state_count([], [], 0, n, low, high, tolerance).candidates) == expected
 
 
 @pytest.mark.parametrize(

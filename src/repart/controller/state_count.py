@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from repart.errors import InvalidInput
+from repart.partitioning.metrics import max_over_mean
 from repart.partitioning.spark_hash import spark_partitions
 from repart.validation import NON_NEGATIVE, POSITIVE_INT, Interval, check
 
@@ -67,8 +68,8 @@ class StateCountChoice:
     - ``chosen``: the count m kept; ``rule``: the count n the plain rule picked.
     - ``chosen_max_load``, ``rule_max_load``: the predicted maximum partition load at each
       (``max_p H_p(m) + tail / m``).
-    - ``chosen_b``, ``rule_b``: their imbalance ``b = max / mean`` with mean ``total / m`` (1.0 when the
-      total is 0).
+    - ``chosen_b``, ``rule_b``: their imbalance ``b = max / mean`` with mean ``total / m``
+      (``repart.partitioning.metrics.max_over_mean`` of the predicted loads; 1.0 when the total is 0).
     - ``candidates``: every count considered, ascending, and ``candidate_max_loads`` their predicted
       maximum loads in the same order.
     - ``total``: the hot keys' counts plus the tail.
@@ -103,11 +104,12 @@ class StateCountChoice:
         }
 
 
-def state_count_candidates(rule_n: int, min_n: int, max_n: int, tolerance: float) -> npt.NDArray[np.int64]:
+def _candidates(rule_n: int, min_n: int, max_n: int, tolerance: float) -> npt.NDArray[np.int64]:
     """Every integer m in ``[ceil((1 - tolerance)·rule_n), floor((1 + tolerance)·rule_n)]`` and in
-    ``[min_n, max_n]``, ascending (``rule_n`` among them). The bounds are computed exactly (the float
-    ``tolerance`` as the rational it is), so ``0.1`` of 10 admits 9 and 11."""
-    exact = Fraction(tolerance)
+    ``[min_n, max_n]``, ascending (``rule_n`` among them). The bounds are computed exactly, with
+    ``tolerance`` as the decimal it is written as: ``0.7`` of 10 admits 3, which ``(1 - 0.7) * 10`` in
+    floats (3.0000000000000004) would not."""
+    exact = Fraction(repr(tolerance))
     low = max(math.ceil((1 - exact) * rule_n), min_n)
     high = min(math.floor((1 + exact) * rule_n), max_n)
     return np.arange(low, high + 1, dtype=np.int64)
@@ -138,9 +140,8 @@ def choose_state_count(
     rule = check("rule_n", rule_n, Interval(int, low, high))
     share = check("tolerance", tolerance, TOLERANCE)
 
-    candidates = state_count_candidates(rule, low, high, share)
-    hot_max = np.array([_max_partition_load(hashes, counts, int(m)) for m in candidates.tolist()])
-    max_loads = hot_max + tail_load / candidates
+    candidates = _candidates(rule, low, high, share)
+    max_loads = np.array([_predicted_loads(hashes, counts, tail_load, m).max() for m in candidates.tolist()])
     # Lowest predicted maximum, then closest to the rule's count, then the smaller count.
     best = int(np.lexsort((candidates, np.abs(candidates - rule), max_loads))[0])
     chosen = int(candidates[best])
@@ -152,8 +153,8 @@ def choose_state_count(
         rule=rule,
         chosen_max_load=float(max_loads[best]),
         rule_max_load=float(max_loads[at_rule]),
-        chosen_b=_imbalance(float(max_loads[best]), total, chosen),
-        rule_b=_imbalance(float(max_loads[at_rule]), total, rule),
+        chosen_b=max_over_mean(_predicted_loads(hashes, counts, tail_load, chosen)),
+        rule_b=max_over_mean(_predicted_loads(hashes, counts, tail_load, rule)),
         candidates=tuple(candidates.tolist()),
         candidate_max_loads=tuple(max_loads.tolist()),
         total=total,
@@ -190,15 +191,14 @@ def _hot_keys(
     return hashes.astype(np.int64), counts
 
 
-def _max_partition_load(hashes: npt.NDArray[np.int64], counts: npt.NDArray[np.float64], m: int) -> float:
-    """``max_p H_p(m)``: the largest sum of hot counts that one of m state partitions receives."""
-    if hashes.size == 0:
-        return 0.0
-    return float(np.bincount(spark_partitions(hashes, m), weights=counts, minlength=m).max())
-
-
-def _imbalance(max_load: float, total: float, m: int) -> float:
-    return max_load * m / total if total > 0 else 1.0
+def _predicted_loads(
+    hashes: npt.NDArray[np.int64], counts: npt.NDArray[np.float64], tail: float, m: int
+) -> npt.NDArray[np.float64]:
+    """The predicted load of each of m state partitions: ``H_p(m) + tail / m``, the hot keys' counts
+    summed by their partition ``pmod(hash, m)`` plus the tail's even share."""
+    partitions = spark_partitions(hashes, m)
+    hot = np.bincount(partitions, weights=counts, minlength=m).astype(np.float64, copy=False)
+    return hot + tail / m
 
 
 def _dominant_key(counts: npt.NDArray[np.float64], total: float, m: int) -> DominantKey | None:
