@@ -53,10 +53,13 @@ PYSPARK_PACKAGES = {"spark", "demo"}
 # through the ControllerClient port, never through ``storage`` or ``controller`` (the demo's driver,
 # demo/run.py, sets up the database and ticks, as an example script may).
 PIPELINES = {Path("demo/vwap.py"): {"partitioning", "migration", "protocol", "state", "spark", "sim"}}
-# The job object is a job's driver too: given a database URL it builds the SQL ControllerClient, and it
-# may set up its region and run a controller tick between batches, as an example script may. Its
+# The job object and ManagedQuery are drivers too: given a database URL they build the SQL ControllerClient,
+# and may set up the region and run a controller tick between batches, as an example script may. The
 # batches still reach the controller only through the ControllerClient port.
-DRIVERS = {Path("spark/job.py"): {"partitioning", "migration", "protocol", "state", "storage", "controller"}}
+DRIVERS = {
+    Path(driver): {"partitioning", "migration", "protocol", "state", "storage", "controller"}
+    for driver in ("spark/job.py", "spark/streaming/managed.py")
+}
 # What an example may not import (the name and every module or name below it), and why.
 EXAMPLE_FORBIDDEN = {
     "repart.storage.models": "programs use the repository functions",

@@ -46,6 +46,14 @@ TailAware = Annotated[
     bool | None,
     typer.Option("--tail-aware/--no-tail-aware", help="Build with per-slot loads and slot overrides."),
 ]
+EngineOption = Annotated[
+    str | None,
+    typer.Option(
+        "--engine",
+        help="Who places the region's state: repart (its partition functions; default) or spark-state "
+        "(a Structured Streaming query's own state: repart chooses its count of state partitions).",
+    ),
+]
 SlotBits = Annotated[int | None, typer.Option("--slot-bits", help="log2 of the slot table size (10-20).")]
 SplitOption = Annotated[
     str | None,
@@ -155,6 +163,7 @@ def create(
     slot_bits: SlotBits = None,
     split: SplitOption = None,
     merge: MergeOption = None,
+    engine: EngineOption = None,
     settings: Settings = None,
     db: DbOption = None,
     as_json: JsonOption = False,
@@ -178,6 +187,7 @@ def create(
         slot_bits=slot_bits,
         split_scheme=split,
         merge=merge,
+        engine=engine,
     )
     config = RegionConfig(
         key_type=key_type,  # type: ignore[arg-type]  # validated by RegionConfig

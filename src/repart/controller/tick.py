@@ -53,6 +53,7 @@ from sqlalchemy.orm import Session
 from repart.controller.policy import Decision, RebalanceDecision, needs_rebalance
 from repart.controller.settings import ControllerSettings
 from repart.controller.signal import BatchLoad
+from repart.controller.state_step import state_choice_note, state_step, step_data
 from repart.controller.steps import build_step
 from repart.controller.window import merge_snapshots, window_size
 from repart.errors import InvalidInput
@@ -62,7 +63,7 @@ from repart.partitioning.documents import json_number
 from repart.partitioning.domain import ConsistentMethod
 from repart.partitioning.routing import RoutingFunction
 from repart.partitioning.split.build import split_imbalance
-from repart.partitioning.split.function import load_function
+from repart.partitioning.state_partitions import StatePartitions, load_version_function
 from repart.partitioning.utility import function_cost
 from repart.protocol.snapshot import ChannelMeasurement, Snapshot
 from repart.storage import (
@@ -150,7 +151,7 @@ class TickInput:
     applied_n_channels: int | None
     mode_reason: str | None = None
     applying_plan: int | None = None
-    applied_function: RoutingFunction | None = None
+    applied_function: RoutingFunction | StatePartitions | None = None
     window: tuple[Snapshot, ...] = ()
     history: tuple[BatchLoad, ...] = ()
     before_change: BatchLoad | None = None
@@ -299,7 +300,7 @@ def read_tick_input(session: Session, region: str) -> TickInput:
     history = batch_history(session, row.id, settings.policy.history_batches, applied_n_channels)
     return dataclasses.replace(
         tick_input,
-        applied_function=load_function(cast(str, function_json)),
+        applied_function=load_version_function(cast(str, function_json)),
         window=tuple(window),
         history=history,
         before_change=batch_before_change(session, row.id, history, applied_n_channels),
@@ -405,9 +406,12 @@ def decide(tick_input: TickInput, now: datetime) -> Verdict:
     current, window = tick_input.applied_function, tick_input.window
     if current is None or not window:
         raise TypeError("a tick input with a decision due must hold the applied function and the window")
-    verdict = _analyze(
-        tick_input.settings, status, current, window, tick_input.history, tick_input.before_change
-    )
+    if isinstance(current, StatePartitions):
+        verdict = _analyze_state(tick_input, current)
+    else:
+        verdict = _analyze(
+            tick_input.settings, status, current, window, tick_input.history, tick_input.before_change
+        )
     if status.mode == "recommend" and verdict.action == "activated":
         return _recommendation(verdict)
     return verdict
@@ -440,7 +444,18 @@ def _recommendation(verdict: Verdict) -> Verdict:
 
 
 def _initialize(config: RegionConfig) -> Verdict:
-    """p^(0): the consistent hash alone on ``n_channels_initial`` channels, activated without a plan."""
+    """p^(0): the consistent hash alone on ``n_channels_initial`` channels, activated without a plan;
+    for a ``spark-state`` region, the count ``n_channels_initial`` of state partitions."""
+    if config.engine == "spark-state":
+        count = StatePartitions(config.n_channels_initial, config.key_type)
+        reason = f"initial count: {count.n_partitions} state partitions"
+        return Verdict(
+            "initialized",
+            reason,
+            count.n_partitions,
+            event=NewEvent("initialized", "initial", reason, {"n_channels": count.n_partitions}),
+            version=NewVersion(count.to_json(), count.digest, count.n_partitions, "initial"),
+        )
     function = initial_function(
         config.n_channels_initial,
         config.key_type,
@@ -523,6 +538,63 @@ def _analyze(
         event=NewEvent("activated", _rule(decision, rebalance), reason, data),
         version=version,
         plan=plan,
+        considered_seq=newest,
+    )
+
+
+def _analyze_state(tick_input: TickInput, current: StatePartitions) -> Verdict:
+    """Analyze and plan on a new window of a ``spark-state`` region: the channel-count policy on the
+    batch history, then, when it changes the count, the skew-aware count near its choice and the
+    checkpoint's repartition to it (``repart.controller.state_step``). The imbalance trigger is not
+    applied at an unchanged count: a repartition rewrites the whole state, so only a change of the
+    policy's count pays for one."""
+    settings, status, window = tick_input.settings, tick_input.status, tick_input.window
+    n_applied = current.n_partitions
+    estimate = merge_snapshots(window)
+    newest = window[-1].seq
+    base: dict[str, Any] = {"considered_seq": newest, "window_seqs": [snapshot.seq for snapshot in window]}
+    decision = settings.policy.decide(tick_input.history, n_applied, tick_input.before_change)
+    base |= {
+        "policy": decision.rule,
+        "policy_numbers": decision.numbers,
+        "held_by": decision.held_by,
+        "n_before": n_applied,
+        "n_next": decision.n_channels,
+    }
+    if not decision.changed:
+        return _unchanged(n_applied, decision.rule, decision.reason, base, newest)
+    config = tick_input.config
+    step = state_step(
+        current,
+        estimate,
+        decision.n_channels,
+        (config.min_channels, config.max_channels),
+        config.slot_bits,
+        window[-1],
+    )
+    data = base | step_data(step)
+    note = state_choice_note(step.choice)
+    if step.plan is None:
+        message = f"{decision.reason}; {note}, the applied count"
+        return _unchanged(n_applied, decision.rule, message, data, newest)
+    data |= {"plan_m": None if step.plan.m is None else json_number(step.plan.m)}
+    reason = f"{decision.reason}; {note}"
+    count = step.function
+    version = NewVersion(
+        count.to_json(),
+        count.digest,
+        count.n_partitions,
+        "skew-aware",
+        step.choice.to_document(),
+        parent_number=status.applied_version,
+    )
+    return Verdict(
+        "activated",
+        reason,
+        count.n_partitions,
+        event=NewEvent("activated", decision.rule, reason, data),
+        version=version,
+        plan=step.plan,
         considered_seq=newest,
     )
 

@@ -20,11 +20,14 @@ but a state key is never null.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
 from repart.errors import InvalidInput
+from repart.partitioning.domain import Key, KeyType
 from repart.validation import POSITIVE_INT, check
 
 SPARK_HASH_SEED = 42
@@ -103,6 +106,14 @@ def spark_hash_longs(values: npt.ArrayLike | pa.Array | pa.ChunkedArray) -> I32:
     high = (longs >> np.uint64(32)).astype(np.uint32)
     h1 = _mix_h1(_mix_h1(_seeds(len(longs)), _mix_k1(low)), _mix_k1(high))
     return _finalize(h1, 8).view(np.int32)
+
+
+def spark_hash(keys: Sequence[Key], key_type: KeyType) -> I32:
+    """Spark's ``hash`` of repart keys of ``key_type``: a ``str`` key as a ``string`` column, an
+    ``int`` key as a ``bigint`` column (repart's int keys are 64-bit)."""
+    if key_type == "str":
+        return spark_hash_strings(pa.array(keys, type=pa.string()))
+    return spark_hash_longs(np.asarray(keys, dtype=np.int64))
 
 
 def spark_hash_strings(values: pa.Array | pa.ChunkedArray) -> I32:

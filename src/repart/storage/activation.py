@@ -27,7 +27,7 @@ from repart.partitioning.algorithms.builder import check_algorithm
 from repart.partitioning.domain import SPLIT_SCHEMES
 from repart.partitioning.function import PartitionFunction
 from repart.partitioning.routing import RoutingFunction
-from repart.partitioning.split.function import load_function
+from repart.partitioning.state_partitions import StatePartitions, load_version_function
 from repart.storage import models
 from repart.storage.events import NewEvent
 from repart.storage.jsontext import dump_object
@@ -109,6 +109,8 @@ def activate(
     function = _checked_function(version, row)
     if function.kind == "split":
         check("algorithm", version.algorithm, SPLIT_ALGORITHMS)
+    elif function.kind == "state-partitions":
+        check("algorithm", version.algorithm, STATE_ALGORITHMS)
     else:
         check_algorithm(version.algorithm)
     report_json = dump_object(version.report, "report")
@@ -161,7 +163,8 @@ def activate(
             )
             session.add(version_row)
             session.flush()
-            _insert_explicit(session, version_row.id, function.home)
+            if not isinstance(function, StatePartitions):
+                _insert_explicit(session, version_row.id, function.home)
             plan_id = None
             if checked_plan is not None and applied is not None:
                 plan_id = _insert_plan(session, row.id, checked_plan, applied.number, number)
@@ -192,20 +195,31 @@ def activate(
 
 #: The algorithm of a split version: the scheme that chose its split keys' candidates.
 SPLIT_ALGORITHMS = Options(tuple(f"split-{scheme}" for scheme in SPLIT_SCHEMES))
+#: The algorithm of a spark-state region's version: the initial count, the skew-aware choice of a
+#: count, or an operator's count.
+STATE_ALGORITHMS = Options(("initial", "skew-aware", "operator"))
 
 
-def _checked_function(version: NewVersion, region: models.Region) -> RoutingFunction:
+def _checked_function(version: NewVersion, region: models.Region) -> RoutingFunction | StatePartitions:
     """The function of ``version`` if its JSON is canonical, matches the version's digest and N, and
-    fits the region (channel bounds, key type, slot bits; a split function only in split mode)."""
+    fits the region (its engine, channel bounds, key type, slot bits; a split function only in split
+    mode)."""
     text = check("function_json", version.function_json, STRING)
     try:
-        function = load_function(text)
+        function = load_version_function(text)
     except ValueError as error:
         raise InvalidInput("function_json", f"must be a partition function's JSON: {error}") from None
     if function.to_json() != text:
         raise InvalidInput(
             "function_json",
             f"must be canonical JSON (as the function's to_json() writes it), got {shown(text)}",
+        )
+    if isinstance(function, StatePartitions) != (region.engine == "spark-state"):
+        wanted = "a count of state partitions" if region.engine == "spark-state" else "a partition function"
+        raise InvalidInput(
+            "function_json",
+            f"must be {wanted}: region {region.name!r} has engine {region.engine!r}, got a "
+            f"{function.kind!r} function",
         )
     if function.kind == "split" and region.split_scheme is None:
         raise InvalidInput(
@@ -231,7 +245,7 @@ def _checked_function(version: NewVersion, region: models.Region) -> RoutingFunc
             f"must be a function of the region's key_type {region.key_type!r} (or of none), "
             f"got key_type {function.key_type!r}",
         )
-    if function.slot_bits != region.slot_bits:
+    if not isinstance(function, StatePartitions) and function.slot_bits != region.slot_bits:
         raise InvalidInput(
             "function_json",
             f"must be a function of the region's slot_bits {region.slot_bits}, "
@@ -279,7 +293,10 @@ def _insert_explicit(session: Session, version_id: int, function: PartitionFunct
 
 
 def _checked_plan(
-    plan: MigrationPlan | str, region: models.Region, applied: models.Version, target: RoutingFunction
+    plan: MigrationPlan | str,
+    region: models.Region,
+    applied: models.Version,
+    target: RoutingFunction | StatePartitions,
 ) -> MigrationPlan:
     """``plan`` (parsed if it is JSON text) if it goes from the applied version to ``target``."""
     if isinstance(plan, str):

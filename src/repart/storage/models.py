@@ -63,6 +63,7 @@ class Region(Base):
     tick_failures: Mapped[int]
     retry_at: Mapped[datetime | None]
     last_error: Mapped[str | None]
+    engine: Mapped[str]
 
 
 class Snapshot(Base):
@@ -270,6 +271,19 @@ class Lease(Base):
     region_id: Mapped[int]
     holder: Mapped[str]
     token: Mapped[int]
+    acquired_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+
+
+class QueryLease(Base):
+    """The lease of the streaming query running over a ``spark-state`` region's checkpoint
+    (``tables.query_leases``)."""
+
+    __table__ = tables.query_leases
+
+    region_id: Mapped[int]
+    checkpoint: Mapped[str]
+    holder: Mapped[str]
     acquired_at: Mapped[datetime]
     expires_at: Mapped[datetime]
 

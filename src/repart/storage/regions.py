@@ -38,13 +38,14 @@ from repart.protocol.merge import MergeSpec
 from repart.storage import models
 from repart.storage.jsontext import dump_object, load_object
 from repart.storage.region_names import unknown_region
+from repart.storage.tables import ENGINES
 from repart.validation import BOOLEAN, NONE, REGION_NAME, Interval, Options, check
 
 POLICIES = ("fixed", "target-utilization")
 # α of a region: α = 1 tolerates no imbalance, so no function could be built for it (Eq. 15: θ = 0).
 REGION_ALPHA = Interval(float, 1, None, closed="neither")
 # Fields whose change would make stored snapshots and versions inconsistent with the region.
-_FIXED_ONCE_USED = ("key_type", "slot_bits")
+_FIXED_ONCE_USED = ("key_type", "slot_bits", "engine")
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,10 @@ class RegionConfig:
     object). ``utility`` is normalised (``apm`` → ``APM``). ``split_scheme`` (one of ``SPLIT_SCHEMES``)
     puts the region in split mode, which needs ``merge`` (``repart.protocol.merge``;
     stored as its canonical text); the scheme's parameters are the ``split`` object of ``settings``.
+    ``engine`` says who places the region's state: ``repart`` (its versions are partition functions)
+    or ``spark-state`` (a Structured Streaming query's own state, placed by Spark over n state
+    partitions: its versions are counts n, between ``min_channels`` and ``max_channels``; never in
+    split mode). It cannot change once the region has snapshots or versions.
     """
 
     key_type: KeyType
@@ -73,6 +78,7 @@ class RegionConfig:
     split_scheme: str | None = None
     merge: str | None = None
     settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    engine: str = "repart"
 
     def __post_init__(self) -> None:
         # The builder (and every algorithm it imports) loads only when a configuration is checked: a
@@ -93,6 +99,13 @@ class RegionConfig:
         check_slot_bits(self.slot_bits)
         check("consistent_method", self.consistent_method, Options(METHODS))
         check("split_scheme", self.split_scheme, Options(SPLIT_SCHEMES), NONE)
+        check("engine", self.engine, Options(ENGINES))
+        if self.engine == "spark-state" and self.split_scheme is not None:
+            raise InvalidInput(
+                "split_scheme",
+                "must be unset for a spark-state region: Spark places its state by key, and only a "
+                f"region of repart's own splits keys, got {self.split_scheme!r}",
+            )
         if self.merge is not None:
             object.__setattr__(self, "merge", MergeSpec.parse(self.merge).to_text())
         elif self.split_scheme is not None:
@@ -173,7 +186,7 @@ def list_regions(session: Session) -> list[models.Region]:
 def update_region(session: Session, name: str, checked: CheckedRegion) -> models.Region:
     """Replace a region's configuration with a checked one.
 
-    ``key_type`` and ``slot_bits`` cannot change once the region has snapshots or versions
+    ``key_type``, ``slot_bits`` and ``engine`` cannot change once the region has snapshots or versions
     (Conflict): the stored keys and slot counts would no longer fit it.
     """
     row = region_by_name(session, name)

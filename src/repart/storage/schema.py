@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
-HEAD_REVISION = "0009"
+HEAD_REVISION = "0010"
 """The newest migration script's revision (tests check it against the scripts: ``head_revision``).
 Revisions are numbered with four digits, so their text order is their order."""
 

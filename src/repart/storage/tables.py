@@ -55,6 +55,8 @@ PLAN_STATUSES = ("pending", "applying", "applied", "failed", "superseded")
 #: The statuses of a plan that a job has not finished applying yet.
 OPEN_PLAN_STATUSES = ("pending", "applying")
 REGION_MODES = ("auto", "recommend", "hold")
+# Who places a region's state: repart's partition function, or Spark over a count of state partitions.
+ENGINES = ("repart", "spark-state")
 MOVE_KINDS = ("explicit", "slots")
 
 #: Every table, with a naming convention, so constraint names agree across backends.
@@ -117,6 +119,9 @@ _ONE_KEY = "(key_int IS NULL) <> (key_utf8 IS NULL)"
 # ``tick_failures`` counts the region's failed ticks in a row, ``retry_at`` is when the daemon ticks it
 # again (exponential backoff, ``repart.controller.backoff``) and ``last_error`` the last failure's
 # message; a successful tick or ``repart resume`` clears them.
+# ``engine`` says who places the region's state (``ENGINES``): ``repart`` (its versions are partition
+# functions) or ``spark-state`` (a Structured Streaming query's own state; its versions are counts of
+# state partitions, never in split mode).
 regions = Table(
     "regions",
     metadata,
@@ -151,6 +156,7 @@ regions = Table(
     Column("tick_failures", Integer, nullable=False, default=0, server_default="0"),
     Column("retry_at", UTCDateTime),
     Column("last_error", Text),
+    Column("engine", String(16), nullable=False, default="repart", server_default="repart"),
     CheckConstraint(_in("key_type", KEY_TYPES), name="key_type"),
     CheckConstraint("1 <= min_channels AND min_channels <= max_channels", name="channel_bounds"),
     CheckConstraint(
@@ -161,6 +167,8 @@ regions = Table(
     CheckConstraint(f"split_scheme IS NULL OR {_in('split_scheme', SPLIT_SCHEMES)}", name="split_scheme"),
     CheckConstraint("split_scheme IS NULL OR merge IS NOT NULL", name="split_merge"),
     CheckConstraint("tick_failures >= 0", name="tick_failures"),
+    CheckConstraint(_in("engine", ENGINES), name="engine"),
+    CheckConstraint("engine = 'repart' OR split_scheme IS NULL", name="engine_split"),
 )
 
 # One tumbling window's lossy counter and measurements; ``version`` was active.
@@ -358,6 +366,20 @@ leases = Table(
     Column("region_id", Integer, ForeignKey("regions.id", ondelete="CASCADE"), primary_key=True),
     Column("holder", String(200), nullable=False),
     Column("token", BigInteger, nullable=False),
+    Column("acquired_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+)
+
+# The lease of the Structured Streaming query that runs over a ``spark-state`` region's checkpoint
+# (``repart.storage.query_leases``): Spark has no checkpoint lock, so a checkpoint is repartitioned only
+# while no live lease names its region. ``holder`` names the driver (host, process id), ``expires_at``
+# ends a lease its query stopped renewing (a killed driver).
+query_leases = Table(
+    "query_leases",
+    metadata,
+    Column("region_id", Integer, ForeignKey("regions.id", ondelete="CASCADE"), primary_key=True),
+    Column("checkpoint", Text, nullable=False),
+    Column("holder", String(200), nullable=False),
     Column("acquired_at", UTCDateTime, nullable=False),
     Column("expires_at", UTCDateTime, nullable=False),
 )

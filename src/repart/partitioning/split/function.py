@@ -239,6 +239,12 @@ def load_function(text: str) -> RoutingFunction:
     """A stored function of either kind: a split function when its document says ``"kind": "split"``,
     else a ``PartitionFunction``."""
     document = parse_json(text, "function")
+    if isinstance(document, Mapping) and document.get("kind") == "state-partitions":
+        raise InvalidInput(
+            "function",
+            "must be a routing function; this is a spark-state region's count of state partitions "
+            "(Spark places that state by key: no repart job routes by it)",
+        )
     if isinstance(document, Mapping) and "kind" in document:
         return SplitFunction.from_document(document)
     return PartitionFunction.from_json(text)

@@ -1,0 +1,319 @@
+"""``ManagedQuery``: a user's stateful Structured Streaming query, run under repart's control of its
+state partition count.
+
+The query is the user's, unchanged: ``start(checkpoint)`` builds and starts it with that checkpoint
+location. ``ManagedQuery`` runs it over a ``spark-state`` region and, as batches complete:
+
+1. **measures** each new batch (``repart.spark.streaming.measure``) and submits its snapshot;
+2. runs one controller tick when ``tick`` is on (the embedded controller; else a daemon ticks);
+3. **activates** a plan the controller stored: it stops the query at a batch boundary, repartitions
+   the checkpoint to the plan's count (``repart.spark.streaming.checkpoint``), restarts the query with
+   ``start`` and reports the plan applied, with the state's rows and bytes, and the seconds in a
+   batch report.
+
+The plan's life is the controller's (pending → applying → applied | failed), with Spark's own states
+in it: a driver killed while Spark repartitions leaves the plan ``applying`` and the checkpoint with an
+unfinished repartition, which Spark lets only the same count finish; the next ``start`` finds the plan
+``applying`` and repartitions to its count again, which finishes it (a count that already matches means
+the plan was done). PySpark's ``stop()`` interrupts a running batch, after which Spark refuses to
+repartition, so the query is stopped only while its trigger waits; a batch interrupted anyway is
+finished by running the query until it commits, then stopping again.
+
+While the query runs, its driver holds the region's query lease (``repart.storage.query_leases``),
+renewed as batches complete: nothing else repartitions the checkpoint meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+from sqlalchemy import Engine
+
+from repart.errors import Conflict, InvalidInput
+from repart.migration import MigrationPlan
+from repart.spark.streaming.checkpoint import (
+    Repartitioned,
+    batch_ids,
+    last_batch_interrupted,
+    reachable_checkpoint,
+    repartition_checkpoint,
+    state_partition_count,
+)
+from repart.spark.streaming.measure import batch_snapshot, key_frequencies, partition_state, progress_of
+from repart.validation import POSITIVE, Matches, check
+
+CHECKPOINT = Matches(r"(?s).+", "a non-empty location")
+DEFAULT_LEASE_SECONDS = 120.0
+"""How long a query lease lasts past its last renewal (a killed driver's lease ends after it)."""
+
+
+@dataclass(frozen=True)
+class Applied:
+    """A plan ``ManagedQuery`` applied: its id, the counts, the state's rows and bytes, and seconds."""
+
+    plan_id: int
+    from_partitions: int
+    to_partitions: int
+    state_rows: int
+    state_bytes: int
+    seconds: float
+
+
+class ManagedQuery:
+    """Run ``start``'s streaming query over ``region`` (a ``spark-state`` region) with its state in
+    ``checkpoint`` (module docstring).
+
+    ``controller`` is the controller's database URL. ``count_column`` names the state's count value (for
+    ``groupBy(k).agg(count("*"))`` Spark names it ``count``), whose change-feed deltas are the keys'
+    frequencies; None for a deduplication, balanced by state rows only. ``trigger_seconds`` is the
+    query's trigger interval, the time a batch has (None: the time since the previous batch started).
+    ``tick`` runs a controller tick after each measured batch. InvalidInput naming the field for bad
+    values; the region's engine and the checkpoint are checked when the query starts.
+    """
+
+    def __init__(
+        self,
+        start: Callable[[str], StreamingQuery],
+        *,
+        checkpoint: str,
+        region: str,
+        controller: str,
+        count_column: str | None = "count",
+        trigger_seconds: float | None = None,
+        tick: bool = False,
+        spark: SparkSession | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> None:
+        from repart.storage import make_engine
+
+        if not callable(start):
+            raise InvalidInput(
+                "start", f"must be a function of the checkpoint that starts the query, got {start!r}"
+            )
+        self.start_query = start
+        self.checkpoint = check("checkpoint", checkpoint, CHECKPOINT)
+        self.region = region
+        self.count_column = count_column
+        self.trigger_seconds = (
+            None if trigger_seconds is None else check("trigger_seconds", trigger_seconds, POSITIVE)
+        )
+        self.tick = tick
+        self.lease_seconds = check("lease_seconds", lease_seconds, POSITIVE)
+        self.engine: Engine = make_engine(controller)
+        self.spark = spark or SparkSession.active()
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        self.query: StreamingQuery | None = None
+        self.applied: list[Applied] = []
+        self._measured: int | None = None
+        self._previous_start: datetime | None = None
+
+    # --- life cycle ------------------------------------------------------------------------------------
+    def start(self) -> StreamingQuery:
+        """Take the region's query lease, finish a plan a killed driver left ``applying``, and start the
+        query (on a fresh checkpoint, with the applied count as ``spark.sql.shuffle.partitions``)."""
+        region = self._region()
+        if region.engine != "spark-state":
+            raise InvalidInput(
+                "region", f"must be a spark-state region, got {self.region!r} with engine {region.engine!r}"
+            )
+        if region.applied_version is None:
+            raise InvalidInput(
+                "region",
+                f"must have an applied count: run `repart tick --region {self.region}` once first",
+            )
+        reachable_checkpoint(self.spark, self.checkpoint)
+        self._renew()
+        self._finish_applying()
+        if not _has_state(self.spark, self.checkpoint):
+            self.spark.conf.set("spark.sql.shuffle.partitions", str(self._applied_count()))
+        self.query = self.start_query(self.checkpoint)
+        return self.query
+
+    def stop(self) -> None:
+        """Stop the query at a batch boundary and release the lease."""
+        self._stop_at_boundary()
+        from repart.storage import run_in_transaction
+        from repart.storage.query_leases import release_query_lease
+
+        run_in_transaction(
+            self.engine, lambda session: release_query_lease(session, self.region, self.holder)
+        )
+
+    def poll(self) -> list[int]:
+        """Measure the batches completed since the last poll, tick when ``tick`` is on, and apply a plan
+        the controller stored (module docstring). Returns the batch ids measured."""
+        query = self._running()
+        measured = []
+        committed = batch_ids(self.spark, f"{self.checkpoint}/commits")
+        for progress in [progress_of(p.json) for p in query.recentProgress]:
+            batch = int(progress["batchId"])
+            if (self._measured is not None and batch <= self._measured) or not progress.get("stateOperators"):
+                continue
+            if not committed or batch > committed[-1]:
+                break  # its commit is not written yet: measured at the next poll
+            self._measure(progress)
+            measured.append(batch)
+            self._measured = batch
+        if measured:
+            self._renew()
+            if self.tick:
+                self._tick()
+            self._apply_pending()
+        return measured
+
+    # --- measure ---------------------------------------------------------------------------------------
+    def _measure(self, progress: Mapping[str, Any]) -> None:
+        from repart.storage.client import SqlControllerClient
+
+        region = self._region()
+        batch = int(progress["batchId"])
+        started = datetime.fromisoformat(str(progress["timestamp"]).replace("Z", "+00:00"))
+        interval = self.trigger_seconds
+        if interval is None and self._previous_start is not None:
+            gap = (started - self._previous_start).total_seconds()
+            interval = gap if gap > 0 else None
+        self._previous_start = started
+        duration_ms = progress["durationMs"]["triggerExecution"]
+        n = state_partition_count(self.spark, self.checkpoint)
+        frequencies = (
+            None
+            if self.count_column is None
+            else key_frequencies(self.spark, self.checkpoint, batch, self.count_column)
+        )
+        snapshot = batch_snapshot(
+            region=self.region,
+            key_type=region.key_type,
+            slot_bits=region.slot_bits,
+            seq=batch,
+            progress=progress,
+            interval_seconds=interval,
+            window_start=started,
+            window_end=started + timedelta(milliseconds=max(1, int(duration_ms))),
+            partitions=partition_state(self.spark, self.checkpoint, n),
+            frequencies=frequencies,
+            version=region.applied_version,
+        )
+        SqlControllerClient(self.engine).submit_snapshot(snapshot)
+
+    def _tick(self) -> None:
+        from repart.controller.tick import tick
+
+        with contextlib.suppress(Conflict):  # another tick (a daemon's) acted meanwhile
+            tick(self.engine, self.region)
+
+    # --- activate --------------------------------------------------------------------------------------
+    def _apply_pending(self) -> None:
+        from repart.storage.client import SqlControllerClient
+
+        todo = SqlControllerClient(self.engine).claim_next_plan(self.region)
+        if todo is None:
+            return
+        self._stop_at_boundary()
+        self._apply(todo.plan_id, todo.plan_json)
+        self.query = self.start_query(self.checkpoint)
+
+    def _finish_applying(self) -> None:
+        """Apply a plan left ``applying`` (a driver killed in the middle), before the query starts."""
+        from repart.storage.client import SqlControllerClient
+
+        todo = SqlControllerClient(self.engine).claim_next_plan(self.region)
+        if todo is not None:
+            self._apply(todo.plan_id, todo.plan_json)
+
+    def _apply(self, plan_id: int, plan_json: str) -> None:
+        from repart.storage import run_in_transaction
+        from repart.storage.client import SqlControllerClient
+        from repart.storage.query_leases import check_no_running_query
+
+        client = SqlControllerClient(self.engine)
+        target = MigrationPlan.from_json(plan_json).target_n_channels
+        self._finish_interrupted_batch()
+        now = datetime.now(UTC)
+        run_in_transaction(
+            self.engine, lambda session: check_no_running_query(session, self.region, now, holder=self.holder)
+        )
+        result: Repartitioned = repartition_checkpoint(self.spark, self.checkpoint, target)
+        states = partition_state(self.spark, self.checkpoint, target)
+        rows, stored = sum(s.rows for s in states), sum(s.stored_bytes for s in states)
+        client.report_plan(plan_id, "applied", moved_rows=rows, moved_bytes=stored)
+        self.applied.append(Applied(plan_id, result.from_partitions, target, rows, stored, result.seconds))
+
+    def _finish_interrupted_batch(self) -> None:
+        """Run the query until its interrupted batch commits, then stop it at a boundary (Spark refuses
+        to repartition after an unfinished batch)."""
+        for _ in range(3):
+            if not last_batch_interrupted(self.spark, self.checkpoint):
+                return
+            query = self.start_query(self.checkpoint)
+            query.processAllAvailable()
+            self.query = query
+            self._stop_at_boundary()
+        if last_batch_interrupted(self.spark, self.checkpoint):
+            raise Conflict(f"the last batch of checkpoint {self.checkpoint!r} did not finish after 3 runs")
+
+    def _stop_at_boundary(self) -> None:
+        """Stop the query while its trigger waits (not in the middle of a batch)."""
+        query = self.query
+        if query is None or not query.isActive:
+            return
+        deadline = time.monotonic() + 600
+        while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        query.stop()
+
+    # --- helpers ---------------------------------------------------------------------------------------
+    def _running(self) -> StreamingQuery:
+        if self.query is None:
+            raise Conflict("the query is not started: call start() first")
+        if not self.query.isActive and self.query.exception() is not None:
+            raise Conflict(f"the query failed: {self.query.exception()}")
+        return self.query
+
+    def _region(self) -> Any:
+        from repart.storage import read_transaction, region_by_name
+
+        return read_transaction(self.engine, lambda session: _detached(region_by_name(session, self.region)))
+
+    def _applied_count(self) -> int:
+        from repart.storage import read_transaction
+        from repart.storage.versions import applied_version
+
+        def count(session: Any) -> int:
+            version = applied_version(session, self.region)
+            if version is None:
+                raise Conflict(f"region {self.region!r} has no applied version")
+            return version.n_channels
+
+        return read_transaction(self.engine, count)
+
+    def _renew(self) -> None:
+        from repart.storage import run_in_transaction
+        from repart.storage.query_leases import hold_query_lease
+
+        now = datetime.now(UTC)
+        run_in_transaction(
+            self.engine,
+            lambda session: hold_query_lease(
+                session, self.region, self.checkpoint, self.holder, self.lease_seconds, now
+            ),
+        )
+
+
+def _has_state(spark: SparkSession, checkpoint: str) -> bool:
+    return bool(batch_ids(spark, f"{checkpoint}/commits"))
+
+
+def _detached(row: Any) -> Any:
+    """The region row's columns as a plain namespace (usable after its session closed)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**{column.key: getattr(row, column.key) for column in row.__table__.columns})

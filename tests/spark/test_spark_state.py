@@ -1,0 +1,147 @@
+"""A real Structured Streaming aggregation under ``ManagedQuery``: a skewed file-source stream whose
+load grows, its state measured from Spark's own state and change feed, its state partition count
+changed by the controller during the run through Spark's offline repartition, and its totals equal to
+a batch ``groupBy`` of all its input after every step."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from pyspark.sql import functions as F
+
+from repart.controller import service
+from repart.controller.tick import tick
+from repart.errors import Conflict, InvalidInput
+from repart.spark.streaming import ManagedQuery
+from repart.spark.streaming.checkpoint import batch_ids, repartition_checkpoint, state_partition_count
+from repart.storage import RegionConfig, make_engine, run_in_transaction
+from repart.storage.query_leases import hold_query_lease
+from repart.storage.schema import upgrade
+from tests.factories import plans, row_counts
+
+ROCKSDB = {
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+}
+
+
+@pytest.fixture
+def rocksdb(spark: Any) -> Any:
+    previous = {key: spark.conf.get(key, None) for key in ROCKSDB}
+    for key, value in ROCKSDB.items():
+        spark.conf.set(key, value)
+    yield spark
+    for key, value in previous.items():
+        if value is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, value)
+    spark.conf.set("spark.sql.shuffle.partitions", "4")
+
+
+def write_batch(directory: Path, index: int, rows: int, rng: np.random.Generator) -> None:
+    keys = rng.zipf(1.3, rows) % 300
+    frame = pd.DataFrame({"k": [f"k{key}" for key in keys], "v": np.ones(rows, dtype=np.int64)})
+    temporary = directory / f".part-{index}"
+    frame.to_json(temporary, orient="records", lines=True)
+    os.rename(temporary, directory / f"part-{index:03d}.json")
+
+
+def _assert_state_matches_the_input_read(spark: Any, checkpoint: str, source: Path) -> None:
+    """Every key's count in the newest committed state equals its count in the files the query read
+    (the source's log names them), after every step."""
+    committed = batch_ids(spark, f"{checkpoint}/commits")
+    if not committed:
+        return
+    batch = committed[-1]
+    log = spark.read.text(f"{checkpoint}/sources/0").where(F.col("value").startswith("{")).collect()
+    entries = [json.loads(row["value"]) for row in log]
+    files = sorted({entry["path"] for entry in entries if entry["batchId"] <= batch})
+    state = spark.read.format("statestore").option("batchId", batch).load(checkpoint)
+    got = state.select(F.col("key.k").alias("k"), F.col("value.count").alias("n"))
+    expected = spark.read.schema("k string, v long").json(files).groupBy("k").agg(F.count("*").alias("n"))
+    assert expected.exceptAll(got).count() == 0 and got.exceptAll(expected).count() == 0, batch
+
+
+def test_the_controller_changes_the_state_partition_count_of_a_running_aggregation_exactly(
+    rocksdb: Any, tmp_path: Path
+) -> None:
+    spark = rocksdb
+    source, checkpoint, db = tmp_path / "in", str(tmp_path / "ck"), f"sqlite:///{tmp_path}/repart.db"
+    source.mkdir()
+    engine = make_engine(db)
+    upgrade(engine)
+    region = RegionConfig(
+        key_type="str",
+        n_channels_initial=2,
+        policy="target-utilization",
+        max_channels=8,
+        engine="spark-state",
+        settings={"batch_interval_seconds": 0.2, "stabilization_batches": 1},
+    )
+    run_in_transaction(engine, lambda s: service.create_region(s, "agg", region))
+    tick(engine, "agg")
+
+    def start(location: str) -> Any:
+        stream = spark.readStream.schema("k string, v long").option("maxFilesPerTrigger", 1).json(str(source))
+        totals = stream.groupBy("k").agg(F.count("*").alias("n"), F.sum("v").alias("s"))
+        return (
+            totals.writeStream.format("memory")
+            .queryName("agg_totals")
+            .outputMode("complete")
+            .option("checkpointLocation", location)
+            .trigger(processingTime="0.5 seconds")
+            .start()
+        )
+
+    rng = np.random.default_rng(7)
+    managed = ManagedQuery(start, checkpoint=checkpoint, region="agg", controller=db, tick=True, spark=spark)
+    write_batch(source, 0, 500, rng)
+    managed.start()
+    # A second driver may not run the region's query, nor repartition its checkpoint, meanwhile.
+    with pytest.raises(Conflict, match="running query"):
+        run_in_transaction(
+            engine,
+            lambda s: hold_query_lease(s, "agg", checkpoint, "another-driver", 60, datetime.now(UTC)),
+        )
+    files, deadline = 1, time.monotonic() + 120
+    while time.monotonic() < deadline and (files < 8 or len(managed.applied) < 1):
+        managed.poll()
+        _assert_state_matches_the_input_read(spark, checkpoint, source)
+        if files < 8:
+            write_batch(source, files, 2000 * files, rng)
+            files += 1
+        time.sleep(0.3)
+    managed.stop()
+
+    assert managed.applied, "the controller changed the count during the run"
+    for applied in managed.applied:
+        assert applied.from_partitions != applied.to_partitions
+    applied_plans = plans(engine, "applied", region="agg")
+    assert [p.id for p in applied_plans] == [a.plan_id for a in managed.applied]
+    assert state_partition_count(spark, checkpoint) == managed.applied[-1].to_partitions
+    everything = spark.read.schema("k string, v long").json(str(source))
+    expected = everything.groupBy("k").agg(F.count("*").alias("n"), F.sum("v").alias("s"))
+    # The state itself, read back with Spark's state data source: the query's totals per key.
+    state = spark.read.format("statestore").load(checkpoint)
+    got = state.select(
+        F.col("key.k").alias("k"), F.col("value.count").alias("n"), F.col("value.sum").alias("s")
+    )
+    assert expected.exceptAll(got).count() == 0 and got.exceptAll(expected).count() == 0
+    # Nothing holds the checkpoint once the query stopped; a count that matches is already done.
+    done = repartition_checkpoint(spark, checkpoint, managed.applied[-1].to_partitions)
+    assert done.seconds == 0.0
+    before = row_counts(engine)
+    with pytest.raises(InvalidInput, match=r"^checkpoint must be a stateful streaming query's checkpoint"):
+        state_partition_count(spark, str(tmp_path / "in"))
+    assert row_counts(engine) == before
