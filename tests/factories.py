@@ -178,11 +178,12 @@ def zipf_snapshot(
     )
 
 
-def add_region(engine: Engine, name: str = REGION, key_type: str = "str", **config: Any) -> None:
-    """Create region ``name`` with a default configuration (4 channels, at most 16) and ``config``."""
+def add_region(database: Engine, name: str = REGION, key_type: str = "str", **config: Any) -> None:
+    """Create region ``name`` with a default configuration (4 channels, at most 16) and ``config`` (whose
+    ``engine`` is the region's engine, ``repart`` or ``spark-state``)."""
     settings = {"n_channels_initial": 4, "max_channels": 16, **config}
-    config = RegionConfig(key_type=key_type, **settings)
-    run_in_transaction(engine, lambda s: service.create_region(s, name, config))
+    region = RegionConfig(key_type=key_type, **settings)
+    run_in_transaction(database, lambda s: service.create_region(s, name, region))
 
 
 def add_zipf_region(engine: Engine, **config: Any) -> None:

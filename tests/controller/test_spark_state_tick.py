@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import Engine
 
 from repart.controller import service
+from repart.controller.actions import rollback, scale
 from repart.controller.tick import tick
 from repart.errors import Conflict, InvalidInput
 from repart.migration import MigrationPlan
@@ -22,8 +23,9 @@ from repart.partitioning.spark_hash import spark_hash_strings, spark_partitions
 from repart.partitioning.split.function import load_function
 from repart.partitioning.state_partitions import StatePartitions, load_version_function
 from repart.protocol.snapshot import BatchProgress, ChannelMeasurement, CounterEntry, Snapshot
-from repart.storage import RegionConfig, run_in_transaction
+from repart.storage import RegionConfig, run_in_transaction, set_plan_status
 from repart.storage.query_leases import check_no_running_query, hold_query_lease, release_query_lease
+from tests.cli.helpers import repart, repart_json
 from tests.factories import add_region, events, plans, row_counts, versions, window_times
 
 REGION = "agg"
@@ -190,3 +192,62 @@ def test_a_query_lease_needs_a_spark_state_region(engine: Engine) -> None:
             engine, lambda s: hold_query_lease(s, "plain", "/ck", "driver", 60, datetime.now(UTC))
         )
     assert row_counts(engine) == before
+
+
+def apply_plan(engine: Engine, plan_id: int) -> None:
+    """Take a plan through applying to applied, as ``ManagedQuery`` does."""
+    run_in_transaction(engine, lambda session: set_plan_status(session, plan_id, "applying"))
+    run_in_transaction(engine, lambda session: set_plan_status(session, plan_id, "applied"))
+
+
+def test_an_operator_scales_and_rolls_back_a_count_with_repartition_plans(engine: Engine) -> None:
+    add_state_region(engine)
+    tick(engine, REGION)
+    ingest(engine, state_snapshot(1, 4, busy=0.5))
+    scaled = scale(engine, REGION, 7, reason="more cores")
+    assert (scaled.n_channels, scaled.mode) == (7, "hold")
+    target = versions(engine, REGION)[-1]
+    assert load_version_function(target.function_json) == StatePartitions(7, "str")
+    assert target.algorithm == "operator"
+    (plan,) = plans(engine, region=REGION)
+    stored = MigrationPlan.from_json(plan.plan_json)
+    assert (stored.source_n_channels, stored.target_n_channels, plan.predicted_cost) == (4, 7, 4000)
+    apply_plan(engine, plan.id)
+    back = rollback(engine, REGION, 1)
+    assert back.n_channels == 4
+    assert load_version_function(versions(engine, REGION)[-1].function_json) == StatePartitions(4, "str")
+    assert (
+        MigrationPlan.from_json(plans(engine, "pending", region=REGION)[0].plan_json).target_n_channels == 4
+    )
+
+
+def test_versions_and_explain_show_a_spark_state_region(engine: Engine, db_url: str) -> None:
+    add_state_region(engine, settings={"stabilization_batches": 1})
+    tick(engine, REGION)
+    heavy = [60_000] + [100] * (len(HOT) - 1)
+    ingest(engine, *(state_snapshot(seq, 4, busy=2.0, counts=heavy) for seq in (1, 2)))
+    tick(engine, REGION)
+    listed = repart_json(db_url, "versions", "list", REGION)
+    assert [(v["kind"], v["N"], v["explicit_size"], v["split_keys"]) for v in listed] == [
+        ("state-partitions", 4, 0, []),
+        ("state-partitions", listed[1]["N"], 0, []),
+    ]
+    shown = repart_json(db_url, "versions", "show", REGION, "2")
+    assert shown["function"]["n_partitions"] == listed[1]["N"]
+    diff = repart_json(db_url, "versions", "diff", REGION, "1", "2")
+    assert (diff["explicit_moves"], diff["slot_moves"]) == ([], [])
+    explained = repart_json(db_url, "explain", REGION)
+    assert explained["state_count"]["dominant_key"] == HOT[0]
+    assert explained["state_count"]["chosen"] == listed[1]["N"]
+    table = repart(db_url, "explain", REGION)
+    assert table.exit_code == 0 and "state_count.dominant_key" in table.output
+
+
+def test_a_kept_count_names_a_key_no_count_balances(engine: Engine) -> None:
+    add_state_region(engine, settings={"stabilization_batches": 1})
+    tick(engine, REGION)
+    heavy = [60_000] + [100] * (len(HOT) - 1)
+    ingest(engine, *(state_snapshot(seq, 4, busy=0.6, counts=heavy) for seq in (1, 2)))
+    result = tick(engine, REGION)
+    assert result.action == "unchanged"
+    assert f"key {HOT[0]!r} carries" in result.reason

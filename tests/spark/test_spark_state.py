@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +20,9 @@ from repart.controller import service
 from repart.controller.tick import tick
 from repart.errors import Conflict, InvalidInput
 from repart.spark.streaming import ManagedQuery
+from repart.spark.streaming import checkpoint as checkpoint_module
 from repart.spark.streaming.checkpoint import batch_ids, repartition_checkpoint, state_partition_count
 from repart.storage import RegionConfig, make_engine, run_in_transaction
-from repart.storage.query_leases import hold_query_lease
 from repart.storage.schema import upgrade
 from tests.factories import plans, row_counts
 
@@ -49,9 +48,15 @@ def rocksdb(spark: Any) -> Any:
     spark.conf.set("spark.sql.shuffle.partitions", "4")
 
 
-def write_batch(directory: Path, index: int, rows: int, rng: np.random.Generator) -> None:
+def write_batch(
+    directory: Path, index: int, rows: int, rng: np.random.Generator, *, timestamps: bool = False
+) -> None:
+    """A file of ``rows`` rows of Zipf(1.3) keys over 300 (with an event time when ``timestamps``),
+    renamed into ``directory`` whole, as a file source wants it."""
     keys = rng.zipf(1.3, rows) % 300
     frame = pd.DataFrame({"k": [f"k{key}" for key in keys], "v": np.ones(rows, dtype=np.int64)})
+    if timestamps:
+        frame["ts"] = "2026-01-01T00:00:00Z"
     temporary = directory / f".part-{index}"
     frame.to_json(temporary, orient="records", lines=True)
     os.rename(temporary, directory / f"part-{index:03d}.json")
@@ -109,11 +114,10 @@ def test_the_controller_changes_the_state_partition_count_of_a_running_aggregati
     write_batch(source, 0, 500, rng)
     managed.start()
     # A second driver may not run the region's query, nor repartition its checkpoint, meanwhile.
+    second = ManagedQuery(start, checkpoint=checkpoint, region="agg", controller=db, spark=spark)
     with pytest.raises(Conflict, match="running query"):
-        run_in_transaction(
-            engine,
-            lambda s: hold_query_lease(s, "agg", checkpoint, "another-driver", 60, datetime.now(UTC)),
-        )
+        second.start()
+    assert second.query is None and len(spark.streams.active) == 1
     files, deadline = 1, time.monotonic() + 120
     while time.monotonic() < deadline and (files < 8 or len(managed.applied) < 1):
         managed.poll()
@@ -145,3 +149,104 @@ def test_the_controller_changes_the_state_partition_count_of_a_running_aggregati
     with pytest.raises(InvalidInput, match=r"^checkpoint must be a stateful streaming query's checkpoint"):
         state_partition_count(spark, str(tmp_path / "in"))
     assert row_counts(engine) == before
+
+
+def test_a_deduplication_is_rescaled_by_its_state_rows_and_emits_each_key_once(
+    rocksdb: Any, tmp_path: Path
+) -> None:
+    spark = rocksdb
+    source, checkpoint, output = tmp_path / "in", str(tmp_path / "ck"), str(tmp_path / "out")
+    db = f"sqlite:///{tmp_path}/repart.db"
+    source.mkdir()
+    engine = make_engine(db)
+    upgrade(engine)
+    region = RegionConfig(
+        key_type="str",
+        n_channels_initial=2,
+        policy="target-utilization",
+        max_channels=8,
+        engine="spark-state",
+        settings={"batch_interval_seconds": 0.2, "stabilization_batches": 1},
+    )
+    run_in_transaction(engine, lambda s: service.create_region(s, "dedup", region))
+    tick(engine, "dedup")
+
+    def start(location: str) -> Any:
+        stream = (
+            spark.readStream.schema("k string, v long, ts timestamp")
+            .option("maxFilesPerTrigger", 1)
+            .json(str(source))
+        )
+        unique = stream.withWatermark("ts", "1 hour").dropDuplicatesWithinWatermark(["k"])
+        return (
+            unique.writeStream.format("parquet")
+            .option("path", output)
+            .option("checkpointLocation", location)
+            .trigger(processingTime="0.5 seconds")
+            .start()
+        )
+
+    rng = np.random.default_rng(3)
+    managed = ManagedQuery(
+        start, checkpoint=checkpoint, region="dedup", controller=db, count_column=None, tick=True, spark=spark
+    )
+    write_batch(source, 0, 300, rng, timestamps=True)
+    managed.start()
+    files, deadline = 1, time.monotonic() + 120
+    while time.monotonic() < deadline and (files < 6 or not managed.applied):
+        managed.poll()
+        if files < 6:
+            write_batch(source, files, 1500 * files, rng, timestamps=True)
+            files += 1
+        time.sleep(0.3)
+    managed.query.processAllAvailable()  # type: ignore[union-attr]
+    managed.stop()
+
+    assert managed.applied and not managed.failed
+    assert state_partition_count(spark, checkpoint) == managed.applied[-1].to_partitions
+    emitted = spark.read.parquet(output)
+    keys = spark.read.schema("k string, v long, ts timestamp").json(str(source)).select("k").distinct()
+    assert emitted.count() == emitted.select("k").distinct().count()  # each key once
+    assert (
+        emitted.select("k").exceptAll(keys).count() == 0 and keys.exceptAll(emitted.select("k")).count() == 0
+    )
+
+
+def test_a_refused_repartition_leaves_the_checkpoint_as_it_was(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source, checkpoint = tmp_path / "in", str(tmp_path / "ck")
+    source.mkdir()
+    rng = np.random.default_rng(5)
+
+    def run_once() -> None:
+        stream = spark.readStream.schema("k string, v long").json(str(source))
+        totals = stream.groupBy("k").agg(F.count("*").alias("n"))
+        query = (
+            totals.writeStream.format("noop")
+            .outputMode("complete")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+
+    write_batch(source, 0, 400, rng)
+    run_once()  # the default provider, which Spark does not repartition
+    logged = sorted(os.listdir(f"{checkpoint}/offsets"))
+    with pytest.raises(InvalidInput, match=r"^checkpoint must keep its state with .*RocksDB"):
+        repartition_checkpoint(spark, checkpoint, 8)
+    assert sorted(os.listdir(f"{checkpoint}/offsets")) == logged
+    # Past repart's own check, Spark refuses only after logging the repartition's batch: it is removed.
+    monkeypatch.setattr(checkpoint_module, "check_provider", lambda *_: None)
+    with pytest.raises(InvalidInput, match="UNSUPPORTED_PROVIDER"):
+        repartition_checkpoint(spark, checkpoint, 8)
+    assert sorted(os.listdir(f"{checkpoint}/offsets")) == logged
+    write_batch(source, 1, 400, rng)
+    run_once()  # the query starts on the checkpoint and goes on exactly
+    state = spark.read.format("statestore").load(checkpoint)
+    got = state.select(F.col("key.k").alias("k"), F.col("value.count").alias("n"))
+    expected = (
+        spark.read.schema("k string, v long").json(str(source)).groupBy("k").agg(F.count("*").alias("n"))
+    )
+    assert expected.exceptAll(got).count() == 0 and got.exceptAll(expected).count() == 0

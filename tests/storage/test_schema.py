@@ -508,6 +508,27 @@ def test_revision_0006_refuses_to_downgrade_once_a_plan_is_pruned(empty_url: str
         engine.dispose()
 
 
+def test_revision_0010_refuses_to_downgrade_while_a_spark_state_region_exists(empty_url: str) -> None:
+    engine = make_engine(empty_url)
+    try:
+        upgrade(engine)
+        add_region(engine, "agg", "str", engine="spark-state")
+        before = database_dump(engine)
+        with pytest.raises(Conflict) as refused:
+            if engine.dialect.name == "sqlite":
+                _downgrade_sqlite(engine, "0009")
+            else:
+                config = alembic_config(engine)
+                with engine.begin() as connection:
+                    config.attributes["connection"] = connection
+                    command.downgrade(config, "0009")
+        assert "1 region(s) control Spark-managed state" in str(refused.value)
+        assert current_revision(engine) == HEAD_REVISION
+        assert database_dump(engine) == before
+    finally:
+        engine.dispose()
+
+
 def test_revision_0009_binds_job_tokens_to_their_region_id(empty_url: str) -> None:
     engine = make_engine(empty_url)
     try:

@@ -78,7 +78,7 @@ from repart.storage.schema import check_revision
 from repart.storage.snapshots import ingest_snapshot
 from repart.storage.tables import utc_now
 from repart.storage.tokens import JOB_SCOPE, Grant, Refused, authenticate, record_use
-from repart.storage.versions import list_versions, version_function
+from repart.storage.versions import list_versions, stored_function
 from repart.storage.views import event_dict, mode_dict, plan_summary, region_status, version_dict
 from repart.validation import STORED_INT, Options, check
 
@@ -310,7 +310,7 @@ def _status_rows(api: Api, call: Call, region: str | None) -> list[dict[str, Any
 
 async def _versions(api: Api, request: Request, call: Call) -> list[dict[str, Any]]:
     def work(session: Session) -> list[dict[str, Any]]:
-        return [version_dict(row, version_function(row)) for row in list_versions(session, call.named)]
+        return [version_dict(row, stored_function(row)) for row in list_versions(session, call.named)]
 
     return await api.run(lambda: api.read(call, work))
 

@@ -119,6 +119,11 @@ def explain(region: RegionName, db: DbOption = None, as_json: JsonOption = False
             table.add_row(field, _cell(shown[field]))
     for name, value in (shown["policy_numbers"] or {}).items():
         table.add_row(f"policy.{name}", _cell(value))
+    choice = shown["state_count"]
+    if choice is not None:
+        for name in ("chosen", "rule", "chosen_b", "rule_b", "dominant_key"):
+            table.add_row(f"state_count.{name}", _cell(choice.get(name)))
+        table.add_row("predicted_bytes", _cell(shown["predicted_bytes"]))
     backoff = shown["backoff"]
     if backoff is not None:
         table.add_row(

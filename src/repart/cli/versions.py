@@ -119,9 +119,9 @@ def print_split_keys(entries: list[dict[str, Any]]) -> None:
 @reports_bad_input
 def list_(region: RegionName, db: DbOption = None, as_json: JsonOption = False) -> None:
     """List a region's versions, oldest first."""
-    from repart.storage import list_versions, version_function
+    from repart.storage import list_versions, stored_function
 
-    rows = read_query(db, lambda s: [version_dict(v, version_function(v)) for v in list_versions(s, region)])
+    rows = read_query(db, lambda s: [version_dict(v, stored_function(v)) for v in list_versions(s, region)])
     if as_json:
         print_json(rows)
         return
@@ -162,12 +162,12 @@ def show(
 ) -> None:
     """Show a version: metadata, explicit map size, slot overrides and its build report."""
 
-    from repart.storage import get_version, version_function
+    from repart.storage import get_version, stored_function
 
     def work(session: Session) -> dict[str, Any]:
         row = get_version(session, region, version)
         return {
-            **version_dict(row, version_function(row)),
+            **version_dict(row, stored_function(row)),
             "report": json.loads(row.report_json),
             "function": json.loads(row.function_json),
         }
@@ -232,28 +232,35 @@ def migration_between(session: Session, region: str, a: int, b: int) -> tuple[Mi
     window the moves weigh 0.0 and m is None.
     """
     from repart.controller.settings import ControllerSettings
+    from repart.controller.state_step import repartition_plan
     from repart.controller.window import merge_snapshots, window_size
     from repart.migration import MigrationPlan, plan_migration
+    from repart.partitioning.state_partitions import StatePartitions
     from repart.storage import (
         RegionConfig,
         get_version,
         latest_snapshots,
         list_plans,
         region_by_name,
-        version_function,
+        stored_function,
     )
 
     source, target = get_version(session, region, a), get_version(session, region, b)
     for stored in list_plans(session, region):
         if (stored.from_version, stored.to_version) == (a, b) and stored.plan_json is not None:
             return MigrationPlan.from_json(stored.plan_json), {"plan_id": stored.id, "window_seqs": []}
-    settings = ControllerSettings.from_config(RegionConfig.from_row(region_by_name(session, region)))
+    config = RegionConfig.from_row(region_by_name(session, region))
+    settings = ControllerSettings.from_config(config)
     window = latest_snapshots(session, region, window_size(settings.counters))
     estimate = merge_snapshots(window) if window else None
     if estimate is not None and (not estimate.keys or estimate.total == 0):
         estimate = None
-    plan = plan_migration(
-        version_function(source), version_function(target), estimate, settings.params.resources
-    )
+    before, after = stored_function(source), stored_function(target)
+    if isinstance(before, StatePartitions) and isinstance(after, StatePartitions):
+        plan = repartition_plan(before, after, config.slot_bits, None)
+    elif not isinstance(before, StatePartitions) and not isinstance(after, StatePartitions):
+        plan = plan_migration(before, after, estimate, settings.params.resources)
+    else:  # a region's engine is fixed once it has versions
+        raise TypeError("a region's versions are all of one kind")
     seqs = [] if estimate is None else [snapshot.seq for snapshot in window]
     return plan, {"plan_id": None, "window_seqs": seqs}

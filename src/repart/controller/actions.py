@@ -38,6 +38,7 @@ from sqlalchemy.orm import Session
 
 from repart.controller.build import build_next
 from repart.controller.settings import ControllerSettings
+from repart.controller.state_step import repartition_plan, state_bytes
 from repart.controller.tick import aware_now
 from repart.controller.window import merge_snapshots, window_size
 from repart.errors import Conflict, InvalidInput, NotFound
@@ -48,7 +49,7 @@ from repart.partitioning.documents import json_number
 from repart.partitioning.frequency import FrequencyEstimate
 from repart.partitioning.routing import RoutingFunction
 from repart.partitioning.split.build import split_imbalance
-from repart.partitioning.split.function import load_function
+from repart.partitioning.state_partitions import StatePartitions, load_version_function
 from repart.storage import (
     NewEvent,
     NewVersion,
@@ -64,7 +65,7 @@ from repart.storage import (
     region_by_name,
     run_in_transaction,
     set_mode,
-    version_function,
+    stored_function,
 )
 from repart.storage.jsontext import load_object
 from repart.storage.modes import OPERATOR_RULE
@@ -127,9 +128,10 @@ class _Context:
     status: RegionStatus
     versions: tuple[_StoredVersion, ...]
     applied: _StoredVersion
-    current: RoutingFunction
+    current: RoutingFunction | StatePartitions
     estimate: FrequencyEstimate | None
     window_seqs: list[int]
+    state_bytes: int | None = None
 
 
 def rollback(
@@ -177,10 +179,12 @@ def explain(session: Session, region: str) -> dict[str, Any]:
     are lifted out: the policy and its numbers, N before and next, b and max/mean load before (and the
     threshold), the predicted b, max/mean load and m, the plan's m, for ``auto`` every candidate
     algorithm's predicted b, max/mean load, m and objective, and in split mode b_lb, memory, D-Choices'
-    d and the head: each split key with its candidates and weights. An older event without max/mean
-    load has None for it. ``backoff`` is the region's failed ticks in a row, when the daemon ticks it
-    again and the last failure (``repart.controller.backoff``), or None. NotFound when the region has
-    no such event yet (naming its last failure when its ticks fail).
+    d and the head: each split key with its candidates and weights; for a ``spark-state`` region the
+    count's choice (``state_count``: the count taken, the policy's, their predicted busiest partition
+    and b, the candidates, and the key no count balances) and the plan's predicted bytes. An older
+    event without max/mean load has None for it. ``backoff`` is the region's failed ticks in a row,
+    when the daemon ticks it again and the last failure (``repart.controller.backoff``), or None.
+    NotFound when the region has no such event yet (naming its last failure when its ticks fail).
     """
     row = region_by_name(session, region)
     event = session.scalar(
@@ -218,6 +222,8 @@ def explain(session: Session, region: str) -> dict[str, Any]:
         "memory",
         "split_keys",
         "d",
+        "state_count",
+        "predicted_bytes",
     )
     return {
         "region": region,
@@ -268,7 +274,7 @@ def _rollback(
             f"must have another function than the applied version {applied.number} of region {region!r} "
             f"(there is nothing to roll back), got version {to_version}",
         )
-    target = load_function(target_row.function_json)
+    target = load_version_function(target_row.function_json)
     data: dict[str, Any] = {"from_version": applied.number, "to_version": to_version}
     data |= _predictions(context, target)
     version = NewVersion(
@@ -295,8 +301,12 @@ def _scale(
             f"{applied.number}), got {n}",
         )
     data: dict[str, Any] = {"from_version": applied.number}
-    function: RoutingFunction
-    if context.estimate is None:
+    function: RoutingFunction | StatePartitions
+    if isinstance(context.current, StatePartitions):
+        function = StatePartitions(n, context.current.key_type)
+        algorithm, report = "operator", {"n_partitions": n}
+        data |= _predictions(context, function)
+    elif context.estimate is None:
         consistent = context.current.home.consistent
         function = initial_function(n, config.key_type, config.slot_bits, consistent)
         algorithm, report = "consistent", {"algorithm": "consistent", "n_channels": n}
@@ -339,20 +349,26 @@ def _read(session: Session, region: str) -> _Context:
         RegionStatus.of(row),
         tuple(_StoredVersion.of(version) for version in list_versions(session, region)),
         _StoredVersion.of(applied),
-        version_function(applied),
+        stored_function(applied),
         estimate,
         [snapshot.seq for snapshot in window],
+        state_bytes(window[-1]) if window else None,
     )
 
 
-def _predictions(context: _Context, target: RoutingFunction) -> dict[str, Any]:
+def _predictions(context: _Context, target: RoutingFunction | StatePartitions) -> dict[str, Any]:
     """N before and next and, with a window, b and max/mean load before, and b, max/mean load and m
     of ``target`` (with a split function on either side, m is the migration plan's, consolidations
-    included)."""
+    included; a count of state partitions gets N alone: its plan moves the whole state)."""
     numbers: dict[str, Any] = {"n_before": context.applied.n_channels, "n_next": target.n_channels}
-    if context.estimate is None:
+    current = context.current
+    if (
+        context.estimate is None
+        or isinstance(current, StatePartitions)
+        or isinstance(target, StatePartitions)
+    ):
         return numbers
-    params, current, estimate = context.settings.params, context.current, context.estimate
+    params, estimate = context.settings.params, context.estimate
     before, after = split_imbalance(current, estimate, params), split_imbalance(target, estimate, params)
     if current.kind == target.kind == "preserve":  # key-preserving on both sides: each is its own home
         _, m = predict(current.home, target.home, estimate, params)
@@ -373,7 +389,7 @@ def _activate(
     engine: Engine,
     region: str,
     context: _Context,
-    function: RoutingFunction,
+    function: RoutingFunction | StatePartitions,
     version: NewVersion,
     kind: ActionKind,
     message: str,
@@ -384,7 +400,13 @@ def _activate(
     """Plan from the applied function to ``function`` (outside any transaction), then store version,
     plan and event and hold the region with the operator's ``reason`` in one write transaction, if the
     region's status is still the one ``context`` read (Conflict otherwise, and nothing is written)."""
-    plan = plan_migration(context.current, function, context.estimate, context.settings.params.resources)
+    current = context.current
+    if isinstance(current, StatePartitions) and isinstance(function, StatePartitions):
+        plan = repartition_plan(current, function, context.config.slot_bits, context.state_bytes)
+    elif not isinstance(current, StatePartitions) and not isinstance(function, StatePartitions):
+        plan = plan_migration(current, function, context.estimate, context.settings.params.resources)
+    else:  # a region's engine is fixed once it has versions
+        raise TypeError("a region's versions are all of one kind")
     plan_m = None if plan.m is None else json_number(plan.m)
     event = NewEvent(kind, OPERATOR_RULE, message, data | {"plan_m": plan_m})
     held_for = message + (f": {reason}" if reason else "")

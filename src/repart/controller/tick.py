@@ -53,7 +53,7 @@ from sqlalchemy.orm import Session
 from repart.controller.policy import Decision, RebalanceDecision, needs_rebalance
 from repart.controller.settings import ControllerSettings
 from repart.controller.signal import BatchLoad
-from repart.controller.state_step import state_choice_note, state_step, step_data
+from repart.controller.state_step import dominant_key_note, state_choice_note, state_step, step_data
 from repart.controller.steps import build_step
 from repart.controller.window import merge_snapshots, window_size
 from repart.errors import InvalidInput
@@ -547,7 +547,8 @@ def _analyze_state(tick_input: TickInput, current: StatePartitions) -> Verdict:
     batch history, then, when it changes the count, the skew-aware count near its choice and the
     checkpoint's repartition to it (``repart.controller.state_step``). The imbalance trigger is not
     applied at an unchanged count: a repartition rewrites the whole state, so only a change of the
-    policy's count pays for one."""
+    policy's count pays for one. An unchanged count's event still records its predicted load and names
+    a key no count balances."""
     settings, status, window = tick_input.settings, tick_input.status, tick_input.window
     n_applied = current.n_partitions
     estimate = merge_snapshots(window)
@@ -561,9 +562,12 @@ def _analyze_state(tick_input: TickInput, current: StatePartitions) -> Verdict:
         "n_before": n_applied,
         "n_next": decision.n_channels,
     }
-    if not decision.changed:
-        return _unchanged(n_applied, decision.rule, decision.reason, base, newest)
     config = tick_input.config
+    if not decision.changed:  # the count stays: its choice is reported, a key no count balances named
+        kept = state_step(current, estimate, n_applied, (n_applied, n_applied), config.slot_bits, window[-1])
+        dominant = dominant_key_note(kept)
+        message = decision.reason if dominant is None else f"{decision.reason}; {dominant}"
+        return _unchanged(n_applied, decision.rule, message, base | step_data(kept), newest)
     step = state_step(
         current,
         estimate,
@@ -573,7 +577,7 @@ def _analyze_state(tick_input: TickInput, current: StatePartitions) -> Verdict:
         window[-1],
     )
     data = base | step_data(step)
-    note = state_choice_note(step.choice)
+    note = state_choice_note(step)
     if step.plan is None:
         message = f"{decision.reason}; {note}, the applied count"
         return _unchanged(n_applied, decision.rule, message, data, newest)

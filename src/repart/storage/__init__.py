@@ -72,6 +72,7 @@ if TYPE_CHECKING:  # the names, for type checkers and readers; at run time __get
     from repart.storage.versions import applied_version as applied_version
     from repart.storage.versions import get_version as get_version
     from repart.storage.versions import list_versions as list_versions
+    from repart.storage.versions import stored_function as stored_function
     from repart.storage.versions import version_function as version_function
 
 # Each public name and the module that defines it.
@@ -129,6 +130,7 @@ _EXPORTS = {
     "SnapshotSummary": "repart.storage.snapshots",
     "update_region": "repart.storage.regions",
     "upgrade": "repart.storage.schema",
+    "stored_function": "repart.storage.versions",
     "version_function": "repart.storage.versions",
 }
 

@@ -19,6 +19,7 @@ from repart.storage.regions import region_by_name
 
 if TYPE_CHECKING:
     from repart.partitioning.routing import RoutingFunction
+    from repart.partitioning.state_partitions import StatePartitions
 
 VERSION_TRANSITIONS: dict[str, frozenset[str]] = {
     "planned": frozenset({"applied", "abandoned"}),
@@ -69,6 +70,14 @@ def list_versions(session: Session, region: str) -> list[models.Version]:
         select(models.Version).where(models.Version.region_id == region_id).order_by(models.Version.number)
     )
     return list(session.scalars(query))
+
+
+def stored_function(version: models.Version) -> RoutingFunction | StatePartitions:
+    """The function a version stores, of any kind: a ``StatePartitions`` in a ``spark-state`` region,
+    else as ``version_function``."""
+    from repart.partitioning.state_partitions import load_version_function
+
+    return load_version_function(version.function_json)
 
 
 def version_function(version: models.Version) -> RoutingFunction:

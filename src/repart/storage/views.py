@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from repart.partitioning.routing import RoutingFunction
+    from repart.partitioning.state_partitions import StatePartitions
     from repart.storage.models import Event, Plan, Region, Version
     from repart.storage.overview import RegionOverview
 
@@ -47,10 +48,19 @@ def region_status(overview: RegionOverview) -> dict[str, Any]:
     }
 
 
-def version_dict(row: Version, function: RoutingFunction) -> dict[str, Any]:
+def version_dict(row: Version, function: RoutingFunction | StatePartitions) -> dict[str, Any]:
     """A version's metadata as a JSON object; a split function's split keys with their candidates and
-    weights."""
-    home = function.home
+    weights (a count of state partitions has no explicit map, slot overrides or split keys)."""
+    from repart.partitioning.state_partitions import StatePartitions
+
+    explicit = overrides = 0
+    split_keys: list[dict[str, Any]] = []
+    if not isinstance(function, StatePartitions):
+        explicit, overrides = len(function.home.explicit), len(function.home.slot_overrides)
+        split_keys = [
+            {"key": key, "candidates": list(entry.candidates), "weights": list(entry.weights)}
+            for key, entry in function.split.items()
+        ]
     return {
         "version": row.number,
         "N": row.n_channels,
@@ -58,12 +68,9 @@ def version_dict(row: Version, function: RoutingFunction) -> dict[str, Any]:
         "digest": row.digest,
         "algorithm": row.algorithm,
         "kind": function.kind,
-        "explicit_size": len(home.explicit),
-        "slot_overrides": len(home.slot_overrides),
-        "split_keys": [
-            {"key": key, "candidates": list(entry.candidates), "weights": list(entry.weights)}
-            for key, entry in function.split.items()
-        ],
+        "explicit_size": explicit,
+        "slot_overrides": overrides,
+        "split_keys": split_keys,
         "parent": row.parent_number,
         "created_at": timestamp(row.created_at),
     }

@@ -22,6 +22,9 @@ from pyspark.sql import SparkSession
 from repart.errors import Conflict, InvalidInput
 
 REPARTITION_SINCE = "4.2"
+PROVIDER_SETTING = "spark.sql.streaming.stateStore.providerClass"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+DEFAULT_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 """The first Spark version with the offline repartition of a checkpoint."""
 
 _ERROR_CLASS = re.compile(r"\[([A-Z_]+(?:\.[A-Z_]+)*)\]")
@@ -67,19 +70,38 @@ def reachable_checkpoint(spark: SparkSession, checkpoint: str) -> None:
         ) from None
 
 
-def last_batch_interrupted(spark: SparkSession, checkpoint: str) -> bool:
-    """Whether the checkpoint's newest planned batch (``offsets``) has no commit (``commits``): the
-    query stopped in the middle of it, and Spark refuses to repartition until a run finishes it."""
-    offsets, commits = batch_ids(spark, f"{checkpoint}/offsets"), batch_ids(spark, f"{checkpoint}/commits")
-    return bool(offsets) and (not commits or offsets[-1] > commits[-1])
+@dataclass(frozen=True)
+class CheckpointBatches:
+    """Where a stateful checkpoint's batches stand: the newest committed batch and its state partition
+    count, and the newest planned batch (``offsets``) with its count. A planned batch newer than the
+    committed one did not finish: an interrupted batch (its count is the committed one), or an
+    unfinished repartition (its count differs: Spark logs the new count with the repartition's batch
+    before it commits it)."""
+
+    committed: int
+    committed_partitions: int
+    planned: int
+    planned_partitions: int
+
+    @property
+    def interrupted(self) -> bool:
+        """The newest planned batch did not commit."""
+        return self.planned > self.committed
+
+    @property
+    def unfinished_repartition(self) -> int | None:
+        """The count of a repartition that did not finish (Spark allows only that count until it
+        does), or None."""
+        if self.interrupted and self.planned_partitions != self.committed_partitions:
+            return self.planned_partitions
+        return None
 
 
-def state_partition_count(spark: SparkSession, checkpoint: str) -> int:
-    """The state partition count of a stateful query's checkpoint: the ``spark.sql.shuffle.partitions``
-    its newest batch runs with (the configuration Spark logs with each batch's offsets, which a
-    repartition's batch changes; the ``state-metadata`` source keeps the count of the query's first
-    run). InvalidInput naming ``checkpoint`` when it holds no stateful operator (not a stateful query's
-    checkpoint, or no batch committed yet)."""
+def checkpoint_batches(spark: SparkSession, checkpoint: str) -> CheckpointBatches:
+    """Where the checkpoint's batches stand (``CheckpointBatches``), from its ``offsets`` and
+    ``commits`` logs; the count of a batch is the ``spark.sql.shuffle.partitions`` Spark logs with its
+    offsets (the ``state-metadata`` source keeps the count of the query's first run). InvalidInput
+    naming ``checkpoint`` when it holds no stateful operator or no committed batch."""
     reachable_checkpoint(spark, checkpoint)
     try:
         operators = spark.read.format("state-metadata").load(checkpoint).count()
@@ -88,32 +110,59 @@ def state_partition_count(spark: SparkSession, checkpoint: str) -> int:
             "checkpoint",
             f"must be a stateful streaming query's checkpoint, got {checkpoint!r}: {_cause(error)}",
         ) from None
-    batches = batch_ids(spark, f"{checkpoint}/offsets")
-    if not operators or not batches:
+    offsets, commits = batch_ids(spark, f"{checkpoint}/offsets"), batch_ids(spark, f"{checkpoint}/commits")
+    if not operators or not offsets or not commits:
         raise InvalidInput(
             "checkpoint",
             f"must be a stateful streaming query's checkpoint with a committed batch, got {checkpoint!r} "
-            "(it holds no state operator)",
+            "(it holds no state operator or no committed batch)",
         )
-    lines = spark.read.text(f"{checkpoint}/offsets/{batches[-1]}").collect()
+    return CheckpointBatches(
+        commits[-1],
+        _logged_partitions(spark, checkpoint, commits[-1]),
+        offsets[-1],
+        _logged_partitions(spark, checkpoint, offsets[-1]),
+    )
+
+
+def logged_conf(spark: SparkSession, checkpoint: str, batch: int) -> dict[str, str]:
+    """The SQL configuration Spark logged with batch ``batch``'s offsets (what the query ran with)."""
+    lines = spark.read.text(f"{checkpoint}/offsets/{batch}").collect()
     conf = json.loads(lines[1]["value"]).get("conf", {}) if len(lines) > 1 else {}
+    return {str(key): str(value) for key, value in conf.items()}
+
+
+def _logged_partitions(spark: SparkSession, checkpoint: str, batch: int) -> int:
+    """The ``spark.sql.shuffle.partitions`` logged with batch ``batch``'s offsets."""
+    conf = logged_conf(spark, checkpoint, batch)
     if "spark.sql.shuffle.partitions" not in conf:
         raise InvalidInput(
             "checkpoint",
             f"must log its state partition count with its batches (Spark's offsets log), got {checkpoint!r} "
-            f"whose batch {batches[-1]} logs none",
+            f"whose batch {batch} logs none",
         )
     return int(conf["spark.sql.shuffle.partitions"])
+
+
+def state_partition_count(spark: SparkSession, checkpoint: str) -> int:
+    """The state partition count of the checkpoint's newest committed batch (``checkpoint_batches``)."""
+    return checkpoint_batches(spark, checkpoint).committed_partitions
 
 
 def repartition_checkpoint(spark: SparkSession, checkpoint: str, n_partitions: int) -> Repartitioned:
     """Repartition the stopped query's state in ``checkpoint`` to ``n_partitions`` partitions.
 
-    A count that already matches is done (nothing is written; 0 seconds). Refused with InvalidInput
-    naming the field: a Spark version without the API (``spark_version``, naming it), a checkpoint the
-    driver cannot reach or that is not a stateful query's (``checkpoint``), a provider or operator Spark
-    cannot repartition (``checkpoint``, with Spark's error class). Conflict when the last batch did not
-    finish: the query must finish it first (``ManagedQuery`` runs it once with ``availableNow``).
+    An unfinished repartition to ``n_partitions`` (a driver killed while Spark repartitioned) is
+    finished by repartitioning again; a committed count that already matches is done (nothing is
+    written; 0 seconds). Refused with InvalidInput naming the field: a Spark version without the API
+    (``spark_version``, naming it), a checkpoint the driver cannot reach or that is not a stateful
+    query's (``checkpoint``), a provider or operator Spark cannot repartition (``checkpoint``, with
+    Spark's error class), a query whose state provider is not RocksDB (``checkpoint``; checked before
+    Spark is called, since Spark logs the repartition's batch before it refuses a provider). When Spark
+    refuses anyway, the batch it logged is removed: the checkpoint is as it was, and the query starts
+    on it. Conflict when the last batch did not finish (the query must finish it first:
+    ``ManagedQuery`` runs it until it commits) or an unfinished repartition to another count must
+    finish first.
     """
     manager = getattr(spark, "_streamingCheckpointManager", None)
     if manager is None:
@@ -122,27 +171,59 @@ def repartition_checkpoint(spark: SparkSession, checkpoint: str, n_partitions: i
             f"must be {REPARTITION_SINCE} or later (the offline repartition of a checkpoint), "
             f"got {spark.version}",
         )
-    before = state_partition_count(spark, checkpoint)
-    if before == n_partitions:
+    batches = checkpoint_batches(spark, checkpoint)
+    before, unfinished = batches.committed_partitions, batches.unfinished_repartition
+    if unfinished is not None and unfinished != n_partitions:
+        raise Conflict(
+            f"checkpoint {checkpoint!r} holds an unfinished repartition to {unfinished} partitions, "
+            f"which Spark lets only the same count finish; repartition to {unfinished} first, not "
+            f"{n_partitions}"
+        )
+    if unfinished is None and before == n_partitions:
         return Repartitioned(checkpoint, before, n_partitions, 0.0)
-    if last_batch_interrupted(spark, checkpoint):
+    if unfinished is None and batches.interrupted:
         raise Conflict(
             f"the last batch of checkpoint {checkpoint!r} did not finish; Spark repartitions only after a "
-            "finished batch: run the query once (trigger availableNow) first"
+            "finished batch: run the query until it commits first"
         )
+    check_provider(checkpoint, logged_conf(spark, checkpoint, batches.committed))
     started = time.perf_counter()
     try:
         manager.repartition(checkpoint, n_partitions)
     except Exception as error:
-        spark_class = error_class(error)
-        if spark_class is not None and spark_class.endswith("SHUFFLE_PARTITIONS_ALREADY_MATCH"):
-            return Repartitioned(checkpoint, before, n_partitions, time.perf_counter() - started)
+        if unfinished is None:
+            _drop_uncommitted(spark, checkpoint, batches)
         raise InvalidInput(
             "checkpoint",
             f"must be a checkpoint Spark can repartition, got {checkpoint!r}: Spark refused with "
-            f"{spark_class or 'an error'}: {_cause(error)}",
+            f"{error_class(error) or 'an error'}: {_cause(error)}",
         ) from None
     return Repartitioned(checkpoint, before, n_partitions, time.perf_counter() - started)
+
+
+def check_provider(checkpoint: str, conf: dict[str, str]) -> None:
+    """InvalidInput naming ``checkpoint`` unless its query keeps its state with the RocksDB provider,
+    the one Spark repartitions (Spark refuses another with ``UNSUPPORTED_PROVIDER`` only after it
+    logged the repartition's batch)."""
+    provider = conf.get(PROVIDER_SETTING, DEFAULT_PROVIDER)
+    if provider != ROCKSDB_PROVIDER:
+        raise InvalidInput(
+            "checkpoint",
+            f"must keep its state with {ROCKSDB_PROVIDER} (Spark's UNSUPPORTED_PROVIDER: the only provider "
+            f"it repartitions), got {checkpoint!r} whose query runs {provider}",
+        )
+
+
+def _drop_uncommitted(spark: SparkSession, checkpoint: str, before: CheckpointBatches) -> None:
+    """Remove the offsets entries a refused repartition logged after ``before``'s newest planned batch,
+    uncommitted: Spark logs the repartition's batch before it checks everything, and would then refuse
+    to start the query on it. The checkpoint is as it was before the attempt."""
+    fs, _ = fs_path(spark, checkpoint)
+    jvm: Any = spark.sparkContext._jvm
+    for batch in batch_ids(spark, f"{checkpoint}/offsets"):
+        if batch > before.planned:
+            for name in (str(batch), f".{batch}.crc"):
+                fs.delete(jvm.org.apache.hadoop.fs.Path(f"{checkpoint}/offsets/{name}"), False)
 
 
 def error_class(error: BaseException) -> str | None:

@@ -8,19 +8,22 @@ location. ``ManagedQuery`` runs it over a ``spark-state`` region and, as batches
 2. runs one controller tick when ``tick`` is on (the embedded controller; else a daemon ticks);
 3. **activates** a plan the controller stored: it stops the query at a batch boundary, repartitions
    the checkpoint to the plan's count (``repart.spark.streaming.checkpoint``), restarts the query with
-   ``start`` and reports the plan applied, with the state's rows and bytes, and the seconds in a
-   batch report.
+   ``start`` and reports the plan applied, with the state's rows and bytes (``applied`` keeps the
+   seconds; a repartition Spark refuses is reported ``failed``, in ``failed``, and the query goes on
+   at its count).
 
 The plan's life is the controller's (pending → applying → applied | failed), with Spark's own states
-in it: a driver killed while Spark repartitions leaves the plan ``applying`` and the checkpoint with an
-unfinished repartition, which Spark lets only the same count finish; the next ``start`` finds the plan
-``applying`` and repartitions to its count again, which finishes it (a count that already matches means
-the plan was done). PySpark's ``stop()`` interrupts a running batch, after which Spark refuses to
+in it (``repart.spark.streaming.checkpoint.CheckpointBatches``): a driver killed while Spark
+repartitions leaves the plan ``applying`` and the checkpoint with an unfinished repartition (the
+repartition's batch logged with its new count, not committed), which Spark lets only the same count
+finish and refuses to start the query on; the next ``start`` finds the plan ``applying`` and
+repartitions to its count again, which finishes it. A committed count that already matches means the
+plan was done. PySpark's ``stop()`` interrupts a running batch, after which Spark refuses to
 repartition, so the query is stopped only while its trigger waits; a batch interrupted anyway is
 finished by running the query until it commits, then stopping again.
 
 While the query runs, its driver holds the region's query lease (``repart.storage.query_leases``),
-renewed as batches complete: nothing else repartitions the checkpoint meanwhile.
+renewed at every poll and before a repartition: nothing else repartitions the checkpoint meanwhile.
 """
 
 from __future__ import annotations
@@ -41,14 +44,19 @@ from sqlalchemy import Engine
 from repart.errors import Conflict, InvalidInput
 from repart.migration import MigrationPlan
 from repart.spark.streaming.checkpoint import (
-    Repartitioned,
     batch_ids,
-    last_batch_interrupted,
+    checkpoint_batches,
     reachable_checkpoint,
     repartition_checkpoint,
     state_partition_count,
 )
-from repart.spark.streaming.measure import batch_snapshot, key_frequencies, partition_state, progress_of
+from repart.spark.streaming.measure import (
+    batch_snapshot,
+    check_state_key,
+    key_frequencies,
+    partition_state,
+    progress_of,
+)
 from repart.validation import POSITIVE, Matches, check
 
 CHECKPOINT = Matches(r"(?s).+", "a non-empty location")
@@ -113,6 +121,8 @@ class ManagedQuery:
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         self.query: StreamingQuery | None = None
         self.applied: list[Applied] = []
+        self.failed: list[tuple[int, str]] = []
+        self._key_checked = False
         self._measured: int | None = None
         self._previous_start: datetime | None = None
 
@@ -132,9 +142,9 @@ class ManagedQuery:
             )
         reachable_checkpoint(self.spark, self.checkpoint)
         self._renew()
-        self._finish_applying()
         if not _has_state(self.spark, self.checkpoint):
             self.spark.conf.set("spark.sql.shuffle.partitions", str(self._applied_count()))
+        self._finish_applying()
         self.query = self.start_query(self.checkpoint)
         return self.query
 
@@ -163,8 +173,8 @@ class ManagedQuery:
             self._measure(progress)
             measured.append(batch)
             self._measured = batch
+        self._renew()  # on every poll: an idle query holds its checkpoint too
         if measured:
-            self._renew()
             if self.tick:
                 self._tick()
             self._apply_pending()
@@ -184,11 +194,12 @@ class ManagedQuery:
         self._previous_start = started
         duration_ms = progress["durationMs"]["triggerExecution"]
         n = state_partition_count(self.spark, self.checkpoint)
-        frequencies = (
-            None
-            if self.count_column is None
-            else key_frequencies(self.spark, self.checkpoint, batch, self.count_column)
-        )
+        frequencies = None
+        if self.count_column is not None:
+            if not self._key_checked:
+                check_state_key(self.spark, self.checkpoint, region.key_type)
+                self._key_checked = True
+            frequencies = key_frequencies(self.spark, self.checkpoint, batch, self.count_column)
         snapshot = batch_snapshot(
             region=self.region,
             key_type=region.key_type,
@@ -219,6 +230,7 @@ class ManagedQuery:
             return
         self._stop_at_boundary()
         self._apply(todo.plan_id, todo.plan_json)
+        self._previous_start = None  # the time the query was stopped is no batch's interval
         self.query = self.start_query(self.checkpoint)
 
     def _finish_applying(self) -> None:
@@ -230,34 +242,47 @@ class ManagedQuery:
             self._apply(todo.plan_id, todo.plan_json)
 
     def _apply(self, plan_id: int, plan_json: str) -> None:
-        from repart.storage import run_in_transaction
+        """Repartition the stopped query's checkpoint to the plan's count and report the plan applied (on a
+        checkpoint without a committed batch, the query starts at the plan's count: nothing to move).
+        A repartition Spark refuses (InvalidInput: an unsupported provider or operator, say) is reported
+        ``failed`` with Spark's reason, and the query goes on at its count; a lease another driver holds
+        (Conflict) stops everything, the plan still ``applying``."""
         from repart.storage.client import SqlControllerClient
-        from repart.storage.query_leases import check_no_running_query
 
         client = SqlControllerClient(self.engine)
-        target = MigrationPlan.from_json(plan_json).target_n_channels
-        self._finish_interrupted_batch()
-        now = datetime.now(UTC)
-        run_in_transaction(
-            self.engine, lambda session: check_no_running_query(session, self.region, now, holder=self.holder)
-        )
-        result: Repartitioned = repartition_checkpoint(self.spark, self.checkpoint, target)
+        plan = MigrationPlan.from_json(plan_json)
+        target = plan.target_n_channels
+        self._renew()  # Conflict when another driver holds the checkpoint: nothing runs then
+        if not _has_state(self.spark, self.checkpoint):  # no batch committed: the query starts at the count
+            self.spark.conf.set("spark.sql.shuffle.partitions", str(target))
+            client.report_plan(plan_id, "applied", moved_rows=0, moved_bytes=0)
+            self.applied.append(Applied(plan_id, plan.source_n_channels, target, 0, 0, 0.0))
+            return
+        try:
+            if checkpoint_batches(self.spark, self.checkpoint).unfinished_repartition is None:
+                self._finish_interrupted_batch()
+            self._renew()
+            result = repartition_checkpoint(self.spark, self.checkpoint, target)
+        except InvalidInput as refused:
+            client.report_plan(plan_id, "failed", reason=str(refused))
+            self.failed.append((plan_id, str(refused)))
+            return
         states = partition_state(self.spark, self.checkpoint, target)
         rows, stored = sum(s.rows for s in states), sum(s.stored_bytes for s in states)
         client.report_plan(plan_id, "applied", moved_rows=rows, moved_bytes=stored)
         self.applied.append(Applied(plan_id, result.from_partitions, target, rows, stored, result.seconds))
 
     def _finish_interrupted_batch(self) -> None:
-        """Run the query until its interrupted batch commits, then stop it at a boundary (Spark refuses
-        to repartition after an unfinished batch)."""
+        """Run the query until an interrupted batch commits, then stop it at a boundary (Spark refuses to
+        repartition after an unfinished batch)."""
         for _ in range(3):
-            if not last_batch_interrupted(self.spark, self.checkpoint):
+            if not checkpoint_batches(self.spark, self.checkpoint).interrupted:
                 return
             query = self.start_query(self.checkpoint)
             query.processAllAvailable()
             self.query = query
             self._stop_at_boundary()
-        if last_batch_interrupted(self.spark, self.checkpoint):
+        if checkpoint_batches(self.spark, self.checkpoint).interrupted:
             raise Conflict(f"the last batch of checkpoint {self.checkpoint!r} did not finish after 3 runs")
 
     def _stop_at_boundary(self) -> None:

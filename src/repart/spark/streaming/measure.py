@@ -29,11 +29,19 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType
 
 from repart.errors import InvalidInput
 from repart.partitioning.domain import KeyType
 from repart.protocol.snapshot import BatchProgress, ChannelMeasurement, CounterEntry, Snapshot
-from repart.spark.streaming.checkpoint import fs_path
+from repart.spark.streaming.checkpoint import (
+    DEFAULT_PROVIDER,
+    PROVIDER_SETTING,
+    ROCKSDB_PROVIDER,
+    checkpoint_batches,
+    fs_path,
+    logged_conf,
+)
 
 HOT_KEYS = 1000
 """How many of a batch's most frequent keys a snapshot names (the rest is its tail)."""
@@ -83,27 +91,56 @@ def _stored_bytes(spark: SparkSession, checkpoint: str, partition: int) -> int:
     return total
 
 
+CHANGELOG_SETTING = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+
+
+def check_change_feed(spark: SparkSession, checkpoint: str) -> None:
+    """InvalidInput naming ``checkpoint`` unless its query runs with what Spark's state change feed
+    needs: the RocksDB state store provider (as the query logged it with its newest committed batch)
+    with changelog checkpointing (as the session the query runs in sets it: Spark does not log it)."""
+    conf = logged_conf(spark, checkpoint, checkpoint_batches(spark, checkpoint).committed)
+    provider = conf.get(PROVIDER_SETTING, DEFAULT_PROVIDER)
+    changelog = str(spark.conf.get(CHANGELOG_SETTING, "false")).lower()
+    if provider != ROCKSDB_PROVIDER or changelog != "true":
+        raise InvalidInput(
+            "checkpoint",
+            "must be a query's with a readable state change feed (key frequencies come from it): run it "
+            f"with {PROVIDER_SETTING}={ROCKSDB_PROVIDER} and "
+            f"{CHANGELOG_SETTING}=true, got provider {provider} and changelog checkpointing "
+            f"{changelog}",
+        )
+
+
+def check_state_key(spark: SparkSession, checkpoint: str, key_type: KeyType) -> None:
+    """InvalidInput naming ``key`` unless the state's key is one column whose Spark hash repart computes
+    as Spark does: ``string`` for key type ``str``, ``bigint`` for ``int`` (an ``int`` column hashes
+    its 4 bytes, not 8)."""
+    key = spark.read.format("statestore").load(checkpoint).schema["key"].dataType
+    fields = getattr(key, "fields", [])
+    wanted = StringType() if key_type == "str" else LongType()
+    if len(fields) != 1 or fields[0].dataType != wanted:
+        shown = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in fields)
+        raise InvalidInput(
+            "key",
+            f"must be one {wanted.simpleString()} column (the region's key type {key_type!r}), "
+            f"got ({shown}); group by one such column, or cast it",
+        )
+
+
 def key_frequencies(
     spark: SparkSession, checkpoint: str, batch_id: int, count_column: str, *, top: int = HOT_KEYS
 ) -> KeyFrequencies:
     """Batch ``batch_id``'s key frequencies from the change feed of ``count_column`` (module
     docstring). InvalidInput naming ``count_column`` when the state holds no such value column, and
     ``checkpoint`` when its change feed cannot be read (changelog checkpointing off)."""
-    try:
-        feed = (
-            spark.read.format("statestore")
-            .option("readChangeFeed", "true")
-            .option("changeStartBatchId", batch_id)
-            .option("changeEndBatchId", batch_id)
-            .load(checkpoint)
-        )
-    except Exception as error:
-        raise InvalidInput(
-            "checkpoint",
-            "must have a readable state change feed: run the query with "
-            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled=true and the RocksDB "
-            f"state store provider ({_first_line(error)})",
-        ) from None
+    check_change_feed(spark, checkpoint)
+    feed = (
+        spark.read.format("statestore")
+        .option("readChangeFeed", "true")
+        .option("changeStartBatchId", batch_id)
+        .option("changeEndBatchId", batch_id)
+        .load(checkpoint)
+    )
     value_fields = feed.schema["value"].dataType.fieldNames()  # type: ignore[attr-defined]
     if count_column not in value_fields:
         raise InvalidInput(
@@ -202,11 +239,6 @@ def batch_snapshot(
             processed_rows_per_second=_rate(progress.get("processedRowsPerSecond")),
         ),
     ).checked()
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0][:200] if text else type(error).__name__
 
 
 def _rate(value: object) -> float | None:
