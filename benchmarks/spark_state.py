@@ -257,8 +257,8 @@ def repartition_section(args: argparse.Namespace) -> dict[str, Any]:
 
 def steady_section(args: argparse.Namespace) -> dict[str, Any]:
     """A managed aggregation under a steady load (``--steady-batches`` batches of equal files, one per
-    1 s trigger) with the controller ticking after every batch: the count changes after the first
-    five batches (``changes_in_steady_batches``; target 0)."""
+    1 s trigger) with the controller ticking after every batch: the activations decided on a batch
+    after the first five (``changes_in_steady_batches``; target 0)."""
     import tempfile
 
     import pandas as pd
@@ -334,12 +334,9 @@ def steady_section(args: argparse.Namespace) -> dict[str, Any]:
             engine, lambda session: [(e.kind, e.data_json) for e in region_events(session, "steady")]
         )
     decided = [json.loads(data) for kind, data in events if kind in ("activated", "no-change")]
-    changes = [
-        d
-        for d in decided
-        if d.get("considered_seq", -1) >= measured[4] and d.get("n_next") != d.get("n_before")
-    ]
-    activated = sum(kind == "activated" for kind, _ in events)
+    activations = [json.loads(data) for kind, data in events if kind == "activated"]
+    changes = [data for data in activations if data["considered_seq"] >= measured[4]]
+    activated = len(activations)
     utilization = [d["policy_numbers"].get("utilization") for d in decided if d.get("policy_numbers")]
     print(f"\nsteady load: {len(measured)} batches of {args.steady_rows} rows, one per 1 s trigger")
     print(f"  activations in all: {activated}; count changes after the first five batches: {len(changes)}")
@@ -372,6 +369,10 @@ def main() -> int:
     parser.add_argument("--steady-rows", type=int, default=20_000, help="steady: rows per batch")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
+    if args.steady_batches < 6:
+        parser.error(
+            f"--steady-batches: must be at least 6 (five warm-up batches), got {args.steady_batches}"
+        )
     chosen = args.sections.split(",")
     unknown = [name for name in chosen if name not in SECTIONS]
     if unknown:

@@ -237,7 +237,8 @@ def test_versions_and_explain_show_a_spark_state_region(engine: Engine, db_url: 
     diff = repart_json(db_url, "versions", "diff", REGION, "1", "2")
     assert (diff["explicit_moves"], diff["slot_moves"]) == ([], [])
     explained = repart_json(db_url, "explain", REGION)
-    assert explained["state_count"]["dominant_key"] == HOT[0]
+    assert explained["state_count"]["dominant_key"]["key"] == HOT[0]
+    assert explained["state_count"]["dominant_key"]["share"] == pytest.approx(60_000 / (60_000 + 3900 + 5000))
     assert explained["state_count"]["chosen"] == listed[1]["N"]
     table = repart(db_url, "explain", REGION)
     assert table.exit_code == 0 and "state_count.dominant_key" in table.output

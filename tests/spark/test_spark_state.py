@@ -212,6 +212,13 @@ def test_a_deduplication_is_rescaled_by_its_state_rows_and_emits_each_key_once(
     )
 
 
+def _files(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` with its bytes."""
+    return {
+        str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()
+    }
+
+
 def test_a_refused_repartition_leaves_the_checkpoint_as_it_was(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -233,15 +240,15 @@ def test_a_refused_repartition_leaves_the_checkpoint_as_it_was(
 
     write_batch(source, 0, 400, rng)
     run_once()  # the default provider, which Spark does not repartition
-    logged = sorted(os.listdir(f"{checkpoint}/offsets"))
+    logged = _files(Path(checkpoint))
     with pytest.raises(InvalidInput, match=r"^checkpoint must keep its state with .*RocksDB"):
         repartition_checkpoint(spark, checkpoint, 8)
-    assert sorted(os.listdir(f"{checkpoint}/offsets")) == logged
+    assert _files(Path(checkpoint)) == logged
     # Past repart's own check, Spark refuses only after logging the repartition's batch: it is removed.
     monkeypatch.setattr(checkpoint_module, "check_provider", lambda *_: None)
     with pytest.raises(InvalidInput, match="UNSUPPORTED_PROVIDER"):
         repartition_checkpoint(spark, checkpoint, 8)
-    assert sorted(os.listdir(f"{checkpoint}/offsets")) == logged
+    assert _files(Path(checkpoint)) == logged
     write_batch(source, 1, 400, rng)
     run_once()  # the query starts on the checkpoint and goes on exactly
     state = spark.read.format("statestore").load(checkpoint)

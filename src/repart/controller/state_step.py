@@ -109,11 +109,17 @@ def dominant_key_note(step: StateStep) -> str | None:
     )
 
 
+def _dominant(step: StateStep) -> dict[str, Any] | None:
+    """The dominant key's document with the key itself (None when there is none)."""
+    key = step.choice.dominant_key
+    return None if key is None else {"key": step.dominant_key, **key.to_document()}
+
+
 def step_data(step: StateStep) -> dict[str, Any]:
     """What the tick's event records of a step: the choice (``StateCountChoice.to_document``) and the
     plan's predicted bytes."""
     plan = step.plan
     return {
-        "state_count": step.choice.to_document() | {"dominant_key": step.dominant_key},
+        "state_count": step.choice.to_document() | {"dominant_key": _dominant(step)},
         "predicted_bytes": None if plan is None or plan.cost is None else int(plan.cost),
     }

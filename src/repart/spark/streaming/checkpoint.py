@@ -22,10 +22,14 @@ from pyspark.sql import SparkSession
 from repart.errors import Conflict, InvalidInput
 
 REPARTITION_SINCE = "4.2"
+"""The first Spark version with the offline repartition of a checkpoint."""
 PROVIDER_SETTING = "spark.sql.streaming.stateStore.providerClass"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+"""The state store provider Spark repartitions (and whose change feed repart reads)."""
 DEFAULT_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
-"""The first Spark version with the offline repartition of a checkpoint."""
+REFUSED_BEFORE_WRITING = frozenset({"STATE_REPARTITION_INVALID_CHECKPOINT.UNSUPPORTED_PROVIDER"})
+"""Spark's refusals that come after it logged the repartition's batch but before it wrote any state:
+repart removes that batch, and the checkpoint is as it was."""
 
 _ERROR_CLASS = re.compile(r"\[([A-Z_]+(?:\.[A-Z_]+)*)\]")
 
@@ -154,15 +158,16 @@ def repartition_checkpoint(spark: SparkSession, checkpoint: str, n_partitions: i
 
     An unfinished repartition to ``n_partitions`` (a driver killed while Spark repartitioned) is
     finished by repartitioning again; a committed count that already matches is done (nothing is
-    written; 0 seconds). Refused with InvalidInput naming the field: a Spark version without the API
-    (``spark_version``, naming it), a checkpoint the driver cannot reach or that is not a stateful
-    query's (``checkpoint``), a provider or operator Spark cannot repartition (``checkpoint``, with
-    Spark's error class), a query whose state provider is not RocksDB (``checkpoint``; checked before
-    Spark is called, since Spark logs the repartition's batch before it refuses a provider). When Spark
-    refuses anyway, the batch it logged is removed: the checkpoint is as it was, and the query starts
-    on it. Conflict when the last batch did not finish (the query must finish it first:
-    ``ManagedQuery`` runs it until it commits) or an unfinished repartition to another count must
-    finish first.
+    written; 0 seconds). Refused with InvalidInput naming the field, and nothing written: a Spark
+    version without the API (``spark_version``, naming it), a checkpoint the driver cannot reach or
+    that is not a stateful query's (``checkpoint``), a query whose state provider is not RocksDB
+    (``checkpoint``; checked before Spark is called, since Spark logs the repartition's batch before it
+    refuses a provider; when Spark refuses one anyway, ``REFUSED_BEFORE_WRITING``, the batch it logged
+    is removed, and the query starts on the checkpoint as it was). Conflict when the last batch did not
+    finish (the query must finish it first: ``ManagedQuery`` runs it until it commits), when an
+    unfinished repartition to another count must finish first, and when Spark's repartition fails
+    otherwise: the checkpoint may then hold the unfinished repartition, which only a repartition to
+    the same count finishes.
     """
     manager = getattr(spark, "_streamingCheckpointManager", None)
     if manager is None:
@@ -191,12 +196,18 @@ def repartition_checkpoint(spark: SparkSession, checkpoint: str, n_partitions: i
     try:
         manager.repartition(checkpoint, n_partitions)
     except Exception as error:
-        if unfinished is None:
+        spark_class = error_class(error)
+        if unfinished is None and spark_class in REFUSED_BEFORE_WRITING:
             _drop_uncommitted(spark, checkpoint, batches)
-        raise InvalidInput(
-            "checkpoint",
-            f"must be a checkpoint Spark can repartition, got {checkpoint!r}: Spark refused with "
-            f"{error_class(error) or 'an error'}: {_cause(error)}",
+            raise InvalidInput(
+                "checkpoint",
+                f"must be a checkpoint Spark can repartition, got {checkpoint!r}: Spark refused with "
+                f"{spark_class}: {_cause(error)}",
+            ) from None
+        raise Conflict(
+            f"Spark's repartition of checkpoint {checkpoint!r} to {n_partitions} partitions failed "
+            f"({spark_class or type(error).__name__}: {_cause(error)}); the checkpoint may hold the "
+            f"unfinished repartition, which only a repartition to {n_partitions} finishes: run it again"
         ) from None
     return Repartitioned(checkpoint, before, n_partitions, time.perf_counter() - started)
 

@@ -10,7 +10,8 @@ location. ``ManagedQuery`` runs it over a ``spark-state`` region and, as batches
    the checkpoint to the plan's count (``repart.spark.streaming.checkpoint``), restarts the query with
    ``start`` and reports the plan applied, with the state's rows and bytes (``applied`` keeps the
    seconds; a repartition Spark refuses is reported ``failed``, in ``failed``, and the query goes on
-   at its count).
+   at its count; any other failure of Spark's leaves the plan ``applying``, raised as Conflict, for
+   the next ``start`` to finish).
 
 The plan's life is the controller's (pending → applying → applied | failed), with Spark's own states
 in it (``repart.spark.streaming.checkpoint.CheckpointBatches``): a driver killed while Spark
@@ -23,7 +24,9 @@ repartition, so the query is stopped only while its trigger waits; a batch inter
 finished by running the query until it commits, then stopping again.
 
 While the query runs, its driver holds the region's query lease (``repart.storage.query_leases``),
-renewed at every poll and before a repartition: nothing else repartitions the checkpoint meanwhile.
+renewed by a thread every third of ``lease_seconds`` and before a repartition: nothing else
+repartitions the checkpoint meanwhile. A driver restarted sooner than ``lease_seconds`` after a kill
+finds its predecessor's lease still live (Conflict) and starts once it expires.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -52,6 +56,7 @@ from repart.spark.streaming.checkpoint import (
 )
 from repart.spark.streaming.measure import (
     batch_snapshot,
+    check_change_feed,
     check_state_key,
     key_frequencies,
     partition_state,
@@ -122,6 +127,8 @@ class ManagedQuery:
         self.query: StreamingQuery | None = None
         self.applied: list[Applied] = []
         self.failed: list[tuple[int, str]] = []
+        self._renewing = threading.Event()
+        self._lease_lost: Exception | None = None
         self._key_checked = False
         self._measured: int | None = None
         self._previous_start: datetime | None = None
@@ -142,7 +149,8 @@ class ManagedQuery:
             )
         reachable_checkpoint(self.spark, self.checkpoint)
         self._renew()
-        if not _has_state(self.spark, self.checkpoint):
+        self._keep_lease()
+        if _fresh(self.spark, self.checkpoint):
             self.spark.conf.set("spark.sql.shuffle.partitions", str(self._applied_count()))
         self._finish_applying()
         self.query = self.start_query(self.checkpoint)
@@ -151,6 +159,7 @@ class ManagedQuery:
     def stop(self) -> None:
         """Stop the query at a batch boundary and release the lease."""
         self._stop_at_boundary()
+        self._renewing.set()
         from repart.storage import run_in_transaction
         from repart.storage.query_leases import release_query_lease
 
@@ -162,6 +171,9 @@ class ManagedQuery:
         """Measure the batches completed since the last poll, tick when ``tick`` is on, and apply a plan
         the controller stored (module docstring). Returns the batch ids measured."""
         query = self._running()
+        if self._lease_lost is not None:
+            self._stop_at_boundary()
+            raise Conflict(f"the query's lease of region {self.region!r} was lost: {self._lease_lost}")
         measured = []
         committed = batch_ids(self.spark, f"{self.checkpoint}/commits")
         for progress in [progress_of(p.json) for p in query.recentProgress]:
@@ -173,7 +185,6 @@ class ManagedQuery:
             self._measure(progress)
             measured.append(batch)
             self._measured = batch
-        self._renew()  # on every poll: an idle query holds its checkpoint too
         if measured:
             if self.tick:
                 self._tick()
@@ -196,7 +207,8 @@ class ManagedQuery:
         n = state_partition_count(self.spark, self.checkpoint)
         frequencies = None
         if self.count_column is not None:
-            if not self._key_checked:
+            if not self._key_checked:  # once: what the change feed and Spark's hash need
+                check_change_feed(self.spark, self.checkpoint)
                 check_state_key(self.spark, self.checkpoint, region.key_type)
                 self._key_checked = True
             frequencies = key_frequencies(self.spark, self.checkpoint, batch, self.count_column)
@@ -253,17 +265,17 @@ class ManagedQuery:
         plan = MigrationPlan.from_json(plan_json)
         target = plan.target_n_channels
         self._renew()  # Conflict when another driver holds the checkpoint: nothing runs then
-        if not _has_state(self.spark, self.checkpoint):  # no batch committed: the query starts at the count
+        if _fresh(self.spark, self.checkpoint):  # no batch yet: the query starts at the plan's count
             self.spark.conf.set("spark.sql.shuffle.partitions", str(target))
             client.report_plan(plan_id, "applied", moved_rows=0, moved_bytes=0)
             self.applied.append(Applied(plan_id, plan.source_n_channels, target, 0, 0, 0.0))
             return
+        if not _unfinished_repartition(self.spark, self.checkpoint):
+            self._finish_interrupted_batch()
+        self._renew()
         try:
-            if checkpoint_batches(self.spark, self.checkpoint).unfinished_repartition is None:
-                self._finish_interrupted_batch()
-            self._renew()
             result = repartition_checkpoint(self.spark, self.checkpoint, target)
-        except InvalidInput as refused:
+        except InvalidInput as refused:  # nothing was written: the query goes on at its count
             client.report_plan(plan_id, "failed", reason=str(refused))
             self.failed.append((plan_id, str(refused)))
             return
@@ -276,13 +288,13 @@ class ManagedQuery:
         """Run the query until an interrupted batch commits, then stop it at a boundary (Spark refuses to
         repartition after an unfinished batch)."""
         for _ in range(3):
-            if not checkpoint_batches(self.spark, self.checkpoint).interrupted:
+            if not _interrupted(self.spark, self.checkpoint):
                 return
             query = self.start_query(self.checkpoint)
             query.processAllAvailable()
             self.query = query
             self._stop_at_boundary()
-        if checkpoint_batches(self.spark, self.checkpoint).interrupted:
+        if _interrupted(self.spark, self.checkpoint):
             raise Conflict(f"the last batch of checkpoint {self.checkpoint!r} did not finish after 3 runs")
 
     def _stop_at_boundary(self) -> None:
@@ -320,6 +332,21 @@ class ManagedQuery:
 
         return read_transaction(self.engine, count)
 
+    def _keep_lease(self) -> None:
+        """Renew the lease every third of ``lease_seconds`` from a daemon thread until ``stop`` (a long
+        batch or repartition keeps it); a renewal that fails is raised by the next ``poll``."""
+        self._renewing.clear()
+
+        def renew() -> None:
+            while not self._renewing.wait(self.lease_seconds / 3):
+                try:
+                    self._renew()
+                except Exception as error:
+                    self._lease_lost = error
+                    return
+
+        threading.Thread(target=renew, name=f"repart-lease-{self.region}", daemon=True).start()
+
     def _renew(self) -> None:
         from repart.storage import run_in_transaction
         from repart.storage.query_leases import hold_query_lease
@@ -333,8 +360,22 @@ class ManagedQuery:
         )
 
 
-def _has_state(spark: SparkSession, checkpoint: str) -> bool:
-    return bool(batch_ids(spark, f"{checkpoint}/commits"))
+def _fresh(spark: SparkSession, checkpoint: str) -> bool:
+    """No batch was ever planned in the checkpoint: the query's first run fixes its count."""
+    return not batch_ids(spark, f"{checkpoint}/offsets")
+
+
+def _interrupted(spark: SparkSession, checkpoint: str) -> bool:
+    """The newest planned batch has no commit (an interrupted batch, or an unfinished repartition)."""
+    offsets, commits = batch_ids(spark, f"{checkpoint}/offsets"), batch_ids(spark, f"{checkpoint}/commits")
+    return bool(offsets) and (not commits or offsets[-1] > commits[-1])
+
+
+def _unfinished_repartition(spark: SparkSession, checkpoint: str) -> bool:
+    """The checkpoint holds a repartition that did not finish (``CheckpointBatches``)."""
+    return bool(batch_ids(spark, f"{checkpoint}/commits")) and (
+        checkpoint_batches(spark, checkpoint).unfinished_repartition is not None
+    )
 
 
 def _detached(row: Any) -> Any:

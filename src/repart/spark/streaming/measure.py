@@ -133,7 +133,6 @@ def key_frequencies(
     """Batch ``batch_id``'s key frequencies from the change feed of ``count_column`` (module
     docstring). InvalidInput naming ``count_column`` when the state holds no such value column, and
     ``checkpoint`` when its change feed cannot be read (changelog checkpointing off)."""
-    check_change_feed(spark, checkpoint)
     feed = (
         spark.read.format("statestore")
         .option("readChangeFeed", "true")
