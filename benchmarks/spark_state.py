@@ -324,7 +324,7 @@ def steady_section(args: argparse.Namespace) -> dict[str, Any]:
         measured: list[int] = []
         written = 3
         while len(measured) < args.steady_batches:
-            measured += managed.poll()
+            measured += [int(progress["batchId"]) for progress in managed.poll()]
             while written < len(measured) + 3:
                 write(written)
                 written += 1

@@ -93,6 +93,10 @@ RESULTS: dict[str, tuple[str, str]] = {
         "Spark-managed state: the skew-aware partition count against a plain rule's",
         f"{PY} benchmarks/spark_state.py --sections skew --json FILE",
     ),
+    "spark-state": (
+        "Spark-managed state: killed repartitions, repartition cost per GB, a steady load",
+        f"{PY} benchmarks/spark_state.py --sections crash,repartition,steady --json FILE",
+    ),
     "spark-migrate": (
         "Migrations of the format-2 store (history)",
         "benchmarks/spark_migrate.py, removed with the format-2 store",

@@ -81,6 +81,14 @@ def demo(
             "--split", help="Scheme of the split-mode run: pkg, dchoices, wchoices, rr, fish or dkg."
         ),
     ] = "dchoices",
+    spark_state: Annotated[
+        bool,
+        typer.Option(
+            "--spark-state",
+            help="Run the Spark-managed state demo instead: a Structured Streaming aggregation whose "
+            "state partition count the controller changes (no plot).",
+        ),
+    ] = False,
 ) -> None:
     """Run the VWAP example for a few batches in two modes, key-preserving and split: Spark local[2],
     SQLite, the controller in-process.
@@ -90,6 +98,9 @@ def demo(
     checks, after every batch, that each mode's merged state equals a plain groupBy over all input so
     far. Exit code 1 if it does not.
     """
+    if spark_state:
+        _spark_state_demo(batches, workdir, master, seed, json_path)
+        return
     from repart.demo.run import DemoConfig, run_demo
     from repart.protocol.files import durable_output
     from repart.sim.plot import plot_demo
@@ -151,3 +162,47 @@ def demo(
             console.print(f"{mode}: merged state = groupBy of the input after every batch")
     if not result.equal:
         raise typer.Exit(1)
+
+
+def _spark_state_demo(batches: int, workdir: Path, master: str, seed: int, json_path: Path | None) -> None:
+    """``repart demo --spark-state`` (``repart.demo.spark_state``): a row per batch, the plans applied
+    and the check; exit code 1 when the state differs from the input's groupBy."""
+    from repart.demo.spark_state import StateDemoRow, run_spark_state_demo
+    from repart.protocol.files import durable_output
+
+    check_output_path(json_path, "--json", allow_stdout=True)
+    console = Console(stderr=json_path == STDOUT, highlight=False, soft_wrap=True)
+    console.print(
+        f"[bold]repart demo --spark-state[/]: a Structured Streaming count of clicks per user over "
+        f"{batches} batches, each 40 % larger, Spark {master}; the controller chooses the query's state "
+        "partition count and repartitions its checkpoint between batches"
+    )
+    console.print("Starting Spark and the query…")
+    header = f"{'batch':>5} {'rows':>8} {'n after':>10} {'seconds':>8}  state = groupBy of the input"
+
+    printed: list[StateDemoRow] = []
+
+    def print_row(row: StateDemoRow) -> None:
+        if not printed:  # the header after Spark's start-up, whatever the JVM printed during it
+            console.print(header)
+        printed.append(row)
+        verdict = "[green]yes[/]" if row.exact else "[bold red]NO[/]"
+        console.print(f"{row.batch:>5} {row.rows:>8} {row.partitions:>10} {row.seconds:>8.2f}  {verdict}")
+
+    result = run_spark_state_demo(batches, workdir, master, seed, print_row)
+    for plan in result.applied:
+        console.print(
+            f"plan {plan['plan']}: repartitioned {plan['from']} -> {plan['to']} state partitions, "
+            f"{plan['state_rows']} rows, {plan['state_bytes']} bytes, in {plan['seconds']:.2f} s"
+        )
+    document = json.dumps(result.to_json(), indent=1)
+    if json_path == STDOUT:
+        sys.stdout.write(document + "\n")
+    elif json_path is not None:
+        with durable_output(json_path) as temporary:
+            temporary.write_text(document)
+        console.print(f"wrote {escape(str(json_path))}")
+    if not result.exact:
+        console.print("[bold red]the state differed from a groupBy of the input[/]")
+        raise typer.Exit(1)
+    console.print("the state equalled a plain groupBy of the input after every batch")

@@ -127,6 +127,7 @@ class ManagedQuery:
         self.query: StreamingQuery | None = None
         self.applied: list[Applied] = []
         self.failed: list[tuple[int, str]] = []
+        self._warming_up = False
         self._renewing = threading.Event()
         self._lease_lost: Exception | None = None
         self._key_checked = False
@@ -153,7 +154,7 @@ class ManagedQuery:
         if _fresh(self.spark, self.checkpoint):
             self.spark.conf.set("spark.sql.shuffle.partitions", str(self._applied_count()))
         self._finish_applying()
-        self.query = self.start_query(self.checkpoint)
+        self.query = self._start_query()
         return self.query
 
     def stop(self) -> None:
@@ -167,14 +168,16 @@ class ManagedQuery:
             self.engine, lambda session: release_query_lease(session, self.region, self.holder)
         )
 
-    def poll(self) -> list[int]:
+    def poll(self) -> list[Mapping[str, Any]]:
         """Measure the batches completed since the last poll, tick when ``tick`` is on, and apply a plan
-        the controller stored (module docstring). Returns the batch ids measured."""
+        the controller stored (module docstring). Returns the progress (Spark's JSON object) of each
+        batch measured. The first batch after each start of the query is not measured: its time is
+        the query's start (loading the state stores), not the load."""
         query = self._running()
         if self._lease_lost is not None:
             self._stop_at_boundary()
             raise Conflict(f"the query's lease of region {self.region!r} was lost: {self._lease_lost}")
-        measured = []
+        measured: list[Mapping[str, Any]] = []
         committed = batch_ids(self.spark, f"{self.checkpoint}/commits")
         for progress in [progress_of(p.json) for p in query.recentProgress]:
             batch = int(progress["batchId"])
@@ -182,9 +185,12 @@ class ManagedQuery:
                 continue
             if not committed or batch > committed[-1]:
                 break  # its commit is not written yet: measured at the next poll
-            self._measure(progress)
-            measured.append(batch)
             self._measured = batch
+            if self._warming_up:
+                self._warming_up = False
+                continue
+            self._measure(progress)
+            measured.append(progress)
         if measured:
             if self.tick:
                 self._tick()
@@ -243,7 +249,7 @@ class ManagedQuery:
         self._stop_at_boundary()
         self._apply(todo.plan_id, todo.plan_json)
         self._previous_start = None  # the time the query was stopped is no batch's interval
-        self.query = self.start_query(self.checkpoint)
+        self.query = self._start_query()
 
     def _finish_applying(self) -> None:
         """Apply a plan left ``applying`` (a driver killed in the middle), before the query starts."""
@@ -290,7 +296,7 @@ class ManagedQuery:
         for _ in range(3):
             if not _interrupted(self.spark, self.checkpoint):
                 return
-            query = self.start_query(self.checkpoint)
+            query = self._start_query()
             query.processAllAvailable()
             self.query = query
             self._stop_at_boundary()
@@ -308,6 +314,11 @@ class ManagedQuery:
         query.stop()
 
     # --- helpers ---------------------------------------------------------------------------------------
+    def _start_query(self) -> StreamingQuery:
+        """Start the user's query; its first batch is a warm-up (``poll``)."""
+        self._warming_up = True
+        return self.start_query(self.checkpoint)
+
     def _running(self) -> StreamingQuery:
         if self.query is None:
             raise Conflict("the query is not started: call start() first")
