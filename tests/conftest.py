@@ -194,6 +194,26 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
+STATE_STORE_SETTINGS = (
+    "spark.sql.streaming.stateStore.providerClass",
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
+    "spark.sql.shuffle.partitions",
+)
+
+
+@pytest.fixture
+def spark_settings_restored(spark: Any) -> Iterator[Any]:
+    """The session, its state store provider, changelog setting and shuffle partitions put back as they
+    were after the test (a streaming test, ``ManagedQuery`` or the demo may change them)."""
+    before = {key: spark.conf.get(key, None) for key in STATE_STORE_SETTINGS}
+    yield spark
+    for key, value in before.items():
+        if value is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, value)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that uses the ``spark`` fixture is a Spark test: ``pytest -m 'not spark'`` leaves it out
     (``make test`` runs the rest on two workers beside the Spark tests' one process, one Spark at a

@@ -13,7 +13,9 @@ from repart.cli.app import app
 from repart.storage import list_plans, make_engine, read_transaction
 
 
-def test_the_spark_state_demo_rescales_its_query_and_checks_it(spark: Any, tmp_path: Path) -> None:
+def test_the_spark_state_demo_rescales_its_query_and_checks_it(
+    spark_settings_restored: Any, tmp_path: Path
+) -> None:
     workdir = tmp_path / "demo"
     result = CliRunner().invoke(
         app, ["demo", "--spark-state", "--batches", "3", "--workdir", str(workdir), "--json", "-"]

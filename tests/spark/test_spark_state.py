@@ -36,17 +36,11 @@ ROCKSDB = {
 
 
 @pytest.fixture
-def rocksdb(spark: Any) -> Any:
-    previous = {key: spark.conf.get(key, None) for key in ROCKSDB}
+def rocksdb(spark_settings_restored: Any) -> Any:
+    """The session with the RocksDB provider and changelog checkpointing (put back after the test)."""
     for key, value in ROCKSDB.items():
-        spark.conf.set(key, value)
-    yield spark
-    for key, value in previous.items():
-        if value is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, value)
-    spark.conf.set("spark.sql.shuffle.partitions", "4")
+        spark_settings_restored.conf.set(key, value)
+    return spark_settings_restored
 
 
 def write_batch(
@@ -135,6 +129,8 @@ def test_the_controller_changes_the_state_partition_count_of_a_running_aggregati
             write_batch(source, files, 2000 * files, rng)
             files += 1
         time.sleep(0.3)
+    assert managed.query is not None
+    managed.query.processAllAvailable()  # every file written is read before the query stops
     managed.stop()
 
     assert managed.applied, "the controller changed the count during the run"
@@ -221,8 +217,10 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def test_a_refused_repartition_leaves_the_checkpoint_as_it_was(
-    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark_settings_restored: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    spark = spark_settings_restored
+    spark.conf.set(checkpoint_module.PROVIDER_SETTING, checkpoint_module.DEFAULT_PROVIDER)
     source, checkpoint = tmp_path / "in", str(tmp_path / "ck")
     source.mkdir()
     rng = np.random.default_rng(5)

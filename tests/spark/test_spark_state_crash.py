@@ -17,8 +17,9 @@ from tests.spark.state_crash import CrashBench, Trial
 
 @pytest.mark.slow
 def test_a_driver_killed_while_it_repartitions_leaves_a_plan_the_next_one_finishes(
-    spark: Any, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+    spark_settings_restored: Any, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
+    spark = spark_settings_restored
     archive, options = class_data_archive(tmp_path_factory.getbasetemp().parent, tmp_path)
     bench = CrashBench(spark, tmp_path, options)
 

@@ -128,6 +128,7 @@ class ManagedQuery:
         self.applied: list[Applied] = []
         self.failed: list[tuple[int, str]] = []
         self._warming_up = False
+        self._partitions: int | None = None
         self._renewing = threading.Event()
         self._lease_lost: Exception | None = None
         self._key_checked = False
@@ -210,7 +211,9 @@ class ManagedQuery:
             interval = gap if gap > 0 else None
         self._previous_start = started
         duration_ms = progress["durationMs"]["triggerExecution"]
-        n = state_partition_count(self.spark, self.checkpoint)
+        if self._partitions is None:  # read once; a repartition of this driver's sets it
+            self._partitions = state_partition_count(self.spark, self.checkpoint)
+        n = self._partitions
         frequencies = None
         if self.count_column is not None:
             if not self._key_checked:  # once: what the change feed and Spark's hash need
@@ -285,6 +288,7 @@ class ManagedQuery:
             client.report_plan(plan_id, "failed", reason=str(refused))
             self.failed.append((plan_id, str(refused)))
             return
+        self._partitions = target
         states = partition_state(self.spark, self.checkpoint, target)
         rows, stored = sum(s.rows for s in states), sum(s.stored_bytes for s in states)
         client.report_plan(plan_id, "applied", moved_rows=rows, moved_bytes=stored)

@@ -149,14 +149,22 @@ def key_frequencies(
     changed = feed.where(F.col("change_type") == "update").select(
         "key", "partition_id", F.col(f"value.{count_column}").alias("new_count")
     )
-    deltas = _deltas(spark, checkpoint, batch_id, changed, count_column)
-    totals = deltas.agg(F.sum("delta").alias("total"), F.count("*").alias("keys")).collect()[0]
-    hot = deltas.orderBy(F.col("delta").desc()).limit(top).select("key", "delta").collect()
-    partitions = deltas.groupBy("partition_id").agg(F.sum("delta").alias("rows")).collect()
+    # Two jobs over one computation of the deltas (kept in memory between them): the hottest keys,
+    # and per partition the rows and keys, which sum to the batch's totals.
+    deltas = _deltas(spark, checkpoint, batch_id, changed, count_column).persist()
+    try:
+        hot = deltas.orderBy(F.col("delta").desc()).limit(top).select("key", "delta").collect()
+        partitions = (
+            deltas.groupBy("partition_id")
+            .agg(F.sum("delta").alias("rows"), F.count("*").alias("keys"))
+            .collect()
+        )
+    finally:
+        deltas.unpersist()
     return KeyFrequencies(
         hot=tuple((row["key"][0], int(row["delta"])) for row in hot if row["delta"] > 0),
-        total=int(totals["total"] or 0),
-        changed_keys=int(totals["keys"]),
+        total=sum(int(row["rows"]) for row in partitions),
+        changed_keys=sum(int(row["keys"]) for row in partitions),
         partition_rows={int(row["partition_id"]): int(row["rows"]) for row in partitions},
     )
 
