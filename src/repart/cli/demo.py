@@ -140,13 +140,7 @@ def demo(
         f"wrote plot to {escape(str(plot))}: per batch, both modes side by side, N (top), b of repart and "
         "of hashing against b_lb (middle), migrated against ideal share of the state (bottom)"
     )
-    document = json.dumps(result.to_json(), indent=1)
-    if json_path == STDOUT:
-        sys.stdout.write(document + "\n")
-    elif json_path is not None:
-        with durable_output(json_path) as temporary:
-            temporary.write_text(document)
-        console.print(f"wrote {escape(str(json_path))}")
+    _write_json(result.to_json(), json_path, console)
     console.print(
         "The check: each mode's state must hold exactly the input's totals (trades, volume, notional), "
         "and after every batch each ticker's merged state must equal a plain Spark groupBy of all input "
@@ -164,11 +158,23 @@ def demo(
         raise typer.Exit(1)
 
 
+def _write_json(document: dict[str, object], json_path: Path | None, console: Console) -> None:
+    """Write a demo's JSON document to ``json_path`` (``-``: stdout; None: nowhere)."""
+    from repart.protocol.files import durable_output
+
+    text = json.dumps(document, indent=1)
+    if json_path == STDOUT:
+        sys.stdout.write(text + "\n")
+    elif json_path is not None:
+        with durable_output(json_path) as temporary:
+            temporary.write_text(text)
+        console.print(f"wrote {escape(str(json_path))}")
+
+
 def _spark_state_demo(batches: int, workdir: Path, master: str, seed: int, json_path: Path | None) -> None:
     """``repart demo --spark-state`` (``repart.demo.spark_state``): a row per batch, the plans applied
     and the check; exit code 1 when the state differs from the input's groupBy."""
     from repart.demo.spark_state import StateDemoRow, run_spark_state_demo
-    from repart.protocol.files import durable_output
 
     check_output_path(json_path, "--json", allow_stdout=True)
     console = Console(stderr=json_path == STDOUT, highlight=False, soft_wrap=True)
@@ -195,13 +201,7 @@ def _spark_state_demo(batches: int, workdir: Path, master: str, seed: int, json_
             f"plan {plan['plan']}: repartitioned {plan['from']} -> {plan['to']} state partitions, "
             f"{plan['state_rows']} rows, {plan['state_bytes']} bytes, in {plan['seconds']:.2f} s"
         )
-    document = json.dumps(result.to_json(), indent=1)
-    if json_path == STDOUT:
-        sys.stdout.write(document + "\n")
-    elif json_path is not None:
-        with durable_output(json_path) as temporary:
-            temporary.write_text(document)
-        console.print(f"wrote {escape(str(json_path))}")
+    _write_json(result.to_json(), json_path, console)
     if not result.exact:
         console.print("[bold red]the state differed from a groupBy of the input[/]")
         raise typer.Exit(1)
